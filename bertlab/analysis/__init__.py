@@ -1,0 +1,1 @@
+"""Pure computations behind the panels."""

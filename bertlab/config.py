@@ -1,0 +1,157 @@
+"""BertConfig: the shape of a BERT-family model, read from and written to HF `config.json`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Model types bertlab can build today, and the family members it is designed to take next.
+SUPPORTED_MODEL_TYPES = ("bert",)
+PLANNED_MODEL_TYPES = ("roberta", "albert", "distilbert", "electra")
+
+# Task heads a model can carry besides (or instead of) the pre-training heads.
+TASKS = ("sequence_classification", "token_classification", "question_answering")
+
+# HF `architectures` name -> (pre-training heads, task) it implies.
+ARCHITECTURES: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "BertModel": ((), None),
+    "BertForPreTraining": (("mlm", "nsp"), None),
+    "BertForMaskedLM": (("mlm",), None),
+    "BertForNextSentencePrediction": (("nsp",), None),
+    "BertForSequenceClassification": ((), "sequence_classification"),
+    "BertForTokenClassification": ((), "token_classification"),
+    "BertForQuestionAnswering": ((), "question_answering"),
+}
+
+
+class ConfigError(ValueError):
+    """A config.json that bertlab cannot build a model from."""
+
+
+@dataclass
+class BertConfig:
+    """Hyper-parameters of a BERT encoder, with the field names of HF's `config.json`."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    initializer_range: float = 0.02
+    model_type: str = "bert"
+    # Family hooks (designed for, not used by plain BERT): factorised embeddings
+    # (ALBERT, ELECTRA) and the position offset RoBERTa uses (padding_idx + 1).
+    embedding_size: int | None = None
+    position_offset: int = 0
+    # Heads: which pre-training heads exist ("mlm", "nsp"), which task head, its labels.
+    pretraining_heads: tuple[str, ...] = ()
+    task: str | None = None
+    id2label: dict[int, str] = field(default_factory=dict)
+    add_pooler: bool = True
+    # Anything else config.json held, kept so that saving round-trips it.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.model_type not in SUPPORTED_MODEL_TYPES:
+            planned = " (planned)" if self.model_type in PLANNED_MODEL_TYPES else ""
+            raise ConfigError(
+                f"model_type {self.model_type!r}{planned} is not supported yet: bertlab builds "
+                f"{', '.join(SUPPORTED_MODEL_TYPES)} encoders."
+            )
+        if self.hidden_size % self.num_attention_heads:
+            raise ConfigError(
+                f"hidden_size {self.hidden_size} is not a multiple of "
+                f"num_attention_heads {self.num_attention_heads}."
+            )
+        if self.hidden_act not in ("gelu", "gelu_new", "relu", "gelu_pytorch_tanh"):
+            raise ConfigError(f"hidden_act {self.hidden_act!r} is not supported.")
+        if self.task is not None and self.task not in TASKS:
+            raise ConfigError(f"task {self.task!r} is not one of {TASKS}.")
+        self.pretraining_heads = tuple(h for h in ("mlm", "nsp") if h in self.pretraining_heads)
+        self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def num_labels(self) -> int:
+        if self.task == "question_answering":
+            return 2
+        return len(self.id2label)
+
+    @property
+    def architecture(self) -> str:
+        """The HF class name that holds exactly this model's weights."""
+        for name, (heads, task) in ARCHITECTURES.items():
+            if heads == self.pretraining_heads and task == self.task:
+                return name
+        raise ConfigError(
+            f"no single HF architecture has heads {self.pretraining_heads} and task {self.task}."
+        )
+
+    # -- HF config.json -------------------------------------------------------------------
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any]) -> "BertConfig":
+        """Build from the dict of an HF `config.json` (unknown keys are kept in `extra`)."""
+        own = {f.name for f in dataclasses.fields(cls)} - {"extra", "pretraining_heads", "task"}
+        kwargs = {k: v for k, v in d.items() if k in own}
+        kwargs.setdefault("model_type", d.get("model_type", "bert"))
+        archs = d.get("architectures") or ["BertModel"]
+        heads, task = ARCHITECTURES.get(archs[0], ((), None))
+        if "id2label" in d and task in ("sequence_classification", "token_classification"):
+            kwargs["id2label"] = d["id2label"]
+        else:
+            kwargs.pop("id2label", None)
+        extra = {k: v for k, v in d.items() if k not in own and k not in ("architectures", "label2id")}
+        return cls(**kwargs, pretraining_heads=heads, task=task, extra=extra)
+
+    def to_hf_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = dict(self.extra)
+        for f in dataclasses.fields(self):
+            if f.name in ("extra", "pretraining_heads", "task", "add_pooler", "position_offset"):
+                continue
+            value = getattr(self, f.name)
+            if f.name == "embedding_size" and value is None:
+                continue
+            if f.name == "id2label":
+                if not value:
+                    continue
+                d["id2label"] = {str(k): v for k, v in value.items()}
+                d["label2id"] = {v: k for k, v in value.items()}
+                continue
+            d[f.name] = value
+        d["architectures"] = [self.architecture]
+        return d
+
+    @classmethod
+    def from_json_file(cls, path: str | Path) -> "BertConfig":
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise ConfigError(f"{path} could not be read as JSON: {e}") from e
+        if not isinstance(d, dict):
+            raise ConfigError(f"{path} does not hold a JSON object.")
+        try:
+            return cls.from_hf_dict(d)
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from e
+        except TypeError as e:
+            raise ConfigError(f"{path}: a field has the wrong type ({e}).") from e
+
+    def save(self, folder: str | Path) -> None:
+        Path(folder, "config.json").write_text(json.dumps(self.to_hf_dict(), indent=2) + "\n")
+
+    def replace(self, **changes: Any) -> "BertConfig":
+        return dataclasses.replace(self, **changes)

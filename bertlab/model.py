@@ -1,0 +1,465 @@
+"""bertlab's BERT: Hugging Face module layout and weight names, with hook points.
+
+Read top-down: embeddings, attention, one layer, the encoder, the heads, the whole model.
+Every HookPoint carries its shape in a comment. Two attention paths give the same numbers:
+the eager one materialises the pattern (used when a hook reads scores/pattern), the fused
+`scaled_dot_product_attention` is used otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertlab.config import BertConfig
+from bertlab.hooks import ActivationCache, HookFn, HookPoint, NameFilter, hooks, name_hook_points, select
+
+AttentionPath = Literal["auto", "eager", "sdpa"]
+
+
+class MissingHeadError(RuntimeError):
+    """The model has no head for what was asked (e.g. mask prediction without an MLM head)."""
+
+
+def _activation(name: str):
+    if name == "gelu":
+        return F.gelu
+    if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return lambda x: F.gelu(x, approximate="tanh")
+    return F.relu
+
+
+# ---------------------------------------------------------------------------------------------
+# Embeddings: token + segment + position, summed, normalised.
+# ---------------------------------------------------------------------------------------------
+class BertEmbeddings(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        width = cfg.embedding_size or cfg.hidden_size
+        self.word_embeddings = nn.Embedding(cfg.vocab_size, width, padding_idx=cfg.pad_token_id)
+        self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, width)
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, width)
+        self.LayerNorm = nn.LayerNorm(width, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.position_offset = cfg.position_offset
+        self.hook_word = HookPoint()  # [batch, seq, d_model]
+        self.hook_token_type = HookPoint()  # [batch, seq, d_model]
+        self.hook_position = HookPoint()  # [batch, seq, d_model]
+        self.hook_sum = HookPoint()  # [batch, seq, d_model] before LayerNorm
+        self.hook_out = HookPoint()  # [batch, seq, d_model] normalised sum
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        seq = input_ids.shape[1]
+        positions = torch.arange(seq, device=input_ids.device) + self.position_offset  # [seq]
+        word = self.hook_word(self.word_embeddings(input_ids))
+        segment = self.hook_token_type(self.token_type_embeddings(token_type_ids))
+        position = self.hook_position(self.position_embeddings(positions).expand_as(word))
+        total = self.hook_sum(word + segment + position)
+        return self.hook_out(self.dropout(self.LayerNorm(total)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Self-attention
+# ---------------------------------------------------------------------------------------------
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scaled dot-product attention returning (output, pattern).
+    q, k, v: [batch, head, seq, d_head]; mask: additive, broadcastable to [batch, head, q, k]."""
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores + mask
+    pattern = scores.softmax(dim=-1)
+    return pattern @ v, pattern
+
+
+class BertSelfAttention(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.n_heads = cfg.num_attention_heads
+        self.d_head = cfg.head_dim
+        self.query = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.key = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.value = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
+        self.path: AttentionPath = "auto"
+        self.hook_q = HookPoint()  # [batch, seq, head, d_head]
+        self.hook_k = HookPoint()  # [batch, seq, head, d_head]
+        self.hook_v = HookPoint()  # [batch, seq, head, d_head]
+        self.hook_scores = HookPoint()  # [batch, head, query, key] scaled, masked, pre-softmax
+        self.hook_pattern = HookPoint()  # [batch, head, query, key]
+        self.hook_z = HookPoint()  # [batch, seq, head, d_head] each head's weighted values
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(*x.shape[:2], self.n_heads, self.d_head)  # [batch, seq, head, d_head]
+
+    def uses_eager(self) -> bool:
+        if self.path == "auto":
+            return self.hook_scores.active or self.hook_pattern.active
+        return self.path == "eager"
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        q = self.hook_q(self._split(self.query(x))).transpose(1, 2)  # [batch, head, seq, d_head]
+        k = self.hook_k(self._split(self.key(x))).transpose(1, 2)
+        v = self.hook_v(self._split(self.value(x))).transpose(1, 2)
+        if self.uses_eager():
+            scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
+            if mask is not None:
+                scores = scores + mask
+            pattern = self.hook_pattern(self.hook_scores(scores).softmax(dim=-1))
+            z = self.dropout(pattern) @ v  # [batch, head, seq, d_head]
+        else:
+            p = self.dropout.p if self.training else 0.0
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        if head_mask is not None:  # [head]: 0 switches a head off (same as scaling its pattern)
+            z = z * head_mask.to(z.dtype).view(1, -1, 1, 1)
+        return self.hook_z(z.transpose(1, 2))  # [batch, seq, head, d_head]
+
+
+class BertSelfOutput(nn.Module):
+    """Output projection of attention, residual add, LayerNorm."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.n_heads = cfg.num_attention_heads
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.hook_result = HookPoint()  # [batch, seq, head, d_model] each head's write (no bias)
+        self.hook_attn_out = HookPoint()  # [batch, seq, d_model] all heads + bias
+
+    def forward(self, z: torch.Tensor, resid: torch.Tensor) -> torch.Tensor:
+        if self.hook_result.active:  # computed only when someone reads it
+            w = self.dense.weight.view(-1, self.n_heads, z.shape[-1])  # [d_model, head, d_head]
+            self.hook_result(torch.einsum("bshe,mhe->bshm", z, w))
+        out = self.hook_attn_out(self.dropout(self.dense(z.flatten(2))))
+        return self.LayerNorm(out + resid)
+
+
+class BertAttention(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.self = BertSelfAttention(cfg)
+        self.output = BertSelfOutput(cfg)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> torch.Tensor:
+        return self.output(self.self(x, mask, head_mask), x)
+
+
+# ---------------------------------------------------------------------------------------------
+# Feed-forward and one layer
+# ---------------------------------------------------------------------------------------------
+class BertIntermediate(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.act = _activation(cfg.hidden_act)
+        self.hook_post = HookPoint()  # [batch, seq, d_mlp] after the activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.hook_post(self.act(self.dense(x)))
+
+
+class BertLayerOutput(nn.Module):
+    """Feed-forward down-projection, residual add, LayerNorm (HF: `layer.N.output`)."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.hook_mlp_out = HookPoint()  # [batch, seq, d_model]
+
+    def forward(self, h: torch.Tensor, resid: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.hook_mlp_out(self.dropout(self.dense(h))) + resid)
+
+
+class BertLayer(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.attention = BertAttention(cfg)
+        self.intermediate = BertIntermediate(cfg)
+        self.output = BertLayerOutput(cfg)
+        self.hook_resid_pre = HookPoint()  # [batch, seq, d_model] input to the layer
+        self.hook_resid_mid = HookPoint()  # [batch, seq, d_model] after attention (+ residual, LN)
+        self.hook_resid_post = HookPoint()  # [batch, seq, d_model] after the MLP (+ residual, LN)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.hook_resid_pre(x)
+        mid = self.hook_resid_mid(self.attention(x, mask, head_mask))
+        return self.hook_resid_post(self.output(self.intermediate(mid), mid))
+
+
+class BertEncoder(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(BertLayer(cfg) for _ in range(cfg.num_hidden_layers))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> torch.Tensor:
+        for i, layer in enumerate(self.layer):
+            x = layer(x, mask, None if head_mask is None else head_mask[i])
+        return x
+
+
+class BertPooler(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(x[:, 0]))  # [batch, d_model] from [CLS]
+
+
+class BertModel(nn.Module):
+    """Embeddings + encoder (+ pooler): HF `BertModel`, stored under `bert.` in full models."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.config = cfg
+        self.embeddings = BertEmbeddings(cfg)
+        self.encoder = BertEncoder(cfg)
+        self.pooler = BertPooler(cfg) if cfg.add_pooler else None
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        head_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids)
+        mask = _additive_mask(attention_mask, x.dtype)
+        x = self.encoder(x, mask, head_mask)
+        return x, (self.pooler(x) if self.pooler is not None else None)
+
+
+def _additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """[batch, seq] of 1 (read) / 0 (padding) -> additive [batch, 1, 1, seq]; None when nothing is padded."""
+    if attention_mask is None or bool(attention_mask.all()):
+        return None
+    keep = attention_mask[:, None, None, :].to(dtype)
+    return (1.0 - keep) * torch.finfo(dtype).min
+
+
+# ---------------------------------------------------------------------------------------------
+# Heads
+# ---------------------------------------------------------------------------------------------
+class BertPredictionHeadTransform(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.act = _activation(cfg.hidden_act)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.LayerNorm(self.act(self.dense(x)))
+
+
+class BertLMPredictionHead(nn.Module):
+    """MLM head: transform, then the decoder tied to the word embeddings, plus a bias."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.transform = BertPredictionHeadTransform(cfg)
+        self.decoder = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.transform(x)) + self.bias  # [..., vocab]
+
+
+class BertPreTrainingHeads(nn.Module):
+    """HF `cls`: `predictions` (MLM) and/or `seq_relationship` (NSP)."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.predictions = BertLMPredictionHead(cfg) if "mlm" in cfg.pretraining_heads else None
+        self.seq_relationship = nn.Linear(cfg.hidden_size, 2) if "nsp" in cfg.pretraining_heads else None
+
+
+@dataclass
+class ModelOutput:
+    """What a forward pass returns; fields without a head stay None."""
+
+    last_hidden_state: torch.Tensor  # [batch, seq, d_model]
+    pooler_output: torch.Tensor | None = None  # [batch, d_model]
+    mlm_logits: torch.Tensor | None = None  # [batch, seq, vocab], or [n, vocab] at mlm_positions
+    nsp_logits: torch.Tensor | None = None  # [batch, 2]: 0 = IsNext, 1 = NotNext
+    logits: torch.Tensor | None = None  # [batch, labels] or [batch, seq, labels]
+    start_logits: torch.Tensor | None = None  # [batch, seq]
+    end_logits: torch.Tensor | None = None  # [batch, seq]
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole model
+# ---------------------------------------------------------------------------------------------
+class Bert(nn.Module):
+    """A BERT encoder with whichever heads its config names; HF weight names throughout."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        needs_pooler = "nsp" in config.pretraining_heads or config.task == "sequence_classification"
+        if needs_pooler and not config.add_pooler:
+            config = config.replace(add_pooler=True)
+        self.config = config
+        self.bert = BertModel(config)
+        self.cls = BertPreTrainingHeads(config) if config.pretraining_heads else None
+        self._build_task_head()
+        self.apply(self._init_weights)
+        self.tie_weights()
+        self.hook_points = name_hook_points(self)
+
+    def _build_task_head(self) -> None:
+        cfg = self.config
+        if cfg.task in ("sequence_classification", "token_classification"):
+            if cfg.num_labels < 1:
+                raise ValueError(f"a {cfg.task} head needs labels: set config.id2label.")
+            self.dropout = nn.Dropout(cfg.extra.get("classifier_dropout") or cfg.hidden_dropout_prob)
+            self.classifier = nn.Linear(cfg.hidden_size, cfg.num_labels)
+        elif cfg.task == "question_answering":
+            self.qa_outputs = nn.Linear(cfg.hidden_size, 2)
+
+    def _init_weights(self, m: nn.Module) -> None:
+        std = self.config.initializer_range
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=std)
+            if m.padding_idx is not None:
+                m.weight.data[m.padding_idx].zero_()
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+    def tie_weights(self) -> None:
+        if self.has_mlm:
+            self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
+
+    # -- what it has ------------------------------------------------------------------------
+    @property
+    def has_mlm(self) -> bool:
+        return self.cls is not None and self.cls.predictions is not None
+
+    @property
+    def has_nsp(self) -> bool:
+        return self.cls is not None and self.cls.seq_relationship is not None
+
+    def describe(self) -> str:
+        """One line for the UI: size and heads."""
+        c = self.config
+        heads = [h.upper() for h in c.pretraining_heads] + ([c.task.replace("_", " ")] if c.task else [])
+        n = sum(p.numel() for p in self.parameters()) / 1e6
+        return (
+            f"{c.num_hidden_layers} layers, {c.hidden_size} wide, {c.num_attention_heads} heads, "
+            f"{n:.1f}M parameters; heads: {', '.join(heads) if heads else 'none (encoder only)'}"
+        )
+
+    def with_heads(
+        self, pretraining_heads: Iterable[str] = (), task: str | None = None, id2label: dict[int, str] | None = None
+    ) -> "Bert":
+        """A new model sharing this one's encoder weights (copied), with fresh heads where new."""
+        cfg = self.config.replace(
+            pretraining_heads=tuple(pretraining_heads), task=task, id2label=dict(id2label or {})
+        )
+        new = Bert(cfg)
+        ours, theirs = self.state_dict(), new.state_dict()
+        kept = {k: v for k, v in ours.items() if k in theirs}
+        fresh = set(theirs) - set(kept)
+        if any(k.startswith("bert.embeddings") or k.startswith("bert.encoder") for k in fresh):
+            raise RuntimeError(f"with_heads lost encoder weights: {sorted(fresh)[:3]}")
+        theirs.update(kept)  # encoder and any heads both models have; new heads stay freshly initialised
+        new.load_state_dict(theirs)
+        new.tie_weights()
+        return new
+
+    # -- forward ----------------------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [batch, seq]
+        token_type_ids: torch.Tensor | None = None,  # [batch, seq]
+        attention_mask: torch.Tensor | None = None,  # [batch, seq] 1 = token, 0 = padding
+        head_mask: torch.Tensor | None = None,  # [layer, head] 1 = on, 0 = off
+        mlm_positions: torch.Tensor | None = None,  # [batch, seq] bool: run the MLM head only there
+    ) -> ModelOutput:
+        self._check_input(input_ids, token_type_ids)
+        seq_out, pooled = self.bert(input_ids, token_type_ids, attention_mask, head_mask)
+        out = ModelOutput(last_hidden_state=seq_out, pooler_output=pooled)
+        if self.has_mlm:
+            picked = seq_out if mlm_positions is None else seq_out[mlm_positions]
+            out.mlm_logits = self.cls.predictions(picked)
+        if self.has_nsp:
+            out.nsp_logits = self.cls.seq_relationship(pooled)
+        task = self.config.task
+        if task == "sequence_classification":
+            out.logits = self.classifier(self.dropout(pooled))
+        elif task == "token_classification":
+            out.logits = self.classifier(self.dropout(seq_out))
+        elif task == "question_answering":
+            start, end = self.qa_outputs(seq_out).unbind(-1)
+            out.start_logits, out.end_logits = start, end
+        return out
+
+    def _check_input(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> None:
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [batch, seq]; got shape {tuple(input_ids.shape)}.")
+        limit = self.config.max_position_embeddings - self.config.position_offset
+        if input_ids.shape[1] > limit:
+            raise ValueError(
+                f"the input is {input_ids.shape[1]} tokens long; this model reads at most {limit}. "
+                f"Encode with the model's tokenizer, which cuts long texts with a warning."
+            )
+        if token_type_ids is not None and int(token_type_ids.max()) >= self.config.type_vocab_size:
+            raise ValueError(f"this model has {self.config.type_vocab_size} segment type(s); got a segment id "
+                             f"{int(token_type_ids.max())}.")
+
+    def require(self, head: str) -> None:
+        """Raise a MissingHeadError a student can act on when `head` ("mlm" or "nsp") is absent."""
+        has = {"mlm": self.has_mlm, "nsp": self.has_nsp}[head]
+        if not has:
+            what = {"mlm": "masked-word prediction (MLM)", "nsp": "next-sentence prediction (NSP)"}[head]
+            raise MissingHeadError(
+                f"this model has no {head.upper()} head, so {what} is not available. "
+                f"Train one in the pre-training tab, or load a checkpoint that has it (e.g. bert-base-uncased)."
+            )
+
+    # -- hooks ------------------------------------------------------------------------------
+    def hook_names(self) -> list[str]:
+        return list(self.hook_points)
+
+    @contextmanager
+    def hooks(self, fwd_hooks: Iterable[tuple[NameFilter, HookFn]]) -> Iterator["Bert"]:
+        """`with model.hooks([(names, fn)]):` — hooks are removed on exit, whatever happens."""
+        with hooks(self.hook_points, fwd_hooks):
+            yield self
+
+    def run_with_cache(
+        self, *args, names: NameFilter = None, **kwargs
+    ) -> tuple[ModelOutput, ActivationCache]:
+        """Forward pass that also returns the activations at `names` (default: all hook points)."""
+        cache = ActivationCache()
+
+        def store(x: torch.Tensor, name: str) -> None:
+            cache[name] = x.detach()
+
+        with self.hooks([(select(self.hook_points, names), store)]):
+            out = self(*args, **kwargs)
+        return out, cache
+
+    def set_attention_path(self, path: AttentionPath) -> None:
+        """"auto" (eager only when the pattern is read), or force "eager" / "sdpa"."""
+        if path not in ("auto", "eager", "sdpa"):
+            raise ValueError(f"attention path must be auto, eager or sdpa; got {path!r}.")
+        for layer in self.bert.encoder.layer:
+            layer.attention.self.path = path

@@ -1,0 +1,1 @@
+"""One Panel class per dashboard tab."""

@@ -1,0 +1,262 @@
+"""WordPiece tokenizer on top of `tokenizers`: sentences and pairs, segment ids, word ids,
+character offsets; never pads or truncates behind your back."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from tokenizers import Tokenizer as _HFTokenizer
+from tokenizers.implementations import BertWordPieceTokenizer
+
+log = logging.getLogger(__name__)
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+class TokenizerError(ValueError):
+    """A tokenizer folder or input that cannot be used."""
+
+
+@dataclass
+class Encoding:
+    """One encoded sentence or pair. All lists have one entry per token."""
+
+    ids: list[int]
+    tokens: list[str]
+    type_ids: list[int]  # segment: 0 for [CLS] A [SEP], 1 for B [SEP]
+    offsets: list[tuple[int, int]]  # character span in its own sentence (A or B); (0, 0) for specials
+    sequence_ids: list[int | None]  # 0 = sentence A, 1 = sentence B, None = special token
+    word_ids: list[int | None]  # index of the word within its sentence, None for specials
+    special_tokens_mask: list[int]  # 1 for [CLS]/[SEP]
+    num_truncated: int = 0  # tokens cut to fit max_length (0 = nothing cut)
+    warning: str | None = None  # a sentence for the UI when something was cut
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def truncated(self) -> bool:
+        return self.num_truncated > 0
+
+    @property
+    def attention_mask(self) -> list[int]:
+        return [1] * len(self.ids)
+
+    def word_spans(self) -> list[tuple[int, int, int]]:
+        """(sequence id, first token, end token) for each word, in token order."""
+        spans: list[tuple[int, int, int]] = []
+        prev: tuple[int | None, int | None] = (None, None)
+        for i, (s, w) in enumerate(zip(self.sequence_ids, self.word_ids)):
+            if w is None:
+                prev = (None, None)
+                continue
+            if (s, w) == prev:
+                spans[-1] = (spans[-1][0], spans[-1][1], i + 1)
+            else:
+                spans.append((s, i, i + 1))  # type: ignore[arg-type]
+            prev = (s, w)
+        return spans
+
+
+@dataclass
+class Batch:
+    """Padded tensors for a list of encodings: each is [batch, seq]."""
+
+    input_ids: torch.Tensor
+    token_type_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    encodings: list[Encoding] = field(repr=False)
+
+
+class Tokenizer:
+    """A BERT WordPiece tokenizer: `encode(a, b=None)` -> Encoding."""
+
+    def __init__(self, tok: _HFTokenizer, model_max_length: int = 512, do_lower_case: bool = True):
+        tok.no_padding()
+        tok.no_truncation()
+        self._tok = tok
+        self.model_max_length = model_max_length
+        self.do_lower_case = do_lower_case
+        vocab = tok.get_vocab(with_added_tokens=True)
+        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+        if missing:
+            raise TokenizerError(f"the vocabulary lacks BERT's special tokens {missing}.")
+        self.pad_token_id = vocab["[PAD]"]
+        self.unk_token_id = vocab["[UNK]"]
+        self.cls_token_id = vocab["[CLS]"]
+        self.sep_token_id = vocab["[SEP]"]
+        self.mask_token_id = vocab["[MASK]"]
+        self.mask_token = "[MASK]"
+        self.special_ids = frozenset(
+            (self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id)
+        )
+
+    # -- construction ----------------------------------------------------------------------
+    @classmethod
+    def from_folder(cls, folder: str | Path, model_max_length: int | None = None) -> "Tokenizer":
+        """Read `tokenizer.json` if present, else `vocab.txt` (+ `tokenizer_config.json`)."""
+        folder = Path(folder)
+        cfg = _read_json(folder / "tokenizer_config.json")
+        lower = bool(cfg.get("do_lower_case", True))
+        max_len = model_max_length or _sane_max_length(cfg.get("model_max_length"))
+        if (folder / "tokenizer.json").is_file():
+            try:
+                tok = _HFTokenizer.from_file(str(folder / "tokenizer.json"))
+            except Exception as e:  # tokenizers raises a bare Exception on bad JSON
+                raise TokenizerError(f"{folder / 'tokenizer.json'} could not be read: {e}") from e
+        elif (folder / "vocab.txt").is_file():
+            tok = cls._from_vocab(folder / "vocab.txt", lower, cfg)
+        else:
+            raise TokenizerError(f"{folder} has neither tokenizer.json nor vocab.txt.")
+        return cls(tok, model_max_length=max_len, do_lower_case=lower)
+
+    @staticmethod
+    def _from_vocab(vocab: Path, lower: bool, cfg: dict) -> _HFTokenizer:
+        words = set(vocab.read_text(encoding="utf-8").splitlines())
+        missing = [t for t in SPECIAL_TOKENS if t not in words]
+        if missing:
+            raise TokenizerError(f"{vocab} lacks BERT's special tokens {missing}.")
+        wp = BertWordPieceTokenizer(
+            str(vocab),
+            lowercase=lower,
+            strip_accents=cfg.get("strip_accents"),
+            handle_chinese_chars=cfg.get("tokenize_chinese_chars", True),
+            clean_text=True,
+        )
+        return wp._tokenizer
+
+    # -- encoding --------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, a: str, b: str | None = None, max_length: int | None = None) -> Encoding:
+        """Encode sentence `a` (and `b` as the second segment). Texts longer than
+        `max_length` (default: the model's) are cut longest-first, with a warning.
+        An empty `b` counts as no second sentence, as in transformers."""
+        if not isinstance(a, str) or (b is not None and not isinstance(b, str)):
+            raise TokenizerError("encode() takes text (str) for a and b.")
+        b = b or None
+        max_length = max_length or self.model_max_length
+        enc = self._tok.encode(a, b)
+        num_truncated = 0
+        if len(enc.ids) > max_length:
+            num_truncated = len(enc.ids) - max_length
+            self._tok.enable_truncation(max_length, strategy="longest_first")
+            try:
+                enc = self._tok.encode(a, b)
+            finally:
+                self._tok.no_truncation()
+        out = _to_encoding(enc)
+        if num_truncated:
+            out.num_truncated = num_truncated
+            out.warning = (
+                f"The text is {len(out) + num_truncated} tokens long; the model reads at most "
+                f"{max_length}, so the last {num_truncated} tokens were cut."
+            )
+            log.warning(out.warning)
+        return out
+
+    def encode_batch(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str | None] | None = None,
+        max_length: int | None = None,
+    ) -> Batch:
+        """Encode several texts (or pairs) and pad them to the longest, as tensors."""
+        pairs = pairs if pairs is not None else [None] * len(texts)
+        if len(pairs) != len(texts):
+            raise TokenizerError(f"{len(texts)} texts but {len(pairs)} second sentences.")
+        encs = [self.encode(a, b, max_length) for a, b in zip(texts, pairs)]
+        return self.pad(encs)
+
+    def pad(self, encs: Sequence[Encoding]) -> Batch:
+        """Right-pad encodings to the longest: [batch, seq] tensors."""
+        if not encs:
+            raise TokenizerError("nothing to pad: the batch is empty.")
+        n = max(len(e) for e in encs)
+        ids = torch.full((len(encs), n), self.pad_token_id, dtype=torch.long)
+        types = torch.zeros((len(encs), n), dtype=torch.long)
+        mask = torch.zeros((len(encs), n), dtype=torch.long)
+        for i, e in enumerate(encs):
+            ids[i, : len(e)] = torch.tensor(e.ids)
+            types[i, : len(e)] = torch.tensor(e.type_ids)
+            mask[i, : len(e)] = 1
+        return Batch(ids, types, mask, list(encs))
+
+    def tokenize(self, text: str) -> list[str]:
+        """WordPiece pieces of `text` without [CLS]/[SEP]."""
+        return self._tok.encode(text, add_special_tokens=False).tokens
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def id_to_token(self, i: int) -> str:
+        tok = self._tok.id_to_token(int(i))
+        if tok is None:
+            raise TokenizerError(f"token id {i} is outside the vocabulary of {self.vocab_size}.")
+        return tok
+
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
+        return [self.id_to_token(i) for i in ids]
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._tok.token_to_id(token)
+
+    def get_vocab(self) -> dict[str, int]:
+        return self._tok.get_vocab(with_added_tokens=True)
+
+    # -- saving ----------------------------------------------------------------------------
+    def save(self, folder: str | Path) -> None:
+        """Write tokenizer.json, vocab.txt and tokenizer_config.json (HF layout)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self._tok.save(str(folder / "tokenizer.json"))
+        vocab = sorted(self.get_vocab().items(), key=lambda kv: kv[1])
+        (folder / "vocab.txt").write_text("".join(t + "\n" for t, _ in vocab), encoding="utf-8")
+        cfg = {
+            "tokenizer_class": "BertTokenizer",
+            "do_lower_case": self.do_lower_case,
+            "model_max_length": self.model_max_length,
+            "unk_token": "[UNK]",
+            "sep_token": "[SEP]",
+            "pad_token": "[PAD]",
+            "cls_token": "[CLS]",
+            "mask_token": "[MASK]",
+        }
+        (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def _to_encoding(enc) -> Encoding:
+    seq_ids = enc.sequence_ids
+    return Encoding(
+        ids=list(enc.ids),
+        tokens=list(enc.tokens),
+        type_ids=list(enc.type_ids),
+        offsets=[tuple(o) for o in enc.offsets],
+        sequence_ids=list(seq_ids),
+        word_ids=list(enc.word_ids),
+        special_tokens_mask=list(enc.special_tokens_mask),
+    )
+
+
+def _read_json(path: Path) -> dict:
+    if not path.is_file():
+        return {}
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise TokenizerError(f"{path} could not be read as JSON: {e}") from e
+    return d if isinstance(d, dict) else {}
+
+
+def _sane_max_length(value) -> int:
+    # HF writes a huge sentinel (1e30) when no length is known.
+    if isinstance(value, (int, float)) and 0 < value <= 1_000_000:
+        return int(value)
+    return 512

@@ -1,0 +1,1 @@
+"""Training: data making (masking, pairs, corpora, tasks), the shared loop, metrics."""

@@ -1,0 +1,1 @@
+"""Pure figure builders and attention views."""

@@ -1,0 +1,79 @@
+"""Shared fixtures: tiny Hugging Face checkpoints written by transformers, the offline default,
+the shared data folder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+TINY = dict(
+    vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    intermediate_size=64, max_position_embeddings=64, type_vocab_size=2,
+)
+
+
+def _hf_quiet():
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    return transformers
+
+
+@pytest.fixture(scope="session")
+def minilm_folder() -> Path:
+    from bertlab.loading import default_model_folder
+
+    return default_model_folder()
+
+
+@pytest.fixture(scope="session")
+def tiny_vocab(tmp_path_factory, minilm_folder) -> Path:
+    """A 1000-word WordPiece vocab (specials + the first real pieces of bert-base-uncased)."""
+    lines = (minilm_folder / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    vocab = lines[:1000]
+    path = tmp_path_factory.mktemp("vocab") / "vocab.txt"
+    path.write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoints(tmp_path_factory, tiny_vocab) -> dict[str, Path]:
+    """Random tiny checkpoints saved by transformers' own save_pretrained, by architecture."""
+    transformers = _hf_quiet()
+    root = tmp_path_factory.mktemp("tiny")
+    out = {}
+    for i, arch in enumerate(["BertForPreTraining", "BertForMaskedLM", "BertModel", "BertForSequenceClassification",
+                              "BertForTokenClassification", "BertForQuestionAnswering"]):
+        torch.manual_seed(i)
+        cfg = transformers.BertConfig(**TINY, num_labels=2 if arch.endswith("Answering") else 3)
+        model = getattr(transformers, arch)(cfg).eval()
+        folder = root / arch
+        model.save_pretrained(folder)
+        tok = transformers.BertTokenizerFast.from_pretrained(tiny_vocab.parent)
+        tok.save_pretrained(folder)
+        out[arch] = folder
+    return out
+
+
+@pytest.fixture
+def shared_data(monkeypatch) -> Path:
+    """Points BERTLAB_DATA at ../shared/data; skips when it is not there."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data folder {SHARED_DATA} not present")
+    monkeypatch.setenv("BERTLAB_DATA", str(SHARED_DATA))
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def default_model():
+    """The offline default (MiniLM) and its tokenizer, loaded once per test session."""
+    from bertlab.loading import load
+
+    return load(None)
