@@ -111,9 +111,9 @@ class BertSelfAttention(nn.Module):
         k = self.hook_k(self._split(self.key(x))).transpose(1, 2)
         v = self.hook_v(self._split(self.value(x))).transpose(1, 2)
         if self.uses_eager():
-            scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
+            scores = (q * self.d_head**-0.5) @ k.transpose(-1, -2)  # scale the small tensor, not [q, k]
             if mask is not None:
-                scores = scores + mask
+                scores += mask
             pattern = self.hook_pattern(self.hook_scores(scores).softmax(dim=-1))
             z = self.dropout(pattern) @ v  # [batch, head, seq, d_head]
         else:

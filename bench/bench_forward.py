@@ -1,0 +1,126 @@
+"""Forward latency of bertlab's BERT against Hugging Face transformers, same machine, same input.
+
+Two modes:
+  plain    bertlab (no hooks, fused attention) vs HF BertModel (default SDPA attention)
+  capture  bertlab run_with_cache(every attention pattern + every layer's hidden state + embeddings)
+           vs HF (eager attention, output_attentions=True, output_hidden_states=True)
+Prints a table of median latencies and ratios (bertlab / HF: below 1 = bertlab faster) and the
+capture overhead (bertlab capture / bertlab plain), and writes bench/results/forward.json.
+
+    python bench/bench_forward.py [--quick] [--batch 4] [--repeats 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+CAPTURED = ("hook_pattern", "hook_resid_post", "embeddings.hook_out")
+
+
+def _time(fn, repeats: int) -> float:
+    """Median seconds of `fn()` after two warm-up calls."""
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def _models(name: str):
+    import transformers
+
+    from bertlab.config import BertConfig
+    from bertlab.loading import default_model_folder, load_model
+    from bertlab.model import Bert
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    if name == "minilm":
+        folder = default_model_folder()
+        ours, _ = load_model(folder)
+        hf_sdpa = transformers.BertModel.from_pretrained(folder, attn_implementation="sdpa")
+        hf_eager = transformers.BertModel.from_pretrained(folder, attn_implementation="eager")
+    else:  # random weights, bert-base shape
+        torch.manual_seed(0)
+        hf_sdpa = transformers.BertModel(transformers.BertConfig(), attn_implementation="sdpa")
+        hf_eager = transformers.BertModel(transformers.BertConfig(), attn_implementation="eager")
+        hf_eager.load_state_dict(hf_sdpa.state_dict())
+        ours = Bert(BertConfig())
+        state = {"bert." + k: v for k, v in hf_sdpa.state_dict().items() if "position_ids" not in k}
+        ours.load_state_dict(state)
+    return ours.eval(), hf_sdpa.eval(), hf_eager.eval()
+
+
+def run(batch: int, lengths: list[int], repeats: int, models: list[str]) -> list[dict]:
+    rows = []
+    for name in models:
+        ours, hf_sdpa, hf_eager = _models(name)
+        vocab = ours.config.vocab_size
+        for seq in lengths:
+            g = torch.Generator().manual_seed(seq)
+            ids = torch.randint(1000, vocab, (batch, seq), generator=g)
+            types = torch.zeros_like(ids)
+            mask = torch.ones_like(ids)
+            names = lambda n: n.endswith(CAPTURED)  # noqa: E731
+            with torch.inference_mode():
+                t = {
+                    "bertlab_plain": _time(lambda: ours(ids, types, mask), repeats),
+                    "hf_plain": _time(lambda: hf_sdpa(input_ids=ids, token_type_ids=types, attention_mask=mask),
+                                      repeats),
+                    "bertlab_capture": _time(lambda: ours.run_with_cache(ids, types, mask, names=names), repeats),
+                    "hf_capture": _time(lambda: hf_eager(input_ids=ids, token_type_ids=types, attention_mask=mask,
+                                                         output_attentions=True, output_hidden_states=True), repeats),
+                }
+            row = {"model": name, "batch": batch, "seq": seq, **{k: round(v * 1000, 2) for k, v in t.items()}}
+            row["plain_ratio_vs_hf"] = round(t["bertlab_plain"] / t["hf_plain"], 3)
+            row["capture_ratio_vs_hf"] = round(t["bertlab_capture"] / t["hf_capture"], 3)
+            row["capture_overhead"] = round(t["bertlab_capture"] / t["bertlab_plain"], 3)
+            rows.append(row)
+            print(_fmt(row), flush=True)
+    return rows
+
+
+HEADER = ("| model | batch | seq | bertlab plain ms | HF plain ms | ratio | bertlab capture ms | HF capture ms "
+          "| ratio | capture / plain |\n|---|---|---|---|---|---|---|---|---|---|")
+
+
+def _fmt(r: dict) -> str:
+    return (f"| {r['model']} | {r['batch']} | {r['seq']} | {r['bertlab_plain']} | {r['hf_plain']} | "
+            f"{r['plain_ratio_vs_hf']} | {r['bertlab_capture']} | {r['hf_capture']} | {r['capture_ratio_vs_hf']} | "
+            f"{r['capture_overhead']} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--lengths", type=int, nargs="+", default=[16, 128, 512])
+    p.add_argument("--models", nargs="+", default=["minilm", "bert-base-random"])
+    p.add_argument("--threads", type=int, default=torch.get_num_threads())
+    p.add_argument("--quick", action="store_true", help="3 repeats, short sequences, MiniLM only")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "forward.json"))
+    a = p.parse_args()
+    if a.quick:
+        a.repeats, a.lengths, a.models = 3, [16, 128], ["minilm"]
+    torch.set_num_threads(a.threads)
+    print(HEADER)
+    rows = run(a.batch, a.lengths, a.repeats, a.models)
+    meta = {"torch": torch.__version__, "threads": a.threads, "cpu": platform.processor() or platform.machine(),
+            "device": "cpu", "repeats": a.repeats}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    print(f"\nwritten to {a.out}")
+
+
+if __name__ == "__main__":
+    main()
