@@ -1,0 +1,140 @@
+"""Fine-tuning tasks: data -> features -> (head) -> metric, for sentiment (SST-2), NLI
+(SICK), NER (CoNLL-2003) and extractive QA (SQuAD v1.1).
+
+    task = get_task("ner")
+    examples = task.read("train")                      # or task.read("dev", path=...) / hub=...
+    features = task.featurize(examples, tokenizer)     # -> dataclasses, `collate` pads them
+    scores = task.metric(predictions, references)      # scores[task.main_metric]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Sequence
+
+from bertlab.training.metrics import classification_metrics, entity_metrics, squad_metrics
+from bertlab.training.tasks.batching import BucketBatchSampler, collate
+from bertlab.training.tasks.features import (
+    IGNORE_INDEX,
+    ClassificationFeature,
+    EntitySpan,
+    FeatureError,
+    TokenFeature,
+    WordPieces,
+    align_labels,
+    encode_words,
+    entity_spans,
+    featurize_classification,
+    featurize_ner,
+    ner_labels,
+    word_predictions,
+)
+from bertlab.training.tasks.qa import (
+    QAFeature,
+    SpanPrediction,
+    best_answers,
+    featurize_qa,
+    predict_spans,
+    window_starts,
+)
+from bertlab.training.tasks.readers import (
+    CONLL_LABELS,
+    NLI_LABELS,
+    SST2_LABELS,
+    ClassificationExample,
+    DataFormatError,
+    DataSourceError,
+    QAAnswer,
+    QAExample,
+    TokenExample,
+    read_conll,
+    read_sick,
+    read_squad,
+    read_sst2,
+    split_articles,
+)
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a fine-tuning task needs: its head kind (BertConfig.task), labels, and the
+    reader, featurizer and metric, with the name of the metric to rank models by."""
+
+    name: str
+    head: str  # "sequence_classification" | "token_classification" | "question_answering"
+    id2label: Mapping[int, str]  # empty for QA
+    read: Callable[..., list]  # (split="train", path=None, hub=None) -> examples
+    featurize: Callable[..., list]  # (examples, tokenizer, max_length=...) -> features
+    metric: Callable[[Any, Any], dict[str, Any]]  # (predictions, references) -> scores
+    main_metric: str
+    hub: str  # a hub data set in the same format, for read(hub=task.hub)
+    description: str
+
+
+def _sst2_metric(predictions: Sequence[int], references: Sequence[int]) -> dict[str, Any]:
+    """Accuracy (0-1) and confusion matrix of class ids."""
+    return classification_metrics(predictions, references, len(SST2_LABELS))
+
+
+def _nli_metric(predictions: Sequence[int], references: Sequence[int]) -> dict[str, Any]:
+    """Accuracy (0-1) and 3x3 confusion matrix (rows = gold) of NLI_LABELS ids."""
+    return classification_metrics(predictions, references, len(NLI_LABELS))
+
+
+def squad_references(examples: Sequence[QAExample]) -> dict[str, list[str]]:
+    """Question id -> gold answer texts, as squad_metrics takes them."""
+    return {ex.id: [a.text for a in ex.answers] for ex in examples}
+
+
+def _qa_metric(
+    predictions: Mapping[str, str], references: Mapping[str, Sequence[str]] | Sequence[QAExample]
+) -> dict[str, Any]:
+    """SQuAD v1.1 exact_match and f1 (0-100); references as examples or id -> answer texts."""
+    if not isinstance(references, Mapping):
+        references = squad_references(references)
+    return squad_metrics(predictions, references)
+
+
+TASKS: Mapping[str, Task] = MappingProxyType(
+    {
+        "sst2": Task(
+            "sst2", "sequence_classification", MappingProxyType(SST2_LABELS), read_sst2,
+            featurize_classification, _sst2_metric, "accuracy", "stanfordnlp/sst2",
+            "Sentiment of a movie-review phrase (SST-2): negative or positive.",
+        ),
+        "nli": Task(
+            "nli", "sequence_classification", MappingProxyType(NLI_LABELS), read_sick,
+            featurize_classification, _nli_metric, "accuracy", "RobZamp/sick",
+            "Natural language inference on SICK pairs: does A entail, contradict, or say nothing about B?",
+        ),
+        "ner": Task(
+            "ner", "token_classification", MappingProxyType(CONLL_LABELS), read_conll,
+            featurize_ner, entity_metrics, "f1", "eriktks/conll2003",
+            "Named entities in news (CoNLL-2003): persons, organisations, locations, misc.",
+        ),
+        "qa": Task(
+            "qa", "question_answering", MappingProxyType({}), read_squad,
+            featurize_qa, _qa_metric, "f1", "rajpurkar/squad",
+            "Extractive question answering (SQuAD v1.1): find the answer span in a paragraph.",
+        ),
+    }
+)  # fmt: skip
+
+
+def get_task(name: str) -> Task:
+    """The task called `name` (one of TASKS: sst2, nli, ner, qa)."""
+    if name not in TASKS:
+        raise KeyError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}.")
+    return TASKS[name]
+
+
+__all__ = [
+    "CONLL_LABELS", "IGNORE_INDEX", "NLI_LABELS", "SST2_LABELS", "TASKS",
+    "BucketBatchSampler", "ClassificationExample", "ClassificationFeature", "DataFormatError",
+    "DataSourceError", "EntitySpan", "FeatureError", "QAAnswer", "QAExample", "QAFeature",
+    "SpanPrediction", "Task", "TokenExample", "TokenFeature", "WordPieces",
+    "align_labels", "best_answers", "collate", "encode_words", "entity_spans", "featurize_classification",
+    "featurize_ner", "featurize_qa", "get_task", "ner_labels", "predict_spans", "read_conll", "read_sick",
+    "read_squad", "read_sst2", "split_articles", "squad_references", "window_starts", "word_predictions",
+]  # fmt: skip
