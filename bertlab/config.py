@@ -58,6 +58,8 @@ class BertConfig:
     task: str | None = None
     id2label: dict[int, str] = field(default_factory=dict)
     add_pooler: bool = True
+    # Houlsby bottleneck adapters after attention and after the MLP (None = no adapters).
+    adapter_size: int | None = None
     # Anything else config.json held, kept so that saving round-trips it.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -122,7 +124,7 @@ class BertConfig:
             if f.name in ("extra", "pretraining_heads", "task", "add_pooler", "position_offset"):
                 continue
             value = getattr(self, f.name)
-            if f.name == "embedding_size" and value is None:
+            if f.name in ("embedding_size", "adapter_size") and value is None:
                 continue
             if f.name == "id2label":
                 if not value:

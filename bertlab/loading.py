@@ -71,6 +71,8 @@ def load(source: str | os.PathLike | None = None, revision: str | None = None) -
     """
     name, folder = _resolve(source, revision)
     model, report = load_model(folder, source=name)
+    if name == DEFAULT_MODEL:
+        model = _with_default_heads(model, report)
     try:
         tok = Tokenizer.from_folder(folder)
     except TokenizerError as e:
@@ -112,12 +114,27 @@ def load_model(folder: str | os.PathLike, source: str | None = None) -> tuple[Be
             f"{weights_file.name} has no {h.upper()} head although config.json names {config_arch(folder)}: "
             f"the model loads without it."
         )
+        log.warning("%s: %s", report.source, report.notes[-1])
     if "mlm" not in heads:
         report.notes.append("no MLM head: masked-word prediction needs one (train it in the pre-training lab).")
-    for note in report.notes:
-        log.warning("%s: %s", report.source, note)
+        log.info("%s: %s", report.source, report.notes[-1])
     model.load_report = report
     return model, report
+
+
+def _with_default_heads(model: Bert, report: LoadReport) -> Bert:
+    """The offline default plus bertlab's trained MLM/NSP heads, when they ship (see training.default_heads)."""
+    from bertlab.training.default_heads import apply_heads, heads_path
+
+    path = heads_path()
+    if str(path) in ("", ".") or not path.is_file():
+        return model
+    model = apply_heads(model, path)
+    report.heads, report.notes = model.config.pretraining_heads, [
+        f"MLM and NSP heads trained by bertlab ({path.name}) on a frozen encoder: see the README for their accuracy."
+    ]
+    model.load_report = report
+    return model
 
 
 def save_pretrained(model: Bert, tokenizer: Tokenizer | None, folder: str | os.PathLike) -> Path:

@@ -124,8 +124,20 @@ class BertSelfAttention(nn.Module):
         return self.hook_z(z.transpose(1, 2))  # [batch, seq, head, d_head]
 
 
+class Adapter(nn.Module):
+    """Houlsby bottleneck adapter: x + up(gelu(down(x))); starts as (almost) the identity."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.down = nn.Linear(cfg.hidden_size, cfg.adapter_size)
+        self.up = nn.Linear(cfg.adapter_size, cfg.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.up(F.gelu(self.down(x)))
+
+
 class BertSelfOutput(nn.Module):
-    """Output projection of attention, residual add, LayerNorm."""
+    """Output projection of attention, (adapter,) residual add, LayerNorm."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
@@ -133,6 +145,7 @@ class BertSelfOutput(nn.Module):
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.adapter = Adapter(cfg) if cfg.adapter_size else None
         self.hook_result = HookPoint()  # [batch, seq, head, d_model] each head's write (no bias)
         self.hook_attn_out = HookPoint()  # [batch, seq, d_model] all heads + bias
 
@@ -141,6 +154,8 @@ class BertSelfOutput(nn.Module):
             w = self.dense.weight.view(-1, self.n_heads, z.shape[-1])  # [d_model, head, d_head]
             self.hook_result(torch.einsum("bshe,mhe->bshm", z, w))
         out = self.hook_attn_out(self.dropout(self.dense(z.flatten(2))))
+        if self.adapter is not None:
+            out = self.adapter(out)
         return self.LayerNorm(out + resid)
 
 
@@ -176,10 +191,14 @@ class BertLayerOutput(nn.Module):
         self.dense = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.adapter = Adapter(cfg) if cfg.adapter_size else None
         self.hook_mlp_out = HookPoint()  # [batch, seq, d_model]
 
     def forward(self, h: torch.Tensor, resid: torch.Tensor) -> torch.Tensor:
-        return self.LayerNorm(self.hook_mlp_out(self.dropout(self.dense(h))) + resid)
+        out = self.hook_mlp_out(self.dropout(self.dense(h)))
+        if self.adapter is not None:
+            out = self.adapter(out)
+        return self.LayerNorm(out + resid)
 
 
 class BertLayer(nn.Module):
@@ -316,6 +335,7 @@ class Bert(nn.Module):
         self.cls = BertPreTrainingHeads(config) if config.pretraining_heads else None
         self._build_task_head()
         self.apply(self._init_weights)
+        self._init_adapters()
         self.tie_weights()
         self.hook_points = name_hook_points(self)
 
@@ -343,6 +363,12 @@ class Bert(nn.Module):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
 
+    def _init_adapters(self) -> None:
+        for m in self.modules():
+            if isinstance(m, Adapter):  # near-identity start (Houlsby et al. 2019)
+                nn.init.normal_(m.down.weight, std=1e-3)
+                nn.init.normal_(m.up.weight, std=1e-3)
+
     def tie_weights(self) -> None:
         if self.has_mlm:
             self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
@@ -367,17 +393,23 @@ class Bert(nn.Module):
         )
 
     def with_heads(
-        self, pretraining_heads: Iterable[str] = (), task: str | None = None, id2label: dict[int, str] | None = None
+        self,
+        pretraining_heads: Iterable[str] = (),
+        task: str | None = None,
+        id2label: dict[int, str] | None = None,
+        adapter_size: int | None = -1,
     ) -> "Bert":
-        """A new model sharing this one's encoder weights (copied), with fresh heads where new."""
+        """A new model with this one's encoder weights (copied) and fresh heads (and adapters) where new.
+        adapter_size: -1 keeps this model's adapters, None removes them, N adds N-wide ones."""
         cfg = self.config.replace(
-            pretraining_heads=tuple(pretraining_heads), task=task, id2label=dict(id2label or {})
+            pretraining_heads=tuple(pretraining_heads), task=task, id2label=dict(id2label or {}),
+            adapter_size=self.config.adapter_size if adapter_size == -1 else adapter_size,
         )
         new = Bert(cfg)
         ours, theirs = self.state_dict(), new.state_dict()
         kept = {k: v for k, v in ours.items() if k in theirs}
         fresh = set(theirs) - set(kept)
-        if any(k.startswith("bert.embeddings") or k.startswith("bert.encoder") for k in fresh):
+        if any(k.startswith(("bert.embeddings", "bert.encoder")) and ".adapter." not in k for k in fresh):
             raise RuntimeError(f"with_heads lost encoder weights: {sorted(fresh)[:3]}")
         theirs.update(kept)  # encoder and any heads both models have; new heads stay freshly initialised
         new.load_state_dict(theirs)

@@ -189,6 +189,10 @@ class Tokenizer:
             mask[i, : len(e)] = 1
         return Batch(ids, types, mask, list(encs))
 
+    def encode_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids of each text, without [CLS]/[SEP], never cut (for corpora; batched in Rust)."""
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
     def tokenize(self, text: str) -> list[str]:
         """WordPiece pieces of `text` without [CLS]/[SEP]."""
         return self._tok.encode(text, add_special_tokens=False).tokens

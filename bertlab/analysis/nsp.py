@@ -1,0 +1,162 @@
+"""Next-sentence prediction: does sentence B follow sentence A? And where does attention go
+between the two sentences, layer by layer?
+
+The NSP head reads the pooled [CLS] vector; Hugging Face's convention is kept: logit 0 is
+IsNext (B follows A), logit 1 is NotNext (B is a random sentence).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+
+from bertlab.analysis import InputError, eval_mode, max_tokens, model_device, require_text
+from bertlab.analysis.attention import PATTERN_HOOK
+from bertlab.tokenizer import Encoding, Tokenizer
+
+CLS, SEP, A, B = "[CLS]", "[SEP]", "A", "B"
+GROUPS: tuple[str, ...] = (A, B, CLS, SEP)  # order of the rows/columns of AttentionMass.mass
+
+
+@dataclass
+class AttentionMass:
+    """Where attention goes between groups of tokens, per layer, averaged over heads.
+
+    `mass[layer, i, j]` is the share of attention that tokens of group `groups[i]` (queries)
+    put on tokens of group `groups[j]` (keys): the weights summed over the keys of group j,
+    averaged over the queries of group i and over the heads. Each [layer, i, :] sums to 1.
+    Groups no token belongs to are left out.
+    """
+
+    groups: tuple[str, ...]
+    mass: torch.Tensor  # [layers, from group, to group]
+    sizes: tuple[int, ...]  # tokens in each group
+
+    @property
+    def num_layers(self) -> int:
+        return self.mass.shape[0]
+
+    def share(self, source: str, target: str) -> torch.Tensor:
+        """[layers]: the share of `source`'s attention that goes to `target` (e.g. "A", "B")."""
+        return self.mass[:, self._index(source), self._index(target)]
+
+    def _index(self, group: str) -> int:
+        if group not in self.groups:
+            raise KeyError(f"no token group {group!r}; the groups are {', '.join(self.groups)}.")
+        return self.groups.index(group)
+
+
+@dataclass
+class NSPResult:
+    """The NSP head's verdict on one pair, and the attention between the two sentences."""
+
+    text_a: str
+    text_b: str
+    tokens: list[str]  # [CLS] A [SEP] B [SEP]
+    sentence_b_start: int  # index of the first token of B
+    logits: tuple[float, float]  # (IsNext, NotNext)
+    is_next_probability: float  # softmax of the logits, index 0
+    attention: AttentionMass
+    warning: str | None = None  # set when the pair was cut to fit the model
+
+    @property
+    def not_next_probability(self) -> float:
+        return 1.0 - self.is_next_probability
+
+    @property
+    def is_next(self) -> bool:
+        """The model's verdict: True when it thinks B follows A."""
+        return self.is_next_probability >= 0.5
+
+
+# ---------------------------------------------------------------------------------------------
+# Public API
+# ---------------------------------------------------------------------------------------------
+def next_sentence(model: torch.nn.Module, tok: Tokenizer, a: str, b: str) -> NSPResult:
+    """P(B follows A) from the NSP head, and the attention mass between A and B per layer.
+
+    Raises MissingHeadError without an NSP head, InputError for an empty sentence.
+    A pair too long for the model is cut (longest sentence first), with `warning` set.
+    """
+    model.require("nsp")
+    a = require_text(a, "first sentence (A)")
+    if b is None or not str(b).strip():
+        raise InputError(
+            "The second sentence (B) is empty: NSP asks whether B follows A, so type a B "
+            "(or swap in a random sentence)."
+        )
+    enc = _encode_pair(model, tok, a, b)
+    device = model_device(model)
+    input_ids = torch.tensor([enc.ids], device=device)  # [1, seq]
+    token_type_ids = torch.tensor([enc.type_ids], device=device)  # [1, seq]
+    with eval_mode(model), torch.inference_mode():
+        out, cache = model.run_with_cache(
+            input_ids, token_type_ids=token_type_ids, names=lambda n: n.endswith(PATTERN_HOOK)
+        )
+    logits = out.nsp_logits[0].float().cpu()  # [2]
+    patterns = cache.stack("hook_pattern")[:, 0].float().cpu()  # [layers, heads, query, key]
+    return NSPResult(
+        text_a=a,
+        text_b=b,
+        tokens=list(enc.tokens),
+        sentence_b_start=enc.sequence_ids.index(1),
+        logits=(float(logits[0]), float(logits[1])),
+        is_next_probability=float(logits.softmax(-1)[0]),
+        attention=attention_mass(patterns, token_groups(enc)),
+        warning=enc.warning,
+    )
+
+
+def token_groups(enc: Encoding) -> list[str]:
+    """The group of each token of a pair: "[CLS]", "A", "[SEP]" or "B"."""
+    groups = []
+    for special, seq in zip(enc.special_tokens_mask, enc.sequence_ids):
+        if special:
+            groups.append(CLS if not groups else SEP)
+        else:
+            groups.append(A if seq == 0 else B)
+    return groups
+
+
+def attention_mass(patterns: torch.Tensor, groups: Sequence[str]) -> AttentionMass:
+    """Share of attention between token groups, per layer (see AttentionMass).
+
+    patterns: [layers, heads, query, key] softmax weights; groups: one label per token
+    (e.g. from `token_groups`). Labels outside GROUPS come after them, in order of appearance.
+    """
+    if patterns.dim() != 4 or patterns.shape[-1] != patterns.shape[-2]:
+        raise ValueError(f"patterns must be [layers, heads, query, key]; got {tuple(patterns.shape)}.")
+    if len(groups) != patterns.shape[-1]:
+        raise ValueError(f"{len(groups)} group labels for {patterns.shape[-1]} tokens.")
+    names = tuple(g for g in GROUPS if g in groups) + tuple(dict.fromkeys(g for g in groups if g not in GROUPS))
+    member = torch.tensor([[g == n for g in groups] for n in names], dtype=patterns.dtype)  # [group, token]
+    per_head = patterns.mean(dim=1)  # [layers, query, key]
+    to_group = per_head @ member.T  # [layers, query, to group]
+    sizes = member.sum(dim=1)  # [group]
+    mass = (member @ to_group) / sizes[:, None]  # [layers, from group, to group]
+    return AttentionMass(groups=names, mass=mass, sizes=tuple(int(s) for s in sizes))
+
+
+def random_sentence(
+    corpus_sentences: Sequence[str], rng: torch.Generator, exclude: Iterable[str] = ()
+) -> str:
+    """A sentence drawn uniformly from `corpus_sentences` with `rng`, skipping blank ones and
+    those in `exclude` (e.g. the current A and B): the "swap in a random B" button."""
+    exclude = {s.strip() for s in exclude}
+    pool = [s for s in corpus_sentences if s.strip() and s.strip() not in exclude]
+    if not pool:
+        raise InputError("There is no other sentence to pick from: give a list of sentences.")
+    return pool[int(torch.randint(len(pool), (1,), generator=rng))]
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+def _encode_pair(model: torch.nn.Module, tok: Tokenizer, a: str, b: str) -> Encoding:
+    enc = tok.encode(a, b, max_length=min(tok.model_max_length, max_tokens(model)))
+    if A not in token_groups(enc) or B not in token_groups(enc):
+        which = "first (A)" if A not in token_groups(enc) else "second (B)"
+        raise InputError(f"The {which} sentence has no words the tokenizer can read: type a sentence.")
+    return enc

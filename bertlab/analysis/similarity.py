@@ -1,0 +1,384 @@
+"""Embeddings and similarity: token x token cosines per layer, one word across contexts
+against an anisotropy baseline, and a 2-D map of contextual word vectors.
+
+Stages: stage 0 is the embeddings output (`bert.embeddings.hook_out`), stage s >= 1 the
+output of encoder layer s - 1 (`bert.encoder.layer.{s-1}.hook_resid_post`), i.e. after s
+layers. Layers are numbered from 0 as in the hook names and the attention panel.
+Also home of the small helpers the other analysis modules share (encoding, hidden
+states, word lookup, 2-D projection).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from bertlab.analysis import InputError, eval_mode, max_tokens, model_device, require_text
+from bertlab.model import Bert
+from bertlab.tokenizer import Encoding, Tokenizer
+
+EMBEDDINGS_HOOK = "bert.embeddings.hook_out"
+BATCH_SIZE = 16  # sentences per forward pass
+# Varied everyday sentences for the anisotropy baseline (random token pairs from different sentences).
+BASELINE_SENTENCES: tuple[str, ...] = (
+    "The children played football in the park until it got dark.",
+    "She poured a cup of coffee and read the morning paper.",
+    "Heavy rain caused flooding in several towns along the coast.",
+    "The committee will announce its decision next Tuesday.",
+    "He learned to play the violin when he was seven years old.",
+    "Most plants need sunlight, water and nutrients to grow.",
+    "The museum opened a new exhibition about ancient Egypt.",
+    "Prices rose sharply after the company reported strong profits.",
+    "Our train was delayed because of a signal failure.",
+    "The doctor told him to rest for a few days.",
+    "A small cat was sleeping on the warm windowsill.",
+    "They built a wooden bridge across the narrow stream.",
+    "Scientists measured the temperature of the deep ocean.",
+    "The recipe calls for two eggs and a spoon of sugar.",
+    "Voters waited in long lines outside the polling station.",
+    "The old castle stands on a hill above the village.",
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers
+# ---------------------------------------------------------------------------------------------
+def stage_names(num_layers: int) -> list[str]:
+    """["embeddings", "layer 0", ..., "layer {num_layers-1}"]: the name of each stage."""
+    return ["embeddings"] + [f"layer {i}" for i in range(num_layers)]
+
+
+def encode_input(model: Bert, tok: Tokenizer, a: str, b: str | None = None, what: str = "text") -> Encoding:
+    """Encode `a` (and `b` as sentence B), cut to what the model reads; InputError when `a` is empty."""
+    require_text(a, what)
+    if b is not None and not b.strip():
+        b = None
+    return tok.encode(a, b, max_length=max_tokens(model))
+
+
+def hidden_states(
+    model: Bert,
+    input_ids: torch.Tensor,  # [batch, seq]
+    token_type_ids: torch.Tensor | None = None,  # [batch, seq]
+    attention_mask: torch.Tensor | None = None,  # [batch, seq]
+) -> torch.Tensor:
+    """Every stage's output, [stage, batch, seq, d_model] float32 on CPU (stage 0 = embeddings)."""
+    names = [EMBEDDINGS_HOOK] + [
+        f"bert.encoder.layer.{i}.hook_resid_post" for i in range(model.config.num_hidden_layers)
+    ]
+    device = model_device(model)
+    nowhere = torch.zeros(input_ids.shape, dtype=torch.bool, device=device)  # skip the MLM decoder
+    with eval_mode(model), torch.inference_mode():
+        _, cache = model.run_with_cache(
+            input_ids.to(device),
+            token_type_ids=None if token_type_ids is None else token_type_ids.to(device),
+            attention_mask=None if attention_mask is None else attention_mask.to(device),
+            mlm_positions=nowhere if model.has_mlm else None,
+            names=names,
+        )
+    return torch.stack([cache[n] for n in names]).to("cpu", torch.float32)
+
+
+def batch_hidden_states(model: Bert, tok: Tokenizer, encodings: Sequence[Encoding]) -> list[torch.Tensor]:
+    """Hidden states of each encoding, unpadded: a list of [stage, seq_i, d_model], in chunks of BATCH_SIZE."""
+    out: list[torch.Tensor] = []
+    for start in range(0, len(encodings), BATCH_SIZE):
+        chunk = list(encodings[start : start + BATCH_SIZE])
+        batch = tok.pad(chunk)
+        states = hidden_states(model, batch.input_ids, batch.token_type_ids, batch.attention_mask)
+        out.extend(states[:, i, : len(e)] for i, e in enumerate(chunk))  # [stage, seq_i, d]
+    return out
+
+
+def cosine_matrix(x: torch.Tensor) -> torch.Tensor:
+    """Pairwise cosine similarity of the rows of x: [..., n, d] -> [..., n, n]."""
+    unit = F.normalize(x.float(), dim=-1, eps=1e-8)
+    return unit @ unit.transpose(-1, -2)
+
+
+def project_2d(x: torch.Tensor, center: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Project rows of x [n, d] on their top two principal directions.
+
+    Returns (points [n, 2], explained [2]): the share of the (centred, if `center`) squared
+    norm each direction carries. Signs are fixed so that the point farthest along each
+    direction has a positive coordinate (the same input always gives the same picture).
+    """
+    x = x.float()
+    if x.dim() != 2 or x.shape[0] < 2:
+        raise InputError(f"a 2-D map needs at least two vectors; got {x.shape[0] if x.dim() == 2 else 0}.")
+    if center:
+        x = x - x.mean(dim=0, keepdim=True)
+    u, s, vh = torch.linalg.svd(x, full_matrices=False)  # u [n, r], s [r], vh [r, d]
+    points = u[:, :2] * s[:2]  # [n, min(2, r)]
+    if points.shape[1] < 2:  # one-dimensional input (d == 1)
+        points = F.pad(points, (0, 2 - points.shape[1]))
+    biggest = points.abs().argmax(dim=0)  # [2]
+    signs = torch.sign(points[biggest, torch.arange(2)])
+    signs[signs == 0] = 1.0
+    total = (s**2).sum()
+    explained = (s[:2] ** 2 / total) if total > 0 else torch.zeros(2)
+    return points * signs, F.pad(explained, (0, 2 - explained.shape[0]))
+
+
+def word_pieces(tok: Tokenizer, word: str) -> list[str]:
+    """The WordPiece pieces of `word`; InputError when it is empty or not in the vocabulary."""
+    if not isinstance(word, str) or not word.strip():
+        raise InputError("The word is empty: type the word to look for.")
+    pieces = tok.tokenize(word.strip())
+    if not pieces or "[UNK]" in pieces:
+        raise InputError(f"{word!r} is not in the model's vocabulary (it becomes [UNK]): choose another word.")
+    return pieces
+
+
+def find_word(enc: Encoding, pieces: Sequence[str]) -> list[tuple[int, int]]:
+    """Token spans (start, end) where `pieces` occur as whole words (never inside a longer word)."""
+    n, tokens, words = len(pieces), enc.tokens, enc.word_ids
+    spans = []
+    for i in range(len(tokens) - n + 1):
+        if tokens[i : i + n] != list(pieces) or any(w is None for w in words[i : i + n]):
+            continue
+        end = i + n
+        if _same_word(enc, i - 1, i) or _same_word(enc, end - 1, end):  # part of a longer word
+            continue
+        spans.append((i, end))
+    return spans
+
+
+def _same_word(enc: Encoding, i: int, j: int) -> bool:
+    """Whether tokens i and j exist and belong to one word."""
+    if i < 0 or j >= len(enc.tokens):
+        return False
+    word, seq = enc.word_ids, enc.sequence_ids
+    return word[i] is not None and (word[i], seq[i]) == (word[j], seq[j])
+
+
+# ---------------------------------------------------------------------------------------------
+# Token x token cosine similarity at every stage
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class TokenSimilarity:
+    """Cosine similarity between every pair of tokens of one input, at every stage."""
+
+    tokens: list[str]  # [CLS] ... [SEP] (... [SEP])
+    matrices: torch.Tensor  # [stage, seq, seq] cosine in [-1, 1]
+    stage_names: list[str]
+    sentence_b_start: int | None = None
+    warning: str | None = None
+
+    @property
+    def num_stages(self) -> int:
+        return self.matrices.shape[0]
+
+    def matrix(self, stage: int) -> torch.Tensor:
+        """[seq, seq] cosines at `stage` (0 = embeddings, s = after layer s - 1)."""
+        if not 0 <= stage < self.num_stages:
+            raise IndexError(
+                f"stage {stage} does not exist: use 0 (embeddings) to {self.num_stages - 1} (after the last layer)."
+            )
+        return self.matrices[stage]
+
+
+def token_similarity(model: Bert, tok: Tokenizer, a: str, b: str | None = None) -> TokenSimilarity:
+    """Token x token cosine similarity of `a` (and sentence `b`) at every stage: [stage, seq, seq]."""
+    enc = encode_input(model, tok, a, b)
+    states = hidden_states(model, torch.tensor([enc.ids]), torch.tensor([enc.type_ids]))[:, 0]  # [stage, seq, d]
+    return TokenSimilarity(
+        tokens=list(enc.tokens),
+        matrices=cosine_matrix(states),
+        stage_names=stage_names(model.config.num_hidden_layers),
+        sentence_b_start=enc.sequence_ids.index(1) if 1 in enc.sequence_ids else None,
+        warning=enc.warning,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Anisotropy baseline: how similar are two random tokens?
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Anisotropy:
+    """Mean cosine of random token pairs from different sentences, per stage."""
+
+    mean: torch.Tensor  # [stage]
+    pairs: torch.Tensor  # [pair, 2, 2]: ((sentence, token), (sentence, token)) of each pair
+    sentences: list[str]
+    seed: int
+
+
+def anisotropy_baseline(
+    model: Bert,
+    tok: Tokenizer,
+    sentences: Sequence[str] = BASELINE_SENTENCES,
+    num_pairs: int = 500,
+    seed: int = 0,
+) -> Anisotropy:
+    """Mean cosine similarity of `num_pairs` random pairs of (non-special) tokens taken from two
+    different sentences, at every stage. Contextual vectors share a common direction, so this is
+    well above 0; a word's similarity across contexts means something only above this line."""
+    sentences = [s for s in sentences if isinstance(s, str) and s.strip()]
+    if len(sentences) < 2:
+        raise InputError("The baseline needs at least two non-empty sentences.")
+    if num_pairs < 1:
+        raise InputError(f"num_pairs must be at least 1; got {num_pairs}.")
+    encs = [encode_input(model, tok, s) for s in sentences]
+    states = batch_hidden_states(model, tok, encs)
+    where = torch.tensor(
+        [(si, ti) for si, e in enumerate(encs) for ti, special in enumerate(e.special_tokens_mask) if not special]
+    )  # [token, 2] (sentence, position)
+    if len(torch.unique(where[:, 0])) < 2:
+        raise InputError("The baseline needs real words in at least two sentences.")
+    g = torch.Generator().manual_seed(seed)
+    picked = torch.empty(0, 2, dtype=torch.long)
+    while len(picked) < num_pairs:  # draw pairs, keep those from two different sentences
+        draw = torch.randint(len(where), (2 * num_pairs, 2), generator=g)
+        draw = draw[where[draw[:, 0], 0] != where[draw[:, 1], 0]]
+        picked = torch.cat([picked, draw])[:num_pairs]
+    pairs = where[picked]  # [pair, 2, 2]
+    first = torch.stack([states[s][:, t] for s, t in pairs[:, 0].tolist()], dim=1)  # [stage, pair, d]
+    second = torch.stack([states[s][:, t] for s, t in pairs[:, 1].tolist()], dim=1)
+    mean = F.cosine_similarity(first, second, dim=-1, eps=1e-8).mean(dim=1)  # [stage]
+    return Anisotropy(mean=mean, pairs=pairs, sentences=list(sentences), seed=seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# One word in several contexts
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class WordAcrossContexts:
+    """A word's contextual vector in each context, and how similar they are at every stage."""
+
+    word: str
+    pieces: list[str]  # its WordPiece pieces; the vector is their mean
+    contexts: list[str]
+    senses: list[str] | None  # one label per context, or None
+    spans: list[tuple[int, int]]  # (start, end) token span of the word in each context
+    vectors: torch.Tensor  # [context, stage, d_model]
+    cosines: torch.Tensor  # [stage, context, context]
+    all_pairs: torch.Tensor  # [stage] mean cosine over all pairs of contexts
+    same_sense: torch.Tensor | None  # [stage] mean over pairs with the same sense (None: no such pair)
+    different_sense: torch.Tensor | None  # [stage] mean over pairs with different senses
+    baseline: Anisotropy
+    stage_names: list[str]
+    notes: list[str] = field(default_factory=list)  # e.g. a word found twice in one context
+
+
+def word_in_contexts(
+    model: Bert,
+    tok: Tokenizer,
+    word: str,
+    contexts: Sequence[str],
+    senses: Sequence[str] | None = None,
+    baseline_sentences: Sequence[str] = BASELINE_SENTENCES,
+    num_pairs: int = 500,
+    seed: int = 0,
+    baseline: Anisotropy | None = None,
+) -> WordAcrossContexts:
+    """The contextual vector of `word` (mean of its pieces; first occurrence) in each context at
+    every stage, pairwise cosines across contexts, means for same/different senses, and the
+    anisotropy baseline (computed from `baseline_sentences`, `num_pairs`, `seed`, unless a
+    precomputed `baseline` is given). InputError names the context when the word is missing."""
+    pieces = word_pieces(tok, word)
+    contexts = list(contexts)
+    if len(contexts) < 2:
+        raise InputError("Give at least two contexts: similarity compares the word across contexts.")
+    if senses is not None:
+        senses = [str(s).strip() for s in senses]
+        if len(senses) != len(contexts):
+            raise InputError(f"{len(contexts)} contexts but {len(senses)} sense labels: give one label per context.")
+    encs, spans, notes = [], [], []
+    for i, text in enumerate(contexts, start=1):
+        enc = encode_input(model, tok, text, what=f"context {i}")
+        found = find_word(enc, pieces)
+        if not found:
+            raise InputError(
+                f"{word.strip()!r} does not occur in context {i} ({text.strip()!r}). Each context must "
+                f"contain the word as written (another form, such as a plural, is a different word)."
+            )
+        if len(found) > 1:
+            notes.append(f"{word.strip()!r} occurs {len(found)} times in context {i}; the first is used.")
+        encs.append(enc)
+        spans.append(found[0])
+    states = batch_hidden_states(model, tok, encs)
+    vectors = torch.stack([s[:, a:b].mean(dim=1) for s, (a, b) in zip(states, spans)])  # [context, stage, d]
+    cosines = cosine_matrix(vectors.transpose(0, 1))  # [stage, context, context]
+    upper = torch.ones(len(contexts), len(contexts), dtype=torch.bool).triu(1)
+    same = diff = None
+    if senses is not None:
+        labels = torch.tensor([senses.index(s) for s in senses])
+        equal = labels[:, None] == labels[None, :]
+        same = _pair_mean(cosines, upper & equal)
+        diff = _pair_mean(cosines, upper & ~equal)
+    return WordAcrossContexts(
+        word=word.strip(),
+        pieces=pieces,
+        contexts=contexts,
+        senses=senses,
+        spans=spans,
+        vectors=vectors,
+        cosines=cosines,
+        all_pairs=_pair_mean(cosines, upper),
+        same_sense=same,
+        different_sense=diff,
+        baseline=baseline or anisotropy_baseline(model, tok, baseline_sentences, num_pairs, seed),
+        stage_names=stage_names(model.config.num_hidden_layers),
+        notes=notes,
+    )
+
+
+def _pair_mean(cosines: torch.Tensor, which: torch.Tensor) -> torch.Tensor | None:
+    """Mean of cosines [stage, n, n] over the pairs where `which` [n, n] is True: [stage], or None."""
+    if not bool(which.any()):
+        return None
+    return cosines[:, which].mean(dim=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# A 2-D map of contextual vectors of chosen words
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class WordProjection:
+    """Every occurrence of the chosen words in the sentences, projected to 2-D at every stage."""
+
+    words: list[str]  # the word of each point
+    sentence_index: list[int]  # which sentence each point comes from
+    sentences: list[str]
+    spans: list[tuple[int, int]]  # token span of each point in its sentence
+    vectors: torch.Tensor  # [stage, point, d_model]
+    points: torch.Tensor  # [stage, point, 2] centred PCA, fitted at each stage
+    explained: torch.Tensor  # [stage, 2] share of variance on each axis
+    stage_names: list[str]
+
+
+def word_projection(model: Bert, tok: Tokenizer, words: Sequence[str], sentences: Sequence[str]) -> WordProjection:
+    """Find every occurrence of each word in the sentences, take its contextual vector (mean of
+    its pieces) at every stage, and project each stage's vectors to 2-D (centred PCA)."""
+    words = [w.strip() for w in words if isinstance(w, str) and w.strip()]
+    if not words:
+        raise InputError("No words given: type the words to place on the map.")
+    pieces = {w: word_pieces(tok, w) for w in words}
+    sentences = list(sentences)
+    encs = [encode_input(model, tok, s, what=f"sentence {i}") for i, s in enumerate(sentences, start=1)]
+    hits: list[tuple[str, int, tuple[int, int]]] = []  # (word, sentence, span)
+    for w in words:
+        found = [(w, si, span) for si, e in enumerate(encs) for span in find_word(e, pieces[w])]
+        if not found:
+            raise InputError(f"{w!r} does not occur in any of the sentences: add a sentence that contains it.")
+        hits.extend(found)
+    if len(hits) < 2:
+        raise InputError("The map needs at least two occurrences: add words or sentences.")
+    used = sorted({si for _, si, _ in hits})
+    states = dict(zip(used, batch_hidden_states(model, tok, [encs[i] for i in used])))
+    vectors = torch.stack([states[si][:, a:b].mean(dim=1) for _, si, (a, b) in hits], dim=1)  # [stage, point, d]
+    projected = [project_2d(v, center=True) for v in vectors]
+    return WordProjection(
+        words=[w for w, _, _ in hits],
+        sentence_index=[si for _, si, _ in hits],
+        sentences=sentences,
+        spans=[span for _, _, span in hits],
+        vectors=vectors,
+        points=torch.stack([p for p, _ in projected]),
+        explained=torch.stack([e for _, e in projected]),
+        stage_names=stage_names(model.config.num_hidden_layers),
+    )

@@ -1,0 +1,116 @@
+"""The offline default's MLM + NSP heads: trained by `pretrain` on a frozen MiniLM encoder,
+shipped as a small safetensors file that `bertlab.load()` merges into the model.
+
+    bertlab train-default-heads            # recipe: bertlab/recipes/default_heads.json
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from bertlab.model import Bert
+from bertlab.training.corpora import load_corpus
+from bertlab.training.loop import TrainEvent
+from bertlab.training.pretrain import PretrainConfig, evaluate_mlm, evaluate_nsp, pretrain
+
+log = logging.getLogger(__name__)
+
+HEAD_PREFIXES = ("cls.", "bert.pooler.")  # what the heads file holds (the pooler feeds the NSP head)
+
+
+PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def recipe_path() -> Path:
+    return PACKAGE / "recipes" / "default_heads.json"
+
+
+def heads_path() -> Path:
+    """The shipped heads (`BERTLAB_DEFAULT_HEADS` overrides; an empty value disables them)."""
+    return Path(os.environ.get("BERTLAB_DEFAULT_HEADS", str(PACKAGE / "assets" / "default_heads.safetensors")))
+
+
+def read_recipe(path: str | Path | None = None, **overrides: Any) -> PretrainConfig:
+    d = json.loads(Path(path or recipe_path()).read_text())
+    d = {k: v for k, v in d.items() if not k.startswith("_")}
+    d.update({k: v for k, v in overrides.items() if v is not None})
+    return PretrainConfig(**d)
+
+
+def head_state(model: Bert) -> dict[str, torch.Tensor]:
+    """The heads' (and pooler's) weights, without the tied decoder (it is the word embeddings)."""
+    return {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()
+            if k.startswith(HEAD_PREFIXES) and k != "cls.predictions.decoder.weight"}
+
+
+def save_heads(model: Bert, path: str | Path, metadata: dict[str, str] | None = None) -> Path:
+    """Write the heads atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(fd)
+    save_file(head_state(model), tmp, metadata={"format": "pt", **(metadata or {})})
+    os.replace(tmp, path)
+    return path
+
+
+def apply_heads(model: Bert, path: str | Path) -> Bert:
+    """A model with the heads in `path` added to `model`'s encoder (strict: every key must fit)."""
+    state = load_file(str(path))
+    heads = tuple(h for h, key in (("mlm", "cls.predictions.bias"), ("nsp", "cls.seq_relationship.weight"))
+                  if key in state)
+    new = model.with_heads(heads, task=model.config.task, id2label=model.config.id2label)
+    ours = new.state_dict()
+    bad = [k for k in state if k not in ours or ours[k].shape != state[k].shape]
+    if bad:
+        raise ValueError(f"{path} does not fit this encoder: {', '.join(bad[:5])}")
+    ours.update(state)
+    new.load_state_dict(ours)
+    new.tie_weights()
+    return new.eval()
+
+
+def train_default_heads(
+    out: str | Path | None = None,
+    recipe: str | Path | None = None,
+    callbacks: Sequence[Callable[[TrainEvent], None]] = (),
+    **overrides: Any,
+) -> dict[str, Any]:
+    """Train the heads by the recipe, save them to `out`, evaluate, and return the figures."""
+    from bertlab.loading import default_model_folder, load_model
+    from bertlab.tokenizer import Tokenizer
+
+    cfg = read_recipe(recipe, **overrides)
+    folder = default_model_folder()
+    base, _ = load_model(folder)
+    tok = Tokenizer.from_folder(folder)
+    held = load_corpus(cfg.corpus, split="held_out")
+    model, tok, result = pretrain(cfg, model=base, tokenizer=tok, callbacks=callbacks)
+    result.raise_for_status()
+    out = Path(out or heads_path())
+    save_heads(model, out, {"recipe": json.dumps(cfg.__dict__, default=str), "steps": str(result.step)})
+    figures = evaluate_default_heads(model, tok, held)
+    figures["steps"] = result.step
+    out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
+    return figures
+
+
+def evaluate_default_heads(model: Bert, tok, held_out_wiki=None, max_tokens: int = 60_000) -> dict[str, Any]:
+    """MLM top-1/top-5 on WikiText-2 valid (if BERTLAB_DATA has it) and held-out Wikipedia; NSP accuracy."""
+    held_out_wiki = held_out_wiki if held_out_wiki is not None else load_corpus("wiki-offline", split="held_out")
+    figures: dict[str, Any] = {"mlm_wiki_held_out": evaluate_mlm(model, tok, held_out_wiki, max_tokens=max_tokens),
+                               "nsp_wiki_held_out": evaluate_nsp(model, tok, held_out_wiki, max_pairs=2000)}
+    try:
+        wt2 = load_corpus("wikitext2", split="held_out")
+        figures["mlm_wikitext2_valid"] = evaluate_mlm(model, tok, wt2, max_tokens=max_tokens)
+    except Exception as e:  # data folder not configured: say so in the figures
+        figures["mlm_wikitext2_valid"] = f"not measured: {e}"
+    return figures

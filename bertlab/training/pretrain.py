@@ -1,0 +1,275 @@
+"""Pre-training: MLM (+ NSP or SOP) on a corpus with the shared loop, and the MLM/NSP evaluations.
+
+    cfg = PretrainConfig(size="mini", corpus="wiki-offline", steps=500)
+    model, tok, result = pretrain(cfg)
+
+The same code trains a mini BERT from scratch (the pre-training tab, `bertlab pretrain`) and
+the heads of an existing encoder (the offline default's MLM/NSP heads: `freeze_encoder=True`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from bertlab.config import BertConfig
+from bertlab.model import Bert
+from bertlab.tokenizer import Tokenizer
+from bertlab.training.corpora import Document, load_corpus
+from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, train
+from bertlab.training.masking import IGNORE_INDEX, MaskingConfig, MLMBatch, MLMCollator
+from bertlab.training.pairs import PairExample, build_pairs
+
+log = logging.getLogger(__name__)
+
+# name -> (layers, hidden, heads); intermediate = 4 x hidden, vocabulary from the tokenizer.
+SIZES: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+}
+PAIR_TASKS = ("nsp", "sop", "none")
+
+
+@dataclass
+class PretrainConfig:
+    """One pre-training run: model size, data, masking, and the loop's settings."""
+
+    size: str = "mini"  # a key of SIZES; ignored when a model is given
+    corpus: str = "wiki-offline"  # a corpora.load_corpus name, a text file or folder
+    steps: int = 300
+    seq_len: int = 128
+    batch_size: int = 32
+    lr: float = 5e-4
+    warmup_ratio: float = 0.06
+    masking: str = "token"  # "token", "whole_word" or "span"
+    pair_task: str = "nsp"  # "nsp", "sop", or "none" (MLM only, RoBERTa-style)
+    static_masking: bool = False  # True: one fixed mask per example (original BERT); False: dynamic
+    max_documents: int | None = None  # use only the first N documents (quick demos)
+    dupe_factor: int = 1
+    freeze_encoder: bool = False  # train the heads only (the offline default's recipe)
+    train_layernorms: bool = False  # with freeze_encoder: also adapt every LayerNorm (few parameters)
+    out_dir: str | None = None
+    checkpoint_every: int = 0
+    log_every: int = 10
+    eval_every: int = 0
+    seed: int = 0
+    device: str = "auto"
+    extra_train: dict[str, Any] = field(default_factory=dict)  # any other TrainConfig field
+
+    def __post_init__(self) -> None:
+        if self.size not in SIZES:
+            raise ValueError(f"size {self.size!r} is not one of {', '.join(SIZES)}.")
+        if self.pair_task not in PAIR_TASKS:
+            raise ValueError(f"pair_task must be one of {PAIR_TASKS}; got {self.pair_task!r}.")
+        if self.seq_len < 16:
+            raise ValueError(f"seq_len must be at least 16 tokens; got {self.seq_len}.")
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(
+            lr=self.lr, warmup_ratio=self.warmup_ratio, max_steps=self.steps, batch_size=self.batch_size,
+            seed=self.seed, log_every=self.log_every, eval_every=self.eval_every, out_dir=self.out_dir,
+            checkpoint_every=self.checkpoint_every, device=self.device, **self.extra_train,
+        )
+
+
+def new_model(size: str, tokenizer: Tokenizer, pair_task: str = "nsp", max_len: int = 512) -> Bert:
+    """A randomly initialised BERT of a named size with an MLM head (and an NSP/SOP head)."""
+    layers, hidden, heads = SIZES[size]
+    cfg = BertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        intermediate_size=4 * hidden, max_position_embeddings=max_len, pad_token_id=tokenizer.pad_token_id,
+        pretraining_heads=("mlm", "nsp") if pair_task != "none" else ("mlm",),
+    )
+    return Bert(cfg)
+
+
+def pretraining_examples(documents: Sequence[Document], tokenizer: Tokenizer, cfg: PretrainConfig) -> list[PairExample]:
+    """[CLS] A [SEP] B [SEP] examples with NSP/SOP labels (for "none" the NSP label is simply unused)."""
+    task = "sop" if cfg.pair_task == "sop" else "nsp"
+    return build_pairs(documents, tokenizer, task=task, max_seq_length=cfg.seq_len, seed=cfg.seed,
+                       dupe_factor=cfg.dupe_factor)
+
+
+def mlm_nsp_loss(model: torch.nn.Module, batch: MLMBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    """MLM cross-entropy on the chosen positions only (+ NSP/SOP cross-entropy when the model has the head)."""
+    picked = batch.labels != IGNORE_INDEX  # [batch, seq]
+    out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, mlm_positions=picked)
+    targets = batch.labels[picked]  # [n]
+    mlm_loss = F.cross_entropy(out.mlm_logits.float(), targets)
+    metrics = {"mlm_loss": mlm_loss.item(), "mlm_acc": (out.mlm_logits.argmax(-1) == targets).float().mean().item()}
+    loss = mlm_loss
+    if out.nsp_logits is not None and batch.next_sentence_label is not None:
+        nsp_loss = F.cross_entropy(out.nsp_logits.float(), batch.next_sentence_label)
+        loss = loss + nsp_loss
+        metrics["nsp_loss"] = nsp_loss.item()
+        metrics["nsp_acc"] = (out.nsp_logits.argmax(-1) == batch.next_sentence_label).float().mean().item()
+    return loss, metrics
+
+
+def freeze_for_heads(model: Bert, train_layernorms: bool = False) -> int:
+    """Freeze the encoder so that only the MLM/NSP heads (and the pooler) learn; returns trainable count.
+    The word embeddings stay frozen too, so the tied MLM decoder keeps the encoder's vocabulary."""
+    for name, p in model.named_parameters():
+        head = name.startswith("cls.") or name.startswith("bert.pooler.")
+        p.requires_grad = head or (train_layernorms and "LayerNorm" in name and name.startswith("bert."))
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def pretrain(
+    cfg: PretrainConfig,
+    model: Bert | None = None,
+    tokenizer: Tokenizer | None = None,
+    documents: Sequence[Document] | None = None,
+    callbacks: Sequence[Callable[[TrainEvent], None]] = (),
+    cancel: threading.Event | None = None,
+    eval_documents: Sequence[Document] | None = None,
+    resume_from: str | None = None,
+) -> tuple[Bert, Tokenizer, TrainResult]:
+    """Pre-train `model` (default: a new `cfg.size` BERT with the offline default's vocabulary).
+
+    Returns the trained model (in eval mode), its tokenizer and how the run ended."""
+    if tokenizer is None:
+        from bertlab.loading import default_model_folder
+
+        tokenizer = Tokenizer.from_folder(default_model_folder())
+    if model is None:
+        model = new_model(cfg.size, tokenizer, cfg.pair_task)
+    if not model.has_mlm or (cfg.pair_task != "none" and not model.has_nsp):
+        heads = ("mlm",) if cfg.pair_task == "none" else ("mlm", "nsp")
+        model = model.with_heads(heads)
+    if cfg.freeze_encoder:
+        n = freeze_for_heads(model, cfg.train_layernorms)
+        log.info("encoder frozen: %d trainable parameters", n)
+    docs = list(documents) if documents is not None else load_corpus(cfg.corpus, split="train")
+    if cfg.max_documents:
+        docs = docs[: cfg.max_documents]
+    examples = pretraining_examples(docs, tokenizer, cfg)
+    collate = MLMCollator(tokenizer, MaskingConfig(strategy=cfg.masking), seed=cfg.seed, static=cfg.static_masking)
+    eval_fn = None
+    if eval_documents is not None:
+        eval_fn = lambda m: evaluate_pretraining(m, tokenizer, eval_documents, cfg)  # noqa: E731
+    result = train(model, mlm_nsp_loss, examples, cfg.train_config(), collate=collate, eval_fn=eval_fn,
+                   callbacks=callbacks, cancel=cancel, tokenizer=tokenizer, resume_from=resume_from)
+    model.eval()
+    return model, tokenizer, result
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------------------------
+def _unwrap(model: torch.nn.Module) -> Bert:
+    return getattr(model, "module", model)
+
+
+@torch.inference_mode()
+def evaluate_mlm(
+    model: Bert,
+    tokenizer: Tokenizer,
+    documents: Sequence[Document],
+    seed: int = 0,
+    seq_len: int = 128,
+    batch_size: int = 32,
+    max_tokens: int | None = None,
+) -> dict[str, float]:
+    """Masked-token top-1 / top-5 accuracy: documents cut into [CLS] chunk [SEP] pieces of `seq_len`,
+    15 % of the tokens chosen with a fixed seed, every chosen token replaced by [MASK]; [UNK] targets
+    are not scored."""
+    model = _unwrap(model)
+    model.require("mlm")
+    chunks = _chunks(documents, tokenizer, seq_len, max_tokens)
+    if not chunks:
+        raise ValueError("no text to evaluate on: the documents are empty.")
+    collate = MLMCollator(tokenizer, MaskingConfig(mask_prob=1.0, random_prob=0.0), seed=seed, static=True)
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    top1 = top5 = n = 0
+    for i in range(0, len(chunks), batch_size):
+        batch = collate([{"input_ids": c, "index": i + j} for j, c in enumerate(chunks[i : i + batch_size])])
+        picked = (batch.labels != IGNORE_INDEX).to(device)
+        logits = model(batch.input_ids.to(device), batch.token_type_ids.to(device), batch.attention_mask.to(device),
+                       mlm_positions=picked).mlm_logits
+        targets = batch.labels.to(device)[picked]
+        scored = targets != tokenizer.unk_token_id  # WikiText's <unk> ([UNK]) is not a word to guess
+        best = logits.topk(5, dim=-1).indices  # [n, 5]
+        top1 += int(((best[:, 0] == targets) & scored).sum())
+        top5 += int(((best == targets[:, None]).any(-1) & scored).sum())
+        n += int(scored.sum())
+    model.train(was_training)
+    return {"top1": top1 / n, "top5": top5 / n, "masked_tokens": n, "sequences": len(chunks)}
+
+
+@torch.inference_mode()
+def evaluate_nsp(
+    model: Bert, tokenizer: Tokenizer, documents: Sequence[Document], seed: int = 0, seq_len: int = 128,
+    batch_size: int = 32, task: str = "nsp", max_pairs: int | None = None,
+) -> dict[str, float]:
+    """NSP (or SOP) accuracy on pairs made from `documents` with a fixed seed."""
+    model = _unwrap(model)
+    model.require("nsp")
+    pairs = build_pairs(documents, tokenizer, task=task, max_seq_length=seq_len, seed=seed)[:max_pairs]
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    correct = 0
+    for i in range(0, len(pairs), batch_size):
+        part = pairs[i : i + batch_size]
+        ids, types, mask = _pad_pairs(part, tokenizer.pad_token_id)
+        logits = model(ids.to(device), types.to(device), mask.to(device)).nsp_logits
+        labels = torch.tensor([p.label for p in part], device=device)
+        correct += int((logits.argmax(-1) == labels).sum())
+    model.train(was_training)
+    return {"accuracy": correct / max(len(pairs), 1), "pairs": len(pairs)}
+
+
+def evaluate_pretraining(model: Bert, tokenizer: Tokenizer, documents: Sequence[Document],
+                         cfg: PretrainConfig) -> dict[str, float]:
+    """The loop's eval_fn: MLM top-1/top-5 (+ NSP accuracy) on held-out documents."""
+    out = {f"mlm_{k}": v for k, v in evaluate_mlm(model, tokenizer, documents, cfg.seed, cfg.seq_len,
+                                                 max_tokens=20_000).items() if k in ("top1", "top5")}
+    if _unwrap(model).has_nsp and cfg.pair_task != "none":
+        out["nsp_accuracy"] = evaluate_nsp(model, tokenizer, documents, cfg.seed, cfg.seq_len,
+                                           task=cfg.pair_task, max_pairs=256)["accuracy"]
+    return out
+
+
+def _chunks(documents: Sequence[Document], tokenizer: Tokenizer, seq_len: int, max_tokens: int | None) -> list[list[int]]:
+    """Each document's tokens cut into pieces of seq_len - 2, wrapped in [CLS] ... [SEP]."""
+    body = seq_len - 2
+    out: list[list[int]] = []
+    total = 0
+    for doc in documents:
+        ids = [i for sentence in tokenizer.encode_ids(doc.sentences) for i in sentence]
+        for start in range(0, len(ids), body):
+            piece = ids[start : start + body]
+            if len(piece) < 8:  # a few trailing tokens give too little context to judge
+                continue
+            out.append([tokenizer.cls_token_id, *piece, tokenizer.sep_token_id])
+            total += len(piece)
+            if max_tokens and total >= max_tokens:
+                return out
+    return out
+
+
+def _pad_pairs(pairs: Sequence[PairExample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """input ids, segment ids, attention mask: each [batch, seq], right-padded."""
+    n = max(len(p.input_ids) for p in pairs)
+    ids = torch.full((len(pairs), n), pad_id, dtype=torch.long)
+    types = torch.zeros_like(ids)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(pairs):
+        k = len(p.input_ids)
+        ids[i, :k], types[i, :k], mask[i, :k] = torch.tensor(p.input_ids), torch.tensor(p.token_type_ids), 1
+    return ids, types, mask
+
+
+def config_dict(cfg: PretrainConfig) -> dict[str, Any]:
+    return asdict(cfg)

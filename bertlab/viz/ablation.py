@@ -1,0 +1,84 @@
+"""Figures of head ablation and the logit lens (pure: a result in, a figure out)."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from bertlab.analysis.ablation import HeadEffects, LogitLens
+
+DECIMALS = 4
+
+
+def plot_head_effects(effects: HeadEffects) -> go.Figure:
+    """Layer x head heatmap of the change in the target's log-probability when that head alone is
+    switched off (red = the head helped: switching it off lowers the target)."""
+    z = np.round(effects.effects.numpy(), DECIMALS)  # [layer, head]
+    layers, heads = z.shape
+    bound = float(max(np.abs(z).max(), 1e-6))
+    ranks = effects.ranks.numpy()
+    custom = np.stack([np.round(effects.log_probs.numpy(), DECIMALS), ranks], axis=-1)  # [layer, head, 2]
+    q = effects.query
+    fig = go.Figure(
+        go.Heatmap(
+            z=z, x=list(range(heads)), y=list(range(layers)), customdata=custom,
+            colorscale="RdBu", zmin=-bound, zmax=bound, zmid=0.0,
+            hovertemplate=(
+                "layer %{y}, head %{x} off<br>change %{z:+.3f} nats<br>"
+                "log-prob %{customdata[0]:.3f}, rank %{customdata[1]}<extra></extra>"
+            ),
+            colorbar=dict(title=dict(text="Δ log-prob"), thickness=12),
+            xgap=1, ygap=1,
+        )
+    )
+    fig.update_layout(
+        title=dict(
+            text=f"Switching off one head: change in log P(“{q.target}”) at [MASK] "
+                 f"(now {effects.base_log_prob:.2f})",
+            font=dict(size=14),
+        ),
+        xaxis=dict(title="head", tickmode="array", tickvals=list(range(heads)), constrain="domain"),
+        yaxis=dict(title="layer", tickmode="array", tickvals=list(range(layers)), autorange="reversed",
+                   scaleanchor="x", constrain="domain"),
+        width=int(min(900, 220 + 40 * heads)), height=int(min(700, 160 + 40 * layers)),
+        margin=dict(l=60, r=20, t=60, b=50), plot_bgcolor="white",
+    )
+    return fig
+
+
+def lens_row_labels(lens: LogitLens) -> list[str]:
+    """One y label per stage: its name and the target's rank there."""
+    return [f"{name} · “{lens.query.target}” #{int(r)}" for name, r in zip(lens.stage_names, lens.target_ranks)]
+
+
+def plot_logit_lens(lens: LogitLens) -> go.Figure:
+    """Stage x top-k table as a heatmap: each cell is a predicted piece, coloured by its probability;
+    each row label gives the target's rank at that stage."""
+    probs = np.round(lens.top_probs.numpy(), DECIMALS)  # [stage, k]
+    stages, k = probs.shape
+    rows = lens_row_labels(lens)
+    target_p = np.round(lens.target_log_probs.exp().numpy(), DECIMALS)
+    custom = np.empty((stages, k, 2), dtype=object)
+    custom[:, :, 0] = np.array(rows, dtype=object)[:, None]
+    custom[:, :, 1] = target_p[:, None]
+    fig = go.Figure(
+        go.Heatmap(
+            z=probs, x=[f"#{i + 1}" for i in range(k)], y=list(range(stages)),
+            text=lens.top_tokens, texttemplate="%{text}", textfont=dict(size=12),
+            customdata=custom, colorscale="Blues", zmin=0.0, zmax=float(max(probs.max(), 1e-6)),
+            hovertemplate=(
+                "%{customdata[0]}<br><b>%{text}</b>: p = %{z:.3f}<br>"
+                "target p = %{customdata[1]:.4f}<extra></extra>"
+            ),
+            colorbar=dict(title=dict(text="probability"), thickness=12),
+            xgap=1, ygap=1,
+        )
+    )
+    fig.update_layout(
+        title=dict(text="Logit lens at [MASK]: what the MLM head would predict after each stage", font=dict(size=14)),
+        xaxis=dict(title="top predictions", side="top"),
+        yaxis=dict(tickmode="array", tickvals=list(range(stages)), ticktext=rows, autorange="reversed"),
+        width=int(min(1100, 320 + 110 * k)), height=int(160 + 42 * stages),
+        margin=dict(l=260, r=20, t=90, b=30), plot_bgcolor="white",
+    )
+    return fig

@@ -1,0 +1,137 @@
+"""Figures of the input representation (pure: a Representation in, a figure out)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from bertlab.analysis.representation import Representation
+
+PART_COLORS: dict[str, str] = {
+    "token": "#1f77b4",
+    "segment": "#ff7f0e",
+    "position": "#2ca02c",
+    "sum": "#7f7f7f",
+    "normalised": "#9467bd",
+}
+PART_LABELS: dict[str, str] = {
+    "token": "token embedding",
+    "segment": "segment embedding",
+    "position": "position embedding",
+    "sum": "sum (before LayerNorm)",
+    "normalised": "normalised sum (after LayerNorm)",
+}
+SEGMENT_FILL = ("#e8f1fb", "#fdf0e2")  # sentence A, sentence B
+DECIMALS = 4
+LABELLED_TOKENS = 12  # longer inputs label their points on hover only (labels would overlap)
+
+
+def _labels(rep: Representation) -> list[str]:
+    """Unique category labels "i piece" (a sentence may repeat a piece)."""
+    return [f"{i} {t}" for i, t in enumerate(rep.tokens)]
+
+
+def table_rows(rep: Representation) -> dict[str, list[str]]:
+    """The rows of the input table, one entry per token: what `plot_input_table` shows."""
+    return {
+        "piece": list(rep.tokens),
+        "segment": ["A" if s == 0 else "B" for s in rep.segment_ids],
+        "position": [str(p) for p in rep.position_ids],
+        "word": ["–" if w is None else str(w) for w in rep.word_ids],
+        "id": [str(i) for i in rep.ids],
+    }
+
+
+def plot_input_table(rep: Representation) -> go.Figure:
+    """The BERT-paper picture as a table: one column per token; rows piece / segment / position /
+    word / id; cells tinted by segment (blue = A, orange = B)."""
+    rows = table_rows(rep)
+    fill = [SEGMENT_FILL[min(s, 1)] for s in rep.segment_ids]
+    columns = [[name for name in rows]] + [[rows[name][i] for name in rows] for i in range(len(rep.tokens))]
+    fig = go.Figure(
+        go.Table(
+            header=dict(values=["", *[str(i) for i in range(len(rep.tokens))]], fill_color="#dddddd",
+                        align="center", font=dict(size=11)),
+            cells=dict(values=columns, fill_color=[["#f5f5f5"] * len(rows)] + [[f] * len(rows) for f in fill],
+                       align="center", font=dict(size=12), height=26),
+            columnwidth=[70] + [max(45, 9 * len(t)) for t in rep.tokens],
+        )
+    )
+    fig.update_layout(
+        title=dict(text="What BERT reads: pieces, segments, positions", font=dict(size=14)),
+        width=int(min(1400, 120 + sum(max(45, 9 * len(t)) for t in rep.tokens))),
+        height=230,
+        margin=dict(l=10, r=10, t=40, b=10),
+    )
+    return fig
+
+
+def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None) -> go.Figure:
+    """Grouped bars: the L2 norm of each part for each token (x = tokens, one colour per part)."""
+    parts = list(parts or rep.norms)
+    for p in parts:
+        rep.part(p)  # a clear error for an unknown part
+    x = _labels(rep)
+    fig = go.Figure(
+        [
+            go.Bar(
+                name=PART_LABELS.get(p, p),
+                x=x,
+                y=np.round(rep.norms[p].numpy(), DECIMALS),
+                marker_color=PART_COLORS.get(p),
+                hovertemplate="%{x}<br>" + PART_LABELS.get(p, p) + ": norm %{y:.3f}<extra></extra>",
+            )
+            for p in parts
+        ]
+    )
+    fig.update_layout(
+        barmode="group",
+        title=dict(text="How long is each part? (L2 norm per token)", font=dict(size=14)),
+        xaxis=dict(title="token", tickmode="array", tickvals=x, ticktext=list(rep.tokens), tickangle=-45),
+        yaxis=dict(title="norm", rangemode="tozero"),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+        width=int(min(1400, max(600, 120 + 22 * len(parts) * len(x)))),
+        height=430,
+        margin=dict(l=60, r=20, t=80, b=90),
+        plot_bgcolor="white",
+    )
+    return fig
+
+
+def plot_part_projection(rep: Representation) -> go.Figure:
+    """Scatter of the projected parts in their shared 2-D basis, one colour per part, each point
+    labelled with its token. The basis is not centred, so sum = token + segment + position holds in
+    the picture too."""
+    traces = []
+    for i, p in enumerate(rep.projected_parts):
+        xy = np.round(rep.projection[i].numpy(), DECIMALS)  # [seq, 2]
+        traces.append(
+            go.Scatter(
+                name=PART_LABELS.get(p, p),
+                x=xy[:, 0],
+                y=xy[:, 1],
+                mode="markers+text" if len(rep.tokens) <= LABELLED_TOKENS else "markers",
+                text=list(rep.tokens),
+                textposition="top center",
+                textfont=dict(size=10, color=PART_COLORS.get(p)),
+                marker=dict(size=8, color=PART_COLORS.get(p)),
+                customdata=list(range(len(rep.tokens))),
+                hovertemplate="%{customdata} <b>%{text}</b><br>(%{x:.2f}, %{y:.2f})<extra>" + p + "</extra>",
+            )
+        )
+    e = rep.explained.tolist()
+    fig = go.Figure(traces)
+    fig.update_layout(
+        title=dict(text="The parts in 2-D (shared projection)", font=dict(size=14)),
+        xaxis=dict(title=f"direction 1 ({100 * e[0]:.0f}% of squared norm)", zeroline=True, zerolinecolor="#ccc"),
+        yaxis=dict(title=f"direction 2 ({100 * e[1]:.0f}%)", zeroline=True, zerolinecolor="#ccc",
+                   scaleanchor="x"),  # equal units: distances in the picture are distances in the map
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+        width=720,
+        height=560,
+        plot_bgcolor="white",
+        margin=dict(l=60, r=20, t=80, b=60),
+    )
+    return fig

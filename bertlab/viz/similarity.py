@@ -1,0 +1,121 @@
+"""Figures of embeddings and similarity (pure: a result in, a figure out)."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from bertlab.analysis.similarity import TokenSimilarity, WordAcrossContexts, WordProjection
+
+DECIMALS = 4
+WORD_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
+               "#7f7f7f", "#bcbd22")
+
+
+def plot_token_similarity(sim: TokenSimilarity, stage: int) -> go.Figure:
+    """Heatmap of token x token cosine similarity at `stage`, on a fixed -1..1 scale so stages compare."""
+    z = np.round(sim.matrix(stage).numpy(), DECIMALS)  # [seq, seq]
+    n = len(sim.tokens)
+    labels = [t if t.strip() else repr(t) for t in sim.tokens]
+    pairs = np.empty((n, n, 2), dtype=object)
+    pairs[:, :, 0] = np.array(labels, dtype=object)[:, None]
+    pairs[:, :, 1] = np.array(labels, dtype=object)[None, :]
+    axis = dict(tickmode="array", tickvals=list(range(n)), ticktext=labels, showgrid=False, zeroline=False)
+    side = int(min(760, max(420, 200 + 12 * n)))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z, x=list(range(n)), y=list(range(n)), customdata=pairs,
+            hovertemplate="%{customdata[0]} · %{customdata[1]}<br>cosine %{z:.3f}<extra></extra>",
+            colorscale="RdBu", reversescale=True, zmin=-1.0, zmax=1.0, zmid=0.0,
+            colorbar=dict(title=dict(text="cosine"), thickness=12),
+        )
+    )
+    fig.update_layout(
+        title=dict(text=f"Cosine similarity between tokens, {_stage_title(sim.stage_names, stage)}",
+                   font=dict(size=14)),
+        xaxis=dict(axis, tickangle=-60 if n > 8 else 0, constrain="domain"),
+        yaxis=dict(axis, autorange="reversed", scaleanchor="x", constrain="domain"),
+        width=side + 160, height=side + 60, margin=dict(l=100, r=20, t=50, b=100), plot_bgcolor="white",
+    )
+    return fig
+
+
+def word_lines(result: WordAcrossContexts) -> dict[str, np.ndarray]:
+    """The lines of `plot_word_across_layers`, by legend name: [stage] each."""
+    lines: dict[str, np.ndarray] = {}
+    if result.same_sense is not None:
+        lines["same sense"] = result.same_sense.numpy()
+    if result.different_sense is not None:
+        lines["different senses"] = result.different_sense.numpy()
+    if result.senses is None:
+        lines["all pairs of contexts"] = result.all_pairs.numpy()
+    lines["random token pairs (baseline)"] = result.baseline.mean.numpy()
+    return {k: np.round(v, DECIMALS) for k, v in lines.items()}
+
+
+def plot_word_across_layers(result: WordAcrossContexts) -> go.Figure:
+    """Mean cosine of the word's vectors across contexts, per stage: same-sense pairs,
+    different-sense pairs (or all pairs without senses), against the random-pair baseline."""
+    styles = {
+        "same sense": dict(color="#2ca02c"),
+        "different senses": dict(color="#d62728"),
+        "all pairs of contexts": dict(color="#1f77b4"),
+        "random token pairs (baseline)": dict(color="#7f7f7f", dash="dash"),
+    }
+    lines = word_lines(result)
+    fig = go.Figure(
+        [
+            go.Scatter(
+                name=name, x=result.stage_names, y=y, mode="lines+markers", line=styles[name],
+                hovertemplate="%{x}: mean cosine %{y:.3f}<extra>" + name + "</extra>",
+            )
+            for name, y in lines.items()
+        ]
+    )
+    lowest = min(0.0, float(min(v.min() for v in lines.values())) - 0.05)
+    fig.update_layout(
+        title=dict(text=f"“{result.word}” across {len(result.contexts)} contexts: how similar are its vectors?",
+                   font=dict(size=14)),
+        xaxis=dict(title="stage (embeddings, then the output of each layer)"),
+        yaxis=dict(title="mean cosine similarity", range=[lowest, 1.02]),
+        legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+        width=760, height=460, plot_bgcolor="white", margin=dict(l=60, r=20, t=80, b=60),
+    )
+    return fig
+
+
+def plot_word_projection(proj: WordProjection, stage: int) -> go.Figure:
+    """Scatter of the words' contextual vectors at `stage` in 2-D (centred PCA), one colour per word;
+    hovering a point shows its sentence."""
+    if not 0 <= stage < proj.points.shape[0]:
+        raise IndexError(f"stage {stage} does not exist: use 0 (embeddings) to {proj.points.shape[0] - 1}.")
+    xy = np.round(proj.points[stage].numpy(), DECIMALS)  # [point, 2]
+    traces = []
+    for i, word in enumerate(dict.fromkeys(proj.words)):
+        idx = [j for j, w in enumerate(proj.words) if w == word]
+        traces.append(
+            go.Scatter(
+                name=word, x=xy[idx, 0], y=xy[idx, 1], mode="markers",
+                marker=dict(size=11, color=WORD_COLORS[i % len(WORD_COLORS)], line=dict(width=1, color="white")),
+                customdata=[[proj.sentence_index[j] + 1, _short(proj.sentences[proj.sentence_index[j]])] for j in idx],
+                hovertemplate="<b>" + word + "</b> in sentence %{customdata[0]}:<br>%{customdata[1]}<extra></extra>",
+            )
+        )
+    e = proj.explained[stage].tolist()
+    fig = go.Figure(traces)
+    fig.update_layout(
+        title=dict(text=f"Contextual vectors in 2-D, {_stage_title(proj.stage_names, stage)}", font=dict(size=14)),
+        xaxis=dict(title=f"PC 1 ({100 * e[0]:.0f}% of variance)", zeroline=False),
+        yaxis=dict(title=f"PC 2 ({100 * e[1]:.0f}%)", zeroline=False, scaleanchor="x"),
+        width=720, height=540, plot_bgcolor="white", margin=dict(l=60, r=20, t=60, b=60),
+    )
+    return fig
+
+
+def _stage_title(names: list[str], stage: int) -> str:
+    return "at the embeddings" if stage == 0 else f"after {names[stage]}"
+
+
+def _short(text: str, n: int = 90) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
