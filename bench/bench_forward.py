@@ -4,7 +4,8 @@ Two modes:
   plain    bertlab (no hooks, fused attention) vs HF BertModel (default SDPA attention)
   capture  bertlab run_with_cache(every attention pattern + every layer's hidden state + embeddings)
            vs HF (eager attention, output_attentions=True, output_hidden_states=True)
-Prints a table of median latencies and ratios (bertlab / HF: below 1 = bertlab faster) and the
+The four variants take turns call by call. Prints a table of median latencies and ratios
+(bertlab / HF: below 1 = bertlab faster) and the
 capture overhead (bertlab capture / bertlab plain), and writes bench/results/forward.json.
 
     python bench/bench_forward.py [--quick] [--batch 4] [--repeats 15]
@@ -24,16 +25,20 @@ import torch
 CAPTURED = ("hook_pattern", "hook_resid_post", "embeddings.hook_out")
 
 
-def _time(fn, repeats: int) -> float:
-    """Median seconds of `fn()` after two warm-up calls."""
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def _time_all(fns: dict, repeats: int) -> dict[str, float]:
+    """Median seconds of each `fn()`, after two warm-up calls each. The variants take turns call by
+    call (in a rotating order), so a burst of background load hits them alike."""
+    for fn in fns.values():
+        for _ in range(2):
+            fn()
+    names = list(fns)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        for n in names[r % len(names):] + names[: r % len(names)]:
+            t = time.perf_counter()
+            fns[n]()
+            times[n].append(time.perf_counter() - t)
+    return {n: statistics.median(v) for n, v in times.items()}
 
 
 def _models(name: str):
@@ -51,10 +56,13 @@ def _models(name: str):
         hf_sdpa = transformers.BertModel.from_pretrained(folder, attn_implementation="sdpa")
         hf_eager = transformers.BertModel.from_pretrained(folder, attn_implementation="eager")
     else:  # random weights, bert-base shape
+        import tempfile
+
         torch.manual_seed(0)
-        hf_sdpa = transformers.BertModel(transformers.BertConfig(), attn_implementation="sdpa")
-        hf_eager = transformers.BertModel(transformers.BertConfig(), attn_implementation="eager")
-        hf_eager.load_state_dict(hf_sdpa.state_dict())
+        with tempfile.TemporaryDirectory() as folder:  # the same random weights behind both attentions
+            transformers.BertModel(transformers.BertConfig()).save_pretrained(folder)
+            hf_sdpa = transformers.BertModel.from_pretrained(folder, attn_implementation="sdpa")
+            hf_eager = transformers.BertModel.from_pretrained(folder, attn_implementation="eager")
         ours = Bert(BertConfig())
         state = {"bert." + k: v for k, v in hf_sdpa.state_dict().items() if "position_ids" not in k}
         ours.load_state_dict(state)
@@ -73,14 +81,13 @@ def run(batch: int, lengths: list[int], repeats: int, models: list[str]) -> list
             mask = torch.ones_like(ids)
             names = lambda n: n.endswith(CAPTURED)  # noqa: E731
             with torch.inference_mode():
-                t = {
-                    "bertlab_plain": _time(lambda: ours(ids, types, mask), repeats),
-                    "hf_plain": _time(lambda: hf_sdpa(input_ids=ids, token_type_ids=types, attention_mask=mask),
-                                      repeats),
-                    "bertlab_capture": _time(lambda: ours.run_with_cache(ids, types, mask, names=names), repeats),
-                    "hf_capture": _time(lambda: hf_eager(input_ids=ids, token_type_ids=types, attention_mask=mask,
-                                                         output_attentions=True, output_hidden_states=True), repeats),
-                }
+                t = _time_all({
+                    "bertlab_plain": lambda: ours(ids, types, mask),
+                    "hf_plain": lambda: hf_sdpa(input_ids=ids, token_type_ids=types, attention_mask=mask),
+                    "bertlab_capture": lambda: ours.run_with_cache(ids, types, mask, names=names),
+                    "hf_capture": lambda: hf_eager(input_ids=ids, token_type_ids=types, attention_mask=mask,
+                                                   output_attentions=True, output_hidden_states=True),
+                }, repeats)
             row = {"model": name, "batch": batch, "seq": seq, **{k: round(v * 1000, 2) for k, v in t.items()}}
             row["plain_ratio_vs_hf"] = round(t["bertlab_plain"] / t["hf_plain"], 3)
             row["capture_ratio_vs_hf"] = round(t["bertlab_capture"] / t["hf_capture"], 3)

@@ -131,7 +131,8 @@ def _with_default_heads(model: Bert, report: LoadReport) -> Bert:
         return model
     model = apply_heads(model, path)
     report.heads, report.notes = model.config.pretraining_heads, [
-        f"MLM and NSP heads trained by bertlab ({path.name}) on a frozen encoder: see the README for their accuracy."
+        f"MLM and NSP heads trained by bertlab ({path.name}), with the top two encoder layers re-trained "
+        "to carry word identity again: see the README for their accuracy."
     ]
     model.load_report = report
     return model
@@ -199,7 +200,8 @@ def _from_hub(repo_id: str, revision: str | None) -> Path:
                                                                                      "model.safetensors.index.json"])
         )
         if not _weights_in(folder):
-            folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=HUB_FILES + ["pytorch_model.bin"]))
+            patterns = [*HUB_FILES, "pytorch_model.bin"]
+            folder = Path(snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
     except HFValidationError as e:
         raise CheckpointError(f"{repo_id!r} is neither an existing folder nor a valid hub name ({e}).") from e
     except LocalEntryNotFoundError as e:

@@ -294,7 +294,7 @@ class BertLMPredictionHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.decoder(self.transform(x)) + self.bias  # [..., vocab]
+        return F.linear(self.transform(x), self.decoder.weight, self.bias)  # [..., vocab]
 
 
 class BertPreTrainingHeads(nn.Module):

@@ -77,3 +77,15 @@ def default_model():
     from bertlab.loading import load
 
     return load(None)
+
+
+@pytest.fixture(scope="session")
+def bare_default():
+    """The offline default exactly as the package ships it: the encoder, no MLM/NSP head
+    (what `load(None)` gives when bertlab's trained heads are switched off)."""
+    from bertlab.loading import default_model_folder, load_model
+    from bertlab.tokenizer import Tokenizer
+
+    folder = default_model_folder()
+    model, _ = load_model(folder)
+    return model, Tokenizer.from_folder(folder)

@@ -150,8 +150,8 @@ def test_single_head_effects_on_minilm_cover_every_head(minilm_mlm):
         assert abs(float(e.log_probs[layer, head]) - float(ref)) < 1e-4
 
 
-def test_missing_mlm_head_is_reported(default_model):
-    model, tok = default_model  # MiniLM as shipped: encoder only
+def test_missing_mlm_head_is_reported(bare_default):
+    model, tok = bare_default  # MiniLM as its package ships it: encoder only
     for fn in (masked_query, single_head_effects, logit_lens):
         with pytest.raises(MissingHeadError, match="no MLM head"):
             fn(model, tok, "Paris is the [MASK] of France.")

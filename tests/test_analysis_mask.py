@@ -13,7 +13,13 @@ import torch
 
 from bertlab.analysis import InputError
 from bertlab.analysis.mask import (
-    Candidate, MaskPrediction, WordScore, fill_mask, join_pieces, mask_each_word, text_words,
+    Candidate,
+    MaskPrediction,
+    WordScore,
+    fill_mask,
+    join_pieces,
+    mask_each_word,
+    text_words,
 )
 from bertlab.config import BertConfig
 from bertlab.loading import load
@@ -179,8 +185,8 @@ def test_bad_input_raises_a_clear_input_error(mlm, text, kwargs, match):
         fill_mask(model, tok, text, **kwargs)
 
 
-def test_missing_mlm_head(default_model):
-    model, tok = default_model  # MiniLM: encoder only
+def test_missing_mlm_head(bare_default):
+    model, tok = bare_default  # MiniLM as its package ships it: encoder only
     with pytest.raises(MissingHeadError, match="no MLM head"):
         fill_mask(model, tok, "The [MASK] sat.")
     with pytest.raises(MissingHeadError, match="no MLM head"):

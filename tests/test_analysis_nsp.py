@@ -9,7 +9,16 @@ import torch
 
 from bertlab.analysis import InputError
 from bertlab.analysis.nsp import (
-    A, B, CLS, GROUPS, SEP, AttentionMass, attention_mass, next_sentence, random_sentence, token_groups,
+    CLS,
+    GROUPS,
+    SEP,
+    A,
+    AttentionMass,
+    B,
+    attention_mass,
+    next_sentence,
+    random_sentence,
+    token_groups,
 )
 from bertlab.loading import load
 from bertlab.model import MissingHeadError
@@ -124,12 +133,12 @@ def test_bad_input(pretraining, a, b, error, match):
         next_sentence(model, tok, a, b)
 
 
-def test_missing_nsp_head(tiny_checkpoints, default_model):
+def test_missing_nsp_head(tiny_checkpoints, bare_default):
     model, tok = load(tiny_checkpoints["BertForMaskedLM"])
     with pytest.raises(MissingHeadError, match="no NSP head"):
         next_sentence(model, tok, "The cat sat.", "It was tired.")
     with pytest.raises(MissingHeadError, match="no NSP head"):
-        next_sentence(*default_model, "The cat sat.", "It was tired.")
+        next_sentence(*bare_default, "The cat sat.", "It was tired.")
 
 
 def test_long_pair_is_cut_with_a_warning(pretraining):

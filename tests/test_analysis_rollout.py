@@ -9,7 +9,11 @@ import torch
 
 from bertlab.analysis.attention import attention_patterns
 from bertlab.analysis.rollout import (
-    RolloutResult, attention_rollout, compute_rollout, mix_residual, rollout_from_attention,
+    RolloutResult,
+    attention_rollout,
+    compute_rollout,
+    mix_residual,
+    rollout_from_attention,
 )
 from bertlab.loading import load
 from bertlab.viz.rollout import plot_rollout, rollout_z

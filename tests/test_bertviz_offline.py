@@ -102,7 +102,8 @@ def test_widgets_show_the_page_in_an_iframe():
     attn = softmax_attention(2, 3, len(TOKENS))
     for widget in (bertviz_head_view(attn, TOKENS, B_START), bertviz_model_view(attn, TOKENS, include_heads=[0, 2])):
         assert isinstance(widget, ipywidgets.HTML)
-        match = re.fullmatch(r'<iframe class="bertlab-bertviz" srcdoc="([^"]*)" style="[^"]*" title="bertviz"></iframe>',
+        match = re.fullmatch(r'<iframe class="bertlab-bertviz" srcdoc="([^"]*)" '
+                             r'style="[^"]*" title="bertviz"></iframe>',
                              widget.value)
         assert match is not None
         page = html.unescape(match.group(1))

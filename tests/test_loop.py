@@ -582,7 +582,7 @@ def pretraining_loss(model, b) -> tuple[torch.Tensor, dict]:
 
 
 def test_pretraining_a_tiny_bert_learns_and_resumes_exactly(tmp_path: Path, word_tokenizer):
-    from bertlab.training.masking import MLMCollator, MaskingConfig
+    from bertlab.training.masking import MaskingConfig, MLMCollator
 
     tok = word_tokenizer
     collate = MLMCollator(tok, MaskingConfig(mlm_probability=0.3))

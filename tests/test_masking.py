@@ -11,10 +11,10 @@ import torch
 from bertlab.training.masking import (
     IGNORE_INDEX,
     MaskedTokens,
+    MaskingConfig,
     MaskingError,
     MaskKind,
     MLMCollator,
-    MaskingConfig,
     continuation_table,
     expected_span_length,
     mask_tokens,

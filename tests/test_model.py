@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bertlab.loading import load
-from bertlab.model import Bert, MissingHeadError
+from bertlab.model import MissingHeadError
 
 TOL = 1e-5
 ARCHS = ["BertForPreTraining", "BertForMaskedLM", "BertModel"]
@@ -87,10 +87,10 @@ def test_task_heads_equal_transformers(tiny_checkpoints, arch, field):
         assert _max_diff(out.end_logits, ref.end_logits, mask) <= TOL
 
 
-def test_offline_default_equals_transformers(default_model, minilm_folder):
+def test_offline_default_equals_transformers(bare_default, minilm_folder):
     from transformers import BertModel
 
-    model, tok = default_model
+    model, tok = bare_default
     hf = BertModel.from_pretrained(minilm_folder, attn_implementation="eager").eval()
     batch = tok.encode_batch(["The river bank was muddy after the rain.", "Ich zahle Geld auf der Bank ein. 東京 🙂"],
                              ["She sat down by the water.", "short"])
@@ -180,8 +180,8 @@ def test_cache_shapes_and_embedding_parts_sum(default_model):
     assert cache.stack("hook_pattern").shape == (6, 1, h, s, s)
 
 
-def test_missing_heads_are_reported_and_refused_clearly(default_model):
-    model, _ = default_model
+def test_missing_heads_are_reported_and_refused_clearly(bare_default):
+    model, _ = bare_default
     assert not model.has_mlm and not model.has_nsp
     assert "no MLM head" in " ".join(model.load_report.notes)
     with pytest.raises(MissingHeadError, match="pre-training tab"):

@@ -9,9 +9,9 @@ The logit lens applies the MLM head to the masked position's vector after every 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
-from typing import Iterable
 
 import torch
 
@@ -56,6 +56,9 @@ def masked_query(
     original = None
     if position is None:
         masks = [i for i, t in enumerate(ids) if t == tok.mask_token_id]
+        if not masks and enc.truncated and tok.mask_token in text:
+            raise InputError(f"The [MASK] was cut off: {enc.warning} Move the [MASK] nearer the start "
+                             f"or shorten the text.")
         if not masks:
             raise InputError("The text has no [MASK]: write [MASK] where the word to predict goes, "
                              "or choose a token position.")
@@ -111,12 +114,17 @@ def target_piece_id(tok: Tokenizer, word: str) -> int:
 # The MLM head at the masked position, under head masks
 # ---------------------------------------------------------------------------------------------
 def masked_log_probs(
-    model: Bert, query: MaskedQuery, head_masks: torch.Tensor | None = None, batch_size: int | None = None
+    model: Bert,
+    query: MaskedQuery,
+    head_masks: torch.Tensor | None = None,
+    batch_size: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> torch.Tensor:
     """Log-probabilities over the vocabulary at the [MASK], one row per head mask.
 
     head_masks: [n, layer, head] of 1 (on) / 0 (off); None = nothing switched off (n = 1).
     batch_size: masks per forward pass (default: TOKENS_PER_BATCH tokens' worth).
+    progress: called as progress(masks done, masks in all) after each forward pass.
     Returns [n, vocab] float32 on CPU.
     """
     model.require("mlm")
@@ -142,6 +150,8 @@ def masked_log_probs(
                 out = model(query.input_ids.expand(n, -1), token_type_ids=query.token_type_ids.expand(n, -1),
                             mlm_positions=where)
             rows.append(out.mlm_logits.float().log_softmax(dim=-1).cpu())  # [n, vocab]
+            if progress is not None:
+                progress(sum(len(r) for r in rows), head_masks.shape[0])
     return torch.cat(rows)
 
 
@@ -246,14 +256,24 @@ class HeadEffects:
 
 
 def single_head_effects(
-    model: Bert, tok: Tokenizer, text: str, target: str | None = None, position: int | None = None
+    model: Bert,
+    tok: Tokenizer,
+    text: str,
+    target: str | None = None,
+    position: int | None = None,
+    batch_size: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> HeadEffects:
-    """Switch off each head alone (layer x head runs, batched) and record the target's log-probability."""
+    """Switch off each head alone (layer x head runs, batched) and record the target's log-probability.
+
+    batch_size and progress(done, total) go to `masked_log_probs` (total = 1 + layers x heads).
+    """
     query = masked_query(model, tok, text, target, position)
     layers, heads = model.config.num_hidden_layers, model.config.num_attention_heads
     masks = torch.ones(1 + layers * heads, layers * heads)  # row 0: nothing off; row 1 + i: head i off
     masks[1:].fill_diagonal_(0.0)
-    log_probs = masked_log_probs(model, query, masks.view(-1, layers, heads))  # [1 + layer * head, vocab]
+    log_probs = masked_log_probs(model, query, masks.view(-1, layers, heads), batch_size, progress)
+    # [1 + layer * head, vocab]
     target = log_probs[:, query.target_id]
     return HeadEffects(
         query=query,

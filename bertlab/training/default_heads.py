@@ -1,5 +1,6 @@
-"""The offline default's MLM + NSP heads: trained by `pretrain` on a frozen MiniLM encoder,
-shipped as a small safetensors file that `bertlab.load()` merges into the model.
+"""The offline default's MLM + NSP heads: trained by `pretrain` on the MiniLM encoder with all but its
+top two layers frozen, shipped as a small safetensors file (heads, pooler, the two re-trained layers)
+that `bertlab.load()` merges into the model.
 
     bertlab train-default-heads            # recipe: bertlab/recipes/default_heads.json
 """
@@ -19,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from bertlab.model import Bert
 from bertlab.training.corpora import load_corpus
 from bertlab.training.loop import TrainEvent
-from bertlab.training.pretrain import PretrainConfig, evaluate_mlm, evaluate_nsp, pretrain
+from bertlab.training.pretrain import PretrainConfig, evaluate_mlm, evaluate_nsp, pretrain, trainable_prefixes
 
 log = logging.getLogger(__name__)
 
@@ -45,19 +46,20 @@ def read_recipe(path: str | Path | None = None, **overrides: Any) -> PretrainCon
     return PretrainConfig(**d)
 
 
-def head_state(model: Bert) -> dict[str, torch.Tensor]:
-    """The heads' (and pooler's) weights, without the tied decoder (it is the word embeddings)."""
+def head_state(model: Bert, prefixes: tuple[str, ...] = HEAD_PREFIXES) -> dict[str, torch.Tensor]:
+    """The weights under `prefixes` (heads, pooler, any re-trained layers), without the tied decoder."""
     return {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()
-            if k.startswith(HEAD_PREFIXES) and k != "cls.predictions.decoder.weight"}
+            if k.startswith(prefixes) and k != "cls.predictions.decoder.weight"}
 
 
-def save_heads(model: Bert, path: str | Path, metadata: dict[str, str] | None = None) -> Path:
-    """Write the heads atomically (temp file + rename)."""
+def save_heads(model: Bert, path: str | Path, metadata: dict[str, str] | None = None,
+               prefixes: tuple[str, ...] = HEAD_PREFIXES) -> Path:
+    """Write the heads (and whatever else `prefixes` names) atomically (temp file + rename)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     os.close(fd)
-    save_file(head_state(model), tmp, metadata={"format": "pt", **(metadata or {})})
+    save_file(head_state(model, prefixes), tmp, metadata={"format": "pt", **(metadata or {})})
     os.replace(tmp, path)
     return path
 
@@ -93,10 +95,12 @@ def train_default_heads(
     base, _ = load_model(folder)
     tok = Tokenizer.from_folder(folder)
     held = load_corpus(cfg.corpus, split="held_out")
-    model, tok, result = pretrain(cfg, model=base, tokenizer=tok, callbacks=callbacks)
+    model, tok, result = pretrain(cfg, model=base, tokenizer=tok, callbacks=callbacks,
+                                  eval_documents=held[::10] if cfg.eval_every else None)
     result.raise_for_status()
     out = Path(out or heads_path())
-    save_heads(model, out, {"recipe": json.dumps(cfg.__dict__, default=str), "steps": str(result.step)})
+    prefixes = trainable_prefixes(model, cfg.train_top_layers)
+    save_heads(model, out, {"recipe": json.dumps(cfg.__dict__, default=str), "steps": str(result.step)}, prefixes)
     figures = evaluate_default_heads(model, tok, held)
     figures["steps"] = result.step
     out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")

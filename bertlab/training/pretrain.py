@@ -56,6 +56,7 @@ class PretrainConfig:
     dupe_factor: int = 1
     freeze_encoder: bool = False  # train the heads only (the offline default's recipe)
     train_layernorms: bool = False  # with freeze_encoder: also adapt every LayerNorm (few parameters)
+    train_top_layers: int = 0  # with freeze_encoder: also train the last N encoder layers
     out_dir: str | None = None
     checkpoint_every: int = 0
     log_every: int = 10
@@ -98,28 +99,39 @@ def pretraining_examples(documents: Sequence[Document], tokenizer: Tokenizer, cf
                        dupe_factor=cfg.dupe_factor)
 
 
-def mlm_nsp_loss(model: torch.nn.Module, batch: MLMBatch) -> tuple[torch.Tensor, dict[str, float]]:
-    """MLM cross-entropy on the chosen positions only (+ NSP/SOP cross-entropy when the model has the head)."""
+def mlm_nsp_loss(model: torch.nn.Module, batch: MLMBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """MLM cross-entropy on the chosen positions only (+ NSP/SOP cross-entropy when the model has the head).
+    Metrics stay tensors: the loop reads them at log time, so a step never waits for the GPU."""
     picked = batch.labels != IGNORE_INDEX  # [batch, seq]
     out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, mlm_positions=picked)
     targets = batch.labels[picked]  # [n]
     mlm_loss = F.cross_entropy(out.mlm_logits.float(), targets)
-    metrics = {"mlm_loss": mlm_loss.item(), "mlm_acc": (out.mlm_logits.argmax(-1) == targets).float().mean().item()}
+    metrics = {"mlm_loss": mlm_loss.detach(), "mlm_acc": (out.mlm_logits.argmax(-1) == targets).float().mean()}
     loss = mlm_loss
     if out.nsp_logits is not None and batch.next_sentence_label is not None:
         nsp_loss = F.cross_entropy(out.nsp_logits.float(), batch.next_sentence_label)
         loss = loss + nsp_loss
-        metrics["nsp_loss"] = nsp_loss.item()
-        metrics["nsp_acc"] = (out.nsp_logits.argmax(-1) == batch.next_sentence_label).float().mean().item()
+        metrics["nsp_loss"] = nsp_loss.detach()
+        metrics["nsp_acc"] = (out.nsp_logits.argmax(-1) == batch.next_sentence_label).float().mean()
     return loss, metrics
 
 
-def freeze_for_heads(model: Bert, train_layernorms: bool = False) -> int:
-    """Freeze the encoder so that only the MLM/NSP heads (and the pooler) learn; returns trainable count.
-    The word embeddings stay frozen too, so the tied MLM decoder keeps the encoder's vocabulary."""
+def trainable_prefixes(model: Bert, top_layers: int = 0) -> tuple[str, ...]:
+    """Parameter-name prefixes that learn when the encoder is frozen: heads, pooler, the last `top_layers` layers."""
+    n = model.config.num_hidden_layers
+    if not 0 <= top_layers <= n:
+        raise ValueError(f"train_top_layers must be between 0 and {n}; got {top_layers}.")
+    return ("cls.", "bert.pooler.") + tuple(f"bert.encoder.layer.{i}." for i in range(n - top_layers, n))
+
+
+def freeze_for_heads(model: Bert, train_layernorms: bool = False, top_layers: int = 0) -> int:
+    """Freeze the encoder so that only the MLM/NSP heads (and the pooler, and the last `top_layers` layers)
+    learn; returns the trainable count. The word embeddings stay frozen, so the tied MLM decoder keeps the
+    encoder's vocabulary, and gradients stop at the first trainable layer (cheap on a CPU)."""
+    keep = trainable_prefixes(model, top_layers)
     for name, p in model.named_parameters():
-        head = name.startswith("cls.") or name.startswith("bert.pooler.")
-        p.requires_grad = head or (train_layernorms and "LayerNorm" in name and name.startswith("bert."))
+        p.requires_grad = name.startswith(keep) or (
+            train_layernorms and "LayerNorm" in name and name.startswith("bert."))
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
@@ -146,12 +158,17 @@ def pretrain(
         heads = ("mlm",) if cfg.pair_task == "none" else ("mlm", "nsp")
         model = model.with_heads(heads)
     if cfg.freeze_encoder:
-        n = freeze_for_heads(model, cfg.train_layernorms)
+        n = freeze_for_heads(model, cfg.train_layernorms, cfg.train_top_layers)
         log.info("encoder frozen: %d trainable parameters", n)
     docs = list(documents) if documents is not None else load_corpus(cfg.corpus, split="train")
     if cfg.max_documents:
         docs = docs[: cfg.max_documents]
     examples = pretraining_examples(docs, tokenizer, cfg)
+    if not examples:
+        raise ValueError(
+            f"the corpus gave no training pairs ({len(docs)} documents): BERT's examples need documents of at "
+            "least two sentences (a sentence ends with . ! or ? followed by a capital letter)."
+        )
     collate = MLMCollator(tokenizer, MaskingConfig(strategy=cfg.masking), seed=cfg.seed, static=cfg.static_masking)
     eval_fn = None
     if eval_documents is not None:
@@ -241,7 +258,9 @@ def evaluate_pretraining(model: Bert, tokenizer: Tokenizer, documents: Sequence[
     return out
 
 
-def _chunks(documents: Sequence[Document], tokenizer: Tokenizer, seq_len: int, max_tokens: int | None) -> list[list[int]]:
+def _chunks(
+    documents: Sequence[Document], tokenizer: Tokenizer, seq_len: int, max_tokens: int | None
+) -> list[list[int]]:
     """Each document's tokens cut into pieces of seq_len - 2, wrapped in [CLS] ... [SEP]."""
     body = seq_len - 2
     out: list[list[int]] = []

@@ -7,7 +7,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from bertlab.analysis.nsp import A, B, CLS, SEP, AttentionMass, NSPResult
+from bertlab.analysis.nsp import CLS, SEP, A, AttentionMass, B, NSPResult
 
 IS_NEXT, NOT_NEXT = "#2ca02c", "#bbbbbb"
 GROUP_COLORS = {A: "#4a90d9", B: "#e6842a", CLS: "#7f7f7f", SEP: "#c7c7c7"}
@@ -50,10 +50,12 @@ def plot_attention_mass(mass: AttentionMass, sources: Sequence[str] = (A, B, CLS
         subplot_titles=[f"from {GROUP_NAMES.get(s, s)}" for s in sources],
     )
     layers = list(range(mass.num_layers))
+    traces, cols = [], []
     for col, source in enumerate(sources, start=1):
         for target in mass.groups:
             share = mass.share(source, target)  # [layers]
-            fig.add_trace(
+            cols.append(col)
+            traces.append(
                 go.Bar(
                     x=layers, y=[round(float(v), 4) for v in share], name=f"to {GROUP_NAMES.get(target, target)}",
                     marker_color=GROUP_COLORS.get(target), legendgroup=target, showlegend=col == 1,
@@ -61,10 +63,10 @@ def plot_attention_mass(mass: AttentionMass, sources: Sequence[str] = (A, B, CLS
                         f"layer %{{x}}: {GROUP_NAMES.get(source, source)} → "
                         f"{GROUP_NAMES.get(target, target)} %{{y:.1%}}<extra></extra>"
                     ),
-                ),
-                row=1, col=col,
+                )
             )
         fig.update_xaxes(title_text="layer", tickmode="linear", dtick=1, row=1, col=col)
+    fig.add_traces(traces, rows=[1] * len(traces), cols=cols)  # at once: add_trace per bar is slow
     fig.update_yaxes(range=[0, 1], tickformat=".0%", title_text="share of attention", row=1, col=1)
     fig.update_layout(
         barmode="stack", bargap=0.15, height=380, width=max(520, 260 * len(sources)), plot_bgcolor="white",

@@ -1,0 +1,326 @@
+"""Ablation tab: switch attention heads off and watch the masked word's log-probability move;
+the effect of every head alone as a layer x head heatmap; the logit lens at the [MASK]."""
+
+from __future__ import annotations
+
+import html
+import math
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+
+from bertlab.analysis.ablation import (
+    AblationResult,
+    HeadEffects,
+    LogitLens,
+    head_ablation,
+    logit_lens,
+    single_head_effects,
+)
+from bertlab.panels.base import Level, Panel, redraw
+from bertlab.tokenizer import Tokenizer
+from bertlab.viz.ablation import plot_head_effects, plot_logit_lens
+
+DEFAULT_TEXT = "The capital of France is [MASK]."
+DEFAULT_TARGET = "paris"
+TOP_K = 5
+NO_MLM = (
+    "This model has no MLM head, so there is no masked-word prediction to ablate. "
+    "Train one in the Pre-training tab (the trained model joins the model picker), "
+    "or pick a model that has one (e.g. the offline default or bert-base-uncased)."
+)
+HELP = (
+    "Click heads in the grid to switch them off (red = off): their output is multiplied by 0 and the "
+    "change in the target's log-probability (nats) is shown. “Effect of every head” switches off each "
+    "head alone (click a cell of the heatmap to switch that head off). The logit lens applies the MLM "
+    "head to the [MASK]'s vector after every layer: where does the answer appear?"
+)
+
+
+class AblationPanel(Panel):
+    """Head ablation and the logit lens for one masked word."""
+
+    title = "Ablation"
+    teaches = (
+        "Switching heads off shows which ones the prediction depends on, and the logit lens shows "
+        "in which layer the answer appears."
+    )
+
+    def __init__(
+        self, model: torch.nn.Module, tok: Tokenizer, text: str = DEFAULT_TEXT, target: str = DEFAULT_TARGET
+    ) -> None:
+        super().__init__()
+        self.model, self.tok = model, tok
+        self.text = widgets.Text(
+            value=text, description="Text", placeholder="A sentence with one [MASK]", continuous_update=False,
+            layout=widgets.Layout(width="min(100%, 720px)"),
+        )
+        self.target = widgets.Text(
+            value=target, description="Target", placeholder="blank = the model's top guess",
+            continuous_update=False, tooltip="The word (one vocabulary piece) whose probability to follow",
+        )
+        self.show_button = widgets.Button(description="Show", button_style="primary", tooltip="Run the model")
+        self.reset_button = widgets.Button(description="All heads on", tooltip="Switch every head back on")
+        self.grid = widgets.GridBox(layout=widgets.Layout(grid_gap="2px"))
+        self.head_buttons: list[list[widgets.ToggleButton]] = []
+        self.summary = widgets.HTML()
+        self.effects_button = widgets.Button(
+            description="Effect of every head", tooltip="Switch off each head alone (one run per head)",
+        )
+        self.progress = widgets.IntProgress(
+            value=0, min=0, max=1, description="", layout=widgets.Layout(visibility="hidden", width="240px"),
+        )
+        self.effects_box = widgets.VBox(layout=widgets.Layout(width="100%"))
+        self.lens_box = widgets.VBox(layout=widgets.Layout(width="100%"))
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP}</div>')
+
+        self.ablation: AblationResult | None = None
+        self.lens: LogitLens | None = None
+        self.effects: HeadEffects | None = None
+        self._effects_inputs: tuple[str, str | None] | None = None  # (text, target) of `effects`
+        # Figure widgets are made from complete figures when there is a first result, then reused.
+        self.effects_figure: go.FigureWidget | None = None
+        self.lens_figure: go.FigureWidget | None = None
+
+        self._build_grid()
+        self.text.observe(self._on_text, names="value")
+        self.target.observe(self._on_text, names="value")
+        self.show_button.on_click(self._on_text)
+        self.reset_button.on_click(self._on_reset)
+        self.effects_button.on_click(self._on_effects)
+        self._widget = widgets.VBox(
+            [
+                self.text,
+                widgets.HBox([self.target, self.show_button]),
+                self.message,
+                widgets.HTML("<b>Heads</b> (rows = layers, columns = heads; click to switch off)"),
+                self.grid,
+                self.reset_button,
+                self.summary,
+                widgets.HBox([self.effects_button, self.progress]),
+                self.effects_box,
+                self.lens_box,
+                self.help,
+            ],
+            layout=widgets.Layout(width="100%"),
+        )
+        self.update()
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return self._widget
+
+    # -- callbacks: read the widgets, call the pure functions, assign ------------------------
+    def _on_text(self, _=None) -> None:
+        self.update()
+
+    def _on_head_toggle(self, change: dict) -> None:
+        button = change["owner"]
+        button.button_style = "danger" if button.value else ""
+        if self._quiet:
+            return
+        with self.reporting():
+            if self._ready():
+                self._run_ablation()
+
+    def _on_reset(self, _=None) -> None:
+        with self.reporting():
+            self._quiet = True
+            try:
+                for row in self.head_buttons:
+                    for button in row:
+                        button.value = False
+            finally:
+                self._quiet = False
+            if self._ready():
+                self._run_ablation()
+
+    def _on_effects(self, _=None) -> None:
+        with self.reporting():
+            if self._ready():
+                self._run_effects()
+
+    def _on_effects_click(self, trace, points, selector) -> None:
+        """A click on the effects heatmap switches that head off (or on again)."""
+        with self.reporting():
+            for head, layer in zip(points.xs, points.ys):
+                button = self.head_buttons[int(layer)][int(head)]
+                button.value = not button.value
+
+    def update(self, effects_again: bool = False) -> None:
+        """Recompute for the current text and target: the ablation and the lens. Head effects made
+        for other inputs are dropped (73 runs: the button asks for them), or re-made with `effects_again`."""
+        with self.reporting():
+            if not self._ready():
+                return
+            self._run_ablation()
+            self._run_lens()
+            if self.effects is not None and self._effects_inputs != self._inputs():
+                if effects_again:
+                    self._run_effects()
+                else:
+                    self._drop_effects()
+
+    def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
+        """Same text and target, another model: a grid of its heads, everything recomputed."""
+        self.model, self.tok = model, tok
+        self._build_grid()
+        self._effects_inputs = None  # made by the other model
+        self.update(effects_again=True)
+
+    def figures(self) -> dict[str, go.Figure]:
+        """The head-effects heatmap (once computed) and the logit lens."""
+        out = {}
+        if self.effects_figure is not None and self.effects_box.children:
+            out["head effects"] = go.Figure(self.effects_figure)
+        if self.lens_figure is not None and self.lens_box.children:
+            out["logit lens"] = go.Figure(self.lens_figure)
+        return out
+
+    # -- state ----------------------------------------------------------------------------
+    _quiet = False  # set while the panel itself flips head buttons
+
+    def heads_off(self) -> list[tuple[int, int]]:
+        """(layer, head) of every head switched off in the grid."""
+        return [(la, h) for la, row in enumerate(self.head_buttons) for h, b in enumerate(row) if b.value]
+
+    def _ready(self) -> bool:
+        """Whether this model can predict the masked word; if not, say where to get an MLM head."""
+        if getattr(self.model, "has_mlm", False):
+            return True
+        self.ablation = self.lens = self.effects = None
+        self.summary.value = ""
+        self.effects_box.children, self.lens_box.children = (), ()
+        self.effects_button.disabled = True
+        self.show_message(NO_MLM, "warning")
+        return False
+
+    def _build_grid(self) -> None:
+        """One toggle per head of this model; heads switched off before stay off where they exist."""
+        cfg = self.model.config
+        was_off = set(self.heads_off())
+        self.head_buttons = [
+            [
+                widgets.ToggleButton(
+                    value=(layer, head) in was_off, description=str(head),
+                    tooltip=f"layer {layer}, head {head}: click to switch it off / on",
+                    button_style="danger" if (layer, head) in was_off else "",
+                    layout=widgets.Layout(width="34px", padding="0"),
+                )
+                for head in range(cfg.num_attention_heads)
+            ]
+            for layer in range(cfg.num_hidden_layers)
+        ]
+        cells: list[widgets.Widget] = []
+        for layer, row in enumerate(self.head_buttons):
+            cells.append(widgets.HTML(f'<span style="line-height:28px">layer {layer}</span>'))
+            cells.extend(row)
+            for button in row:
+                button.observe(self._on_head_toggle, names="value")
+        self.grid.layout.grid_template_columns = f"64px repeat({cfg.num_attention_heads}, 34px)"
+        self.grid.children = cells
+
+    def _target(self) -> str | None:
+        return self.target.value.strip() or None
+
+    def _inputs(self) -> tuple[str, str | None]:
+        return self.text.value, self._target()
+
+    # -- computing and drawing ------------------------------------------------------------
+    def _run_ablation(self) -> None:
+        result = head_ablation(self.model, self.tok, self.text.value, self.heads_off(), self._target(), k=TOP_K)
+        self.ablation = result
+        self.effects_button.disabled = False
+        self.summary.value = _summary_html(result)
+        self.show_messages(_notes(result, guessed=self._target() is None))
+
+    def _run_lens(self) -> None:
+        lens = logit_lens(self.model, self.tok, self.text.value, self._target(), k=TOP_K)
+        self.lens = lens
+        self.lens_figure = _show(self.lens_box, self.lens_figure, plot_logit_lens(lens))
+
+    def _run_effects(self) -> None:
+        """Every head switched off alone, with a progress bar (the button waits meanwhile)."""
+        cfg = self.model.config
+        self.effects_button.disabled = True
+        self.progress.value, self.progress.max = 0, 1 + cfg.num_hidden_layers * cfg.num_attention_heads
+        self.progress.layout.visibility = "visible"
+        try:
+            effects = single_head_effects(self.model, self.tok, *self._inputs(), progress=self._tick)
+        finally:
+            self.effects_button.disabled = False
+            self.progress.layout.visibility = "hidden"
+        self.effects, self._effects_inputs = effects, self._inputs()
+        new = self.effects_figure is None
+        self.effects_figure = _show(self.effects_box, self.effects_figure, plot_head_effects(effects))
+        if new:
+            self.effects_figure.data[0].on_click(self._on_effects_click)
+
+    def _drop_effects(self) -> None:
+        self.effects, self._effects_inputs = None, None
+        self.effects_box.children = ()
+        self.show_messages(self.messages + [
+            ("info", "The head effects were for the previous text: press “Effect of every head” again."),
+        ])
+
+    def _tick(self, done: int, total: int) -> None:
+        self.progress.max, self.progress.value = total, done
+        self.progress.description = f"{done}/{total}"
+
+
+def _show(box: widgets.VBox, widget: go.FigureWidget | None, fig: go.Figure) -> go.FigureWidget:
+    """Put `fig` in `box`: in the existing FigureWidget, or in a new one made from the full figure."""
+    if widget is None:
+        widget = go.FigureWidget(fig)
+    else:
+        redraw(widget, fig)
+    if tuple(box.children) != (widget,):
+        box.children = [widget]
+    return widget
+
+
+def _summary_html(result: AblationResult) -> str:
+    """The target's log-probability with all heads on and with the chosen ones off, and the top-k of each."""
+    q, esc = result.query, html.escape
+    base = f"log P(“{esc(q.target)}”) = <b>{result.base_log_prob:.2f}</b> (rank {result.base_rank}) with every head on"
+    if not result.heads_off:
+        lines = [base + ". Click heads above to switch them off."]
+    else:
+        names = ", ".join(f"L{la}H{h}" for la, h in result.heads_off[:12])
+        more = f" and {len(result.heads_off) - 12} more" if len(result.heads_off) > 12 else ""
+        colour = "#d62728" if result.change < 0 else "#1f77b4"
+        lines = [
+            base + ";",
+            (f"with {len(result.heads_off)} head(s) off ({esc(names)}{more}): <b>{result.ablated_log_prob:.2f}</b> "
+             f"(rank {result.ablated_rank}), change <b style=\"color:{colour}\">{result.change:+.2f} nats</b> "
+             f"(probability ×{math.exp(result.change):.3g})."),
+        ]
+    tops = _top_html("all heads on", result.base_top)
+    if result.heads_off:
+        tops += _top_html("chosen heads off", result.ablated_top)
+    return (
+        f'<div style="line-height:1.6">{"<br>".join(lines)}</div>'
+        f'<div style="display:flex;gap:2em;margin-top:4px">{tops}</div>'
+    )
+
+
+def _top_html(title: str, top: list[tuple[str, float]]) -> str:
+    rows = "".join(f"<li>{html.escape(piece)} <span style='color:#777'>{p:.3f}</span></li>" for piece, p in top)
+    return f'<div><i>{html.escape(title)}</i><ol style="margin:2px 0">{rows}</ol></div>'
+
+
+def _notes(result: AblationResult, guessed: bool = False) -> list[tuple[Level, str]]:
+    """What the student should know about this input, beyond the numbers."""
+    q = result.query
+    why = " (no target given: the model's own top guess)" if guessed else ""
+    notes: list[tuple[Level, str]] = [
+        ("info", f"{len(q.tokens)} tokens; following “{q.target}”{why} at the [MASK] (token {q.position}).")
+    ]
+    if q.warning:
+        notes.append(("warning", q.warning))
+    unknown = sum(t == "[UNK]" for t in q.tokens)
+    if unknown:
+        notes.append(("warning", (f"{unknown} piece(s) are not in this model's vocabulary and read as [UNK] "
+                                  "(emoji and rare symbols often are).")))
+    return notes

@@ -1,0 +1,382 @@
+"""Attention tab: type a sentence (or a pair), pick a layer and a head, see who attends to whom.
+
+Five views of the same patterns, one on show at a time: the heatmap of one head, bertlab's own
+head view (lines between tokens) and model view (layers x heads thumbnails), raw attention beside
+rollout, and bertviz's own views fed offline. The model runs once per text; a view is drawn
+when it is on show and only if it is out of date.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+
+from bertlab.analysis.attention import AttentionResult, attention_patterns
+from bertlab.analysis.rollout import RolloutResult, rollout_from_attention
+from bertlab.panels.base import Level, Panel, redraw
+from bertlab.tokenizer import Tokenizer
+from bertlab.viz.attention import (
+    empty_heatmap,
+    heatmap_title,
+    heatmap_z,
+    plot_attention_heatmap,
+)
+from bertlab.viz.attention_view import AttentionView
+from bertlab.viz.rollout import plot_rollout, rollout_titles, rollout_z
+
+DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
+MAX_TOKENS = 128  # beyond this a heatmap cell is smaller than a pixel pair; cut with a note
+VIEWS = ("Heatmap", "Head view", "Model view", "Rollout", "bertviz")
+BERTVIZ_KINDS = ("head view", "model view")
+BERTVIZ_MODEL_VIEW_TOKENS = 48  # above this bertviz's model view draws so many lines the browser crawls
+HELP = {
+    "Heatmap": (
+        "Rows are the tokens that look (queries), columns the tokens they look at (keys); "
+        "each row sums to 1. Change the text and press Show, or move the sliders."
+    ),
+    "Head view": (
+        "Each line joins a token (left) to a token it attends to (right); darker = more weight. "
+        "Hover a token to see only its lines; click the coloured chips to overlay heads."
+    ),
+    "Model view": (
+        "Every head of every layer at a glance (rows = layers, columns = heads). "
+        "Click a thumbnail to open it in the head view."
+    ),
+    "Rollout": (
+        "Left: the layer's attention averaged over heads. Right: attention rollout, which follows the "
+        "attention (plus the residual connection) down through the layers to the input tokens."
+    ),
+    "bertviz": (
+        "The bertviz library's own views, with its JavaScript read from installed packages (no network). "
+        "They keep their own layer and head controls."
+    ),
+}
+
+
+class AttentionPanel(Panel):
+    """Who attends to whom: one head's heatmap, head and model views, rollout, bertviz."""
+
+    title = "Attention"
+    teaches = (
+        "Each head of each layer spreads every token's attention over the others; "
+        "rollout follows that flow down to the input words."
+    )
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tok: Tokenizer,
+        text: str = DEFAULT_TEXT,
+        text_b: str = "",
+        max_length: int = MAX_TOKENS,
+    ) -> None:
+        super().__init__()
+        self.model, self.tok, self.max_length = model, tok, max_length
+        cfg = model.config
+        wide = widgets.Layout(width="min(100%, 720px)")
+        self.text_a = widgets.Textarea(
+            value=text, description="Sentence A", placeholder="Type a sentence, then press Show",
+            continuous_update=False, layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"),
+        )
+        self.text_b = widgets.Text(
+            value=text_b, description="Sentence B", placeholder="optional second sentence",
+            continuous_update=False, layout=wide,
+        )
+        self.show_button = widgets.Button(description="Show", button_style="primary", tooltip="Run the model")
+        self.layer = widgets.IntSlider(value=0, min=0, max=cfg.num_hidden_layers - 1, description="Layer")
+        self.head = widgets.IntSlider(value=0, min=0, max=cfg.num_attention_heads - 1, description="Head")
+        self.view = widgets.ToggleButtons(
+            options=VIEWS, value="Heatmap", description="View",
+            tooltips=["One head as a grid", "Lines between tokens", "All layers × heads",
+                      "Raw attention beside rollout", "bertviz's own views (offline)"],
+            style=widgets.ToggleButtonsStyle(button_width="auto"),
+        )
+        self.bertviz_kind = widgets.ToggleButtons(
+            options=BERTVIZ_KINDS, value="head view", style=widgets.ToggleButtonsStyle(button_width="auto")
+        )
+
+        # What each view shows now: view name -> (result version, layer, head, ...); see `_key`.
+        self._version = 0
+        self._drawn: dict[str, tuple] = {}
+        self._quiet = False  # set while the panel itself moves the sliders
+        self._rollout: tuple[int, RolloutResult] | None = None  # (version, rollout) cache
+
+        # The widget is built from a full figure: what plotly changes before the browser
+        # shows it is not sent, so a widget filled after creation would show up empty.
+        self.result = self._compute()
+        self.figure = go.FigureWidget(
+            plot_attention_heatmap(self.result, 0, 0) if self.result else empty_heatmap()
+        )
+        if self.result is not None:
+            self._drawn["Heatmap"] = self._key("Heatmap")
+        # The heavier views are made the first time they are chosen, then reused.
+        self.attention_view: AttentionView | None = None
+        self.rollout_figure: go.FigureWidget | None = None
+        self.bertviz_frame = widgets.HTML(layout=widgets.Layout(width="100%"))
+        self.bertviz_box = widgets.VBox([self.bertviz_kind, self.bertviz_frame], layout=widgets.Layout(width="100%"))
+        self.placeholder = widgets.HTML('<div style="color:#777;padding:1em">Type a sentence and press Show.</div>')
+        self.stage = widgets.VBox([self.figure], layout=widgets.Layout(width="100%", overflow="auto"))
+        self.help = widgets.HTML(_help_html("Heatmap"))
+
+        self.text_a.observe(self._on_text, names="value")
+        self.text_b.observe(self._on_text, names="value")
+        self.show_button.on_click(self._on_text)
+        self.layer.observe(self._on_head, names="value")
+        self.head.observe(self._on_head, names="value")
+        self.view.observe(self._on_view, names="value")
+        self.bertviz_kind.observe(self._on_view, names="value")
+        self._widget = widgets.VBox(
+            [
+                self.text_a,
+                widgets.HBox([self.text_b, self.show_button]),
+                widgets.HBox([self.layer, self.head]),
+                self.view,
+                self.message,
+                self.stage,
+                self.help,
+            ],
+            layout=widgets.Layout(width="100%"),
+        )
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return self._widget
+
+    # -- callbacks: read the widgets, call the pure functions, assign ------------------------
+    def _on_text(self, _=None) -> None:
+        self.update()
+
+    def _on_head(self, _=None) -> None:
+        if self._quiet:
+            return
+        with self.reporting():
+            self._sync(self.view.value)
+
+    def _on_view(self, _=None) -> None:
+        with self.reporting():
+            self._show_view()
+
+    def _on_view_widget(self, change: dict) -> None:
+        """The student used the controls inside the head/model view: the sliders follow."""
+        if self._quiet:
+            return
+        with self.reporting():
+            if change["name"] == "layer":
+                self.layer.value = change["new"]
+            elif change["name"] == "heads" and len(change["new"]) == 1:
+                self.head.value = change["new"][0]
+            elif change["name"] == "view":
+                self.view.value = "Model view" if change["new"] == "model" else "Head view"
+
+    def update(self) -> None:
+        """Run the model on the current text (only if it changed) and redraw."""
+        if self.result is not None and (self.result.text_a, self.result.text_b) == self._inputs():
+            return
+        result = self._compute()
+        if result is not None:
+            self._set_result(result)
+
+    def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
+        """Show the same text through another model; the sliders take its layer and head counts."""
+        self.model, self.tok = model, tok
+        cfg = model.config
+        with self._quietly():
+            self.layer.max = cfg.num_hidden_layers - 1  # IntSlider clamps its value to the new range
+            self.head.max = cfg.num_attention_heads - 1
+        self._set_result(self._compute())
+
+    def figures(self) -> dict[str, go.Figure]:
+        """The heatmap of the chosen head and the rollout of the chosen layer (none before a result)."""
+        if self.result is None:
+            return {}
+        with self.reporting():
+            self._sync("Heatmap")
+            rollout = plot_rollout(self._rollout_result(), self.layer.value)
+            return {"heatmap": go.Figure(self.figure), "rollout": rollout}
+        return {}
+
+    # -- state ----------------------------------------------------------------------------
+    def _compute(self) -> AttentionResult | None:
+        """The patterns for the current text, or None (and a message saying why)."""
+        with self.reporting():
+            result = attention_patterns(self.model, self.tok, *self._inputs(), max_length=self.max_length)
+            self.show_messages(_notes(result))
+            return result
+        return None
+
+    def _inputs(self) -> tuple[str, str | None]:
+        return self.text_a.value, self.text_b.value.strip() or None
+
+    def _set_result(self, result: AttentionResult | None) -> None:
+        """Keep a new result (None: nothing to show) and redraw the view on show."""
+        self.result = result
+        self._version += 1
+        if result is None:
+            redraw(self.figure, empty_heatmap())
+            self._drawn.clear()
+        with self.reporting():
+            self._show_view()
+
+    def _key(self, view: str) -> tuple:
+        """What `view` depends on: when this changes, the view is out of date."""
+        v, layer, head = self._version, self.layer.value, self.head.value
+        if view == "Heatmap":
+            return (v, layer, head)
+        if view in ("Head view", "Model view"):
+            return (v, layer, head, view)
+        if view == "Rollout":
+            return (v, layer)
+        return (v, self.bertviz_kind.value)  # bertviz has its own layer and head controls
+
+    @contextlib.contextmanager
+    def _quietly(self) -> Iterator[None]:
+        self._quiet = True
+        try:
+            yield
+        finally:
+            self._quiet = False
+
+    # -- drawing --------------------------------------------------------------------------
+    def _show_view(self) -> None:
+        """Bring the chosen view up to date and put it on the stage (alone)."""
+        name = self.view.value
+        self._sync(name)
+        shown = self._view_widget(name)
+        if tuple(self.stage.children) != (shown,):
+            self.stage.children = [shown]
+        self.help.value = _help_html(name)
+
+    def _view_widget(self, name: str) -> widgets.Widget:
+        if name == "Heatmap":
+            return self.figure
+        if self.result is None:
+            return self.placeholder
+        if name in ("Head view", "Model view"):
+            return self.attention_view
+        if name == "Rollout":
+            return self.rollout_figure
+        return self.bertviz_box
+
+    def _sync(self, view: str) -> None:
+        """Redraw `view` if what it shows is out of date."""
+        if self.result is None:
+            return
+        slot = "Attention view" if view in ("Head view", "Model view") else view
+        key, old = self._key(view), self._drawn.get(slot)
+        if key == old:
+            return
+        draw = {
+            "Heatmap": self._draw_heatmap, "Attention view": self._draw_attention_view,
+            "Rollout": self._draw_rollout, "bertviz": self._draw_bertviz,
+        }[slot]
+        draw(old)
+        self._drawn[slot] = key
+
+    def _draw_heatmap(self, old: tuple | None) -> None:
+        if old is None or old[0] != self._version:
+            self._draw_all()
+        else:
+            self._draw_head()
+
+    def _draw_all(self) -> None:
+        """New tokens: replace the heatmap's data and axes."""
+        redraw(self.figure, plot_attention_heatmap(self.result, self.layer.value, self.head.value))
+
+    def _draw_head(self) -> None:
+        """Same tokens, another layer or head: only the weights and the title change."""
+        layer, head = self.layer.value, self.head.value
+        with self.figure.batch_update():
+            self.figure.data[0].z = heatmap_z(self.result, layer, head)
+            self.figure.layout.title.text = heatmap_title(layer, head)
+
+    def _draw_attention_view(self, old: tuple | None) -> None:
+        """The one AttentionView widget, updated in place (new data only for a new text)."""
+        r, layer, head = self.result, self.layer.value, self.head.value
+        mode = "model" if self.view.value == "Model view" else "head"
+        with self._quietly():
+            if self.attention_view is None:
+                self.attention_view = AttentionView(
+                    r.patterns, r.tokens, r.sentence_b_start, layer=layer, view=mode,
+                    layout=widgets.Layout(width="100%"),
+                )
+                self.attention_view.observe(self._on_view_widget, names=["layer", "heads", "view"])
+                return
+            view = self.attention_view
+            with view.hold_sync():
+                if old is None or old[0] != self._version:
+                    view.set_attention(r.patterns, r.tokens, r.sentence_b_start)
+                view.layer = layer
+                if old is not None and old[2] != head:  # the student picked a head: show it alone
+                    view.heads = [head]
+                view.view = mode
+
+    def _rollout_result(self) -> RolloutResult:
+        """Rollout of the current result, computed once per result (no forward pass)."""
+        if self._rollout is None or self._rollout[0] != self._version:
+            self._rollout = (self._version, rollout_from_attention(self.result))
+        return self._rollout[1]
+
+    def _draw_rollout(self, old: tuple | None) -> None:
+        rollout, layer = self._rollout_result(), self.layer.value
+        if self.rollout_figure is None:
+            self.rollout_figure = go.FigureWidget(plot_rollout(rollout, layer))
+        elif old is None or old[0] != self._version:
+            redraw(self.rollout_figure, plot_rollout(rollout, layer))
+        else:  # another layer: two grids of weights and the two titles
+            fig = self.rollout_figure
+            with fig.batch_update():
+                fig.data[0].z = rollout_z(rollout.raw[layer])
+                fig.data[1].z = rollout_z(rollout.rollout[layer])
+                for note, text in zip(fig.layout.annotations, rollout_titles(rollout, layer)):
+                    note.text = text
+
+    def _draw_bertviz(self, old: tuple | None) -> None:
+        """bertviz's page for this text, built only when this view is chosen."""
+        from bertlab.viz.bertviz_offline import (
+            OfflineLibraryError,
+            bertviz_head_view,
+            bertviz_model_view,
+        )
+
+        r = self.result
+        try:
+            if self.bertviz_kind.value == "head view":
+                frame = bertviz_head_view(r.patterns, r.tokens, r.sentence_b_start, layer=self.layer.value)
+            else:
+                frame = bertviz_model_view(r.patterns, r.tokens, r.sentence_b_start)
+        except (ImportError, OfflineLibraryError) as e:
+            self.bertviz_frame.value = ""
+            raise ValueError(f"bertviz cannot be shown here: {e} The other views work without it.") from e
+        self.bertviz_frame.value = frame.value
+        if self.bertviz_kind.value == "model view" and len(r.tokens) > BERTVIZ_MODEL_VIEW_TOKENS:
+            self.show_messages(_notes(r) + [(
+                "warning",
+                (f"bertviz's model view draws every line of every head ({len(r.tokens)} tokens): it may take a "
+                 "while to appear. bertlab's own Model view is much lighter."),
+            )])
+
+
+def _help_html(view: str) -> str:
+    return f'<div style="color:#555;font-size:0.9em">{HELP[view]}</div>'
+
+
+def _notes(result: AttentionResult) -> list[tuple[Level, str]]:
+    """What the student should know about this input, beyond the picture."""
+    n = len(result.tokens)
+    pair = " (two sentences, split by the dotted red lines)" if result.sentence_b_start is not None else ""
+    notes: list[tuple[Level, str]] = [
+        ("info", f"{n} tokens{pair}; {result.num_layers} layers × {result.num_heads} heads.")
+    ]
+    if result.warning:
+        notes.append(("warning", result.warning))
+    if result.num_unknown:
+        notes.append((
+            "warning",
+            (f"{result.num_unknown} piece(s) are not in this model's vocabulary and show as [UNK] "
+             "(emoji and rare symbols often are); the model sees them all as the same token."),
+        ))
+    return notes

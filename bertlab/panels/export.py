@@ -1,0 +1,207 @@
+"""Export tab: any figure on show as PNG, SVG or offline HTML; attention views as offline pages."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+
+from bertlab.analysis import InputError
+from bertlab.analysis.attention import AttentionResult, attention_patterns
+from bertlab.panels.base import Level, Panel
+from bertlab.tokenizer import Tokenizer
+from bertlab.viz.attention_view import to_standalone_html
+from bertlab.viz.export import (
+    DEFAULT_FOLDER,
+    ExportUnavailable,
+    download_link,
+    export_figure,
+    file_name,
+    save_export,
+    static_export_problem,
+)
+
+DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
+MAX_TOKENS = 128  # the offline page stays well under 2 MB of attention data
+HELP = (
+    "Pick a figure from the tabs you opened (press Refresh after drawing something new), a format, "
+    "then Export: the link downloads the file, and a copy goes to the folder. HTML pages stay "
+    "interactive and open offline. The attention view export makes one page with the head view "
+    "and model view of a sentence (pair)."
+)
+FigureSource = Callable[[], dict[str, go.Figure]]
+
+
+class ExportPanel(Panel):
+    """Turns the figures of the other tabs, and attention views, into files."""
+
+    title = "Export"
+    teaches = ("Keep what you found: any figure as PNG, SVG or interactive HTML, and attention views "
+               "as pages that open offline.")
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tok: Tokenizer,
+        figures: FigureSource | None = None,
+        folder: str | Path = DEFAULT_FOLDER,
+        text: str = DEFAULT_TEXT,
+        max_length: int = MAX_TOKENS,
+    ) -> None:
+        super().__init__()
+        self.model, self.tok, self.source, self.max_length = model, tok, figures, max_length
+        wide = widgets.Layout(width="min(100%, 720px)")
+        self.choice = widgets.Dropdown(options=[], description="Figure", layout=wide)
+        self.refresh_button = widgets.Button(description="Refresh", tooltip="List the figures on show now")
+        self.format = widgets.ToggleButtons(
+            options=[("PNG", "png"), ("SVG", "svg"), ("HTML", "html")], value="png", description="Format",
+            tooltips=["Picture for slides (a few seconds)", "Vector picture", "Interactive page, opens offline"],
+        )
+        self.export_button = widgets.Button(description="Export", button_style="primary",
+                                            tooltip="Make the file and a download link")
+        self.text_a = widgets.Textarea(
+            value=text, description="Sentence A", continuous_update=False,
+            layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"),
+        )
+        self.text_b = widgets.Text(value="", description="Sentence B", placeholder="optional second sentence",
+                                   continuous_update=False, layout=wide)
+        self.view_button = widgets.Button(description="Export attention view", button_style="primary",
+                                          layout=widgets.Layout(width="auto"))
+        self.folder = widgets.Text(value=str(folder), description="Folder", layout=wide)
+        self.link = widgets.HTML(value="")
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP}</div>')
+        self.refresh_button.on_click(self._on_refresh)
+        self.export_button.on_click(self._on_export)
+        self.view_button.on_click(self._on_export_view)
+        self._widget = widgets.VBox(
+            [
+                self.help,
+                widgets.HTML("<b>Figures</b>"),
+                widgets.HBox([self.choice, self.refresh_button]),
+                widgets.HBox([self.format, self.export_button]),
+                widgets.HTML("<b>Attention view</b>"),
+                self.text_a,
+                widgets.HBox([self.text_b, self.view_button]),
+                self.folder,
+                self.message,
+                self.link,
+            ],
+            layout=widgets.Layout(width="100%"),
+        )
+        self._on_refresh()
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return self._widget
+
+    def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
+        """Attention views are made with the new model from now on; the figure list follows the tabs."""
+        self.model, self.tok = model, tok
+        with self.reporting():
+            self._list_figures()
+
+    def figures(self) -> dict[str, go.Figure]:
+        return {}
+
+    # -- callbacks: read the widgets, call the pure functions, assign ------------------------
+    def refresh(self) -> None:
+        """List the figures the other tabs show now (the app calls this when the tab opens)."""
+        self.show_messages(self._list_figures())
+
+    def _on_refresh(self, _=None) -> None:
+        with self.reporting():
+            self.refresh()
+
+    def _on_export(self, _=None) -> None:
+        with self.reporting(), _disabled(self.export_button):
+            self.link.value = ""
+            name, fmt = self.choice.value, self.format.value
+            if not name:
+                raise InputError("There is no figure to export yet: open a tab that draws one, then press Refresh.")
+            fig = self._current().get(name)
+            if fig is None:
+                raise InputError(f"The figure {name!r} is no longer on show: press Refresh and pick again.")
+            notes: list[tuple[Level, str]] = []
+            if fmt != "html":
+                self.show_message(f"Making the {fmt.upper()} of {name}… (a headless browser starts: a few seconds)")
+            try:
+                data = export_figure(fig, fmt, title=name)
+            except ExportUnavailable as e:
+                notes.append(("warning", f"{e} Here is the HTML."))
+                fmt, data = "html", export_figure(fig, "html", title=name)
+            self.show_messages(notes + self._deliver(data, file_name(name, fmt)))
+
+    def _on_export_view(self, _=None) -> None:
+        with self.reporting(), _disabled(self.view_button):
+            self.link.value = ""
+            a, b = self.text_a.value, self.text_b.value.strip() or None
+            result = attention_patterns(self.model, self.tok, a, b, max_length=self.max_length)
+            title = _short(f"Attention: {a}" + (f" / {b}" if b else ""))
+            page = to_standalone_html(result.patterns, result.tokens, result.sentence_b_start, title=title)
+            saved = self._deliver(page.encode("utf-8"), file_name(f"attention {a}", "html", limit=40))
+            self.show_messages(saved + _view_notes(result))
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _current(self) -> dict[str, go.Figure]:
+        return dict(self.source()) if self.source is not None else {}
+
+    def _list_figures(self) -> list[tuple[Level, str]]:
+        """Fill the dropdown with the figures on show now (keeps the pick); notes for the student."""
+        if self.source is None:
+            self.choice.options, self.choice.disabled = [], True
+            return [("info", "No other tabs here, so no figures to list; the attention view export works.")]
+        names = sorted(self._current())
+        kept = self.choice.value if self.choice.value in names else (names[0] if names else None)
+        self.choice.options, self.choice.value = names, kept
+        notes: list[tuple[Level, str]] = [(
+            "info", f"{len(names)} figure(s) on show in the tabs you opened." if names else
+            "No figures yet: open a tab that draws one (Mask, Attention, ...), then press Refresh.",
+        )]
+        problem = static_export_problem()
+        if problem:
+            notes.append(("warning", f"{problem} HTML export works."))
+        return notes
+
+    def _deliver(self, data: bytes, filename: str) -> list[tuple[Level, str]]:
+        """Show a download link for `data` and save a copy to the folder; notes saying where it went."""
+        self.link.value = download_link(data, filename)
+        try:
+            path = save_export(data, self.folder.value.strip() or DEFAULT_FOLDER, filename)
+        except OSError as e:
+            saved = f"Made {filename}, but could not save it to the folder ({e}); the link below downloads it."
+            return [("warning", saved)]
+        return [("info", f"Saved {path}; the link below downloads it.")]
+
+
+@contextlib.contextmanager
+def _disabled(button: widgets.Button) -> Iterator[None]:
+    """Grey a button out while its (slow) job runs, so a second click cannot start it again."""
+    button.disabled = True
+    try:
+        yield
+    finally:
+        button.disabled = False
+
+
+def _view_notes(result: AttentionResult) -> list[tuple[Level, str]]:
+    """What the page holds, and what the student should know about this input."""
+    pair = f" (sentence B from token {result.sentence_b_start})" if result.sentence_b_start is not None else ""
+    holds = (f"The page holds {len(result.tokens)} tokens{pair}; {result.num_layers} layers × "
+             f"{result.num_heads} heads, in the head view and the model view.")
+    notes: list[tuple[Level, str]] = [("info", holds)]
+    if result.warning:
+        notes.append(("warning", result.warning))
+    if result.num_unknown:
+        unknown = (f"{result.num_unknown} piece(s) are not in this model's vocabulary and show as [UNK] "
+                   "(emoji and rare symbols often are).")
+        notes.append(("warning", unknown))
+    return notes
+
+
+def _short(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

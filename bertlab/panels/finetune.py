@@ -1,0 +1,909 @@
+"""Fine-tuning tab: pick a task, data and a way to adapt the encoder (full fine-tuning, a head on
+frozen features, or Houlsby adapters), watch the training loss and the dev metric live, cancel at
+any time; then use the model on your own text and see its [CLS] vectors before and after.
+
+Training runs in a background thread (`bertlab.training.finetune.finetune`), which reports through
+loop events; every run of the session stays on one plot, labelled "task · mode", so the three
+modes compare. A finished or cancelled run joins the model picker through `self.model_made`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import html
+import logging
+import math
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+
+from bertlab.analysis import InputError, max_tokens
+from bertlab.analysis.predict import answer, classify, cls_vectors, entail, entities, pca_2d
+from bertlab.model import Bert
+from bertlab.panels.base import Level, Panel, show_figure
+from bertlab.settings import DataNotFoundError, data_dir
+from bertlab.tokenizer import Tokenizer
+from bertlab.training.finetune import DEFAULT_LR, DEFAULT_MAX_LENGTH, MODES, FinetuneConfig, finetune, subset
+from bertlab.training.loop import TrainEvent
+from bertlab.training.tasks import NLI_LABELS, SST2_LABELS, TASKS, DataSourceError, Task, get_task
+from bertlab.viz.finetune import (
+    answer_html,
+    entities_html,
+    plot_class_probabilities,
+    plot_cls_pca,
+    plot_confusion_matrix,
+    plot_span_probabilities,
+    plot_training_curves,
+)
+
+log = logging.getLogger(__name__)
+
+STUDENT_ERRORS = (ValueError, KeyError, DataNotFoundError, DataSourceError)  # their message says what to change
+
+RUNS_DIR = "bertlab-runs"  # one folder per run: checkpoints/, the final model, finetune_results.json
+CPU_MAX_TRAIN, CPU_MAX_DEV = 2000, 500  # CPU runs must stay small (0 = all, the default on a GPU)
+DEV_SHARE = 0.1  # held out as dev when the data is a single file without a dev part
+EVALS_PER_EPOCH = 4  # dev evaluations per epoch: enough points for a live curve
+PCA_SAMPLE = 200  # dev examples in the [CLS] picture
+REDRAW_EVERY_S = 0.5  # the curves redraw at most this often while training
+MODE_HELP = {
+    "full": "every weight learns (lr 5e-5)",
+    "feature": "frozen encoder, only the head learns (lr 1e-3)",
+    "adapter": "Houlsby adapters + LayerNorms + head learn (lr 1e-3)",
+}
+HELP = (
+    "Pick a task, its data and a way to adapt the encoder, then press Start. Every run of this session "
+    "stays on the plot (labelled task · mode) so full fine-tuning, a frozen encoder and adapters compare. "
+    "Cancel keeps the model so far; finished and cancelled models join the model list above."
+)
+USE_HELP = (
+    "Try the model just made (or a fine-tuned model picked above) on your own text. "
+    "The [CLS] picture projects dev examples onto 2 axes before and after fine-tuning."
+)
+DEFAULT_SENTENCE = "A gripping, funny and beautifully acted film."
+DEFAULT_PREMISE, DEFAULT_HYPOTHESIS = "A man is playing a guitar on a stage.", "A person is playing an instrument."
+DEFAULT_NER_TEXT = "Angela Merkel met Emmanuel Macron in Paris to talk about Airbus and the European Union."
+DEFAULT_QUESTION = "Who designed the Eiffel Tower?"
+DEFAULT_PARAGRAPH = (
+    "The Eiffel Tower was built for the 1889 World's Fair in Paris. It was designed by the engineering "
+    "company of Gustave Eiffel and is 330 metres tall, the tallest structure in the city."
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure helpers: data, models, failures
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class DataSplit:
+    """Train and dev examples of one task, and a sentence saying where they came from."""
+
+    train: list[Any]
+    dev: list[Any]
+    note: str
+
+
+def read_examples(task: Task, source: str | Path | None = None, seed: int = 0) -> DataSplit:
+    """The task's train and dev examples from BERTLAB_DATA (source None), a folder, or one file.
+    A single file without its own dev part gives up a seeded DEV_SHARE of its examples as dev."""
+    where = str(source) if source is not None else f"BERTLAB_DATA ({data_dir()})"
+    if source is not None and Path(source).expanduser().is_file():
+        return _read_file(task, Path(source).expanduser(), seed)
+    train = task.read("train", path=source)
+    try:
+        dev = task.read("dev", path=source)
+    except DataNotFoundError:  # a folder with a train file only
+        return _hold_out(train, seed, f"{where}: no dev file")
+    return DataSplit(train, dev, f"{len(train):,} training and {len(dev):,} dev examples from {where}.")
+
+
+def _read_file(task: Task, file: Path, seed: int) -> DataSplit:
+    if task.name == "qa":  # SQuAD: split by article when the file has enough of them
+        everything = task.read("all", path=file)
+        if len({e.title for e in everything}) > 7:
+            train, dev = task.read("train", path=file), task.read("dev", path=file)
+            return DataSplit(train, dev, f"{len(train):,} training and {len(dev):,} dev questions "
+                                         f"(7 articles held out) from {file.name}.")
+        return _hold_out(everything, seed, f"{file.name}: too few articles to hold some out")
+    if task.name == "nli":  # SICK: TRAIN and TRIAL parts in one file
+        train, dev = task.read("train", path=file), task.read("dev", path=file)
+        if dev and train:
+            return DataSplit(train, dev, f"{len(train):,} training and {len(dev):,} dev pairs "
+                                         f"(the TRAIN and TRIAL parts) from {file.name}.")
+        return _hold_out(train + dev, seed, f"{file.name}: no TRIAL part")
+    return _hold_out(task.read("train", path=file), seed, file.name)
+
+
+def _hold_out(examples: list[Any], seed: int, where: str) -> DataSplit:
+    """A seeded DEV_SHARE of `examples` as dev (at least one), the rest as train."""
+    if len(examples) < 2:
+        raise InputError(f"{where}: {len(examples)} example(s); at least 2 are needed (one to train, one to test).")
+    n_dev = max(1, round(DEV_SHARE * len(examples)))
+    held = set(subset(range(len(examples)), n_dev, seed, "held-out dev"))
+    train = [e for i, e in enumerate(examples) if i not in held]
+    dev = [e for i, e in enumerate(examples) if i in held]
+    return DataSplit(train, dev, f"{where}: {len(train):,} training examples, {len(dev):,} held out as dev "
+                                 f"({DEV_SHARE:.0%}).")
+
+
+def save_upload(upload: dict[str, Any], folder: Path) -> Path:
+    """Write one ipywidgets.FileUpload entry (name, content) into `folder`; returns the file."""
+    name = Path(str(upload.get("name") or "")).name  # no folders: only the file's own name
+    if name in ("", ".", ".."):
+        name = "upload"
+    path = folder / name
+    path.write_bytes(bytes(upload["content"]))
+    return path
+
+
+def model_task(model: Bert) -> str | None:
+    """The "use it" view a model's head calls for: sst2, nli, classification, ner, qa (None = no head)."""
+    cfg = model.config
+    if cfg.task == "sequence_classification":
+        labels = {str(v).lower() for v in cfg.id2label.values()}
+        if labels == set(NLI_LABELS.values()):
+            return "nli"
+        return "sst2" if labels == set(SST2_LABELS.values()) else "classification"
+    return {"token_classification": "ner", "question_answering": "qa"}.get(cfg.task)
+
+
+def is_out_of_memory(error: BaseException | str | None) -> bool:
+    """Whether an exception (or a failed run's error text) is the GPU running out of memory."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    return error is not None and re.search(r"out of (gpu )?memory", str(error), re.IGNORECASE) is not None
+
+
+def oom_message(batch_size: int, max_length: int) -> str:
+    smaller = max(1, batch_size // 2)
+    shorter = max(32, max_length // 2)
+    return (f"Out of GPU memory with batches of {batch_size} × up to {max_length} tokens. Try a smaller batch "
+            f"(e.g. {smaller}) or shorter sequences (max length {shorter}), then press Start again. "
+            "Earlier runs and saved models are not affected.")
+
+
+def percent(task: str, value: float) -> float:
+    """The task's main metric in percent (SQuAD's F1 already is)."""
+    return value if task == "qa" else 100 * value
+
+
+# ---------------------------------------------------------------------------------------------
+# One run of this session
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Run:
+    """What the panel keeps of one training run (the model itself goes to the picker)."""
+
+    label: str  # "sst2 · full" (+ " #2" for a repeat)
+    task: str
+    mode: str
+    out_dir: Path
+    base: Bert  # the model the run started from (the "before" of the [CLS] picture)
+    history: list[dict[str, Any]] = field(default_factory=list)  # train/eval entries, as plot_training_curves reads
+    status: str = "starting"  # starting, running, completed, cancelled, failed
+    step: int = 0
+    total_steps: int = 0
+    summary: dict[str, Any] = field(default_factory=dict)  # FinetuneResult.summary() at the end
+    dev: list[Any] = field(default_factory=list)  # the dev examples the run scored
+    id2label: dict[int, str] = field(default_factory=dict)
+    checkpoint: str | None = None
+    error: str | None = None
+
+    @property
+    def metric(self) -> str:
+        return get_task(self.task).main_metric
+
+    @property
+    def score(self) -> float | None:
+        """The last dev evaluation's main metric (task scale), None before any."""
+        evals = [h for h in self.history if h.get("kind") == "eval"]
+        return evals[-1][self.metric] if evals else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The panel
+# ---------------------------------------------------------------------------------------------
+class FinetunePanel(Panel):
+    """Fine-tune the picked model on a task in the background; compare runs; use the result."""
+
+    title = "Fine-tuning"
+    teaches = ("Fine-tuning adapts a pre-trained encoder to a task: training every weight, only a head "
+               "on frozen features, or small adapters, compared on the same dev metric.")
+
+    def __init__(self, model: Bert, tok: Tokenizer, runs_dir: str | Path = RUNS_DIR, device: str = "auto") -> None:
+        super().__init__()
+        self.model, self.tok = model, tok
+        self.runs_dir = Path(runs_dir)
+        self.device = device
+        self.runs: list[Run] = []
+        self._thread: threading.Thread | None = None
+        self._cancel = threading.Event()
+        self._draw_lock = threading.Lock()
+        self._last_draw = 0.0
+        self._data_cache: dict[tuple[str, str], DataSplit] = {}
+        self._upload_dir: Path | None = None  # a temporary folder, made at the first upload
+        self._upload_path: Path | None = None
+        self._upload_name = ""  # the file's name on the student's machine
+        on_gpu = self._device_name().startswith("cuda")
+        style = {"description_width": "initial"}
+
+        self.task = widgets.Dropdown(
+            options=[(f"{name}: {t.description}", name) for name, t in TASKS.items()], value="sst2",
+            description="Task", style=style, layout=widgets.Layout(width="min(100%, 640px)"),
+        )
+        self.mode = widgets.ToggleButtons(
+            options=[(m, m) for m in MODES], value="full", description="Adapt",
+            style={"description_width": "initial", "button_width": "90px"},
+            tooltips=[MODE_HELP[m] for m in MODES],
+        )
+        self.mode_help = widgets.HTML(self._mode_note("full"))
+        self.data = widgets.Dropdown(
+            options=[("BERTLAB_DATA folder", "default"), ("a path (file or folder)", "path"),
+                     ("an uploaded file", "upload")],
+            value="default", description="Data", style=style, layout=widgets.Layout(width="300px"),
+        )
+        self.path = widgets.Text(placeholder="path to a data file or folder", continuous_update=False,
+                                 layout=widgets.Layout(width="min(100%, 340px)"))
+        self.upload = widgets.FileUpload(accept=".tsv,.txt,.json,.conll", multiple=False, description="Upload")
+        self.data_note = widgets.HTML()
+        self.epochs = widgets.BoundedIntText(value=2, min=1, max=100, description="Epochs", style=style,
+                                             layout=widgets.Layout(width="120px"))
+        self.lr = widgets.BoundedFloatText(value=DEFAULT_LR["full"], min=1e-7, max=1.0, step=1e-5,
+                                           description="Learning rate", style=style,
+                                           layout=widgets.Layout(width="200px"))
+        self.batch = widgets.BoundedIntText(value=32 if on_gpu else 16, min=1, max=4096, description="Batch",
+                                            style=style, layout=widgets.Layout(width="120px"))
+        self.max_length = widgets.BoundedIntText(value=128, min=16, max=max_tokens(model), description="Max length",
+                                                 style=style, layout=widgets.Layout(width="150px"))
+        self.max_train = widgets.BoundedIntText(value=0 if on_gpu else CPU_MAX_TRAIN, min=0, max=10**8,
+                                                description="Max train examples (0 = all)", style=style,
+                                                layout=widgets.Layout(width="260px"))
+        self.max_dev = widgets.BoundedIntText(value=0 if on_gpu else CPU_MAX_DEV, min=0, max=10**8,
+                                              description="Max dev examples", style=style,
+                                              layout=widgets.Layout(width="200px"))
+        self.device_note = widgets.HTML(self._device_note())
+        self.start_button = widgets.Button(description="Start", button_style="primary", icon="play",
+                                           tooltip="Fine-tune the model picked above (a copy of it)")
+        self.cancel_button = widgets.Button(description="Cancel", button_style="warning", icon="stop", disabled=True,
+                                            tooltip="Stop after the current step; the model so far is kept")
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
+        self.progress_text = widgets.HTML('<span style="color:#777">No run yet.</span>')
+        self._curves_fig = plot_training_curves({}, "accuracy")
+        self.curves = go.FigureWidget(self._curves_fig)
+        self._curves_key: tuple = ()
+        self.curves_box = widgets.Box([self.curves])
+        self.runs_table = widgets.HTML()
+        self._confusion_fig: go.Figure | None = None
+        self.confusion_box = widgets.Box([])
+        self.use = UsePanel(model, tok, dev_examples=self.dev_examples)
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP}</div>')
+
+        self.task.observe(self._on_task, names="value")
+        self.mode.observe(self._on_mode, names="value")
+        self.data.observe(self._on_data, names="value")
+        self.path.observe(self._on_path, names="value")
+        self.upload.observe(self._on_upload, names="value")
+        self.start_button.on_click(self._on_start)
+        self.cancel_button.on_click(self._on_cancel)
+        self._on_data()
+        wrap = widgets.Layout(flex_flow="row wrap")
+        self._widget = widgets.VBox(
+            [
+                self.help,
+                self.task,
+                widgets.HBox([self.mode, self.mode_help]),
+                widgets.HBox([self.data, self.path, self.upload]),
+                self.data_note,
+                widgets.HBox([self.epochs, self.lr, self.batch, self.max_length], layout=wrap),
+                widgets.HBox([self.max_train, self.max_dev], layout=wrap),
+                self.device_note,
+                widgets.HBox([self.start_button, self.cancel_button, self.progress, self.progress_text]),
+                self.message,
+                self.curves_box,
+                self.runs_table,
+                self.confusion_box,
+                widgets.HTML('<h3 style="margin:14px 0 4px 0">Use it</h3>'),
+                self.use.widget,
+            ],
+            layout=widgets.Layout(width="100%"),
+        )
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return self._widget
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def set_model(self, model: Bert, tok: Tokenizer) -> None:
+        """The next run fine-tunes this model; a model with a task head goes to "Use it"."""
+        if model is self.model:
+            return  # the app re-sends the current model when another one joins the list
+        self.model, self.tok = model, tok
+        self.max_length.max = max_tokens(model)
+        if model_task(model):
+            self.use.show_model(model, tok, "the model picked above")
+
+    def figures(self) -> dict[str, go.Figure]:
+        figs: dict[str, go.Figure] = {}
+        if self.runs:
+            figs["training curves"] = self._curves_fig
+        if self._confusion_fig is not None:
+            figs["confusion matrix"] = self._confusion_fig
+        return {**figs, **self.use.figures()}
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the run in progress ends (True) or `timeout` seconds pass (False)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return not self.running
+
+    def cancel(self) -> None:
+        """Stop the run after its current step; the loop saves a checkpoint of the model so far."""
+        self._cancel.set()
+
+    # -- settings callbacks ---------------------------------------------------------------------
+    def _on_task(self, change) -> None:
+        head = get_task(change["new"]).head
+        self.max_length.value = min(DEFAULT_MAX_LENGTH[head], self.max_length.max)
+        if self.data.value == "upload":
+            self._check_upload()
+
+    def _on_mode(self, change) -> None:
+        self.lr.value = DEFAULT_LR[change["new"]]
+        self.mode_help.value = self._mode_note(change["new"])
+
+    def _on_data(self, _=None) -> None:
+        self.path.disabled = self.data.value != "path"
+        notes = {
+            "default": f"The task's copy under BERTLAB_DATA ({html.escape(str(data_dir()))}).",
+            "path": "A data file in the task's format, or a folder holding its train and dev files.",
+            "upload": (f"Uploaded: {html.escape(self._upload_name)}" if self._upload_path
+                       else "Upload a file in the task's format (SST-2 TSV, SICK TSV, CoNLL text, SQuAD JSON)."),
+        }
+        self.data_note.value = f'<span style="color:#555;font-size:0.9em">{notes[self.data.value]}</span>'
+
+    def _on_path(self, change) -> None:
+        if change["new"].strip() and self.data.value != "path":
+            self.data.value = "path"
+
+    def _on_upload(self, change) -> None:
+        """Save the file and read it at once: a malformed file is named with its line here."""
+        with self.reporting():
+            if not change["new"]:
+                return
+            entry = change["new"][0]
+            self._upload_dir = self._upload_dir or Path(tempfile.mkdtemp(prefix="bertlab-upload-"))
+            self._upload_path = save_upload(entry, self._upload_dir)
+            self._upload_name = str(entry.get("name") or self._upload_path.name)
+            self._data_cache = {k: v for k, v in self._data_cache.items() if k[1] != str(self._upload_path)}
+            self.data.value = "upload"
+            self._on_data()
+            self._check_upload()
+
+    def _check_upload(self) -> None:
+        with self.reporting():
+            if self._upload_path is None:
+                raise InputError("Upload a data file first (the Upload button).")
+            split = self._read(self.task.value, self._source("upload"))
+            self.show_message(split.note)
+
+    # -- data -------------------------------------------------------------------------------------
+    def _source(self, kind: str) -> str | None:
+        if kind == "path":
+            path = self.path.value.strip()
+            if not path:
+                raise InputError("Type the path of a data file or folder (or pick BERTLAB_DATA).")
+            return path
+        if kind == "upload":
+            if self._upload_path is None:
+                raise InputError("Upload a data file first (the Upload button), or pick another data source.")
+            return str(self._upload_path)
+        return None
+
+    def _read(self, task: str, source: str | None) -> DataSplit:
+        """The examples of `task` from `source` (None = BERTLAB_DATA), cached; errors name the
+        uploaded file as the student knows it."""
+        key = (task, source or "")
+        if key not in self._data_cache:
+            try:
+                self._data_cache[key] = read_examples(get_task(task), source)
+            except (ValueError, DataNotFoundError, DataSourceError) as e:
+                text = str(e)
+                if self._upload_path is not None:
+                    text = text.replace(str(self._upload_path), self._upload_name)
+                raise InputError(text) from e
+        return self._data_cache[key]
+
+    def dev_examples(self, task: str) -> list[Any]:
+        """Dev examples of `task` from the chosen data source (for the [CLS] picture of a picked model)."""
+        return self._read(task, self._source(self.data.value)).dev
+
+    # -- a run ------------------------------------------------------------------------------------
+    def _on_start(self, _=None) -> None:
+        with self.reporting():
+            self.start()
+
+    def start(self) -> None:
+        """Start fine-tuning a copy of the current model in a background thread."""
+        if self.running:
+            raise InputError("A run is in progress: cancel it or wait for it to end.")
+        task, mode = self.task.value, self.mode.value
+        source = self._source(self.data.value)  # fails early on a missing path / upload
+        cfg = FinetuneConfig(
+            task=task, mode=mode, model=self.model, epochs=self.epochs.value, lr=self.lr.value,
+            batch_size=self.batch.value, eval_batch_size=max(64, self.batch.value), max_length=self.max_length.value,
+            max_train_examples=self.max_train.value or None, max_eval_examples=self.max_dev.value or None,
+            out_dir=str(self._out_dir(task, mode)), device=self.device,
+        )
+        run = Run(self._label(task, mode), task, mode, Path(cfg.out_dir), base=self.model)
+        self.runs.append(run)
+        self._cancel = threading.Event()
+        self._set_running(True)
+        self.show_message(f"{run.label}: reading the data…")
+        self.progress.value, self.progress.max = 0, 1
+        self._draw_curves(force=True)
+        on_event = functools.partial(self._on_event, run)
+        self._thread = threading.Thread(target=self._train, args=(run, cfg, self.tok, source, on_event),
+                                        name=f"bertlab-finetune-{run.label}", daemon=True)
+        self._thread.start()
+
+    def _on_cancel(self, _=None) -> None:
+        self.cancel()
+        self.progress_text.value = "Cancelling: finishing the current step and saving a checkpoint…"
+
+    def _train(self, run: Run, cfg: FinetuneConfig, tok: Tokenizer, source: str | None,
+               on_event: Callable[[TrainEvent], None]) -> None:
+        """The background thread: read the data, fine-tune, report; never raises."""
+        try:
+            data = self._read(run.task, source)
+            cfg = self._cadence(cfg, len(data.train))
+            run.dev = subset(data.dev, cfg.max_eval_examples, cfg.seed, "dev")  # what finetune scores
+            self.show_message(f"{run.label}: {data.note}")
+            result = finetune(cfg, callbacks=[on_event], cancel=self._cancel, tokenizer=tok,
+                              train_examples=data.train, eval_examples=data.dev)
+        except Exception as e:
+            run.status, run.error = "failed", self._failure_text(e, cfg)
+            if not isinstance(e, STUDENT_ERRORS) and not is_out_of_memory(e):
+                log.exception("fine-tuning run %s failed", run.label)
+            self.show_message(f"{run.label}: {run.error}", "error")
+        else:
+            self._finished(run, result, cfg)
+            del result
+        finally:
+            if run.status == "failed":
+                _free_gpu_memory()  # outside the except block: the traceback no longer holds the tensors
+            self._set_running(False)
+            self._draw_curves(force=True)
+            self._draw_table()
+
+    def _cadence(self, cfg: FinetuneConfig, n_train: int) -> FinetuneConfig:
+        """Evaluate a few times an epoch, log ~20 times an epoch, checkpoint once an epoch (keeping
+        the last checkpoint only: with its optimizer state it is 3× the model's size)."""
+        n = min(n_train, cfg.max_train_examples or n_train)
+        steps = max(1, math.ceil(n / cfg.batch_size))
+        return dataclasses.replace(cfg, eval_every=max(1, steps // EVALS_PER_EPOCH), checkpoint_every=steps,
+                                   log_every=max(1, min(10, steps // 20)), extra_train={"keep_last": 1})
+
+    def _failure_text(self, error: BaseException, cfg: FinetuneConfig) -> str:
+        if is_out_of_memory(error):
+            return oom_message(cfg.batch_size, cfg.max_length or 128)
+        if isinstance(error, STUDENT_ERRORS):
+            return str(error.args[0] if isinstance(error, KeyError) and error.args else error)
+        return f"the run stopped ({type(error).__name__}: {error})."
+
+    def _finished(self, run: Run, result: Any, cfg: FinetuneConfig) -> None:
+        """Report how the run ended; a completed or cancelled model joins the picker and "Use it"."""
+        run.status, run.step, run.summary = result.status, result.train.step, result.summary()
+        run.id2label = dict(result.model.config.id2label)
+        if result.status == "failed":
+            oom = is_out_of_memory(result.train.exception) or is_out_of_memory(result.error)
+            run.error = (oom_message(cfg.batch_size, cfg.max_length or 128) if oom
+                         else f"the run failed: {result.error}")
+            self.show_message(f"{run.label}: {run.error}", "error")
+            return
+        if run.step == 0:
+            self.show_message(f"{run.label}: cancelled before the first step; nothing to keep.", "warning")
+            return
+        score = run.score
+        shown = f"{run.metric}={score:.3g}" if score is not None else "not evaluated"
+        name = f"{run.task} · {run.mode} ({shown})"
+        if result.status == "cancelled":
+            name = f"{run.task} · {run.mode} ({shown}, cancelled at step {run.step})"
+        done = result.status == "completed"
+        ended = "finished" if done else f"cancelled at step {run.step} of {run.total_steps}"
+        scored = f", dev {run.metric} {score:.3g}" if score is not None else ""
+        saved = f"; saved in {result.saved_to}" if result.saved_to else ""
+        notes: list[tuple[Level, str]] = [(
+            "info" if done else "warning",
+            f"{run.label}: {ended}{scored}{saved}. It joins the model list as “{name}”.",
+        )]
+        if done and result.metrics.get("per_type"):  # NER: how each entity type fares
+            per_type = ", ".join(f"{t} {v['f1']:.2f}" for t, v in sorted(result.metrics["per_type"].items()))
+            notes.append(("info", f"F1 by entity type: {per_type}."))
+        if done and "exact_match" in result.metrics:  # QA
+            em, f1 = result.metrics["exact_match"], result.metrics["f1"]
+            notes.append(("info", f"Exact match {em:.1f}, F1 {f1:.1f} (SQuAD, 0-100)."))
+        self.use.show_model(result.model, result.tokenizer, name, before=run.base, dev=run.dev, task=run.task)
+        self._draw_confusion(run, result.metrics)
+        if self.model_made is not None:
+            try:
+                self.model_made(name, result.model, result.tokenizer)
+            except Exception as e:
+                log.exception("adding %s to the model list failed", name)
+                notes.append(("warning", f"Could not add it to the model list ({type(e).__name__}: {e})."))
+        self.show_messages(notes)
+
+    def _on_event(self, run: Run, event: TrainEvent) -> None:
+        """A loop event (from the training thread): record it and redraw. Never raises."""
+        try:
+            if event.kind == "start":
+                run.status, run.total_steps = "running", event.total_steps
+                self.progress.max = max(1, event.total_steps)
+            elif event.kind == "step":
+                run.history.append({"kind": "train", "step": event.step, "epoch": event.epoch, "loss": event.loss})
+            elif event.kind == "eval":
+                scores = {k: v for k, v in event.metrics.items() if isinstance(v, (int, float))}
+                run.history.append({"kind": "eval", "step": event.step, "epoch": event.epoch, **scores})
+            elif event.kind == "checkpoint":
+                run.checkpoint = event.path
+            run.step = event.step
+            self.progress.value = min(event.step, self.progress.max)
+            self.progress_text.value = _progress_html(run, event)
+            if event.kind in ("eval", "end") or time.perf_counter() - self._last_draw > REDRAW_EVERY_S:
+                self._draw_curves()
+        except Exception:
+            log.exception("the fine-tuning panel could not show a training event")
+
+    # -- drawing ----------------------------------------------------------------------------------
+    def _draw_curves(self, force: bool = False) -> None:
+        """Every run's loss and dev curve; swap in a new widget when the runs (traces) change."""
+        with self._draw_lock:
+            self._last_draw = time.perf_counter()
+            metric, curves = self._curve_data()
+            fig = plot_training_curves(curves, metric)
+            self._curves_fig = fig
+            key = (metric, tuple(curves))
+            if key == self._curves_key and not force:
+                with self.curves.batch_update():
+                    for old, new in zip(self.curves.data, fig.data):
+                        old.x, old.y = new.x, new.y
+            else:
+                old, self.curves = self.curves, go.FigureWidget(fig)
+                self.curves_box.children = (self.curves,)
+                old.close()
+                self._curves_key = key
+
+    def _curve_data(self) -> tuple[str, dict[str, list[dict[str, Any]]]]:
+        """(dev metric name, label -> history) with the dev metric in percent for every run."""
+        metrics = {r.metric for r in self.runs}
+        name = f"{metrics.pop()} (%)" if len(metrics) == 1 else "main metric (%)"
+        curves = {}
+        for r in self.runs:
+            curves[r.label] = [
+                {**h, name: percent(r.task, h[r.metric])} if h["kind"] == "eval" and r.metric in h else h
+                for h in list(r.history)
+            ]
+        return name, curves
+
+    def _draw_table(self) -> None:
+        self.runs_table.value = runs_html(self.runs)
+
+    def _draw_confusion(self, run: Run, metrics: dict[str, Any]) -> None:
+        matrix = metrics.get("confusion_matrix")
+        if matrix is None or not run.id2label:
+            self._confusion_fig, self.confusion_box.children = None, ()
+            return
+        labels = [run.id2label[i] for i in range(len(run.id2label))]
+        self._confusion_fig = plot_confusion_matrix(matrix, labels)
+        self._confusion_fig.update_layout(title_text=f"{run.label}: {self._confusion_fig.layout.title.text}")
+        show_figure(self.confusion_box, self._confusion_fig)
+
+    # -- small things -----------------------------------------------------------------------------
+    def _set_running(self, running: bool) -> None:
+        self.start_button.disabled = running
+        self.cancel_button.disabled = not running
+
+    def _label(self, task: str, mode: str) -> str:
+        label = f"{task} · {mode}"
+        n = sum(1 for r in self.runs if r.task == task and r.mode == mode)
+        return label if n == 0 else f"{label} #{n + 1}"
+
+    def _out_dir(self, task: str, mode: str) -> Path:
+        base = self.runs_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{task}-{mode}"
+        path, n = base, 2
+        while path.exists() or any(r.out_dir == path for r in self.runs):
+            path, n = Path(f"{base}-{n}"), n + 1
+        return path
+
+    def _device_name(self) -> str:
+        if self.device != "auto":
+            return self.device
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def _device_note(self) -> str:
+        name = self._device_name()
+        if name.startswith("cuda"):
+            what = f"{name} ({torch.cuda.get_device_name()})"
+            tip = "the whole training set fits in minutes."
+        else:
+            what = f"cpu ({torch.get_num_threads()} threads)"
+            tip = f"keep runs small: about {CPU_MAX_TRAIN:,} examples and 1–2 epochs take a minute or two."
+        return f'<span style="color:#555;font-size:0.9em">Trains on <b>{html.escape(what)}</b>: {tip}</span>'
+
+    @staticmethod
+    def _mode_note(mode: str) -> str:
+        return f'<span style="color:#555;font-size:0.9em;margin-left:8px">{MODE_HELP[mode]}</span>'
+
+
+def _free_gpu_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _progress_html(run: Run, event: TrainEvent) -> str:
+    """One line: step, epoch, loss, speed, last dev score, time left."""
+    parts = [f"<b>{html.escape(run.label)}</b>", f"step {event.step}/{event.total_steps}", f"epoch {event.epoch:.2f}"]
+    losses = [h["loss"] for h in run.history if h["kind"] == "train"]
+    if losses:
+        parts.append(f"loss {losses[-1]:.3f}")
+    if event.examples_per_s:
+        parts.append(f"{event.examples_per_s:.0f} examples/s")
+    if run.score is not None:
+        parts.append(f"dev {run.metric} {run.score:.3g}")
+    if 0 < event.step < event.total_steps and event.kind not in ("end", "error"):
+        left = event.elapsed_s / event.step * (event.total_steps - event.step)
+        parts.append(f"~{left:.0f} s left")
+    if event.kind == "end" and event.message:
+        parts.append(html.escape(event.message))
+    return " · ".join(parts)
+
+
+def runs_html(runs: Sequence[Run]) -> str:
+    """A table of this session's runs: how each ended, its dev score, what it trained, where it is."""
+    if not runs:
+        return ""
+    head = "".join(f'<th style="text-align:left;padding:2px 10px">{h}</th>'
+                   for h in ("run", "status", "steps", "dev score", "trained parameters", "time", "saved in"))
+    rows = []
+    for r in runs:
+        s = r.summary
+        score = f"{r.metric} {r.score:.3g}" if r.score is not None else "–"
+        trained = (f"{s['trainable_parameters'] / 1e6:.2f}M of {s['total_parameters'] / 1e6:.1f}M "
+                   f"({100 * s['trainable_parameters'] / max(1, s['total_parameters']):.1f}%)" if s else "–")
+        cells = (r.label, r.status, f"{r.step}/{r.total_steps or '?'}", score, trained,
+                 f"{s['wall_time_s']:.0f} s" if s else "–", s.get("saved_to") or r.checkpoint or "–")
+        rows.append("<tr>" + "".join(f'<td style="padding:2px 10px">{html.escape(str(c))}</td>' for c in cells)
+                    + "</tr>")
+    return (f'<table style="border-collapse:collapse;font-size:0.9em;margin:6px 0"><tr>{head}</tr>'
+            f'{"".join(rows)}</table>')
+
+
+# ---------------------------------------------------------------------------------------------
+# "Use it": the fine-tuned model on the student's own text
+# ---------------------------------------------------------------------------------------------
+class UsePanel(Panel):
+    """Class probabilities, entailment, entities or the answer span of a fine-tuned model, and
+    the [CLS] vectors of dev examples before and after fine-tuning."""
+
+    title = "Use it"
+    teaches = "A fine-tuned head turns the encoder's vectors into a task's answer: try it on your own text."
+
+    def __init__(self, model: Bert | None = None, tok: Tokenizer | None = None,
+                 dev_examples: Callable[[str], list[Any]] | None = None) -> None:
+        super().__init__()
+        self.model: Bert | None = None
+        self.tok = tok
+        self.name = ""
+        self.kind: str | None = None  # sst2, nli, classification, ner, qa
+        self.task: str | None = None  # the fine-tuning task the model came from, when known
+        self.before: Bert | None = None
+        self.dev: list[Any] | None = None
+        self.dev_examples = dev_examples
+        self._figures: dict[str, go.Figure] = {}  # the view's figure (by name), on show
+        self._pca_figure: go.Figure | None = None
+        wide = widgets.Layout(width="min(100%, 720px)")
+
+        def button(text: str, tip: str) -> widgets.Button:
+            b = widgets.Button(description=text, button_style="primary", tooltip=tip)
+            b.on_click(self._on_use)
+            return b
+
+        def text_box(view: str, value: str, description: str, area: bool = False,
+                     placeholder: str = "") -> widgets.Widget:
+            cls = widgets.Textarea if area else widgets.Text
+            w = cls(value=value, description=description, placeholder=placeholder, continuous_update=False,
+                    layout=widgets.Layout(width="min(100%, 720px)", height="4.5em" if area else None))
+            w.observe(lambda _change: self._on_input(view), names="value")
+            return w
+
+        self.header = widgets.HTML()
+        self.sentence = text_box("sst2", DEFAULT_SENTENCE, "Sentence", area=True)
+        self.sentence_b = text_box("sst2", "", "Sentence B", placeholder="optional second sentence")
+        self.premise = text_box("nli", DEFAULT_PREMISE, "Premise (A)")
+        self.hypothesis = text_box("nli", DEFAULT_HYPOTHESIS, "Hypothesis (B)")
+        self.ner_text = text_box("ner", DEFAULT_NER_TEXT, "Text", area=True)
+        self.question = text_box("qa", DEFAULT_QUESTION, "Question")
+        self.paragraph = text_box("qa", DEFAULT_PARAGRAPH, "Paragraph", area=True)
+        self.top_k = widgets.IntSlider(value=5, min=1, max=10, description="Top k spans")
+        self.top_k.observe(lambda _change: self._on_input("qa"), names="value")
+        self.probs_box = widgets.Box([])
+        self.entities_out = widgets.HTML(layout=wide)
+        self.answer_out = widgets.HTML(layout=wide)
+        self.spans_box = widgets.Box([])
+        self.top_spans = widgets.HTML()
+        self.views: dict[str, widgets.VBox] = {
+            "sst2": widgets.VBox([self.sentence, self.sentence_b, button("Classify", "Class probabilities"),
+                                  self.probs_box]),
+            "nli": widgets.VBox([self.premise, self.hypothesis, button("Infer", "Entailment probabilities"),
+                                 self.probs_box]),
+            "ner": widgets.VBox([self.ner_text, button("Find entities", "Tag each word"), self.entities_out]),
+            "qa": widgets.VBox([self.question, self.paragraph, widgets.HBox([button("Answer", "Find the span"),
+                                                                            self.top_k]),
+                                self.answer_out, self.top_spans, self.spans_box]),
+        }
+        self.views["classification"] = self.views["sst2"]
+        self.view = widgets.Box([])
+        self.pca_button = widgets.Button(description="[CLS] before / after", icon="braille",
+                                         tooltip=f"PCA of the [CLS] vectors of {PCA_SAMPLE} dev examples")
+        self.pca_button.on_click(self._on_pca)
+        self.pca_box = widgets.Box([])
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{USE_HELP}</div>')
+        self._widget = widgets.VBox([self.help, self.header, self.view, self.message, self.pca_button, self.pca_box],
+                                    layout=widgets.Layout(width="100%"))
+        if model is not None and model_task(model):
+            self.show_model(model, tok, "the model picked above")
+        else:
+            self._show_header()
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return self._widget
+
+    def set_model(self, model: Bert, tok: Tokenizer) -> None:
+        if model_task(model):
+            self.show_model(model, tok, "the model picked above")
+
+    def figures(self) -> dict[str, go.Figure]:
+        return {**self._figures, **({"[CLS] PCA": self._pca_figure} if self._pca_figure is not None else {})}
+
+    def show_model(self, model: Bert, tok: Tokenizer, name: str, before: Bert | None = None,
+            dev: list[Any] | None = None, task: str | None = None) -> None:
+        """Show the view for `model`'s head and run it on the text already typed."""
+        self.model, self.tok, self.name = model, tok, name
+        self.kind = model_task(model)
+        self.task = task or (self.kind if self.kind in ("sst2", "nli") else None)
+        self.before, self.dev = before, dev
+        self._figures, self._pca_figure = {}, None
+        self.pca_box.children = ()
+        self._show_header()
+        self.view.children = (self.views[self.kind],) if self.kind else ()
+        self.update()
+
+    def _show_header(self) -> None:
+        if self.model is None or self.kind is None:
+            self.header.value = ('<span style="color:#777">Fine-tune a model above (or pick a fine-tuned one) '
+                                 "to try it here.</span>")
+            self.pca_button.disabled = True
+            return
+        labels = ", ".join(str(v) for v in self.model.config.id2label.values())
+        what = {"sst2": "sentiment", "nli": "entailment", "classification": "sentence classification",
+                "ner": "named entities", "qa": "question answering"}[self.kind]
+        self.header.value = (f"Using <b>{html.escape(self.name)}</b>: {what}"
+                             f"{f' ({html.escape(labels)})' if labels and len(labels) < 120 else ''}.")
+        self.pca_button.disabled = False
+
+    # -- the views --------------------------------------------------------------------------------
+    def _on_use(self, _=None) -> None:
+        self.update()
+
+    def _on_input(self, view: str) -> None:
+        """An input of `view` changed: rerun only if that view is on show."""
+        if self.views.get(self.kind or "") is self.views[view]:
+            self.update()
+
+    def update(self) -> None:
+        """Run the model on the current view's input and show the result (or a message)."""
+        if self.model is None or self.kind is None:
+            return
+        with self.reporting():
+            notes = {"sst2": self._classify, "classification": self._classify, "nli": self._entail,
+                     "ner": self._entities, "qa": self._answer}[self.kind]()
+            self.show_messages(notes)
+
+    def _classify(self) -> list[tuple[Level, str]]:
+        pred = classify(self.model, self.tok, self.sentence.value, self.sentence_b.value.strip() or None)
+        return self._show_probabilities(pred)
+
+    def _entail(self) -> list[tuple[Level, str]]:
+        return self._show_probabilities(entail(self.model, self.tok, self.premise.value, self.hypothesis.value))
+
+    def _show_probabilities(self, pred) -> list[tuple[Level, str]]:
+        fig = plot_class_probabilities(pred)
+        self._figures = {"class probabilities": fig}
+        show_figure(self.probs_box, fig)
+        return _cut_notes(pred.warning, pred.tokens)
+
+    def _entities(self) -> list[tuple[Level, str]]:
+        text = self.ner_text.value
+        found = entities(self.model, self.tok, text)
+        self.entities_out.value = entities_html(text, found)
+        self._figures = {}
+        enc = self.tok.encode(text, max_length=min(self.tok.model_max_length, max_tokens(self.model)))
+        notes = _cut_notes(enc.warning and (enc.warning + " Words after the cut are not tagged."), enc.tokens)
+        return notes or [("info", f"{len(found)} entit{'y' if len(found) == 1 else 'ies'} found.")]
+
+    def _answer(self) -> list[tuple[Level, str]]:
+        result = answer(self.model, self.tok, self.question.value, self.paragraph.value, k=self.top_k.value)
+        self.answer_out.value = answer_html(result)
+        self.top_spans.value = _top_spans_html(result.top_k)
+        fig = plot_span_probabilities(result)
+        self._figures = {"answer span probabilities": fig}
+        show_figure(self.spans_box, fig)
+        notes: list[tuple[Level, str]] = []
+        if result.windows > 1:
+            notes.append(("info", (f"The paragraph is long: the model read it in {result.windows} overlapping "
+                                  "windows and kept the best span of all.")))
+        return notes + _cut_notes(None, result.tokens)
+
+    # -- [CLS] before and after -------------------------------------------------------------------
+    def _on_pca(self, _=None) -> None:
+        with self.reporting():
+            self.show_cls_pca()
+
+    def show_cls_pca(self) -> None:
+        """PCA of the last layer's [CLS] of PCA_SAMPLE dev examples, before and after fine-tuning."""
+        if self.model is None or self.kind is None:
+            raise InputError("Fine-tune a model first: the picture compares [CLS] before and after.")
+        if self.kind not in ("sst2", "nli") or self.task not in ("sst2", "nli"):
+            raise InputError("The [CLS] picture is for sentence classification (SST-2 or NLI), where the head "
+                             "reads [CLS]; NER and QA read every token.")
+        examples = self.dev if self.dev else (self.dev_examples(self.task) if self.dev_examples else [])
+        if not examples:
+            raise InputError(f"No {self.task} dev examples to project: check the data source above.")
+        sample = subset(examples, PCA_SAMPLE, 0, "cls pca")
+        texts, texts_b = [e.text_a for e in sample], [e.text_b for e in sample]
+        id2label = self.model.config.id2label
+        labels = [str(id2label[e.label]) for e in sample]
+        models = {"before fine-tuning": self.before, "after fine-tuning": self.model} if self.before is not None \
+            else {"this model": self.model}
+        points, explained = {}, {}
+        for name, model in models.items():
+            points[name], explained[name] = pca_2d(cls_vectors(model, self.tok, texts, texts_b))
+        fig = plot_cls_pca(points, labels, [t if b is None else f"{t} / {b}" for t, b in zip(texts, texts_b)],
+                           explained)
+        self._pca_figure = fig
+        show_figure(self.pca_box, fig)
+        note = "" if self.before is not None else " Fine-tune here to see it before and after."
+        self.show_message(f"[CLS] of {len(sample)} dev examples, coloured by their gold label.{note}")
+
+
+def _cut_notes(warning: str | None, tokens: Sequence[str]) -> list[tuple[Level, str]]:
+    notes: list[tuple[Level, str]] = []
+    if warning:
+        notes.append(("warning", warning))
+    unknown = sum(1 for t in tokens if t == "[UNK]")
+    if unknown:
+        notes.append(("warning", (f"{unknown} piece(s) are not in this model's vocabulary and show as [UNK] "
+                                 "(emoji and rare symbols often are).")))
+    return notes
+
+
+def _top_spans_html(spans: Sequence[Any]) -> str:
+    rows = "".join(
+        f'<tr><td style="padding:1px 8px">{i}</td><td style="padding:1px 8px">{html.escape(s.text)}</td>'
+        f'<td style="padding:1px 8px;text-align:right">{100 * s.probability:.1f}%</td></tr>'
+        for i, s in enumerate(spans, start=1)
+    )
+    return (f'<table style="font-size:0.9em;border-collapse:collapse"><tr><th>#</th><th style="text-align:left">'
+            f'span</th><th>probability</th></tr>{rows}</table>' if spans else "")

@@ -1,0 +1,349 @@
+"""Mask tab: hide words (click them, or type [MASK]) and see what the MLM head guesses for each;
+or hide every word in turn to see which words the context gives away."""
+
+from __future__ import annotations
+
+import html
+from dataclasses import replace
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+
+from bertlab.analysis import InputError, max_tokens
+from bertlab.analysis.mask import (
+    MaskPrediction,
+    WordScore,
+    fill_mask,
+    mask_each_word,
+    text_words,
+)
+from bertlab.panels.base import Level, Panel, show_figure
+from bertlab.tokenizer import Tokenizer
+from bertlab.viz.mask import empty_figure, plot_fill_mask, plot_word_predictability
+
+DEFAULT_TEXT = "The man went to the [MASK] to buy a gallon of milk."
+K_MAX = 20  # guesses computed per [MASK]; the slider shows the first k (moving it never re-runs the model)
+MAX_WORD_BUTTONS = 120  # one toggle per word up to here; later words can still be hidden by typing [MASK]
+MAX_EACH_WORDS = 64  # "mask each word in turn" runs the model once per word: longer texts are cut here
+CACHE_SIZE = 64  # remembered fill-mask results (text, hidden words, whole-word) per model
+NOTHING_HIDDEN = (
+    "Nothing is hidden yet: click a word above to hide it, or type [MASK] in the text "
+    "(e.g. 'The cat sat on the [MASK].')."
+)
+NO_MLM = (
+    "This model has no MLM head, so it cannot guess hidden words. Train one in the Pre-training tab "
+    "(it puts MLM and NSP heads on this encoder), or pick a model that has one in the model list "
+    "(the offline default does)."
+)
+HELP = (
+    "Click words to hide them (click again to show them), or type [MASK] in the text and press Predict. "
+    "Each chart lists the model's top guesses for one hidden piece; green is the piece that was really "
+    "there. A word split into pieces (token ##ization) has only its first piece hidden unless "
+    "whole-word masking is on. 'Mask each word in turn' hides every word once and colours it by how "
+    "likely the model finds the true word (green: easy to guess back, red: hard)."
+)
+
+
+class MaskPanel(Panel):
+    """Top-k guesses for hidden words, and how predictable each word of a sentence is."""
+
+    title = "Mask"
+    teaches = (
+        "BERT is trained to guess hidden words from both sides of the context: hide some and read its "
+        "guesses, or hide each word in turn to see which words the context gives away."
+    )
+
+    def __init__(self, model: torch.nn.Module, tok: Tokenizer, text: str = DEFAULT_TEXT, k: int = 5) -> None:
+        super().__init__()
+        self._read_text: str | None = None  # the text the word buttons were made from
+        self.model, self.tok = model, tok
+        self.text = widgets.Textarea(
+            value=text, description="Text", placeholder="Type a sentence; put [MASK] where a word should go",
+            continuous_update=False, layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"),
+        )
+        self.predict_button = widgets.Button(description="Predict", button_style="primary",
+                                             tooltip="Run the model on the text")
+        self.k = widgets.IntSlider(value=min(max(k, 1), K_MAX), min=1, max=K_MAX, description="Top k")
+        self.whole_word = widgets.Checkbox(value=False, description="Whole-word masking", indent=False,
+                                           tooltip="Hide every piece of a clicked word, not only the first")
+        self.each_button = widgets.Button(description="Mask each word in turn", layout=widgets.Layout(width="auto"),
+                                          tooltip="Hide every word once and colour it by how well it is guessed back")
+        self.scale = widgets.ToggleButtons(options=[("probability", "probability"), ("log10", "log10")],
+                                           value="probability", description="Colour by",
+                                           style=widgets.ToggleButtonsStyle(button_width="auto"))
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, description="Scoring",
+                                            layout=widgets.Layout(display="none"))
+        self.word_buttons = widgets.Box(layout=widgets.Layout(display="flex", flex_flow="row wrap", width="100%"))
+        self.reads = widgets.HTML()  # the text as the model reads it, hidden pieces marked
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(HELP)}</div>')
+
+        self.words: list[str] = []
+        self.hidden: set[int] = set()  # words hidden by clicking, indices as in text_words
+        self.predictions: list[MaskPrediction] = []  # K_MAX guesses per [MASK]; [] when there is nothing to show
+        self.scores: list[WordScore] | None = None  # "mask each word in turn"; None when not on show
+        self.scoring = False  # the student asked for the word scores: keep them in step with the text
+        self._word_notes: list[tuple[Level, str]] = []
+        self._cut = False  # the text is longer than the model reads
+        self._fill_notes: list[tuple[Level, str]] = []
+        self._each_notes: list[tuple[Level, str]] = []
+        self._cache: dict[tuple[str, tuple[int, ...], bool], list[MaskPrediction]] = {}
+
+        self.fill_box = widgets.VBox([])
+        self.each_box = widgets.VBox([])  # filled when the student asks for it
+        self._on_text()
+
+        self.text.observe(self._on_text, names="value")
+        self.predict_button.on_click(self._on_predict)
+        self.whole_word.observe(self._on_hidden, names="value")
+        self.k.observe(self._on_k, names="value")
+        self.each_button.on_click(self._on_each)
+        self.scale.observe(self._on_scale, names="value")
+        self._widget = widgets.VBox(
+            [
+                widgets.HBox([self.text, self.predict_button]),
+                self.word_buttons,
+                self.reads,
+                widgets.HBox([self.k, self.whole_word], layout=widgets.Layout(align_items="center")),
+                self.message,
+                self.fill_box,
+                widgets.HBox([self.each_button, self.scale, self.progress],
+                             layout=widgets.Layout(flex_flow="row wrap")),
+                self.each_box,
+                self.help,
+            ],
+            layout=widgets.Layout(width="100%"),
+        )
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return self._widget
+
+    def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
+        """Same text and hidden words, another model (and maybe another tokenizer: words re-read)."""
+        self.model, self.tok = model, tok
+        self._cache.clear()
+        self._on_text()
+
+    def figures(self) -> dict[str, go.Figure]:
+        out = {}
+        if self.predictions:
+            out["guesses for the hidden words"] = go.Figure(self.fill_box.children[0])
+        if self.scores:
+            out["how predictable each word is"] = go.Figure(self.each_box.children[0])
+        return out
+
+    # -- callbacks: read the widgets, call the pure functions, assign ------------------------
+    def _on_predict(self, _=None) -> None:
+        # In the browser a click often follows the edit that already redrew (the box sends its
+        # value when it loses focus): read again only a text not read yet.
+        if self.text.value != self._read_text:
+            self._on_text()
+
+    def _on_text(self, _=None) -> None:
+        self._read_text = self.text.value
+        with self.reporting():
+            self._read_words()
+            self._refresh(rescore=self.scoring)
+
+    def _on_word(self, index: int, change) -> None:
+        with self.reporting():
+            (self.hidden.add if change["new"] else self.hidden.discard)(index)
+            change["owner"].button_style = "warning" if change["new"] else ""
+            self._refresh(rescore=False)
+
+    def _on_hidden(self, _=None) -> None:
+        with self.reporting():
+            self._refresh(rescore=False)
+
+    def _on_k(self, _=None) -> None:
+        """Only the number of bars changes: no model run, the figure is patched in place."""
+        with self.reporting():
+            if self.predictions:
+                self._draw_fill()
+
+    def _on_each(self, _=None) -> None:
+        with self.reporting():
+            self.scoring = True
+            self._refresh(rescore=True)
+
+    def _on_scale(self, _=None) -> None:
+        with self.reporting():
+            self._draw_scores()
+
+    def _refresh(self, rescore: bool) -> None:
+        """Recompute the guesses (cached), and the word scores if asked, and redraw."""
+        usable = self._predict()
+        self._draw_fill()
+        if rescore:
+            self._score_words(usable)
+            self._draw_scores()
+        self._show_notes()
+
+    # -- the words to click --------------------------------------------------------------------
+    def _read_words(self) -> None:
+        """Split the text into words and rebuild the toggles; a word stays hidden if it is still
+        the same word at the same place."""
+        old, text = self.words, self.text.value
+        self.words = text_words(self.tok, text) if text.strip() else []
+        self._word_notes, self._cut = [], False
+        if self.words:
+            enc = self.tok.encode(text, max_length=min(self.tok.model_max_length, max_tokens(self.model)))
+            self._word_notes += [("warning", enc.warning)] if enc.warning else []
+            self._cut = enc.truncated
+        if len(self.words) > MAX_WORD_BUTTONS:
+            self._word_notes.append((
+                "info", f"Only the first {MAX_WORD_BUTTONS} words have a button: type [MASK] to hide a later word.",
+            ))
+        self.hidden = {i for i in self.hidden if i < len(self.words) and i < len(old) and old[i] == self.words[i]}
+        for button in self.word_buttons.children:
+            button.close()
+        self.word_buttons.children = [self._word_button(i, w) for i, w in enumerate(self.words[:MAX_WORD_BUTTONS])]
+
+    def _word_button(self, index: int, word: str) -> widgets.ToggleButton:
+        typed = word == self.tok.mask_token
+        hidden = typed or index in self.hidden
+        button = widgets.ToggleButton(
+            value=hidden, description=word if len(word) <= 18 else word[:17] + "…",
+            disabled=typed, button_style="warning" if hidden else "",
+            tooltip="typed in the text: edit the text to remove it" if typed else f"hide or show '{word}'",
+            layout=widgets.Layout(width="auto", margin="1px"),
+        )
+        if not typed:
+            button.observe(lambda change: self._on_word(index, change), names="value")
+        return button
+
+    # -- computing -------------------------------------------------------------------------------
+    def _predict(self) -> bool:
+        """K_MAX guesses for the current text and hidden words (cached), or [] and a note saying why
+        not. False when the model or the text cannot be used at all."""
+        self.predictions, self._fill_notes = [], []
+        if not self.model.has_mlm:
+            self._fill_notes = [("warning", NO_MLM)]
+            return False
+        if self.words and not self.hidden and self.tok.mask_token not in self.words and not self._cut:
+            self._fill_notes = [("info", NOTHING_HIDDEN)]
+            return True
+        key = (self.text.value, tuple(sorted(self.hidden)), self.whole_word.value)
+        try:
+            if key not in self._cache:
+                if len(self._cache) >= CACHE_SIZE:
+                    self._cache.pop(next(iter(self._cache)))
+                self._cache[key] = fill_mask(self.model, self.tok, key[0], K_MAX, list(key[1]), key[2])
+        except InputError as e:
+            self._fill_notes = [("error", str(e))]
+            return False
+        self.predictions = self._cache[key]
+        self._fill_notes = self._notes(self.predictions)
+        return True
+
+    def _score_words(self, usable: bool) -> None:
+        """Hide each word in turn (at most MAX_EACH_WORDS, the text cut after them), with a progress
+        bar; nothing when the text or model is unusable (the guesses' note already says why)."""
+        self.scores, self._each_notes = None, []
+        if not usable:
+            return
+        text, cut = _first_words(self.tok, self.text.value, MAX_EACH_WORDS)
+        self.progress.value, self.progress.layout.display = 0, None
+
+        def progress(done: int, total: int) -> None:
+            self.progress.max, self.progress.value = total, done
+
+        try:
+            self.scores = mask_each_word(self.model, self.tok, text, progress=progress)
+        except InputError as e:
+            self._each_notes = [("error", str(e))]
+            return
+        finally:
+            self.progress.layout.display = "none"
+        right = sum(s.correct for s in self.scores)
+        self._each_notes = [(
+            "info",
+            (f"Each of the {len(self.scores)} words was hidden once (all of its pieces); the model's top guess "
+             f"was the true word for {right} of them. Hover over a word to see its probability and the guess."),
+        )]
+        if cut:
+            self._each_notes.append((
+                "warning",
+                (f"Only the first {MAX_EACH_WORDS} words were scored (one model run per word), and the model "
+                 "read only those: shorten the text to score all of it."),
+            ))
+
+    def _notes(self, predictions: list[MaskPrediction]) -> list[tuple[Level, str]]:
+        """What the student should know about these guesses, beyond the bars."""
+        n = len(predictions)
+        notes: list[tuple[Level, str]] = [(
+            "info",
+            f"{n} hidden piece{'s' if n > 1 else ''}. "
+            + ("They are guessed all at once, each without knowing the others' guesses. " if n > 1 else "")
+            + "Green bars are the pieces that were really there.",
+        )]
+        if not self.whole_word.value:
+            split = [w for w in sorted(self.hidden) if len(self.tok.tokenize(self.words[w])) > 1]
+            if split:
+                pieces = " ".join(self.tok.tokenize(self.words[split[0]]))
+                notes.append((
+                    "info",
+                    (f"'{self.words[split[0]]}' is several pieces ({pieces}): only the first is hidden, so the "
+                     "model still sees the rest. Tick whole-word masking to hide them all."),
+                ))
+        unknown = predictions[0].tokens.count("[UNK]")
+        if unknown:
+            notes.append((
+                "warning",
+                (f"{unknown} piece(s) are not in this model's vocabulary and read as [UNK] (emoji and rare "
+                 "symbols often are): the model cannot guess them, nor use them as context."),
+            ))
+        return notes
+
+    # -- drawing ---------------------------------------------------------------------------------
+    def _draw_fill(self) -> None:
+        """The guesses (top k of each) and the text as the model reads it; a hint when there are none."""
+        if not self.predictions:
+            self.reads.value = ""
+            hint = "This model cannot guess hidden words." if not self.model.has_mlm else (
+                "Click a word above, or type [MASK] in the text, to see the model's guesses.")
+            show_figure(self.fill_box, empty_figure(hint))
+            return
+        self.reads.value = reads_html(self.predictions[0].tokens, self.tok.mask_token)
+        k = self.k.value
+        show_figure(self.fill_box, plot_fill_mask([replace(p, candidates=p.candidates[:k]) for p in self.predictions]))
+
+    def _draw_scores(self) -> None:
+        if self.scores is None:
+            self.each_box.children = []
+            return
+        show_figure(self.each_box, plot_word_predictability(self.scores, scale=self.scale.value))
+
+    def _show_notes(self) -> None:
+        self.show_messages(self._fill_notes + self._each_notes + self._word_notes)
+
+
+def reads_html(tokens: list[str], mask_token: str = "[MASK]") -> str:
+    """The input as the model reads it ([CLS]/[SEP] left out, pieces joined), hidden pieces marked."""
+    words: list[str] = []
+    for t in tokens:
+        if t in ("[CLS]", "[SEP]", "[PAD]"):
+            continue
+        glue = t.startswith("##") and bool(words)
+        t = t[2:] if glue else t
+        piece = (
+            f'<span style="background:#ffe08a;border-radius:3px;padding:0 2px;font-weight:600">{html.escape(t)}</span>'
+            if t == mask_token else html.escape(t)
+        )
+        if glue:
+            words[-1] += piece
+        else:
+            words.append(piece)
+    return f'<div style="font-size:0.95em;margin:4px 0"><b>The model reads:</b> {" ".join(words)}</div>'
+
+
+def _first_words(tok: Tokenizer, text: str, n: int) -> tuple[str, bool]:
+    """(`text` cut after its first `n` words, whether it was cut)."""
+    if not text.strip():
+        return text, False
+    enc = tok.encode(text)
+    spans = enc.word_spans()
+    if len(spans) <= n:
+        return text, False
+    return text[: enc.offsets[spans[n - 1][2] - 1][1]], True

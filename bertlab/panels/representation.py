@@ -1,0 +1,189 @@
+"""Input tab: what BERT reads before its first layer. WordPiece pieces, segment and position
+ids, and the token + segment + position embeddings that add up to each token's input vector."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+
+from bertlab.analysis.representation import Representation, input_representation
+from bertlab.analysis.similarity import project_2d
+from bertlab.panels.base import Level, Panel, show_figure
+from bertlab.tokenizer import Tokenizer
+from bertlab.viz.mask import empty_figure
+from bertlab.viz.representation import (
+    PART_LABELS,
+    plot_input_table,
+    plot_part_norms,
+    plot_part_projection,
+)
+
+DEFAULT_TEXT = "The unbelievably clueless gamer played it."
+DEFAULT_TEXT_B = "It was fine."
+MAX_SHOWN = 64  # tokens drawn; beyond this the table and the bars are unreadable. Cut with a note.
+HIDDEN_PARTS = ("normalised",)  # ~8x longer than the others: in the legend, off until clicked
+HELP = (
+    "Each token's input vector is its <b>token</b> embedding (one per vocabulary piece) + its "
+    "<b>segment</b> embedding (A or B) + its <b>position</b> embedding (0, 1, 2, …); LayerNorm then "
+    "rescales the sum. “##” marks a piece that continues the word before it. Click a legend entry to "
+    "show or hide a part (the normalised sum starts hidden: it is much longer than the others). The map "
+    "is one shared linear projection, so each sum point is its token + segment + position points added."
+)
+
+
+class RepresentationPanel(Panel):
+    """The pieces, ids and embedding parts of a sentence (or a pair) the student types."""
+
+    title = "Input"
+    teaches = (
+        "BERT reads WordPiece pieces, and each piece's input vector is the sum of a token, a segment "
+        "and a position embedding."
+    )
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tok: Tokenizer,
+        text: str = DEFAULT_TEXT,
+        text_b: str = DEFAULT_TEXT_B,
+        max_shown: int = MAX_SHOWN,
+    ) -> None:
+        super().__init__()
+        self.model, self.tok, self.max_shown = model, tok, max_shown
+        self.text_a = widgets.Textarea(
+            value=text, description="Sentence A", placeholder="Type a sentence, then press Show",
+            continuous_update=False, layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"),
+        )
+        self.text_b = widgets.Text(
+            value=text_b, description="Sentence B", placeholder="optional second sentence",
+            continuous_update=False, layout=widgets.Layout(width="min(100%, 720px)"),
+        )
+        self.show_button = widgets.Button(description="Show", button_style="primary", tooltip="Read the input")
+        self.rep = self._compute()
+        # Each FigureWidget starts from a complete figure (one filled after creation shows blank in Voilà).
+        self.table, self.norms, self.projection = (go.FigureWidget(f) for f in self._figures())
+        self.boxes = [widgets.Box([f], layout=widgets.Layout(overflow="auto")) for f in self._widgets()]
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em;max-width:760px">{HELP}</div>')
+        self.text_a.observe(self._on_text, names="value")
+        self.text_b.observe(self._on_text, names="value")
+        self.show_button.on_click(self._on_text)
+        self._widget = widgets.VBox(
+            [self.text_a, widgets.HBox([self.text_b, self.show_button]), self.message, *self.boxes, self.help],
+            layout=widgets.Layout(width="100%"),
+        )
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return self._widget
+
+    def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
+        self.model, self.tok = model, tok
+        self.update(force=True)
+
+    def figures(self) -> dict[str, go.Figure]:
+        if self.rep is None:
+            return {}
+        names = ("input table", "part norms", "parts in 2-D")
+        return {name: go.Figure(fig) for name, fig in zip(names, self._widgets())}
+
+    # -- callbacks: read the widgets, call the pure functions, assign ------------------------
+    def _on_text(self, _=None) -> None:
+        self.update()
+
+    def update(self, force: bool = False) -> None:
+        """Read the current text (unless it is what is shown already) and redraw."""
+        if not force and self.rep is not None and (self.rep.text_a, self.rep.text_b) == self._inputs():
+            return
+        rep = self._compute()
+        if rep is not None:
+            self.rep = rep
+            self._draw()
+
+    def _compute(self) -> Representation | None:
+        """The representation of the current text, cut to what is drawn; None (and a message) on bad input."""
+        with self.reporting():
+            a, b = self._inputs()
+            full = input_representation(self.model, self.tok, a, b)
+            self.show_messages(notes(full, self.max_shown, pair_asked=bool(self.text_b.value)))
+            return first_tokens(full, self.max_shown)
+        return None
+
+    def _inputs(self) -> tuple[str, str | None]:
+        return self.text_a.value, self.text_b.value.strip() or None
+
+    # -- drawing --------------------------------------------------------------------------
+    def _figures(self) -> tuple[go.Figure, go.Figure, go.Figure]:
+        if self.rep is None:
+            blank = empty_figure("Type a sentence and press Show.")
+            return blank, go.Figure(blank), go.Figure(blank)
+        norms = plot_part_norms(self.rep)
+        for part in HIDDEN_PARTS:
+            norms.update_traces(visible="legendonly", selector={"name": PART_LABELS[part]})
+        return plot_input_table(self.rep), norms, plot_part_projection(self.rep)
+
+    def _widgets(self) -> tuple[go.FigureWidget, go.FigureWidget, go.FigureWidget]:
+        return self.table, self.norms, self.projection
+
+    def _draw(self) -> None:
+        """New tokens: redraw the three figures."""
+        self.table, self.norms, self.projection = (
+            show_figure(box, new) for box, new in zip(self.boxes, self._figures())
+        )
+
+
+def first_tokens(rep: Representation, n: int) -> Representation:
+    """The first `n` tokens of `rep`, with the 2-D map refitted to them. Exact: a token's input
+    vector depends only on its own piece, segment and position."""
+    if len(rep.tokens) <= n:
+        return rep
+    parts = {name: v[:n] for name, v in rep.parts.items()}  # [n, d] each
+    points, explained = project_2d(torch.cat([parts[p] for p in rep.projected_parts]), center=False)
+    return replace(
+        rep,
+        tokens=rep.tokens[:n], ids=rep.ids[:n], segment_ids=rep.segment_ids[:n],
+        position_ids=rep.position_ids[:n], word_ids=rep.word_ids[:n],
+        parts=parts, norms={name: v[:n] for name, v in rep.norms.items()},
+        projection=points.view(len(rep.projected_parts), n, 2), explained=explained,
+    )
+
+
+def split_words(rep: Representation) -> list[str]:
+    """Words cut into several pieces, as "word → piece piece …" (e.g. "clueless → clue ##less")."""
+    groups: dict[tuple[int, int], list[str]] = {}
+    for piece, segment, word in zip(rep.tokens, rep.segment_ids, rep.word_ids):
+        if word is not None:
+            groups.setdefault((segment, word), []).append(piece)
+    return [
+        "".join(p.removeprefix("##") for p in pieces) + " → " + " ".join(pieces)
+        for pieces in groups.values() if len(pieces) > 1
+    ]
+
+
+def notes(rep: Representation, max_shown: int = MAX_SHOWN, pair_asked: bool = False) -> list[tuple[Level, str]]:
+    """What the student should know about this input, beyond the pictures."""
+    n = len(rep.tokens)
+    pair = "two sentences: A is segment 0 (blue), B is segment 1 (orange)" if rep.text_b else "one sentence"
+    out: list[tuple[Level, str]] = [("info", f"{n} tokens, {pair}.")]
+    split = split_words(rep)
+    if split:
+        shown = "; ".join(split[:6]) + ("; …" if len(split) > 6 else "")
+        out.append(("info", f"{len(split)} word(s) became several WordPiece pieces: {shown}."))
+    if pair_asked and rep.text_b is None:
+        out.append(("info", "Sentence B is blank, so only sentence A is read (all segment 0)."))
+    if "[MASK]" in rep.tokens:
+        out.append(("info", "[MASK] is an ordinary vocabulary piece here, with its own token embedding."))
+    unknown = rep.tokens.count("[UNK]")
+    if unknown:
+        out.append((
+            "warning",
+            (f"{unknown} piece(s) are not in this model's vocabulary and show as [UNK] (emoji and rare "
+             "symbols often are): they all get the same token embedding."),
+        ))
+    if rep.warning:
+        out.append(("warning", rep.warning))
+    if n > max_shown:
+        out.append(("warning", f"The pictures show the first {max_shown} of the {n} tokens."))
+    return out

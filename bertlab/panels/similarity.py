@@ -1,0 +1,401 @@
+"""Embeddings tab: how similar BERT's vectors are, token to token and one word across contexts,
+against the similarity of random tokens (anisotropy), and a 2-D map of words in context.
+
+Three sub-tabs, each with its own inputs; the stage sliders redraw from cached results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+
+from bertlab.analysis import InputError
+from bertlab.analysis.similarity import (
+    Anisotropy,
+    TokenSimilarity,
+    WordAcrossContexts,
+    WordProjection,
+    anisotropy_baseline,
+    stage_names,
+    token_similarity,
+    word_in_contexts,
+    word_projection,
+)
+from bertlab.panels.base import Level, Panel, show_figure
+from bertlab.tokenizer import Tokenizer
+from bertlab.viz.mask import empty_figure
+from bertlab.viz.similarity import (
+    plot_token_similarity,
+    plot_word_across_layers,
+    plot_word_projection,
+    word_lines,
+)
+
+DEFAULT_TEXT = "I went to the bank to deposit money, then sat on the river bank."
+DEFAULT_WORD = "bank"
+DEFAULT_CONTEXTS = """river | He sat on the bank of the river.
+river | The river bank was muddy after the rain.
+river | We fished from the grassy bank of the lake.
+money | I deposited money at the bank.
+money | The bank approved my loan.
+money | She works as a cashier in a bank downtown."""
+DEFAULT_MAP_WORDS = "bank, river, money"
+DEFAULT_MAP_SENTENCES = """He sat on the bank of the river.
+The river bank was muddy after the rain.
+We fished from the grassy bank of the lake.
+I deposited money at the bank.
+The bank approved my loan.
+She works as a cashier in a bank downtown.
+The river flooded the whole valley.
+They swam across the cold river.
+He saved money for a new bike.
+She lent me some money for lunch."""
+MAX_SHOWN = 128  # tokens in the cosine matrix; beyond this a cell is smaller than a pixel pair
+SECTIONS = ("Tokens", "One word", "Word map")
+_FIGURE_ATTRS = ("token_figure", "word_figure", "map_figure")  # the figure widget of each sub-tab
+HELP = (
+    "Contextual vectors share a common direction (they are <i>anisotropic</i>), so even two random "
+    "tokens have a clearly positive cosine: the grey dashed line in “One word” measures "
+    "it on 500 random token pairs from 16 built-in everyday sentences. A word's similarity across "
+    "contexts says something about meaning only where it rises above that line. "
+    "Sliders redraw from the stored vectors (no new run)."
+)
+TOKENS_HELP = "Each cell is the cosine between two tokens' vectors at the chosen stage (−1 blue … +1 red)."
+CONTEXTS_HELP = (
+    "One context per line, each containing the word as written. Optionally start each line with a sense "
+    "label and a bar (“river | …”, “money | …”) to compare same-sense with different-sense pairs."
+)
+MAP_HELP = ("Words separated by commas; one sentence per line. Every occurrence of each word becomes a point; "
+            "hover a point to see its sentence.")
+
+
+class SimilarityPanel(Panel):
+    """Cosine similarity of contextual vectors: token × token, one word across contexts, a 2-D map."""
+
+    title = "Embeddings"
+    teaches = (
+        "A word's contextual vector changes with its context, and all vectors share a common direction, "
+        "so similarity only means something above the random-pair baseline."
+    )
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tok: Tokenizer,
+        text: str = DEFAULT_TEXT,
+        word: str = DEFAULT_WORD,
+        contexts: str = DEFAULT_CONTEXTS,
+        map_words: str = DEFAULT_MAP_WORDS,
+        map_sentences: str = DEFAULT_MAP_SENTENCES,
+        max_shown: int = MAX_SHOWN,
+    ) -> None:
+        super().__init__()
+        self.model, self.tok, self.max_shown = model, tok, max_shown
+        self._baseline: Anisotropy | None = None  # per model; computed on first use
+        self._holding = False  # True while slider options are replaced (no redraw then)
+        self.notes: list[list[tuple[Level, str]]] = [[] for _ in SECTIONS]  # each sub-tab's messages
+        wide = widgets.Layout(width="min(100%, 720px)")
+        box = widgets.Layout(width="min(100%, 720px)", height="10em")
+        stages = _stage_options(model.config.num_hidden_layers)
+        last = len(stages) - 1
+
+        # 1. token x token
+        self.text = widgets.Textarea(value=text, description="Text", continuous_update=False,
+                                     placeholder="Type a sentence, then press Show",
+                                     layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"))
+        self.text_button = widgets.Button(description="Show", button_style="primary", tooltip="Run the model")
+        self.token_stage = widgets.SelectionSlider(options=stages, value=last, description="Stage",
+                                                   continuous_update=True, layout=wide)
+        # 2. one word across contexts
+        self.word = widgets.Text(value=word, description="Word", continuous_update=False,
+                                 placeholder="a word in every context")
+        self.contexts = widgets.Textarea(value=contexts, description="Contexts", continuous_update=False,
+                                         placeholder="one sentence per line", layout=box)
+        self.word_button = widgets.Button(description="Compare", button_style="primary", tooltip="Run the model")
+        # 3. map of words
+        self.map_words = widgets.Text(value=map_words, description="Words", continuous_update=False,
+                                      placeholder="bank, river, money", layout=wide)
+        self.map_sentences = widgets.Textarea(value=map_sentences, description="Sentences", continuous_update=False,
+                                              placeholder="one sentence per line", layout=box)
+        self.map_button = widgets.Button(description="Map", button_style="primary", tooltip="Run the model")
+        self.map_stage = widgets.SelectionSlider(options=stages, value=last, description="Stage",
+                                                 continuous_update=True, layout=wide)
+
+        self.sections = widgets.Tab(children=[widgets.VBox() for _ in SECTIONS], titles=list(SECTIONS))
+        self.sim = self._run(0, self._compute_tokens)
+        self.word_result = self._run(1, self._compute_word)
+        self.proj = self._run(2, self._compute_map)
+        # Each FigureWidget starts from a complete figure (one filled after creation shows blank in Voilà).
+        self.token_figure = go.FigureWidget(self._token_fig())
+        self.word_figure = go.FigureWidget(self._word_fig())
+        self.map_figure = go.FigureWidget(self._map_fig())
+        self.boxes = [widgets.Box([f]) for f in self._widgets()]
+        self._made_hidden = {1, 2}  # sub-tabs whose figure widget was made while not on show
+        self.sections.children = [
+            widgets.VBox([_help(TOKENS_HELP), self.text, widgets.HBox([self.text_button]), self.token_stage,
+                          self.message, self.boxes[0]]),
+            widgets.VBox([_help(CONTEXTS_HELP), self.word, self.contexts, self.word_button, self.message,
+                          self.boxes[1]]),
+            widgets.VBox([_help(MAP_HELP), self.map_words, self.map_sentences, self.map_button, self.map_stage,
+                          self.message, self.boxes[2]]),
+        ]  # one message line, shown in every sub-tab, holding the open sub-tab's notes
+        self.show_messages(self.notes[0])
+
+        self.text.observe(self._on_text, names="value")
+        self.text_button.on_click(self._on_text)
+        self.token_stage.observe(self._on_token_stage, names="value")
+        self.word.observe(self._on_word, names="value")
+        self.contexts.observe(self._on_word, names="value")
+        self.word_button.on_click(self._on_word)
+        self.map_words.observe(self._on_map, names="value")
+        self.map_sentences.observe(self._on_map, names="value")
+        self.map_button.on_click(self._on_map)
+        self.map_stage.observe(self._on_map_stage, names="value")
+        self.sections.observe(self._on_section, names="selected_index")
+        self._widget = widgets.VBox([self.sections, _help(HELP)], layout=widgets.Layout(width="100%"))
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return self._widget
+
+    def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
+        self.model, self.tok, self._baseline = model, tok, None
+        self.sim = self._run(0, self._compute_tokens)
+        self.word_result = self._run(1, self._compute_word)
+        self.proj = self._run(2, self._compute_map)
+        stages = _stage_options(model.config.num_hidden_layers)
+        for slider in (self.token_stage, self.map_stage):
+            if slider.options != stages:  # another depth: keep the same stage where it exists
+                value = min(slider.value, len(stages) - 1)
+                with self.hold_sliders():
+                    slider.options, slider.value = stages, value
+        self._redraw(0, self._token_fig())
+        self._redraw(1, self._word_fig())
+        self._redraw(2, self._map_fig())
+
+    def figures(self) -> dict[str, go.Figure]:
+        shown = zip(("token cosine", "word across stages", "word map"), (self.sim, self.word_result, self.proj),
+                    self._widgets())
+        return {name: go.Figure(fig) for name, result, fig in shown if result is not None}
+
+    # -- callbacks: read the widgets, call the pure functions, assign ------------------------
+    def _on_text(self, _=None) -> None:
+        sim = self._run(0, self._compute_tokens)
+        if sim is not None:
+            self.sim = sim
+            self._redraw(0, self._token_fig())
+
+    def _on_word(self, _=None) -> None:
+        result = self._run(1, self._compute_word)
+        if result is not None:
+            self.word_result = result
+            self._redraw(1, self._word_fig())
+
+    def _on_map(self, _=None) -> None:
+        proj = self._run(2, self._compute_map)
+        if proj is not None:
+            self.proj = proj
+            self._redraw(2, self._map_fig())
+
+    def _on_token_stage(self, _=None) -> None:
+        """Another stage of the same text: only the cosines and the title change."""
+        if self.sim is None or self._holding:
+            return
+        with self.reporting():
+            new = plot_token_similarity(self.sim, self.token_stage.value)
+            with self.token_figure.batch_update():
+                self.token_figure.data[0].z = new.data[0].z
+                self.token_figure.layout.title.text = new.layout.title.text
+
+    def _on_map_stage(self, _=None) -> None:
+        """Another stage of the same points: only their places, the axes and the title change."""
+        if self.proj is None or self._holding:
+            return
+        with self.reporting():
+            new = plot_word_projection(self.proj, self.map_stage.value)
+            with self.map_figure.batch_update():
+                for old_trace, new_trace in zip(self.map_figure.data, new.data):
+                    old_trace.x, old_trace.y = new_trace.x, new_trace.y
+                self.map_figure.layout.title.text = new.layout.title.text
+                self.map_figure.layout.xaxis.title.text = new.layout.xaxis.title.text
+                self.map_figure.layout.yaxis.title.text = new.layout.yaxis.title.text
+
+    def _on_section(self, change) -> None:
+        section = change["new"]
+        if section is None:
+            return
+        self.show_messages(self.notes[section])
+        if section in self._made_hidden:
+            # A figure widget first drawn in a hidden sub-tab fails to start in the browser (anywidget
+            # gives up after 2 s) and ignores later updates: now that it is on show, make it afresh.
+            self._made_hidden.discard(section)
+            fresh = go.FigureWidget(self._builders()[section]())
+            self._swap(section, fresh)
+
+    @contextlib.contextmanager
+    def hold_sliders(self) -> Iterator[None]:
+        """Slider changes inside do not redraw (their options are being replaced)."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+
+    # -- computations: each returns (result, notes) or raises InputError --------------------
+    def _run(self, section: int, compute: Callable[[], tuple[object, list[tuple[Level, str]]]]):
+        """Run one sub-tab's computation; its notes, or the error, become that sub-tab's messages."""
+        result = None
+        with self.reporting():
+            result, notes = compute()
+            self.show_messages(notes)
+        self.notes[section] = list(self.messages)
+        self.show_messages(self.notes[self.sections.selected_index or 0])
+        return result
+
+    def _compute_tokens(self) -> tuple[TokenSimilarity, list[tuple[Level, str]]]:
+        sim = token_similarity(self.model, self.tok, self.text.value)
+        return first_tokens(sim, self.max_shown), token_notes(sim, self.max_shown)
+
+    def _compute_word(self) -> tuple[WordAcrossContexts, list[tuple[Level, str]]]:
+        senses, contexts = parse_contexts(self.contexts.value)
+        result = word_in_contexts(self.model, self.tok, self.word.value, contexts, senses=senses,
+                                  baseline=self.baseline())
+        return result, word_notes(result)
+
+    def _compute_map(self) -> tuple[WordProjection, list[tuple[Level, str]]]:
+        words = [w for w in self.map_words.value.split(",") if w.strip()]
+        proj = word_projection(self.model, self.tok, words, _lines(self.map_sentences.value))
+        return proj, map_notes(proj)
+
+    def baseline(self) -> Anisotropy:
+        """The anisotropy baseline of the current model (built-in sentences, so no data set needed)."""
+        if self._baseline is None:
+            self._baseline = anisotropy_baseline(self.model, self.tok)
+        return self._baseline
+
+    # -- drawing --------------------------------------------------------------------------
+    def _token_fig(self) -> go.Figure:
+        if self.sim is None:
+            return empty_figure("Type a text and press Show.")
+        return plot_token_similarity(self.sim, min(self.token_stage.value, self.sim.num_stages - 1))
+
+    def _word_fig(self) -> go.Figure:
+        if self.word_result is None:
+            return empty_figure("Type a word and at least two contexts that contain it, then press Compare.")
+        return plot_word_across_layers(self.word_result)
+
+    def _map_fig(self) -> go.Figure:
+        if self.proj is None:
+            return empty_figure("Type words and sentences that contain them, then press Map.")
+        return plot_word_projection(self.proj, min(self.map_stage.value, self.proj.points.shape[0] - 1))
+
+    def _widgets(self) -> tuple[go.FigureWidget, go.FigureWidget, go.FigureWidget]:
+        return self.token_figure, self.word_figure, self.map_figure
+
+    def _builders(self) -> tuple[Callable[[], go.Figure], ...]:
+        return self._token_fig, self._word_fig, self._map_fig
+
+    def _redraw(self, section: int, fig: go.Figure) -> None:
+        """New result: show `fig` in sub-tab `section` (in place when its traces are of the same kinds)."""
+        old = self._widgets()[section]
+        shown = show_figure(self.boxes[section], fig)
+        if shown is not old and section != self.sections.selected_index:
+            self._made_hidden.add(section)
+        setattr(self, _FIGURE_ATTRS[section], shown)
+
+    def _swap(self, section: int, fresh: go.FigureWidget) -> None:
+        old = self._widgets()[section]
+        self.boxes[section].children = [fresh]
+        old.close()
+        setattr(self, _FIGURE_ATTRS[section], fresh)
+
+
+# -- pure helpers ---------------------------------------------------------------------------
+def _stage_options(num_layers: int) -> tuple[tuple[str, int], ...]:
+    """Slider options: (label, stage index), stage 0 = the embeddings."""
+    return tuple((name, i) for i, name in enumerate(stage_names(num_layers)))
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _help(text: str) -> widgets.HTML:
+    return widgets.HTML(f'<div style="color:#555;font-size:0.9em;max-width:760px">{text}</div>')
+
+
+def parse_contexts(text: str) -> tuple[list[str] | None, list[str]]:
+    """(sense labels or None, contexts) from one context per line, each optionally "label | sentence"."""
+    lines = _lines(text)
+    if not lines:
+        raise InputError("No contexts: type at least two sentences that contain the word, one per line.")
+    split = [line.partition("|") for line in lines]
+    labelled = [bool(bar) and bool(label.strip()) for label, bar, _ in split]
+    if not any(labelled):
+        return None, lines
+    if not all(labelled):
+        missing = ", ".join(str(i) for i, ok in enumerate(labelled, start=1) if not ok)
+        raise InputError(
+            f"Some contexts have a sense label (“river | …”) and some do not (line {missing}): "
+            "label every context or none."
+        )
+    return [label.strip() for label, _, _ in split], [sentence.strip() for _, _, sentence in split]
+
+
+def first_tokens(sim: TokenSimilarity, n: int) -> TokenSimilarity:
+    """The cosines among the first `n` tokens (computed with the whole text as context)."""
+    if len(sim.tokens) <= n:
+        return sim
+    b = sim.sentence_b_start
+    return replace(sim, tokens=sim.tokens[:n], matrices=sim.matrices[:, :n, :n],
+                   sentence_b_start=b if b is not None and b < n else None)
+
+
+def token_notes(sim: TokenSimilarity, max_shown: int = MAX_SHOWN) -> list[tuple[Level, str]]:
+    """What the student should know about the token × token matrix."""
+    n = len(sim.tokens)  # >= 3: [CLS] ... [SEP]
+    off_diagonal = ~torch.eye(n, dtype=torch.bool)
+    first, last = (float(sim.matrices[s][off_diagonal].mean()) for s in (0, -1))
+    out: list[tuple[Level, str]] = [
+        ("info", (f"{n} tokens. Mean cosine between two different tokens: {first:.2f} at the embeddings, "
+                  f"{last:.2f} after the last layer.")),
+    ]
+    unknown = sim.tokens.count("[UNK]")
+    if unknown:
+        out.append(("warning", (f"{unknown} piece(s) are not in the vocabulary and show as [UNK] (emoji and "
+                                "rare symbols often are): they share one embedding.")))
+    if sim.warning:
+        out.append(("warning", sim.warning))
+    if n > max_shown:
+        out.append(("warning", (f"The matrix shows the first {max_shown} of the {n} tokens (each computed "
+                                "with the whole text as context).")))
+    return out
+
+
+def word_notes(result: WordAcrossContexts) -> list[tuple[Level, str]]:
+    """The word's pieces, the numbers after the last layer, and notes from the analysis."""
+    pieces = " ".join(result.pieces)
+    how = "" if len(result.pieces) == 1 else f" It is {len(result.pieces)} pieces ({pieces}): its vector is their mean."
+    last = {name: round(float(v[-1]), 2) for name, v in word_lines(result).items()}
+    numbers = ", ".join(f"{name} {v:.2f}" for name, v in last.items())
+    out: list[tuple[Level, str]] = [
+        ("info", f"“{result.word}” in {len(result.contexts)} contexts.{how} After the last layer: {numbers}."),
+    ]
+    out.extend(("info", note) for note in result.notes)
+    return out
+
+
+def map_notes(proj: WordProjection) -> list[tuple[Level, str]]:
+    """How many points each word gave."""
+    counts = {w: proj.words.count(w) for w in dict.fromkeys(proj.words)}
+    found = ", ".join(f"“{w}” {c}×" for w, c in counts.items())
+    out: list[tuple[Level, str]] = [("info", f"{len(proj.words)} points: {found}. The map is refitted at each stage.")]
+    if len(proj.words) < 3:
+        out.append(("warning", "Two points always lie on one line: add sentences for a more telling map."))
+    return out
+

@@ -1,0 +1,553 @@
+"""Fine-tuning: a task (SST-2, NLI, NER, QA) -> a task head on an encoder -> the shared loop
+-> the task's real metric on the dev split -> a saved model that `bertlab.load` reads back.
+
+    cfg = FinetuneConfig(task="sst2", mode="full", epochs=2, max_train_examples=2000)
+    result = finetune(cfg)                 # result.metrics["accuracy"], result.model, result.tokenizer
+
+Three ways to adapt the encoder (`mode`):
+
+- "full": every weight learns (lr 5e-5 by default);
+- "feature": the encoder is frozen, only the head learns (lr 1e-3): the pooler + classifier
+  for sentence classification, the classifier for NER, the span head for QA;
+- "adapter": Houlsby adapters (bottlenecks of `adapter_size` after attention and after the
+  MLP of every layer), all LayerNorms and the head learn; the rest is frozen (lr 1e-3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from bertlab.analysis import eval_mode, max_tokens, model_device
+from bertlab.model import Bert, ModelOutput
+from bertlab.tokenizer import Tokenizer
+from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, derive_seed, train
+from bertlab.training.tasks import (
+    CONLL_LABELS,
+    IGNORE_INDEX,
+    BucketBatchSampler,
+    Task,
+    best_answers,
+    collate,
+    featurize_classification,
+    featurize_ner,
+    featurize_qa,
+    get_task,
+    ner_labels,
+    predict_spans,
+    word_predictions,
+)
+
+log = logging.getLogger(__name__)
+
+MODES = ("full", "feature", "adapter")
+DEFAULT_LR: dict[str, float] = {"full": 5e-5, "feature": 1e-3, "adapter": 1e-3}
+DEFAULT_MAX_LENGTH: dict[str, int] = {
+    "sequence_classification": 128,
+    "token_classification": 128,
+    "question_answering": 384,
+}
+HEAD_PREFIXES = ("classifier.", "qa_outputs.", "bert.pooler.")  # what "the head" trains in feature mode
+RESULTS_FILE = "finetune_results.json"
+CHECKPOINTS = "checkpoints"  # sub-folder of out_dir for the loop's checkpoints
+
+
+class FinetuneError(ValueError):
+    """A fine-tuning run that cannot start or was given a model without the right head."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Configuration and result
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class FinetuneConfig:
+    """One fine-tuning run: task, data, model, mode, and the loop's settings."""
+
+    task: str = "sst2"  # sst2 | nli | ner | qa (bertlab.training.tasks.TASKS)
+    data: str | os.PathLike | None = None  # the reader's path (file or folder); None = the copy under BERTLAB_DATA
+    eval_data: str | os.PathLike | None = None  # a separate dev file/folder; None = `data` (its dev split)
+    model: str | os.PathLike | Bert | None = None  # a `bertlab.load` source (None = offline default) or a Bert
+    mode: str = "full"  # "full", "feature" (frozen encoder) or "adapter" (Houlsby adapters)
+    adapter_size: int = 64  # bottleneck width in adapter mode
+    epochs: int = 2
+    lr: float | None = None  # None = DEFAULT_LR[mode]
+    batch_size: int = 32
+    eval_batch_size: int = 64
+    max_length: int | None = None  # tokens per example (per window for QA); None = DEFAULT_MAX_LENGTH
+    max_train_examples: int | None = None  # a seeded random subset, for quick runs
+    max_eval_examples: int | None = None
+    doc_stride: int | None = None  # QA: tokens shared by consecutive windows (None = featurize_qa's default)
+    label_all_pieces: bool = False  # NER: label every piece of a word (B-X -> I-X) instead of the first only
+    warmup_ratio: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 0
+    out_dir: str | None = None  # final model (HF layout) here; checkpoints in out_dir/checkpoints
+    eval_every: int | None = None  # steps between dev evaluations; None = once per epoch, 0 = at the end
+    checkpoint_every: int = 0  # steps between checkpoints (0 = at the end only; needs out_dir)
+    overwrite: bool = False  # start afresh when out_dir/checkpoints already holds checkpoints
+    log_every: int = 10
+    device: str = "auto"
+    extra_train: dict[str, Any] = field(default_factory=dict)  # any other TrainConfig field
+
+    def __post_init__(self) -> None:
+        get_task(self.task)  # a clear KeyError for an unknown task
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}; got {self.mode!r}.")
+        for name in ("epochs", "batch_size", "eval_batch_size", "adapter_size", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}.")
+        for name in ("max_length", "max_train_examples", "max_eval_examples"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1 or None; got {value}.")
+        if self.lr is not None and self.lr <= 0:
+            raise ValueError(f"lr must be positive; got {self.lr}.")
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else DEFAULT_LR[self.mode]
+
+    def sequence_length(self, task: Task) -> int:
+        return self.max_length or DEFAULT_MAX_LENGTH[task.head]
+
+    def train_config(self, batches_per_epoch: int) -> TrainConfig:
+        """The loop's settings; `batches_per_epoch` (all processes) sets "evaluate once per epoch"."""
+        per_step = int(os.environ.get("WORLD_SIZE", "1")) * int(self.extra_train.get("grad_accum_steps", 1))
+        eval_every = max(1, batches_per_epoch // per_step) if self.eval_every is None else self.eval_every
+        return TrainConfig(
+            lr=self.learning_rate, weight_decay=self.weight_decay, warmup_ratio=self.warmup_ratio,
+            epochs=self.epochs, batch_size=self.batch_size, seed=self.seed, log_every=self.log_every,
+            eval_every=eval_every, checkpoint_every=self.checkpoint_every, device=self.device,
+            out_dir=str(Path(self.out_dir) / CHECKPOINTS) if self.out_dir else None, overwrite=self.overwrite,
+            **self.extra_train,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly settings (a Bert given as `model` shows as its one-line description)."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if isinstance(self.model, Bert):
+            d["model"] = self.model.describe()
+        elif self.model is not None:
+            d["model"] = str(self.model)
+        d["lr"] = self.learning_rate
+        return d
+
+
+@dataclass
+class FinetuneResult:
+    """How a run went: the fine-tuned model, its dev metrics, the curves, the cost."""
+
+    model: Bert  # in eval mode, on the device it trained on
+    tokenizer: Tokenizer
+    train: TrainResult  # status, training history (loss per log step), last checkpoint
+    metrics: dict[str, Any]  # the last dev evaluation (the task's metric, e.g. accuracy or f1)
+    history: list[dict[str, Any]]  # one entry per dev evaluation: step, epoch and the float metrics
+    main_metric: str  # the name of the metric to rank runs by
+    wall_time_s: float
+    device: str
+    mode: str
+    trainable_parameters: int
+    total_parameters: int
+    train_examples: int
+    eval_examples: int
+    saved_to: Path | None = None  # the final model folder (or the last checkpoint of a cancelled run)
+
+    @property
+    def status(self) -> str:
+        return self.train.status
+
+    @property
+    def error(self) -> str | None:
+        return self.train.error
+
+    @property
+    def score(self) -> float | None:
+        """The main metric of the last dev evaluation (None before any)."""
+        value = self.metrics.get(self.main_metric)
+        return float(value) if value is not None else None
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-friendly summary (no model): what the CLI prints and out_dir/finetune_results.json holds."""
+        return {
+            "status": self.status, "error": self.error, "main_metric": self.main_metric, "score": self.score,
+            "metrics": self.metrics, "history": self.history, "steps": self.train.step,
+            "wall_time_s": round(self.wall_time_s, 2), "device": self.device, "mode": self.mode,
+            "trainable_parameters": self.trainable_parameters, "total_parameters": self.total_parameters,
+            "train_examples": self.train_examples, "eval_examples": self.eval_examples,
+            "saved_to": str(self.saved_to) if self.saved_to else None,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Heads, modes, losses
+# ---------------------------------------------------------------------------------------------
+def with_task_head(model: Bert, task: Task, id2label: Mapping[int, str] | None = None,
+                   adapter_size: int | None = None) -> Bert:
+    """A copy of `model` with the task's head (kept when the model already has it with the same
+    labels, fresh otherwise), no pre-training heads, and `adapter_size` adapters when asked."""
+    id2label = dict(task.id2label if id2label is None else id2label)
+    cfg = model.config
+    same = cfg.task == task.head and (task.head == "question_answering" or dict(cfg.id2label) == id2label)
+    adapters: int | None = -1
+    if adapter_size is not None and cfg.adapter_size is None:
+        adapters = adapter_size
+    elif adapter_size is not None and cfg.adapter_size != adapter_size:
+        log.warning("the model already has %d-wide adapters: keeping them (asked for %d).",
+                    cfg.adapter_size, adapter_size)
+    if cfg.task is not None and not same:  # a different head (or labels): drop it first
+        model = model.with_heads((), None, None)
+    return model.with_heads((), task.head, id2label if task.head != "question_answering" else None, adapters)
+
+
+def is_trainable(name: str, mode: str) -> bool:
+    """Whether parameter `name` learns in `mode` (see the module docstring)."""
+    if mode == "full":
+        return True
+    head = name.startswith(HEAD_PREFIXES)
+    if mode == "feature":
+        return head
+    if mode == "adapter":
+        return head or ".adapter." in name or ("LayerNorm" in name and name.startswith("bert."))
+    raise ValueError(f"mode must be one of {MODES}; got {mode!r}.")
+
+
+def set_trainable(model: Bert, mode: str) -> tuple[int, int]:
+    """Freeze what `mode` keeps fixed; returns (trainable, total) parameter counts."""
+    trainable = total = 0
+    for name, p in model.named_parameters():
+        p.requires_grad = is_trainable(name, mode)
+        total += p.numel()
+        trainable += p.numel() if p.requires_grad else 0
+    return trainable, total
+
+
+def _forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> ModelOutput:
+    return model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+
+
+def sequence_loss(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+    """Cross-entropy of the [CLS] classifier: logits [batch, labels], labels [batch]."""
+    logits = _forward(model, batch).logits.float()  # [batch, labels]
+    loss = F.cross_entropy(logits, batch["labels"])
+    return loss, {"accuracy": (logits.argmax(-1) == batch["labels"]).float().mean()}
+
+
+def token_loss(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+    """Token cross-entropy over labelled pieces only (IGNORE_INDEX = -100 skipped): logits [batch, seq, labels]."""
+    logits = _forward(model, batch).logits.float()  # [batch, seq, labels]
+    labels = batch["labels"]  # [batch, seq]
+    loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+    scored = labels != IGNORE_INDEX
+    correct = (logits.argmax(-1) == labels) & scored
+    return loss, {"accuracy": correct.sum() / scored.sum().clamp(min=1)}
+
+
+def span_loss(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+    """Mean of the start and end cross-entropies over the tokens of each window (padding masked)."""
+    out = _forward(model, batch)
+    padding = batch["attention_mask"] == 0  # [batch, seq]
+    start = out.start_logits.float().masked_fill(padding, torch.finfo(torch.float32).min)  # [batch, seq]
+    end = out.end_logits.float().masked_fill(padding, torch.finfo(torch.float32).min)  # [batch, seq]
+    loss = (F.cross_entropy(start, batch["start_positions"]) + F.cross_entropy(end, batch["end_positions"])) / 2
+    hit = (start.argmax(-1) == batch["start_positions"]) & (end.argmax(-1) == batch["end_positions"])
+    return loss, {"span_accuracy": hit.float().mean()}
+
+
+LOSSES: dict[str, Callable[[torch.nn.Module, Mapping[str, torch.Tensor]], tuple[torch.Tensor, dict]]] = {
+    "sequence_classification": sequence_loss,
+    "token_classification": token_loss,
+    "question_answering": span_loss,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Data
+# ---------------------------------------------------------------------------------------------
+def featurize(task: Task, examples: Sequence[Any], tokenizer: Tokenizer, max_length: int,
+              id2label: Mapping[int, str] | None = None, doc_stride: int | None = None,
+              label_all_pieces: bool = False) -> list[Any]:
+    """Task features (ClassificationFeature / TokenFeature / QAFeature) of `examples`."""
+    if task.head == "sequence_classification":
+        return featurize_classification(examples, tokenizer, max_length=max_length)
+    if task.head == "token_classification":
+        return featurize_ner(examples, tokenizer, max_length=max_length, id2label=id2label or task.id2label,
+                             label_all_pieces=label_all_pieces)
+    return featurize_qa(examples, tokenizer, max_length=max_length, doc_stride=doc_stride)
+
+
+def subset(items: Sequence[Any], n: int | None, seed: int, what: str = "") -> list[Any]:
+    """A seeded random `n` of `items`, kept in their original order (all of them when n is None)."""
+    if n is None or n >= len(items):
+        return list(items)
+    g = torch.Generator().manual_seed(derive_seed(seed, "subset", what))
+    keep = sorted(torch.randperm(len(items), generator=g)[:n].tolist())
+    return [items[i] for i in keep]
+
+
+def read_split(task: Task, split: str, path: str | os.PathLike | None) -> list[Any]:
+    """The examples of one split, from `path` or the copy under BERTLAB_DATA."""
+    return task.read(split, path=path)
+
+
+def task_labels(task: Task, train_examples: Sequence[Any]) -> dict[int, str]:
+    """The task's labels; for NER with tags outside CoNLL's, the tag set of the training data."""
+    if task.head != "token_classification":
+        return dict(task.id2label)
+    tags = {t for ex in train_examples for t in ex.tags}
+    if tags <= set(CONLL_LABELS.values()):
+        return dict(task.id2label)
+    labels = ner_labels(train_examples)
+    log.info("the training data uses its own tags: %s", ", ".join(labels.values()))
+    return labels
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation: the task's real metric
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class EvalSet:
+    """Dev examples with their features, made once and scored at each evaluation."""
+
+    task: Task
+    examples: list[Any]
+    features: list[Any]
+    id2label: dict[int, str]
+    batch_size: int = 64
+    pad_token_id: int = 0
+
+    @classmethod
+    def build(cls, task: Task, examples: Sequence[Any], tokenizer: Tokenizer, max_length: int,
+              id2label: Mapping[int, str] | None = None, doc_stride: int | None = None,
+              batch_size: int = 64) -> EvalSet:
+        id2label = dict(task.id2label if id2label is None else id2label)
+        feats = featurize(task, examples, tokenizer, max_length, id2label, doc_stride)
+        return cls(task, list(examples), feats, id2label, batch_size, tokenizer.pad_token_id)
+
+
+def _batches(model: torch.nn.Module, features: Sequence[Any], pad_token_id: int,
+             batch_size: int) -> Any:
+    """(feature indices, ModelOutput) for batches of similar length, longest first."""
+    device = model_device(model)
+    order = sorted(range(len(features)), key=lambda i: -len(features[i]))
+    for lo in range(0, len(order), batch_size):
+        idx = order[lo : lo + batch_size]
+        batch = collate([features[i] for i in idx], pad_token_id=pad_token_id)
+        batch = {k: v.to(device) for k, v in batch.items()}
+        yield idx, _forward(model, batch)
+
+
+def require_task_head(model: Bert, task: Task) -> None:
+    """A FinetuneError naming the head the model has when it lacks `task`'s head."""
+    if model.config.task == task.head:
+        return
+    has = model.config.task.replace("_", " ") if model.config.task else "no task head (an encoder only)"
+    raise FinetuneError(
+        f"the task {task.name} needs a {task.head.replace('_', ' ')} head, but this model has {has}. "
+        f"Fine-tune it for {task.name} first (bertlab finetune --task {task.name} ...), or load a model that was."
+    )
+
+
+@torch.inference_mode()
+def evaluate_set(model: torch.nn.Module, data: EvalSet) -> dict[str, Any]:
+    """The task's metric of `model` on `data` (accuracy + confusion matrix, entity P/R/F1, or
+    SQuAD exact match + F1), plus "examples": how many were scored."""
+    model = getattr(model, "module", model)  # a DDP wrapper's model
+    require_task_head(model, data.task)
+    with eval_mode(model):
+        head = data.task.head
+        if head == "sequence_classification":
+            scores = _eval_classification(model, data)
+        elif head == "token_classification":
+            scores = _eval_tokens(model, data)
+        else:
+            scores = _eval_spans(model, data)
+    return {**scores, "examples": len(data.examples)}
+
+
+def _eval_classification(model: Bert, data: EvalSet) -> dict[str, Any]:
+    labels = model.config.id2label
+    if dict(labels) != data.id2label:
+        raise FinetuneError(
+            f"this model predicts {', '.join(labels.values())}, but {data.task.name} has the labels "
+            f"{', '.join(data.id2label.values())}: it was fine-tuned for another task."
+        )
+    preds = [0] * len(data.features)
+    for idx, out in _batches(model, data.features, data.pad_token_id, data.batch_size):
+        for i, p in zip(idx, out.logits.float().argmax(-1).tolist()):
+            preds[i] = p
+    return data.task.metric(preds, [f.label for f in data.features])
+
+
+def _eval_tokens(model: Bert, data: EvalSet) -> dict[str, Any]:
+    labels = model.config.id2label
+    if dict(labels) != data.id2label:
+        raise FinetuneError(
+            f"this model tags {', '.join(labels.values())}, but the data uses {', '.join(data.id2label.values())}."
+        )
+    tags: list[list[str]] = [[] for _ in data.features]
+    for idx, out in _batches(model, data.features, data.pad_token_id, data.batch_size):
+        best = out.logits.float().argmax(-1).tolist()  # [batch, seq]
+        for i, row in zip(idx, best):
+            f = data.features[i]
+            tags[i] = word_predictions(row[: len(f)], f.word_ids, f.num_words, labels)
+    return data.task.metric(tags, [ex.tags for ex in data.examples])
+
+
+def _eval_spans(model: Bert, data: EvalSet) -> dict[str, Any]:
+    starts: list[torch.Tensor] = [torch.empty(0)] * len(data.features)
+    ends: list[torch.Tensor] = [torch.empty(0)] * len(data.features)
+    for idx, out in _batches(model, data.features, data.pad_token_id, data.batch_size):
+        s, e = out.start_logits.float().cpu(), out.end_logits.float().cpu()  # [batch, seq]
+        for j, i in enumerate(idx):
+            n = len(data.features[i])
+            starts[i], ends[i] = s[j, :n], e[j, :n]
+    spans = predict_spans(data.examples, data.features, starts, ends, top_k=1)
+    return data.task.metric(best_answers(spans), data.examples)
+
+
+def evaluate(model: Bert, tokenizer: Tokenizer, task: str | Task, examples: Sequence[Any],
+             max_length: int | None = None, batch_size: int = 64, doc_stride: int | None = None) -> dict[str, Any]:
+    """The task's metric of a fine-tuned `model` on `examples` (e.g. `get_task("sst2").read("dev")`)."""
+    task = get_task(task) if isinstance(task, str) else task
+    require_task_head(model, task)
+    if not examples:
+        raise FinetuneError(f"no {task.name} examples to evaluate on.")
+    length = min(max_length or DEFAULT_MAX_LENGTH[task.head], max_tokens(model))
+    id2label = model.config.id2label if task.head == "token_classification" else None
+    data = EvalSet.build(task, examples, tokenizer, length, id2label, doc_stride, batch_size)
+    return evaluate_set(model, data)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+def _load_model(cfg: FinetuneConfig, tokenizer: Tokenizer | None) -> tuple[Bert, Tokenizer]:
+    if isinstance(cfg.model, Bert):
+        if tokenizer is None:
+            raise FinetuneError("cfg.model is a Bert: pass its tokenizer too (finetune(cfg, tokenizer=tok)).")
+        return cfg.model, tokenizer
+    from bertlab.loading import load
+
+    model, tok = load(cfg.model)
+    return model, tokenizer or tok
+
+
+def _examples(cfg: FinetuneConfig, task: Task, train_examples: Sequence[Any] | None,
+              eval_examples: Sequence[Any] | None) -> tuple[list[Any], list[Any]]:
+    """(train, dev) examples: given, or read from cfg.data / BERTLAB_DATA; subsets when asked."""
+    if train_examples is None:
+        train_examples = read_split(task, "train", cfg.data)
+    if eval_examples is None:
+        eval_examples = read_split(task, "dev", cfg.eval_data or cfg.data)
+    train_ex = subset(train_examples, cfg.max_train_examples, cfg.seed, "train")
+    if not train_ex:
+        raise FinetuneError(f"no {task.name} training examples: check the data ({cfg.data or 'BERTLAB_DATA'}).")
+    return train_ex, subset(eval_examples, cfg.max_eval_examples, cfg.seed, "dev")
+
+
+def _sequence_length(cfg: FinetuneConfig, task: Task, model: Bert) -> int:
+    length, limit = cfg.sequence_length(task), max_tokens(model)
+    if length > limit:
+        log.warning("max_length %d is more than the model reads (%d): using %d.", length, limit, limit)
+    return min(length, limit)
+
+
+def _float_metrics(entry: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in entry.items() if k != "kind" and isinstance(v, (int, float))}
+
+
+def finetune(
+    cfg: FinetuneConfig,
+    callbacks: Sequence[Callable[[TrainEvent], None]] = (),
+    cancel: threading.Event | None = None,
+    *,
+    tokenizer: Tokenizer | None = None,
+    train_examples: Sequence[Any] | None = None,
+    eval_examples: Sequence[Any] | None = None,
+    resume_from: str | Path | None = None,
+) -> FinetuneResult:
+    """Fine-tune `cfg.model` on `cfg.task` and score it on the dev split.
+
+    Examples default to the task's train/dev splits (from `cfg.data`, else BERTLAB_DATA); pass
+    your own lists to use other data. The model given is not changed: a copy gets the head.
+    A failed run (e.g. out of GPU memory) returns with status "failed" and `error` set (see
+    `result.train.raise_for_status()`); setup errors (no data, a bad config) raise at once.
+    """
+    t0 = time.perf_counter()
+    task = get_task(cfg.task)
+    base, tok = _load_model(cfg, tokenizer)
+    train_ex, dev_ex = _examples(cfg, task, train_examples, eval_examples)
+    id2label = task_labels(task, train_ex)
+    model = with_task_head(base, task, id2label, cfg.adapter_size if cfg.mode == "adapter" else None)
+    trainable, total = set_trainable(model, cfg.mode)
+    length = _sequence_length(cfg, task, model)
+    features = featurize(task, train_ex, tok, length, id2label, cfg.doc_stride, cfg.label_all_pieces)
+    eval_set = None
+    if dev_ex:
+        eval_set = EvalSet.build(task, dev_ex, tok, length, id2label, cfg.doc_stride, cfg.eval_batch_size)
+    sampler = BucketBatchSampler([len(f) for f in features], cfg.batch_size, seed=cfg.seed)
+    log.info("fine-tuning %s (%s mode): %d examples -> %d features, %d dev examples; %.2fM of %.2fM parameters "
+             "train", task.name, cfg.mode, len(train_ex), len(features), len(dev_ex), trainable / 1e6, total / 1e6)
+    result = train(
+        model, LOSSES[task.head], features, cfg.train_config(len(sampler)),
+        collate=functools.partial(collate, pad_token_id=tok.pad_token_id), batch_sampler=sampler,
+        eval_fn=(lambda m: evaluate_set(m, eval_set)) if eval_set is not None else None,
+        callbacks=callbacks, cancel=cancel, tokenizer=tok, resume_from=resume_from,
+    )
+    model.eval()
+    history = [_float_metrics(h) for h in result.history if h.get("kind") == "eval"]
+    out = FinetuneResult(
+        model, tok, result, dict(result.eval_metrics), history, task.main_metric, time.perf_counter() - t0,
+        str(next(model.parameters()).device), cfg.mode, trainable, total, len(train_ex), len(dev_ex),
+    )
+    _finish(out, cfg)
+    return out
+
+
+def _finish(result: FinetuneResult, cfg: FinetuneConfig) -> None:
+    """Save the model (completed runs) and the summary, and log how the run ended."""
+    if result.status == "failed":
+        log.error("fine-tuning failed: %s", result.error)
+    if cfg.out_dir is None or (dist.is_initialized() and dist.get_rank() != 0):
+        return  # under torchrun, process 0 writes
+    from bertlab.loading import save_pretrained
+
+    folder = Path(cfg.out_dir)
+    if result.status == "completed":
+        result.saved_to = save_pretrained(result.model, result.tokenizer, folder)
+        log.info("fine-tuned model saved to %s (load it with bertlab.load(%r))", folder, str(folder))
+    else:
+        result.saved_to = result.train.last_checkpoint
+        if result.saved_to is not None:
+            log.info("run %s: the last checkpoint is %s", result.status, result.saved_to)
+    folder.mkdir(parents=True, exist_ok=True)
+    summary = {**result.summary(), "config": cfg.to_dict()}
+    (folder / RESULTS_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+
+
+def read_results(folder: str | Path) -> dict[str, Any]:
+    """The summary a fine-tuning run wrote into its out_dir ({} when there is none)."""
+    path = Path(folder) / RESULTS_FILE
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+__all__ = [
+    "DEFAULT_LR", "DEFAULT_MAX_LENGTH", "MODES", "EvalSet", "FinetuneConfig", "FinetuneError", "FinetuneResult",
+    "evaluate", "evaluate_set", "featurize", "finetune", "is_trainable", "read_results", "require_task_head",
+    "set_trainable", "sequence_loss", "span_loss", "subset", "token_loss", "with_task_head",
+]

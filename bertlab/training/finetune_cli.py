@@ -1,0 +1,159 @@
+"""`bertlab finetune` and `bertlab evaluate`: fine-tune a model on a task, score a fine-tuned model.
+
+    bertlab finetune --task sst2 --out runs/sst2 --max-train-examples 8000 --epochs 2
+    bertlab evaluate --task sst2 --model runs/sst2 --data ../shared/data/sst2/dev.tsv
+
+Both print one JSON line on stdout (progress and logs go to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+EXIT_FAILED = 1
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors whose message is for the user (no traceback): bad data, model, or settings."""
+    from bertlab.loading import CheckpointError
+    from bertlab.settings import DataNotFoundError
+    from bertlab.training.finetune import FinetuneError
+    from bertlab.training.metrics import MetricError
+    from bertlab.training.tasks import DataFormatError, DataSourceError, FeatureError
+
+    return (CheckpointError, DataNotFoundError, DataFormatError, DataSourceError, FeatureError, FinetuneError,
+            MetricError, KeyError, ValueError)
+
+
+def _fail(command: str, error: BaseException | str) -> int:
+    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    print(f"bertlab {command}: {text}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+# -- finetune --------------------------------------------------------------------------------
+def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`bertlab finetune`: options mirror FinetuneConfig."""
+    from bertlab.training.finetune import DEFAULT_LR, MODES, FinetuneConfig
+    from bertlab.training.tasks import TASKS
+
+    d = FinetuneConfig()
+    p = sub.add_parser(
+        "finetune", help="fine-tune a model on sst2, nli, ner or qa",
+        description="Put a task head on an encoder, fine-tune it (full, frozen-encoder 'feature', or adapters), "
+                    "score it on the dev split, and save it (Hugging Face layout) to --out.",
+    )
+    p.add_argument("--task", required=True, choices=list(TASKS))
+    p.add_argument("--data", default=None,
+                   help="the task's data: a folder or file in its format (default: BERTLAB_DATA's copy)")
+    p.add_argument("--eval-data", default=None, help="a separate dev file or folder (default: --data's dev split)")
+    p.add_argument("--model", default=None, help="a folder or hub name (default: the offline MiniLM)")
+    p.add_argument("--out", required=True, help="output folder: the fine-tuned model, results, checkpoints/")
+    p.add_argument("--mode", default=d.mode, choices=list(MODES),
+                   help="full: all weights; feature: frozen encoder, head only; adapter: Houlsby adapters "
+                        "(default %(default)s)")
+    p.add_argument("--adapter-size", type=int, default=d.adapter_size, help="adapter bottleneck (default %(default)s)")
+    p.add_argument("--epochs", type=int, default=d.epochs)
+    defaults = ", ".join(f"{m} {lr:g}" for m, lr in DEFAULT_LR.items())
+    p.add_argument("--lr", type=float, default=None, help=f"peak learning rate (default: {defaults})")
+    p.add_argument("--batch-size", type=int, default=d.batch_size)
+    p.add_argument("--max-length", type=int, default=None,
+                   help="tokens per example (QA: per window); default 128, QA 384")
+    p.add_argument("--max-train-examples", type=int, default=None, help="a seeded random subset of the training set")
+    p.add_argument("--max-eval-examples", type=int, default=None, help="a seeded random subset of the dev set")
+    p.add_argument("--doc-stride", type=int, default=None, help="QA: tokens shared by consecutive windows")
+    p.add_argument("--label-all-pieces", action="store_true",
+                   help="NER: label every WordPiece of a word (B-X -> I-X), not the first only")
+    p.add_argument("--eval-every", type=int, default=None, help="steps between dev evaluations (default: each epoch)")
+    p.add_argument("--checkpoint-every", type=int, default=0)
+    p.add_argument("--resume", default=None, help="a checkpoint folder of an earlier run to go on from")
+    p.add_argument("--overwrite", action="store_true", help="delete checkpoints an earlier run left in OUT")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_finetune)
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    from bertlab.training.finetune import FinetuneConfig
+
+    return FinetuneConfig(
+        task=args.task, data=args.data, eval_data=args.eval_data, model=args.model, mode=args.mode,
+        adapter_size=args.adapter_size, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+        max_length=args.max_length, max_train_examples=args.max_train_examples,
+        max_eval_examples=args.max_eval_examples, doc_stride=args.doc_stride, label_all_pieces=args.label_all_pieces,
+        seed=args.seed, out_dir=args.out, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
+        overwrite=args.overwrite, device=args.device,
+    )
+
+
+def cmd_finetune(args: argparse.Namespace) -> int:
+    from bertlab.training.finetune import finetune
+    from bertlab.training.loop import TqdmCallback
+
+    try:
+        cfg = config_from_args(args)
+        callbacks = [] if args.no_progress else [TqdmCallback(desc=f"fine-tuning {args.task}", file=sys.stderr)]
+        result = finetune(cfg, callbacks=callbacks, resume_from=args.resume)
+    except _user_errors() as e:
+        return _fail("finetune", e)
+    print(json.dumps({"task": args.task, **result.summary()}, default=str))
+    if not result.train.ok:
+        return _fail("finetune", result.error or "training failed")
+    return 0
+
+
+# -- evaluate --------------------------------------------------------------------------------
+def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """`bertlab evaluate`: the task metric of a fine-tuned model, as one JSON line."""
+    from bertlab.training.tasks import TASKS
+
+    p = sub.add_parser(
+        "evaluate", help="score a fine-tuned model on a task's data (one JSON line)",
+        description="Run a fine-tuned model over a data file and print the task's metric (accuracy, entity F1, "
+                    "or SQuAD exact match and F1) as one JSON line.",
+    )
+    p.add_argument("--task", required=True, choices=list(TASKS))
+    p.add_argument("--model", required=True, help="the fine-tuned model's folder (or hub name)")
+    p.add_argument("--data", default=None, help="a data file or folder in the task's format (default: BERTLAB_DATA's)")
+    p.add_argument("--split", default="dev", choices=["train", "dev", "all"],
+                   help="which part of --data: SICK's TRAIN/TRIAL part, SQuAD's article split; a single SST-2 "
+                        "or CoNLL file is read whole (default %(default)s)")
+    p.add_argument("--max-examples", type=int, default=None, help="score only the first N examples")
+    p.add_argument("--max-length", type=int, default=None)
+    p.add_argument("--doc-stride", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.set_defaults(func=cmd_evaluate)
+    return p
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from bertlab.loading import load
+    from bertlab.training.finetune import evaluate
+    from bertlab.training.loop import resolve_device
+    from bertlab.training.tasks import get_task
+
+    try:
+        task = get_task(args.task)
+        if args.split == "all" and task.name != "qa":
+            raise ValueError("--split all is for SQuAD files (qa); other tasks read train or dev.")
+        examples = task.read(args.split, path=args.data)
+        if args.max_examples is not None:
+            examples = examples[: args.max_examples]
+        model, tok = load(args.model)
+        model.to(resolve_device(args.device))
+        scores = evaluate(model, tok, task, examples, max_length=args.max_length, batch_size=args.batch_size,
+                          doc_stride=args.doc_stride)
+    except _user_errors() as e:
+        return _fail("evaluate", e)
+    print(json.dumps({"task": task.name, "model": args.model, "data": args.data, "split": args.split,
+                      "main_metric": task.main_metric, **scores}))
+    return 0

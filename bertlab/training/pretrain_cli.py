@@ -1,0 +1,101 @@
+"""`bertlab pretrain`, `bertlab evaluate-mlm` and `bertlab train-default-heads`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
+    from bertlab.training.masking import STRATEGIES
+    from bertlab.training.pretrain import PAIR_TASKS, SIZES, PretrainConfig
+
+    d = PretrainConfig()
+    p = sub.add_parser("pretrain", help="pre-train a mini BERT (MLM + NSP/SOP) on a corpus",
+                       description="Pre-train a small BERT from scratch, or continue an existing model, with "
+                                   "masked-language modelling and next-sentence (or sentence-order) prediction.")
+    p.add_argument("--corpus", default=d.corpus,
+                   help="wiki-offline, gensim-wiki, ovos-wiki, a text file or folder, or hf:NAME (default %(default)s)")
+    p.add_argument("--size", default=d.size, choices=list(SIZES),
+                   help="model size for a new model (default %(default)s)")
+    p.add_argument("--model", default=None, help="continue this model (folder or hub name) instead of a new one")
+    p.add_argument("--steps", type=int, default=d.steps)
+    p.add_argument("--batch-size", type=int, default=d.batch_size)
+    p.add_argument("--seq-len", type=int, default=d.seq_len)
+    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--masking", default=d.masking, choices=list(STRATEGIES))
+    p.add_argument("--pair-task", default=d.pair_task, choices=list(PAIR_TASKS))
+    p.add_argument("--max-documents", type=int, default=None, help="use only the first N documents")
+    p.add_argument("--checkpoint-every", type=int, default=0)
+    p.add_argument("--resume", default=None, help="a checkpoint folder of an earlier run to go on from")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--out", required=True, help="output folder (checkpoints, and the final model in OUT/final)")
+    p.set_defaults(func=cmd_pretrain)
+
+    e = sub.add_parser("evaluate-mlm", help="masked-token top-1/top-5 accuracy of a model on a text file",
+                       description="Choose 15%% of the tokens with a fixed seed, replace them by [MASK] and "
+                                   "print the model's top-1 and top-5 accuracy as one JSON line.")
+    e.add_argument("--model", default=None, help="folder or hub name (default: the offline default)")
+    e.add_argument("--text", required=True, help="a plain-text file (blank lines between documents)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--seq-len", type=int, default=128)
+    e.add_argument("--max-tokens", type=int, default=None)
+    e.set_defaults(func=cmd_evaluate_mlm)
+
+    h = sub.add_parser("train-default-heads", help="train the offline default's MLM + NSP heads (the recipe)")
+    h.add_argument("--recipe", default=None, help="recipe JSON (default: bertlab/recipes/default_heads.json)")
+    h.add_argument("--out", default=None, help="heads file (default: the one bertlab ships)")
+    h.add_argument("--steps", type=int, default=None, help="override the recipe's steps")
+    h.add_argument("--device", default=None, help="override the device (auto, cpu, cuda)")
+    h.set_defaults(func=cmd_train_default_heads)
+
+
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    from bertlab.loading import load, save_pretrained
+    from bertlab.training.corpora import load_corpus
+    from bertlab.training.loop import TqdmCallback
+    from bertlab.training.pretrain import PretrainConfig, pretrain
+
+    out = Path(args.out)
+    cfg = PretrainConfig(
+        size=args.size, corpus=args.corpus, steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
+        lr=args.lr, masking=args.masking, pair_task=args.pair_task, max_documents=args.max_documents,
+        out_dir=str(out / "checkpoints"), checkpoint_every=args.checkpoint_every, seed=args.seed, device=args.device,
+    )
+    model = tok = None
+    if args.model:
+        model, tok = load(args.model)
+    held = load_corpus(args.corpus, split="held_out") if not Path(args.corpus).exists() else None
+    model, tok, result = pretrain(cfg, model=model, tokenizer=tok, callbacks=[TqdmCallback(desc="pre-training")],
+                                  eval_documents=held[:50] if held else None, resume_from=args.resume)
+    final = save_pretrained(model, tok, out / "final")
+    print(json.dumps({"status": result.status, "step": result.step, "model": str(final), **result.eval_metrics}))
+    if not result.ok:
+        print(result.error, file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_evaluate_mlm(args: argparse.Namespace) -> int:
+    from bertlab.loading import load
+    from bertlab.training.corpora import load_text
+    from bertlab.training.pretrain import evaluate_mlm
+
+    model, tok = load(args.model)
+    docs = load_text(args.text)
+    figures = evaluate_mlm(model, tok, docs, seed=args.seed, seq_len=args.seq_len, max_tokens=args.max_tokens)
+    print(json.dumps({"model": args.model or "default", "text": args.text, **figures}))
+    return 0
+
+
+def cmd_train_default_heads(args: argparse.Namespace) -> int:
+    from bertlab.training.default_heads import train_default_heads
+    from bertlab.training.loop import TqdmCallback
+
+    figures = train_default_heads(out=args.out, recipe=args.recipe, callbacks=[TqdmCallback(desc="heads")],
+                                  steps=args.steps, device=args.device)
+    print(json.dumps(figures))
+    return 0

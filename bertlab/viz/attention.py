@@ -1,0 +1,111 @@
+"""Plotly figures of attention patterns (pure: a result in, a figure out)."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from bertlab.analysis.attention import AttentionResult
+
+HOVER = (
+    "query %{y} <b>%{customdata[0]}</b> → key %{x} <b>%{customdata[1]}</b>"
+    "<br>weight %{z:.3f}<extra></extra>"
+)
+COLORSCALE = "Blues"
+
+
+def heatmap_title(layer: int, head: int) -> str:
+    return f"Layer {layer}, head {head}: how much each token (row) attends to each token (column)"
+
+
+def heatmap_z(result: AttentionResult, layer: int, head: int) -> np.ndarray:
+    """The weights of one head as a [query, key] float32 array, rounded to 4 decimals
+    (plenty for a colour, and it keeps what goes to the browser small)."""
+    return np.round(result.pattern(layer, head).numpy(), 4).astype(np.float32)
+
+
+def plot_attention_heatmap(result: AttentionResult, layer: int, head: int) -> go.Figure:
+    """Heatmap of one head: query tokens on y (top to bottom), key tokens on x.
+
+    Positions, not token strings, are the coordinates (a sentence may hold the same token
+    twice); the tick labels show the tokens and the hover shows both tokens and the weight.
+    """
+    n = len(result.tokens)
+    labels = _labels(result.tokens)
+    pairs = np.empty((n, n, 2), dtype=object)  # [query, key, (query label, key label)]
+    pairs[:, :, 0] = np.array(labels, dtype=object)[:, None]
+    pairs[:, :, 1] = np.array(labels, dtype=object)[None, :]
+    fig = go.Figure(
+        go.Heatmap(
+            z=heatmap_z(result, layer, head),
+            x=list(range(n)),
+            y=list(range(n)),
+            customdata=pairs,
+            hovertemplate=HOVER,
+            colorscale=COLORSCALE,
+            zmin=0.0,
+            showscale=True,
+            colorbar=dict(title=dict(text="weight"), thickness=12),
+            xgap=1 if n <= 40 else 0,
+            ygap=1 if n <= 40 else 0,
+        )
+    )
+    fig.update_layout(_layout(result, labels, layer, head))
+    return fig
+
+
+def _layout(result: AttentionResult, labels: list[str], layer: int, head: int) -> dict:
+    n = len(labels)
+    font = 13 if n <= 20 else 11 if n <= 40 else 9 if n <= 70 else 7
+    side = int(min(760, max(480, 200 + 12 * n)))  # px; grows with the tokens, capped
+    axis = dict(
+        tickmode="array",
+        tickvals=list(range(n)),
+        ticktext=labels,
+        tickfont=dict(size=font),
+        showgrid=False,
+        zeroline=False,
+        visible=True,
+    )
+    return dict(
+        title=dict(text=heatmap_title(layer, head), font=dict(size=14), x=0.5, xanchor="center"),
+        xaxis=dict(axis, title=dict(text="key (attended to)"), side="bottom", tickangle=-60 if n > 8 else 0,
+                   constrain="domain"),
+        yaxis=dict(axis, title=dict(text="query (attending)"), autorange="reversed",
+                   scaleanchor="x", constrain="domain"),
+        width=side + 160,
+        height=side + 60,
+        margin=dict(l=100, r=20, t=50, b=100),
+        plot_bgcolor="white",
+        shapes=_segment_lines(result, n),
+        annotations=[],
+    )
+
+
+def empty_heatmap(note: str = "Type a sentence and press Show.") -> go.Figure:
+    """A placeholder with the same single heatmap trace, for before the first result."""
+    fig = go.Figure(go.Heatmap(z=[[]], colorscale=COLORSCALE, showscale=False))
+    fig.update_layout(
+        width=580, height=300, plot_bgcolor="white",
+        xaxis=dict(visible=False), yaxis=dict(visible=False),
+        annotations=[dict(text=note, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")],
+    )
+    return fig
+
+
+def _segment_lines(result: AttentionResult, n: int) -> list[dict]:
+    """Thin lines between sentence A and sentence B (none for a single sentence)."""
+    s = result.sentence_b_start
+    if s is None:
+        return []
+    line = dict(color="#d62728", width=1.5, dash="dot")
+    return [
+        dict(type="line", x0=s - 0.5, x1=s - 0.5, y0=-0.5, y1=n - 0.5, line=line),
+        dict(type="line", x0=-0.5, x1=n - 0.5, y0=s - 0.5, y1=s - 0.5, line=line),
+    ]
+
+
+def _labels(tokens: list[str]) -> list[str]:
+    """Tick labels: the tokens themselves (plotly keeps repeats apart because the
+    coordinates are positions)."""
+    return [t if t.strip() else repr(t) for t in tokens]

@@ -1,0 +1,237 @@
+"""Figures of the fine-tuning lab (pure: results in, a figure or an HTML string out).
+
+Training and dev curves of several runs, the confusion matrix, class probabilities, entities
+highlighted in the text, the answer highlighted in its paragraph with start/end probability
+bars, and the [CLS] vectors before and after fine-tuning.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from bertlab.analysis.predict import AnswerResult, ClassPrediction, EntityPrediction
+from bertlab.viz.mask import empty_figure
+
+RUN_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+ENTITY_COLORS: dict[str, str] = {"PER": "#fdd49e", "ORG": "#a6cee3", "LOC": "#b2df8a", "MISC": "#d9c2e9"}
+OTHER_ENTITY = "#e0e0e0"
+ANSWER_COLOR, ALTERNATIVE_COLOR = "#ffd54f", "#fff3c4"
+START_COLOR, END_COLOR = "#4a90d9", "#e6842a"
+DECIMALS = 4
+
+
+def _history(run: Any) -> list[Mapping[str, Any]]:
+    """A loop history from a FinetuneResult, a TrainResult, or the list itself."""
+    if hasattr(run, "train") and hasattr(run.train, "history"):
+        return list(run.train.history)
+    if hasattr(run, "history") and not isinstance(run, (list, tuple)):
+        return list(run.history)
+    return list(run)
+
+
+# ---------------------------------------------------------------------------------------------
+# Curves and confusion
+# ---------------------------------------------------------------------------------------------
+def plot_training_curves(runs: Mapping[str, Any], metric: str, x: str = "step") -> go.Figure:
+    """Training loss (left) and dev `metric` (right) against `x` ("step" or "epoch"), one
+    colour per run: e.g. {"full": result_a, "feature": result_b, "adapter": result_c}.
+    A run is a FinetuneResult, a TrainResult, or a loop history (dicts with kind train/eval)."""
+    if not runs:
+        return empty_figure("Fine-tune a model to see its curves.")
+    if x not in ("step", "epoch"):
+        raise ValueError(f"x must be 'step' or 'epoch'; got {x!r}.")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["training loss", f"dev {metric}"], horizontal_spacing=0.1)
+    for n, (name, run) in enumerate(runs.items()):
+        color = RUN_COLORS[n % len(RUN_COLORS)]
+        history = _history(run)
+        train = [h for h in history if h.get("kind") == "train"]
+        evals = [h for h in history if h.get("kind") == "eval" and metric in h]
+        fig.add_trace(go.Scatter(
+            x=[h[x] for h in train], y=[round(h["loss"], DECIMALS) for h in train], mode="lines", name=name,
+            legendgroup=name, line=dict(color=color),
+            hovertemplate=f"{name}: {x} %{{x}}, loss %{{y:.4f}}<extra></extra>",
+        ), row=1, col=1)
+        fig.add_trace(go.Scatter(
+            x=[h[x] for h in evals], y=[round(h[metric], DECIMALS) for h in evals], mode="lines+markers", name=name,
+            legendgroup=name, showlegend=False, line=dict(color=color),
+            hovertemplate=f"{name}: {x} %{{x}}, {metric} %{{y:.4g}}<extra></extra>",
+        ), row=1, col=2)
+    fig.update_xaxes(title_text=x)
+    fig.update_yaxes(title_text="loss", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text=metric, row=1, col=2)
+    fig.update_layout(height=380, width=900, plot_bgcolor="white", margin=dict(l=60, r=20, t=50, b=50),
+                      legend=dict(title=dict(text="run")))
+    return fig
+
+
+def plot_confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str], normalize: bool = True) -> go.Figure:
+    """Heatmap of counts (rows = gold label, columns = predicted); colour = share of each gold
+    row when `normalize`, so that classes of different sizes compare. Cells show the counts."""
+    counts = torch.tensor([list(r) for r in matrix], dtype=torch.float64)  # [gold, predicted]
+    if counts.dim() != 2 or counts.shape[0] != counts.shape[1] or counts.shape[0] != len(labels):
+        raise ValueError(f"a {len(labels)}x{len(labels)} matrix is needed for {len(labels)} labels; "
+                         f"got shape {tuple(counts.shape)}.")
+    shares = counts / counts.sum(dim=1, keepdim=True).clamp(min=1)  # [gold, predicted]
+    z = shares if normalize else counts
+    accuracy = float(counts.diagonal().sum() / counts.sum().clamp(min=1))
+    fig = go.Figure(go.Heatmap(
+        z=[[round(float(v), DECIMALS) for v in row] for row in z], x=list(labels), y=list(labels),
+        text=[[str(int(v)) for v in row] for row in counts], texttemplate="%{text}", colorscale="Blues",
+        zmin=0, zmax=1 if normalize else None,
+        customdata=[[round(float(v), DECIMALS) for v in row] for row in shares],
+        hovertemplate="gold %{y}, predicted %{x}: %{text} (%{customdata:.1%} of the gold row)<extra></extra>",
+        colorbar=dict(title=dict(text="share of row" if normalize else "count")),
+    ))
+    fig.update_layout(
+        title=dict(text=f"Confusion matrix (accuracy {100 * accuracy:.1f}%)", font=dict(size=14)),
+        xaxis=dict(title=dict(text="predicted"), side="bottom", type="category"),
+        yaxis=dict(title=dict(text="gold"), autorange="reversed", type="category"),
+        height=120 + 60 * len(labels), width=220 + 80 * len(labels), margin=dict(l=100, r=20, t=50, b=60),
+    )
+    return fig
+
+
+def plot_class_probabilities(pred: ClassPrediction) -> go.Figure:
+    """Horizontal bars: the probability of each label, the chosen one highlighted."""
+    colors = [START_COLOR if label == pred.label else "#bbbbbb" for label in pred.labels]
+    fig = go.Figure(go.Bar(
+        x=[round(p, DECIMALS) for p in pred.probabilities], y=pred.labels, orientation="h", marker_color=colors,
+        text=[f"{100 * p:.1f}%" for p in pred.probabilities], textposition="auto",
+        hovertemplate="%{y}: %{x:.3f}<extra></extra>",
+    ))
+    fig.update_layout(
+        title=dict(text=f"The model says: {pred.label} ({100 * pred.probability:.1f}%)", font=dict(size=14)),
+        xaxis=dict(range=[0, 1], tickformat=".0%", title=dict(text="probability")),
+        yaxis=dict(autorange="reversed", type="category"),
+        height=110 + 40 * len(pred.labels), width=620, plot_bgcolor="white", margin=dict(l=120, r=20, t=50, b=50),
+    )
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# Entities and answers as HTML
+# ---------------------------------------------------------------------------------------------
+def _mark(text: str, color: str, title: str, label: str | None = None) -> str:
+    tag = (f'<sup style="font-size:0.7em;font-weight:600;margin-left:3px;color:#333">{html.escape(label)}</sup>'
+           if label else "")
+    return (f'<mark title="{html.escape(title, quote=True)}" style="background:{color};padding:1px 3px;'
+            f'border-radius:3px">{html.escape(text)}{tag}</mark>')
+
+
+def _highlight(text: str, spans: Sequence[tuple[int, int, str]]) -> str:
+    """`text` as HTML with each (start, end, mark html) span replaced; spans must not overlap."""
+    out, pos = [], 0
+    for start, end, marked in sorted(spans):
+        if start < pos:
+            continue  # overlapping span: keep the first
+        out.append(html.escape(text[pos:start]))
+        out.append(marked)
+        pos = end
+    out.append(html.escape(text[pos:]))
+    return "".join(out)
+
+
+def entity_color(type_: str) -> str:
+    return ENTITY_COLORS.get(type_, OTHER_ENTITY)
+
+
+def entities_html(text: str, found: Sequence[EntityPrediction]) -> str:
+    """The text with each entity on a background coloured by type (and its type after it),
+    then a legend of the types. Safe HTML: the text is escaped."""
+    spans = [(e.start_char, e.end_char, _mark(e.text, entity_color(e.type), f"{e.type} ({100 * e.score:.0f}%)",
+                                               e.type)) for e in found]
+    types = list(ENTITY_COLORS) + sorted({e.type for e in found} - set(ENTITY_COLORS))
+    legend = " ".join(_mark(t, entity_color(t), t) for t in types)
+    note = "" if found else '<p style="color:#777">No entities found.</p>'
+    return (f'<div class="bertlab-entities" style="line-height:2;font-size:15px">{_highlight(text, spans)}</div>'
+            f'{note}<div style="font-size:12px;margin-top:6px">{legend}</div>')
+
+
+def answer_html(result: AnswerResult, alternatives: int = 2) -> str:
+    """The paragraph with the best answer highlighted (and the next `alternatives` spans,
+    lighter, where they do not overlap it), the question above it."""
+    spans = []
+    if result.text:
+        spans.append((result.start_char, result.end_char,
+                      _mark(result.text, ANSWER_COLOR, f"answer ({100 * result.probability:.0f}%)")))
+    for rank, span in enumerate(result.top_k[1 : 1 + alternatives], start=2):
+        if span.end_char <= result.start_char or span.start_char >= result.end_char:
+            spans.append((span.start_char, span.end_char,
+                          _mark(span.text, ALTERNATIVE_COLOR, f"answer #{rank} ({100 * span.probability:.0f}%)")))
+    verdict = (f"<b>Answer:</b> {html.escape(result.text)} ({100 * result.probability:.0f}%)" if result.text
+               else "<b>No answer span found.</b>")
+    return (f'<div class="bertlab-answer" style="font-size:15px;line-height:1.7">'
+            f'<p><b>Q:</b> {html.escape(result.question)}</p><p>{verdict}</p>'
+            f'<p>{_highlight(result.context, spans)}</p></div>')
+
+
+def plot_span_probabilities(result: AnswerResult, max_tokens: int = 120) -> go.Figure:
+    """Bars over the context tokens: P(start) above, P(end) below; the answer's tokens outlined.
+    Long paragraphs show the `max_tokens` tokens around the answer."""
+    n = len(result.tokens)
+    inside = [i for i, (a, b) in enumerate(result.offsets)
+              if result.text and a < result.end_char and b > result.start_char]  # the answer's tokens
+    centre = inside[0] if inside else max(range(n), key=result.start_probs.__getitem__)
+    lo = max(0, min(centre - max_tokens // 2, n - max_tokens))
+    idx = list(range(lo, min(n, lo + max_tokens)))
+    labels = [f"{i} {result.tokens[i]}" for i in idx]
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=["P(answer starts here)", "P(answer ends here)"])
+    for row, (probs, color) in enumerate(((result.start_probs, START_COLOR), (result.end_probs, END_COLOR)), start=1):
+        fig.add_trace(go.Bar(
+            x=labels, y=[round(probs[i], DECIMALS) for i in idx], marker_color=color, showlegend=False,
+            marker_line=dict(color=["black" if i in inside else color for i in idx],
+                             width=[2 if i in inside else 0 for i in idx]),
+            hovertemplate="%{x}: %{y:.3f}<extra></extra>",
+        ), row=row, col=1)
+        fig.update_yaxes(range=[0, 1], tickformat=".0%", row=row, col=1)
+    fig.update_xaxes(type="category", tickangle=-60, row=2, col=1)
+    fig.update_layout(height=460, width=max(620, 14 * len(idx)), plot_bgcolor="white", bargap=0.1,
+                      margin=dict(l=60, r=20, t=50, b=110))
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------
+# [CLS] before and after
+# ---------------------------------------------------------------------------------------------
+def plot_cls_pca(
+    panels: Mapping[str, torch.Tensor],
+    labels: Sequence[str],
+    texts: Sequence[str] | None = None,
+    explained: Mapping[str, torch.Tensor] | None = None,
+) -> go.Figure:
+    """Side-by-side scatters of 2-D [CLS] projections (e.g. {"before": pts, "after": pts},
+    each [n, 2] from `pca_2d`), one colour per gold label; hover shows the text."""
+    if not panels:
+        return empty_figure("Compute [CLS] vectors first.")
+    names = list(panels)
+    titles = [name + (f" (PCA: {100 * float(explained[name].sum()):.0f}% of variance)"
+                      if explained and name in explained else "") for name in names]
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=titles, horizontal_spacing=0.08)
+    classes = list(dict.fromkeys(labels))
+    for col, name in enumerate(names, start=1):
+        pts = panels[name]
+        if pts.dim() != 2 or pts.shape[1] != 2 or pts.shape[0] != len(labels):
+            raise ValueError(f"{name}: points must be [{len(labels)}, 2]; got {tuple(pts.shape)}.")
+        for c, cls in enumerate(classes):
+            rows = [i for i, label in enumerate(labels) if label == cls]
+            fig.add_trace(go.Scatter(
+                x=[round(float(pts[i, 0]), DECIMALS) for i in rows],
+                y=[round(float(pts[i, 1]), DECIMALS) for i in rows],
+                mode="markers", name=str(cls), legendgroup=str(cls), showlegend=col == 1,
+                marker=dict(color=RUN_COLORS[c % len(RUN_COLORS)], size=7, opacity=0.75),
+                text=[texts[i] for i in rows] if texts is not None else None,
+                hovertemplate=f"{cls}<br>%{{text}}<extra></extra>" if texts is not None else f"{cls}<extra></extra>",
+            ), row=1, col=col)
+        fig.update_xaxes(title_text="PC 1", zeroline=False, row=1, col=col)
+        fig.update_yaxes(title_text="PC 2", zeroline=False, row=1, col=col)
+    fig.update_layout(height=420, width=max(520, 430 * len(names)), plot_bgcolor="white",
+                      title=dict(text="[CLS] vectors, coloured by gold label", font=dict(size=14)),
+                      margin=dict(l=60, r=20, t=80, b=50), legend=dict(title=dict(text="label")))
+    return fig

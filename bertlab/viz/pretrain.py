@@ -1,0 +1,359 @@
+"""The pre-training tab's pure parts: one example as BERT sees it, sentence pairs, training curves.
+
+- `mask_example` masks one text exactly as the training collator does (`masking.mask_tokens`, same
+  never-masked and never-drawn ids), and `masked_example_html` shows it as three rows: the original
+  pieces, what the model reads (the 80/10/10 cases coloured) and the labels it must predict;
+- `strategies_html` lines up the same text under each strategy, `dynamic_html` the re-draws of
+  RoBERTa's dynamic masking;
+- `example_pairs` / `pairs_html`: NSP and SOP pairs made by `pairs.build_pairs`, with their labels;
+- `plot_pretrain_curves`: MLM loss, MLM accuracy and NSP accuracy against the step.
+"""
+
+from __future__ import annotations
+
+import html
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from bertlab.analysis import InputError, require_text
+from bertlab.analysis.mask import Candidate
+from bertlab.tokenizer import Tokenizer
+from bertlab.training.loop import derive_seed
+from bertlab.training.masking import (
+    STRATEGIES,
+    MaskKind,
+    continuation_table,
+    mask_tokens,
+    never_mask_ids,
+    reserved_ids,
+    word_starts_from_ids,
+)
+from bertlab.training.pairs import PairExample, build_pairs
+
+KIND_COLORS: dict[MaskKind, str] = {
+    MaskKind.MASK: "#cfe2ff",  # blue: replaced by [MASK]
+    MaskKind.RANDOM: "#ffd6a5",  # orange: replaced by a random token
+    MaskKind.KEPT: "#c7f0c2",  # green: kept, but still predicted
+}
+KIND_NAMES: dict[MaskKind, str] = {
+    MaskKind.NOT_CHOSEN: "none", MaskKind.MASK: "mask", MaskKind.RANDOM: "random", MaskKind.KEPT: "kept",
+}
+KIND_LEGEND: dict[MaskKind, str] = {
+    MaskKind.MASK: "→ [MASK] (80%)", MaskKind.RANDOM: "→ random token (10%)", MaskKind.KEPT: "kept as is (10%)",
+}
+STRATEGY_NAMES = {"token": "token (BERT)", "whole_word": "whole word", "span": "span (SpanBERT)"}
+SEGMENT_COLORS = ("#eef4fa", "#fdf0e6")  # sentence A, sentence B
+CURVES = (("mlm_loss", "MLM loss"), ("mlm_acc", "MLM accuracy"), ("nsp_acc", "NSP / SOP accuracy"))
+CURVE_COLORS = ("#1f77b4", "#2ca02c", "#d62728")
+DECIMALS = 4
+
+
+# ---------------------------------------------------------------------------------------------
+# One example, masked
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class VocabTables:
+    """Per-tokenizer lookups that masking needs (built once: ~50 ms for a 30k vocabulary)."""
+
+    continuation: torch.Tensor  # [vocab] bool: True for ## pieces
+    never: torch.Tensor  # ids never chosen: [CLS], [SEP], [PAD], [MASK]
+    reserved: list[int]  # ids never drawn as random replacements ([UNK], [unused0], ...)
+
+
+def vocab_tables(tok: Tokenizer) -> VocabTables:
+    return VocabTables(continuation_table(tok), torch.tensor(never_mask_ids(tok)), reserved_ids(tok))
+
+
+@dataclass
+class MaskedExample:
+    """One text after masking; every list has one entry per token, [CLS] ... [SEP]."""
+
+    tokens: list[str]  # the pieces before masking
+    masked: list[str]  # what the model reads
+    kinds: list[MaskKind]
+    units: list[int]  # token / word / span number of each chosen position, -1 elsewhere
+    strategy: str
+    rate: float
+    seed: int
+    warning: str | None = None  # set when a long text was cut
+
+    @property
+    def labels(self) -> list[str | None]:
+        """What the model must predict at each position (the original piece), None where nothing."""
+        return [t if k != MaskKind.NOT_CHOSEN else None for t, k in zip(self.tokens, self.kinds)]
+
+    def count(self, kind: MaskKind) -> int:
+        return sum(k == kind for k in self.kinds)
+
+    @property
+    def num_chosen(self) -> int:
+        return sum(k != MaskKind.NOT_CHOSEN for k in self.kinds)
+
+
+def mask_example(
+    tok: Tokenizer,
+    text: str,
+    strategy: str = "token",
+    rate: float = 0.15,
+    seed: int = 0,
+    *,
+    tables: VocabTables | None = None,
+    max_length: int = 128,
+) -> MaskedExample:
+    """`text` masked as the training collator masks it (`mask_tokens`, generator seeded by `seed`).
+
+    Raises InputError for an empty text or one with nothing that may be masked."""
+    require_text(text)
+    tables = tables or vocab_tables(tok)
+    enc = tok.encode(text, max_length=max_length)
+    ids = torch.tensor([enc.ids])  # [1, s]
+    special = torch.isin(ids, tables.never)  # [1, s]
+    if bool(special.all()):
+        raise InputError("There is nothing to mask: the text holds only special tokens such as [MASK]. "
+                         "Type a sentence of words.")
+    out = mask_tokens(
+        ids, special, tok.vocab_size, tok.mask_token_id, torch.Generator().manual_seed(seed),
+        strategy=strategy, word_starts=word_starts_from_ids(ids, tables.continuation), mlm_probability=rate,
+        exclude_from_random=tables.reserved,
+    )
+    return MaskedExample(
+        tokens=enc.tokens, masked=tok.convert_ids_to_tokens(out.input_ids[0].tolist()),
+        kinds=[MaskKind(int(k)) for k in out.kind[0]], units=out.unit_ids[0].tolist(),
+        strategy=strategy, rate=rate, seed=seed, warning=enc.warning,
+    )
+
+
+def mask_every_strategy(tok: Tokenizer, text: str, rate: float, seed: int,
+                        tables: VocabTables | None = None) -> dict[str, MaskedExample]:
+    """The same text and seed under each strategy of `masking.STRATEGIES`."""
+    tables = tables or vocab_tables(tok)
+    return {s: mask_example(tok, text, s, rate, seed, tables=tables) for s in STRATEGIES}
+
+
+def dynamic_draws(tok: Tokenizer, text: str, strategy: str, rate: float, seed: int, epochs: int = 3,
+                  tables: VocabTables | None = None) -> list[MaskedExample]:
+    """The masks RoBERTa's dynamic masking would draw for this text in epochs 1..`epochs`
+    (a generator per epoch, as `MLMCollator.set_epoch`); static masking repeats the first."""
+    tables = tables or vocab_tables(tok)
+    return [mask_example(tok, text, strategy, rate, derive_seed(seed, "epoch", e), tables=tables)
+            for e in range(epochs)]
+
+
+# ---------------------------------------------------------------------------------------------
+# ... as HTML
+# ---------------------------------------------------------------------------------------------
+_CELL = "padding:1px 4px;border-radius:3px;font-family:monospace;font-size:0.92em;white-space:pre;min-height:1.3em"
+
+
+def _cell(text: str | None, kind: MaskKind = MaskKind.NOT_CHOSEN, title: str = "") -> str:
+    color = KIND_COLORS.get(kind, "transparent")
+    shown = "·" if text is None else html.escape(text)
+    faint = "color:#bbb;" if text is None else ""
+    tip = f' title="{html.escape(title, quote=True)}"' if title else ""
+    return f'<div style="{_CELL};{faint}background:{color}"{tip}>{shown}</div>'
+
+
+def _tip(ex: MaskedExample, i: int) -> str:
+    kind = ex.kinds[i]
+    if kind == MaskKind.NOT_CHOSEN:
+        return "not chosen: nothing to predict here"
+    unit = {"token": "token", "whole_word": "word", "span": "span"}[ex.strategy]
+    return f"{ex.tokens[i]!r} {KIND_LEGEND[kind]}; {unit} {ex.units[i] + 1}"
+
+
+def legend_html(ex: MaskedExample) -> str:
+    """The three colours with how many positions got each."""
+    items = [
+        f'<span style="background:{KIND_COLORS[k]};padding:1px 6px;border-radius:3px;margin-right:8px">'
+        f'{html.escape(KIND_LEGEND[k])}: <b data-count="{KIND_NAMES[k]}">{ex.count(k)}</b></span>'
+        for k in (MaskKind.MASK, MaskKind.RANDOM, MaskKind.KEPT)
+    ]
+    eligible = sum(t not in ("[CLS]", "[SEP]") for t in ex.tokens)
+    return (f'<div style="margin:4px 0">{"".join(items)}<span style="color:#555">{ex.num_chosen} of {eligible} '
+            f'tokens chosen ({100 * ex.rate:.0f}% rate)</span></div>')
+
+
+def masked_example_html(ex: MaskedExample) -> str:
+    """Three aligned rows: original pieces, what the model reads (coloured by case), the labels.
+
+    Each token column carries ``data-kind`` (none / mask / random / kept) for tests and styling."""
+    columns = []
+    for i, (orig, seen, label, kind) in enumerate(zip(ex.tokens, ex.masked, ex.labels, ex.kinds)):
+        tip = _tip(ex, i)
+        columns.append(
+            f'<div class="bl-tok" data-kind="{KIND_NAMES[kind]}" style="display:inline-flex;flex-direction:column;'
+            f'margin:0 1px 6px 0">{_cell(orig, title=tip)}{_cell(seen, kind, tip)}{_cell(label, kind, tip)}</div>'
+        )
+    heads = "".join(_cell(h) for h in ("original", "model reads", "labels"))
+    head = (f'<div style="display:inline-flex;flex-direction:column;margin-right:6px;color:#555;'
+            f'font-weight:600">{heads}</div>')
+    return (f'<div class="bl-masked">{legend_html(ex)}<div style="display:flex;flex-wrap:wrap;align-items:flex-start">'
+            f'{head}{"".join(columns)}</div></div>')
+
+
+def _masked_line(ex: MaskedExample) -> str:
+    return "".join(
+        f'<span class="bl-tok" data-kind="{KIND_NAMES[k]}" title="{html.escape(_tip(ex, i), quote=True)}" '
+        f'style="{_CELL};display:inline-block;margin:1px;background:{KIND_COLORS.get(k, "transparent")}">'
+        f'{html.escape(seen)}</span>'
+        for i, (seen, k) in enumerate(zip(ex.masked, ex.kinds))
+    )
+
+
+def _summary(ex: MaskedExample) -> str:
+    units = len({u for u in ex.units if u >= 0})
+    unit = {"token": "token", "whole_word": "word", "span": "span"}[ex.strategy]
+    return f"{ex.num_chosen} tokens in {units} {unit}{'s' if units != 1 else ''}"
+
+
+def strategies_html(examples: Mapping[str, MaskedExample]) -> str:
+    """One row per strategy: the text as the model reads it, and how many tokens / units were chosen."""
+    rows = "".join(
+        f'<tr class="bl-strategy" data-strategy="{html.escape(name)}"><td style="padding:3px 8px;font-weight:600;'
+        f'white-space:nowrap;vertical-align:top">{html.escape(STRATEGY_NAMES.get(name, name))}<br>'
+        f'<span style="font-weight:400;color:#666;font-size:0.85em">{_summary(ex)}</span></td>'
+        f'<td style="padding:3px 0">{_masked_line(ex)}</td></tr>'
+        for name, ex in examples.items()
+    )
+    return f'<table class="bl-strategies" style="border-collapse:collapse">{rows}</table>'
+
+
+def dynamic_html(draws: Sequence[MaskedExample]) -> str:
+    """One row per epoch: dynamic masking draws a new mask each time the text comes round."""
+    rows = "".join(
+        f'<tr class="bl-epoch"><td style="padding:3px 8px;font-weight:600;white-space:nowrap">epoch {e + 1}</td>'
+        f'<td style="padding:3px 0">{_masked_line(ex)}</td></tr>'
+        for e, ex in enumerate(draws)
+    )
+    return f'<table class="bl-dynamic" style="border-collapse:collapse">{rows}</table>'
+
+
+# ---------------------------------------------------------------------------------------------
+# Sentence pairs
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class PairDemo:
+    """Example pairs from a few documents: NSP pairs (one of each label when there is one) and a SOP pair."""
+
+    nsp: list[PairExample]
+    sop: list[PairExample]
+    titles: list[str]  # title of each document the pairs' doc_index points at
+
+
+def example_pairs(documents: Sequence, tok: Tokenizer, seed: int = 0, num_documents: int = 8,
+                  max_seq_length: int = 40) -> PairDemo:
+    """NSP and SOP pairs, with `build_pairs`, from `num_documents` documents drawn with `seed`
+    (documents of 3+ sentences preferred, so that both halves of a pair come from one of them)."""
+    rng = random.Random(seed)
+    long = [d for d in documents if len(getattr(d, "sentences", d)) >= 3] or list(documents)
+    if len(long) < 2:
+        raise InputError("Sentence pairs need at least two documents of text.")
+    chosen = rng.sample(long, min(num_documents, len(long)))
+    kwargs = {"max_seq_length": max_seq_length, "short_seq_prob": 0.0, "seed": seed}
+    nsp = build_pairs(chosen, tok, task="nsp", **kwargs)
+    sop = build_pairs(chosen, tok, task="sop", **kwargs)
+    one_each = [next(p for p in nsp if p.label == lab) for lab in (0, 1) if any(p.label == lab for p in nsp)]
+    one_each_sop = [next(p for p in sop if p.label == lab) for lab in (0, 1) if any(p.label == lab for p in sop)]
+    titles = [getattr(d, "title", "") or f"document {i}" for i, d in enumerate(chosen)]
+    return PairDemo(one_each, one_each_sop, titles)
+
+
+def pair_label_text(pair: PairExample, titles: Sequence[str] = ()) -> str:
+    """What the label says, in words."""
+    def title(i: int) -> str:
+        return f"'{titles[i]}'" if i < len(titles) else f"document {i}"
+
+    if pair.task == "nsp":
+        if pair.label == 0:
+            return f"label 0 = IsNext: B really follows A (both from {title(pair.doc_index)})"
+        return (f"label 1 = NotNext: A is from {title(pair.doc_index)}, B is a random stretch of "
+                f"{title(pair.b_doc_index)}")
+    if pair.label == 0:
+        return f"label 0 = in order: A then B, as in {title(pair.doc_index)}"
+    return f"label 1 = swapped: B came before A in {title(pair.doc_index)}"
+
+
+def pair_html(pair: PairExample, tok: Tokenizer, titles: Sequence[str] = ()) -> str:
+    """[CLS] A [SEP] B [SEP] with the segments coloured, and the label in words."""
+    tokens = tok.convert_ids_to_tokens(pair.input_ids)
+    pieces = "".join(
+        f'<span style="{_CELL};display:inline-block;margin:1px;background:{SEGMENT_COLORS[t]}" '
+        f'title="segment {"AB"[t]}">{html.escape(token)}</span>'
+        for token, t in zip(tokens, pair.token_type_ids)
+    )
+    color = "#2ca02c" if pair.label == 0 else "#d62728"
+    label = (f'<div style="margin:2px 0 8px 0"><b style="color:{color}">{html.escape(pair.task.upper())} '
+             f'{html.escape(pair_label_text(pair, titles))}</b> · {pair.num_a} + {pair.num_b} tokens</div>')
+    return f'<div class="bl-pair" data-task="{pair.task}" data-label="{pair.label}">{pieces}{label}</div>'
+
+
+def pairs_html(demo: PairDemo, tok: Tokenizer) -> str:
+    """Every pair of the demo, NSP first; segment A is blue, B orange."""
+    legend = (f'<div style="margin:4px 0;color:#555"><span style="background:{SEGMENT_COLORS[0]};padding:1px 6px">'
+              f'segment A (type id 0)</span> <span style="background:{SEGMENT_COLORS[1]};padding:1px 6px">segment B '
+              f'(type id 1)</span> · a pair too long for its length is trimmed one token at a time from either end, '
+              f'so it may start or end inside a word</div>')
+    return legend + "".join(pair_html(p, tok, demo.titles) for p in [*demo.nsp, *demo.sop])
+
+
+# ---------------------------------------------------------------------------------------------
+# Training: curves, progress, probe
+# ---------------------------------------------------------------------------------------------
+def curve_xy(points: Sequence[Mapping[str, float | None]], key: str) -> tuple[list[int], list[float]]:
+    """Steps and rounded values of `key` in the points that have it."""
+    kept = [p for p in points if p.get(key) is not None]
+    return [int(p["step"]) for p in kept], [round(float(p[key]), DECIMALS) for p in kept]
+
+
+def plot_pretrain_curves(points: Sequence[Mapping[str, float | None]], title: str = "") -> go.Figure:
+    """MLM loss, MLM accuracy and NSP/SOP accuracy against the step, one subplot each.
+
+    `points`: dicts with "step" and any of "mlm_loss", "mlm_acc", "nsp_acc" (None or absent = no value).
+    Always three traces, so a live figure only needs new x/y."""
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[name for _, name in CURVES], horizontal_spacing=0.08)
+    for col, ((key, name), color) in enumerate(zip(CURVES, CURVE_COLORS), start=1):
+        x, y = curve_xy(points, key)
+        fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", marker={"size": 4}, line={"color": color},
+                                 name=name, showlegend=False,
+                                 hovertemplate=f"step %{{x}}: {name} %{{y:.4g}}<extra></extra>"), row=1, col=col)
+    fig.add_hline(y=0.5, line={"dash": "dot", "color": "#999"}, annotation_text="chance", row=1, col=3)
+    fig.update_yaxes(rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=3)
+    fig.update_xaxes(title_text="step", rangemode="tozero")
+    fig.update_layout(
+        title={"text": title or "Press Start: the curves fill in as the model learns", "font": {"size": 14}},
+        height=330, width=960, plot_bgcolor="white", margin={"l": 50, "r": 20, "t": 70, "b": 50},
+    )
+    return fig
+
+
+def progress_text(step: int, total: int, tokens_per_s: float | None, elapsed_s: float) -> str:
+    """"step 40 / 200 · 5,300 tokens/s · about 0:32 left"."""
+    parts = [f"step {step} / {total}"]
+    if tokens_per_s:
+        parts.append(f"{tokens_per_s:,.0f} tokens/s")
+    if 0 < step < total:
+        left = round(elapsed_s / step * (total - step))
+        parts.append(f"about {left // 60}:{left % 60:02d} left")
+    return " · ".join(parts)
+
+
+def probe_html(probe: str, rows: Sequence[tuple[int, Sequence[Candidate]]], max_rows: int = 8) -> str:
+    """The probe's top guesses at each step it was read, newest first."""
+    if not rows:
+        return ""
+    body = "".join(
+        f'<tr class="bl-probe-row" data-step="{step}"><td style="padding:2px 8px;color:#555">step {step}</td>'
+        + "".join(f'<td style="padding:2px 8px;font-family:monospace">{html.escape(c.token)} '
+                  f'<span style="color:#888">{100 * c.probability:.1f}%</span></td>' for c in cands)
+        + "</tr>"
+        for step, cands in list(rows)[::-1][:max_rows]
+    )
+    return (f'<div style="margin:4px 0"><b>{html.escape(probe)}</b>: the top guesses for the [MASK]</div>'
+            f'<table class="bl-probe" style="border-collapse:collapse">{body}</table>')

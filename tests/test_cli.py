@@ -1,0 +1,156 @@
+"""The `bertlab` command: argument parsing and the Voila command `serve` builds (nothing is served
+here; tests/browser/ serves for real)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from bertlab import cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse(*argv: str):
+    return cli.build_parser().parse_args(list(argv))
+
+
+def test_serve_defaults():
+    args = parse("serve")
+    assert (args.command, args.port, args.no_browser, args.model) == ("serve", 8866, False, None)
+    assert args.host == "127.0.0.1" and args.func is cli.cmd_serve
+
+
+def test_serve_options():
+    args = parse("serve", "--port", "9001", "--no-browser", "--model", "bert-base-uncased")
+    assert (args.port, args.no_browser, args.model) == (9001, True, "bert-base-uncased")
+
+
+@pytest.mark.parametrize("port", ["0", "70000", "http"])
+def test_bad_port_is_a_usage_error(port, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse("serve", "--port", port)
+    assert e.value.code == 2
+    assert "--port" in capsys.readouterr().err
+
+
+def test_no_command_prints_help(capsys):
+    assert cli.main([]) == 2
+    out = capsys.readouterr().out
+    assert "serve" in out and "usage: bertlab" in out
+
+
+def test_unknown_command_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["fly"])
+    assert e.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_serve_command_runs_voila_on_the_app():
+    cmd, env = cli.serve_command(parse("serve", "--port", "9001", "--no-browser"), env={})
+    assert cmd[:3] == [sys.executable, "-m", "voila"]
+    assert Path(cmd[3]) == REPO / "apps" / "bertlab.ipynb"
+    assert "--port=9001" in cmd and "--no-browser" in cmd and "--Voila.ip=127.0.0.1" in cmd
+    assert "--preheat_kernel=True" in cmd  # ~6 s to a page instead of ~15 s
+    assert cli.MODEL_ENV not in env
+
+
+def test_serve_command_passes_model_and_options():
+    args = parse("serve", "--model", "some/folder", "--host", "0.0.0.0", "--no-preheat")
+    cmd, env = cli.serve_command(args, env={"KEEP": "1"})
+    assert env == {"KEEP": "1", cli.MODEL_ENV: "some/folder"}
+    assert "--Voila.ip=0.0.0.0" in cmd
+    assert "--no-browser" not in cmd and not any("preheat" in c for c in cmd)
+
+
+class FakeVoila:
+    """Stands in for subprocess.Popen: records the command, exits with `code` (or raises on wait)."""
+
+    calls: ClassVar[list[tuple[list[str], dict]]] = []
+
+    def __init__(self, cmd, env, code=3, interrupt=False):
+        self.calls.append((cmd, env))
+        self.code, self.interrupt, self.terminated, self.waits = code, interrupt, False, 0
+
+    def wait(self):
+        self.waits += 1
+        if self.interrupt and self.waits == 1:
+            raise KeyboardInterrupt
+        return self.code
+
+    def terminate(self):
+        self.terminated = True
+
+
+def test_main_serve_runs_the_command_and_returns_its_code(monkeypatch):
+    FakeVoila.calls = []
+    monkeypatch.setattr(cli.subprocess, "Popen", FakeVoila)
+    assert cli.main(["serve", "--no-browser", "--model", "m"]) == 3
+    ((cmd, env),) = FakeVoila.calls
+    assert cmd[2] == "voila" and env[cli.MODEL_ENV] == "m"
+
+
+def test_ctrl_c_waits_for_voila_then_exits_cleanly(monkeypatch):
+    procs = []
+    monkeypatch.setattr(cli.subprocess, "Popen",
+                        lambda cmd, env: procs.append(FakeVoila(cmd, env, interrupt=True)) or procs[-1])
+    assert cli.main(["serve", "--no-browser"]) == 0
+    assert procs[0].waits == 2  # waited again for Voila to shut its kernels down
+
+
+def test_sigterm_is_passed_on_to_voila(monkeypatch):
+    procs = []
+
+    class SelfTerminating(FakeVoila):
+        def wait(self):
+            signal.raise_signal(signal.SIGTERM)  # what a supervisor (or a test fixture) sends
+            return -15 if self.terminated else 0
+
+    monkeypatch.setattr(cli.subprocess, "Popen", lambda cmd, env: procs.append(SelfTerminating(cmd, env)) or procs[-1])
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["serve", "--no-browser"]) == -15
+    assert procs[0].terminated and signal.getsignal(signal.SIGTERM) is before
+
+
+def test_model_folder_is_passed_as_an_absolute_path(tmp_path, monkeypatch):
+    (tmp_path / "my-model").mkdir()
+    monkeypatch.chdir(tmp_path)  # the kernel runs in apps/, so a relative path would break there
+    _, env = cli.serve_command(parse("serve", "--model", "my-model"), env={})
+    assert env[cli.MODEL_ENV] == str(tmp_path / "my-model")
+
+
+def test_missing_model_folder_fails_before_serving(capsys, monkeypatch):
+    monkeypatch.setattr(cli.subprocess, "Popen", lambda *a, **k: pytest.fail("Voila should not start"))
+    with pytest.raises(SystemExit) as e:
+        cli.main(["serve", "--model", "./no/such/folder"])
+    assert e.value.code == 1 and "no such folder" in capsys.readouterr().err
+
+
+def test_find_app_takes_a_path(tmp_path):
+    nb = tmp_path / "mine.ipynb"
+    nb.write_text("{}")
+    assert cli.find_app(str(nb)) == nb.resolve()
+
+
+def test_missing_app_says_what_to_do(capsys):
+    with pytest.raises(cli.AppNotFoundError, match="--app"):
+        cli.find_app("nope.ipynb")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["serve", "--app", "nope.ipynb"])
+    assert e.value.code == 1
+    assert "nope.ipynb" in capsys.readouterr().err
+
+
+def test_console_script_is_installed():
+    (ep,) = [e for e in entry_points(group="console_scripts") if e.name == "bertlab"]
+    assert ep.value == "bertlab.cli:main"
+    out = subprocess.run([sys.executable, "-m", "bertlab.cli", "serve", "--help"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "--no-browser" in out.stdout

@@ -1,0 +1,84 @@
+"""The MLM + NSP heads that ship for the offline default: they load by themselves, can be
+switched off, round-trip through save/apply, and still predict (a broken artefact fails here)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bertlab.analysis.mask import fill_mask
+from bertlab.loading import load
+from bertlab.training.default_heads import apply_heads, head_state, heads_path, save_heads
+from bertlab.training.pretrain import evaluate_mlm, evaluate_nsp
+
+# Measured on the full held-out split with the shipped file: top-1 0.176, top-5 0.356, NSP 0.929
+# (bertlab/assets/default_heads.json). Fresh random heads score ~0 and 0.5: these floors sit far
+# below the real figures and far above what a broken or mismatched artefact gives.
+FLOOR = {"top1": 0.10, "top5": 0.22, "nsp": 0.75}
+
+
+def test_the_offline_default_loads_with_its_heads(default_model):
+    model, _ = default_model
+    assert heads_path().is_file()
+    assert model.has_mlm and model.has_nsp
+    assert model.load_report.heads == ("mlm", "nsp")
+    assert any("trained by bertlab" in n for n in model.load_report.notes)
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+
+
+def test_heads_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv("BERTLAB_DEFAULT_HEADS", "")
+    model, _ = load(None)
+    assert not model.has_mlm and not model.has_nsp
+
+
+def test_shipped_artefact_is_small_and_holds_only_heads_pooler_and_top_layers():
+    from safetensors import safe_open
+
+    assert heads_path().stat().st_size <= 25 * 2**20
+    with safe_open(str(heads_path()), "pt") as f:
+        keys = list(f.keys())
+    assert "cls.predictions.bias" in keys and "cls.seq_relationship.weight" in keys
+    assert not any(k.startswith("bert.embeddings.") for k in keys)  # the tied decoder is not stored twice
+    layers = {int(k.split(".")[3]) for k in keys if k.startswith("bert.encoder.layer.")}
+    assert layers <= {4, 5}
+
+
+def test_save_then_apply_round_trips(tmp_path, bare_default, default_model):
+    shipped, _ = default_model
+    prefixes = ("cls.", "bert.pooler.", "bert.encoder.layer.4.", "bert.encoder.layer.5.")
+    path = save_heads(shipped, tmp_path / "heads.safetensors", prefixes=prefixes)
+    again = apply_heads(bare_default[0], path)
+    ours, theirs = head_state(again, prefixes), head_state(shipped, prefixes)
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
+def test_a_file_for_another_encoder_is_refused(tmp_path, bare_default, tiny_checkpoints):
+    tiny, _ = load(tiny_checkpoints["BertForPreTraining"])
+    path = save_heads(tiny, tmp_path / "tiny-heads.safetensors")
+    with pytest.raises(ValueError, match="does not fit this encoder"):
+        apply_heads(bare_default[0], path)
+
+
+def test_seed_sentences_get_sensible_fills(default_model):
+    model, tok = default_model
+    top = [c.token for c in fill_mask(model, tok, "the man went to the [MASK] store.", k=10)[0].candidates]
+    assert sum(t.isalpha() for t in top) >= 8, top  # words, not punctuation or special tokens
+    top = [c.token for c in fill_mask(model, tok, "he bought a gallon [MASK] milk.", k=5)[0].candidates]
+    assert "of" in top, top
+
+
+@pytest.mark.slow
+def test_shipped_heads_beat_the_floor_on_held_out_wikipedia(default_model):
+    corpora = pytest.importorskip("bertlab.training.corpora")
+    try:
+        held = corpora.load_corpus("wiki-offline", split="held_out")
+    except Exception as e:  # the offline corpora come with the [corpora] extra
+        pytest.skip(f"offline Wikipedia not installed: {e}")
+    model, tok = default_model
+    mlm = evaluate_mlm(model, tok, held[::7], max_tokens=6_000)
+    nsp = evaluate_nsp(model, tok, held[::7], max_pairs=200)
+    assert mlm["masked_tokens"] > 500 and nsp["pairs"] > 100
+    assert mlm["top1"] >= FLOOR["top1"] and mlm["top5"] >= FLOOR["top5"], mlm
+    assert nsp["accuracy"] >= FLOOR["nsp"], nsp

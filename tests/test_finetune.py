@@ -1,0 +1,472 @@
+"""The fine-tuning engine: each task end to end on small synthetic data a tiny BERT can learn
+(loss goes down, the real metric is computed, the saved model reloads and predicts the same),
+the three modes (what learns and what stays frozen), cancel, failures, the CLI, and a smoke run
+of each task on the real data sets. Tiny models on CPU, no timing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertlab.config import BertConfig
+from bertlab.loading import load, save_pretrained
+from bertlab.model import Bert
+from bertlab.tokenizer import Tokenizer
+from bertlab.training.finetune import (
+    EvalSet,
+    FinetuneConfig,
+    FinetuneError,
+    evaluate,
+    evaluate_set,
+    finetune,
+    is_trainable,
+    read_results,
+    set_trainable,
+    subset,
+    with_task_head,
+)
+from bertlab.training.finetune_cli import add_evaluate_parser, add_finetune_parser
+from bertlab.training.tasks import NLI_LABELS, get_task
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="session")
+def tok(minilm_folder) -> Tokenizer:
+    return Tokenizer.from_folder(minilm_folder)
+
+
+def tiny_bert(tok: Tokenizer, seed: int = 0) -> Bert:
+    """An encoder-only BERT of 2 layers, 32 wide, with the MiniLM vocabulary."""
+    torch.manual_seed(seed)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0)
+    return Bert(cfg)
+
+
+def quick(task: str, data: Path, tok: Tokenizer, **kw) -> FinetuneConfig:
+    """A config for a tiny model on synthetic data: high lr, short sequences."""
+    settings = dict(task=task, data=str(data), model=tiny_bert(tok), lr=3e-3, epochs=4, batch_size=16,
+                    max_length=48, log_every=2, warmup_ratio=0.0)
+    settings.update(kw)
+    return FinetuneConfig(**settings)
+
+
+def losses(result) -> list[float]:
+    return [h["loss"] for h in result.train.history if h["kind"] == "train"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic data in each task's file format, with a rule a tiny model can learn
+# ---------------------------------------------------------------------------------------------
+GOOD = ["great", "wonderful", "excellent", "brilliant", "lovely", "superb"]
+BAD = ["awful", "terrible", "boring", "dreadful", "horrible", "dull"]
+OPENERS = ["the film was", "this movie is", "honestly , a", "what a", "the story felt", "all in all"]
+PEOPLE = ["John", "Mary", "Peter", "Susan", "David", "Laura"]
+PLACES = ["Paris", "London", "Berlin", "Madrid", "Tokyo", "Rome"]
+ORGS = ["Google", "Reuters", "Microsoft", "Toyota", "Nike", "Intel"]
+
+
+def _pick(g: torch.Generator, items: list[str]) -> str:
+    return items[int(torch.randint(len(items), (1,), generator=g))]
+
+
+def write_sst2(folder: Path, n_train: int = 192, n_dev: int = 48) -> Path:
+    g = torch.Generator().manual_seed(1)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        rows = ["sentence\tlabel"]
+        for i in range(n):
+            label = i % 2
+            rows.append(f"{_pick(g, OPENERS)} {_pick(g, GOOD if label else BAD)}\t{label}")
+        (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return folder
+
+
+def write_sick(folder: Path, n_train: int = 192, n_dev: int = 48) -> Path:
+    """Entailment: "someone" does what A says; contradiction: "nobody" does it; neutral: another scene."""
+    g = torch.Generator().manual_seed(2)
+    header = "pair_ID\tsentence_A\tsentence_B\tentailment_label\tSemEval_set"
+    rows, pid = [header], 0
+    for part, n in (("TRAIN", n_train), ("TRIAL", n_dev)):
+        for i in range(n):
+            who, place = _pick(g, PEOPLE), _pick(g, PLACES)
+            a = f"{who} plays the guitar in {place}"
+            label = ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")[i % 3]
+            b = {"ENTAILMENT": "someone plays", "NEUTRAL": f"{_pick(g, PEOPLE)} cooks",
+                 "CONTRADICTION": "nobody plays"}[label]
+            pid += 1
+            rows.append(f"{pid}\t{a}\t{b}\t{label}\t{part}")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "SICK_synthetic.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return folder
+
+
+def ner_sentence(g: torch.Generator) -> list[tuple[str, str]]:
+    kind = int(torch.randint(3, (1,), generator=g))
+    per = [(_pick(g, PEOPLE), "B-PER")]
+    if int(torch.randint(2, (1,), generator=g)):
+        per.append(("Smith", "I-PER"))
+    loc, org = [(_pick(g, PLACES), "B-LOC")], [(_pick(g, ORGS), "B-ORG")]
+    if kind == 0:
+        return per + [("flew", "O"), ("to", "O")] + loc + [("on", "O"), ("Monday", "O"), (".", "O")]
+    if kind == 1:
+        return per + [("works", "O"), ("for", "O")] + org + [("in", "O")] + loc + [(".", "O")]
+    return org + [("opened", "O"), ("an", "O"), ("office", "O"), ("in", "O")] + loc + [(".", "O")]
+
+
+def write_conll(folder: Path, n_train: int = 160, n_dev: int = 40) -> Path:
+    g = torch.Generator().manual_seed(3)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", n_train), ("dev", n_dev)):
+        lines = ["-DOCSTART- -X- -X- O", ""]
+        for _ in range(n):
+            lines += [f"{w} NNP B-NP {t}" for w, t in ner_sentence(g)] + [""]
+        (folder / f"{split}.txt").write_text("\n".join(lines), encoding="utf-8")
+    return folder
+
+
+def write_squad(folder: Path, articles: int = 30) -> Path:
+    """Paragraphs "X was born in P . X works for O ." with a where- and a who-question each."""
+    g = torch.Generator().manual_seed(4)
+    data = []
+    for a in range(articles):
+        paragraphs = []
+        for p in range(2):
+            who, place, org = _pick(g, PEOPLE), _pick(g, PLACES), _pick(g, ORGS)
+            context = f"{who} was born in {place} . {who} works for {org} ."
+            qas = [
+                {"id": f"{a}-{p}-born", "question": f"Where was {who} born ?",
+                 "answers": [{"text": place, "answer_start": context.index(place)}]},
+                {"id": f"{a}-{p}-works", "question": f"Who does {who} work for ?",
+                 "answers": [{"text": org, "answer_start": context.index(org)}]},
+            ]
+            paragraphs.append({"context": context, "qas": qas})
+        data.append({"title": f"Article {a}", "paragraphs": paragraphs})
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "synthetic.json").write_text(json.dumps({"version": "1.1", "data": data}), encoding="utf-8")
+    return folder
+
+
+WRITERS = {"sst2": write_sst2, "nli": write_sick, "ner": write_conll, "qa": write_squad}
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("synthetic")
+    return {task: write(root / task) for task, write in WRITERS.items()}
+
+
+@pytest.fixture(scope="module")
+def sst2_run(synthetic, tok, tmp_path_factory):
+    """A full-mode SST-2 run on synthetic data, saved to out_dir (shared by several tests)."""
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("runs") / "sst2"
+    return finetune(quick("sst2", synthetic["sst2"], tok, out_dir=str(out)), tokenizer=tok)
+
+
+def logits_of(model: Bert, tok: Tokenizer, texts: list[str]) -> torch.Tensor:
+    batch = tok.encode_batch(texts)
+    model.eval()
+    with torch.no_grad():
+        return model(batch.input_ids, batch.token_type_ids, batch.attention_mask).logits
+
+
+# ---------------------------------------------------------------------------------------------
+# Each task end to end
+# ---------------------------------------------------------------------------------------------
+def test_sst2_end_to_end_learns_saves_and_reloads(sst2_run, tok):
+    r = sst2_run
+    assert r.status == "completed" and r.error is None
+    loss = losses(r)
+    assert loss[-1] < 0.5 * loss[0]
+    assert r.main_metric == "accuracy" and r.score >= 0.9
+    assert r.metrics["examples"] == 48 and sum(map(sum, r.metrics["confusion_matrix"])) == 48
+    assert [h["step"] for h in r.history] == [12, 24, 36, 48]  # once per epoch: 192 / 16 = 12 steps
+    assert r.train_examples == 192 and r.eval_examples == 48 and r.device == "cpu" and r.mode == "full"
+    assert r.trainable_parameters == r.total_parameters
+    # saved in HF layout with labels, and bertlab.load reads it back with the same predictions
+    folder = Path(r.saved_to)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["BertForSequenceClassification"]
+    assert config["id2label"] == {"0": "negative", "1": "positive"}
+    model, tok2 = load(folder)
+    texts = ["what a superb film", "the story felt dull", "this movie is brilliant"]
+    torch.testing.assert_close(logits_of(model, tok2, texts), logits_of(r.model, tok, texts))
+    summary = read_results(folder)
+    assert summary["status"] == "completed" and summary["score"] == r.score and summary["config"]["task"] == "sst2"
+    assert summary["config"]["lr"] == 3e-3
+
+
+def test_transformers_loads_the_full_mode_classifier(sst2_run, tok):
+    transformers = pytest.importorskip("transformers")
+    transformers.utils.logging.set_verbosity_error()
+    hf = transformers.BertForSequenceClassification.from_pretrained(sst2_run.saved_to).eval()
+    assert hf.config.id2label == {0: "negative", 1: "positive"}
+    texts = ["what a superb film", "the story felt dull"]
+    batch = tok.encode_batch(texts)
+    with torch.no_grad():
+        theirs = hf(input_ids=batch.input_ids, token_type_ids=batch.token_type_ids,
+                    attention_mask=batch.attention_mask).logits
+    torch.testing.assert_close(theirs, logits_of(sst2_run.model, tok, texts), atol=1e-5, rtol=1e-4)
+
+
+def test_nli_end_to_end(synthetic, tok):
+    r = finetune(quick("nli", synthetic["nli"], tok, epochs=6), tokenizer=tok)
+    assert r.status == "completed"
+    assert sum(losses(r)[-3:]) / 3 < 0.5 * losses(r)[0]
+    assert r.score >= 0.9
+    matrix = r.metrics["confusion_matrix"]
+    assert len(matrix) == 3 and sum(map(sum, matrix)) == 48
+    assert r.model.config.id2label == NLI_LABELS
+
+
+def test_ner_end_to_end_entity_f1_and_reload(synthetic, tok, tmp_path):
+    r = finetune(quick("ner", synthetic["ner"], tok, out_dir=str(tmp_path / "ner")), tokenizer=tok)
+    assert r.status == "completed"
+    assert losses(r)[-1] < 0.3 * losses(r)[0]
+    assert r.main_metric == "f1" and r.score >= 0.9
+    assert set(r.metrics["per_type"]) == {"PER", "LOC", "ORG"}
+    model, tok2 = load(tmp_path / "ner")
+    assert model.config.task == "token_classification"
+    dev = get_task("ner").read("dev", path=synthetic["ner"])
+    assert evaluate(model, tok2, "ner", dev, max_length=48) == evaluate(r.model, tok, "ner", dev, max_length=48)
+
+
+def test_qa_end_to_end_squad_metrics_and_reload(synthetic, tok, tmp_path):
+    r = finetune(quick("qa", synthetic["qa"], tok, epochs=10, lr=5e-3, out_dir=str(tmp_path / "qa")), tokenizer=tok)
+    assert r.status == "completed"
+    assert losses(r)[-1] < 0.3 * losses(r)[0]
+    assert set(r.metrics) >= {"exact_match", "f1"} and r.main_metric == "f1"
+    assert r.metrics["exact_match"] >= 80  # percent, as the official script
+    assert r.train_examples == 92 and r.eval_examples == 28  # 23 / 7 articles, 4 questions each
+    model, tok2 = load(tmp_path / "qa")
+    dev = get_task("qa").read("dev", path=synthetic["qa"])
+    assert evaluate(model, tok2, "qa", dev, max_length=48) == pytest.approx(r.metrics)
+
+
+# ---------------------------------------------------------------------------------------------
+# Modes
+# ---------------------------------------------------------------------------------------------
+def _changed(before: dict[str, torch.Tensor], model: Bert) -> set[str]:
+    after = model.state_dict()
+    return {k for k, v in before.items() if not torch.equal(v, after[k])}
+
+
+def test_feature_mode_trains_the_head_only(synthetic, tok):
+    cfg = quick("sst2", synthetic["sst2"], tok, mode="feature", epochs=1, lr=None, max_train_examples=64)
+    start = with_task_head(cfg.model, get_task("sst2"))
+    before = {k: v.clone() for k, v in start.state_dict().items()}
+    r = finetune(cfg, tokenizer=tok)
+    assert r.status == "completed" and cfg.learning_rate == 1e-3
+    changed = _changed(before, r.model)
+    assert changed == {"classifier.weight", "classifier.bias", "bert.pooler.dense.weight", "bert.pooler.dense.bias"}
+    assert r.trainable_parameters == sum(before[k].numel() for k in changed)
+    assert not any(p.requires_grad for n, p in r.model.named_parameters() if n.startswith("bert.encoder"))
+
+
+def test_adapter_mode_changes_only_adapters_layernorms_and_head(synthetic, tok, tmp_path):
+    cfg = quick("sst2", synthetic["sst2"], tok, mode="adapter", adapter_size=8, epochs=1, max_train_examples=64,
+                out_dir=str(tmp_path / "adapter"))
+    r = finetune(cfg, tokenizer=tok)
+    assert r.status == "completed" and r.model.config.adapter_size == 8
+    fresh = with_task_head(tiny_bert(tok), get_task("sst2"), adapter_size=8)  # same seed: the start point
+    changed = _changed(fresh.state_dict(), r.model)
+    assert changed and all(is_trainable(k, "adapter") for k in changed)
+    assert any(".adapter." in k for k in changed) and any("LayerNorm" in k for k in changed)
+    assert "classifier.weight" in changed
+    assert not any(k.endswith(("query.weight", "intermediate.dense.weight", "word_embeddings.weight")) for k in changed)
+    assert r.trainable_parameters < 0.2 * r.total_parameters
+    model, _ = load(tmp_path / "adapter")  # adapters are in config.json and the weights
+    assert model.config.adapter_size == 8
+    texts = ["what a lovely film"]
+    torch.testing.assert_close(logits_of(model, tok, texts), logits_of(r.model, tok, texts))
+
+
+def test_set_trainable_counts_and_rules(tok):
+    model = with_task_head(tiny_bert(tok), get_task("qa"))
+    trainable, total = set_trainable(model, "feature")
+    head = ("qa_outputs.", "bert.pooler.")
+    assert trainable == sum(p.numel() for n, p in model.named_parameters() if n.startswith(head))
+    assert set_trainable(model, "full") == (total, total)
+    assert is_trainable("bert.encoder.layer.0.output.LayerNorm.weight", "adapter")
+    assert not is_trainable("bert.encoder.layer.0.output.LayerNorm.weight", "feature")
+    with pytest.raises(ValueError, match="mode"):
+        is_trainable("x", "lora")
+
+
+def test_a_model_with_another_head_gets_a_fresh_one(sst2_run, tok):
+    nli = with_task_head(sst2_run.model, get_task("nli"))
+    assert nli.config.id2label == NLI_LABELS and nli.classifier.out_features == 3
+    same = with_task_head(sst2_run.model, get_task("sst2"))  # same task and labels: the trained head stays
+    torch.testing.assert_close(same.classifier.weight, sst2_run.model.classifier.weight)
+    for name, p in nli.named_parameters():
+        if name.startswith("bert.encoder"):
+            torch.testing.assert_close(p, dict(sst2_run.model.named_parameters())[name])
+
+
+# ---------------------------------------------------------------------------------------------
+# Cancel, failures, errors
+# ---------------------------------------------------------------------------------------------
+def test_cancel_mid_run_keeps_a_usable_checkpoint(synthetic, tok, tmp_path):
+    cancel = threading.Event()
+
+    def stop_at_5(event):
+        if event.kind == "step" and event.step >= 5:
+            cancel.set()
+
+    cfg = quick("sst2", synthetic["sst2"], tok, log_every=1, out_dir=str(tmp_path / "run"))
+    r = finetune(cfg, callbacks=[stop_at_5], cancel=cancel, tokenizer=tok)
+    assert r.status == "cancelled" and r.train.step == 5
+    assert not (tmp_path / "run" / "config.json").exists()  # no "final" model from a cancelled run
+    assert r.saved_to == tmp_path / "run" / "checkpoints" / "checkpoint-5"
+    model, tok2 = load(r.saved_to)  # the checkpoint is a loadable HF folder
+    torch.testing.assert_close(logits_of(model, tok2, ["a dull film"]), logits_of(r.model, tok, ["a dull film"]))
+    assert read_results(tmp_path / "run")["status"] == "cancelled"
+    # and the run goes on from it to the end
+    done = finetune(quick("sst2", synthetic["sst2"], tok, log_every=1, out_dir=str(tmp_path / "run")),
+                    tokenizer=tok, resume_from=r.saved_to)
+    assert done.status == "completed" and done.train.step == 48 and (tmp_path / "run" / "config.json").is_file()
+
+
+def test_a_failure_inside_training_is_reported_not_raised(synthetic, tok, tmp_path):
+    def explode(event):
+        if event.kind == "step" and event.step >= 2:
+            raise RuntimeError("CUDA out of memory (simulated)")
+
+    r = finetune(quick("sst2", synthetic["sst2"], tok, out_dir=str(tmp_path / "x")), callbacks=[explode], tokenizer=tok)
+    assert r.status == "failed" and "out of memory (simulated)" in r.error
+    assert not (tmp_path / "x" / "config.json").exists()
+    assert read_results(tmp_path / "x")["error"] == r.error
+
+
+def test_bad_settings_fail_early_with_a_message(tok, synthetic):
+    with pytest.raises(ValueError, match="mode must be one of"):
+        FinetuneConfig(mode="lora")
+    with pytest.raises(KeyError, match="unknown task"):
+        FinetuneConfig(task="squad2")
+    with pytest.raises(ValueError, match="epochs"):
+        FinetuneConfig(epochs=0)
+    with pytest.raises(FinetuneError, match="tokenizer"):
+        finetune(FinetuneConfig(task="sst2", model=tiny_bert(tok)))
+    assert FinetuneConfig(mode="adapter").learning_rate == 1e-3 and FinetuneConfig().learning_rate == 5e-5
+
+
+def test_evaluate_needs_the_right_head(tok, sst2_run, synthetic):
+    dev = get_task("nli").read("dev", path=synthetic["nli"])
+    with pytest.raises(FinetuneError, match="needs a sequence classification head, but this model has no task head"):
+        evaluate(tiny_bert(tok), tok, "nli", dev)
+    with pytest.raises(FinetuneError, match="negative, positive"):  # an SST-2 model on NLI data
+        evaluate(sst2_run.model, tok, "nli", dev)
+    qa = get_task("qa").read("dev", path=synthetic["qa"])
+    with pytest.raises(FinetuneError, match="has sequence classification"):
+        evaluate(sst2_run.model, tok, "qa", qa)
+
+
+def test_subset_is_seeded_and_keeps_order():
+    items = list(range(100))
+    a, b = subset(items, 10, seed=0, what="train"), subset(items, 10, seed=0, what="train")
+    assert a == b == sorted(a) and len(set(a)) == 10
+    assert subset(items, 10, seed=1, what="train") != a
+    assert subset(items, None, 0) == items and subset(items, 500, 0) == items
+
+
+def test_evaluate_set_scores_what_the_model_predicts(sst2_run, tok, synthetic):
+    task = get_task("sst2")
+    dev = task.read("dev", path=synthetic["sst2"])
+    data = EvalSet.build(task, dev, tok, 48, batch_size=5)  # batches of mixed lengths
+    scores = evaluate_set(sst2_run.model, data)
+    preds = logits_of(sst2_run.model, tok, [e.text_a for e in dev]).argmax(-1).tolist()
+    assert scores["accuracy"] == pytest.approx(sum(p == e.label for p, e in zip(preds, dev)) / len(dev))
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+# ---------------------------------------------------------------------------------------------
+def _parser():
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="bertlab")
+    sub = parser.add_subparsers(dest="command")
+    add_finetune_parser(sub)
+    add_evaluate_parser(sub)
+    return parser
+
+
+def test_cli_evaluate_prints_one_json_line(sst2_run, synthetic, capsys):
+    args = _parser().parse_args(["evaluate", "--task", "sst2", "--model", str(sst2_run.saved_to),
+                                 "--data", str(synthetic["sst2"] / "dev.tsv")])
+    assert args.func(args) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    scores = json.loads(lines[0])
+    assert scores["task"] == "sst2" and scores["main_metric"] == "accuracy" and scores["examples"] == 48
+    assert scores["accuracy"] == pytest.approx(sst2_run.score)
+
+
+def test_cli_evaluate_reports_a_missing_head(synthetic, tmp_path, tok, capsys):
+    save_pretrained(tiny_bert(tok), tok, tmp_path / "encoder")
+    args = _parser().parse_args(["evaluate", "--task", "sst2", "--model", str(tmp_path / "encoder"),
+                                 "--data", str(synthetic["sst2"])])
+    assert args.func(args) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and "no task head" in captured.err
+
+
+def test_cli_finetune_options_reach_the_config():
+    from bertlab.training.finetune_cli import config_from_args
+
+    args = _parser().parse_args(["finetune", "--task", "ner", "--out", "o", "--mode", "adapter", "--adapter-size",
+                                 "16", "--max-train-examples", "100", "--label-all-pieces", "--lr", "2e-4"])
+    cfg = config_from_args(args)
+    assert (cfg.task, cfg.mode, cfg.adapter_size, cfg.max_train_examples, cfg.label_all_pieces, cfg.lr) == (
+        "ner", "adapter", 16, 100, True, 2e-4)
+    assert cfg.out_dir == "o" and cfg.model is None and cfg.eval_every is None
+
+
+@pytest.mark.slow
+def test_cli_finetune_runs_in_a_subprocess(synthetic, tmp_path, tok):
+    """`python -m` through the real entry point: a MiniLM full run on 32 synthetic sentences."""
+    code = ("import sys, argparse; from bertlab.training.finetune_cli import add_finetune_parser as a;"
+            "p = argparse.ArgumentParser(); s = p.add_subparsers(); a(s); args = p.parse_args(sys.argv[1:]);"
+            "sys.exit(args.func(args))")
+    out = subprocess.run(
+        [sys.executable, "-c", code, "finetune", "--task", "sst2", "--data", str(synthetic["sst2"]), "--out",
+         str(tmp_path / "m"), "--max-train-examples", "32", "--max-eval-examples", "16", "--max-length", "16",
+         "--epochs", "1", "--batch-size", "16"],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0])["status"] == "completed"
+    assert "fine-tuning sst2" in out.stderr  # the progress bar
+    model, _ = load(tmp_path / "m")
+    assert model.config.num_hidden_layers == 6 and model.config.task == "sequence_classification"
+
+
+# ---------------------------------------------------------------------------------------------
+# The real data sets (BERTLAB_DATA): a smoke run of each task on a small subset
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("task, metric", [("sst2", "accuracy"), ("nli", "accuracy"), ("ner", "f1"), ("qa", "f1")])
+def test_each_task_runs_on_the_real_data(shared_data, tok, task, metric):
+    cfg = FinetuneConfig(task=task, model=tiny_bert(tok), lr=1e-3, epochs=1, batch_size=16, max_length=64,
+                         max_train_examples=48, max_eval_examples=24, eval_every=0)
+    r = finetune(cfg, tokenizer=tok)
+    assert r.status == "completed" and r.eval_examples == 24
+    assert r.main_metric == metric and 0 <= r.score <= (100 if task == "qa" else 1)
+    assert len(r.history) == 1 and all(h["loss"] > 0 for h in r.train.history if h["kind"] == "train")

@@ -1,0 +1,218 @@
+"""Install paths stay in step: pyproject.toml vs environment.yml, the Makefile's install stamp,
+the CI script, the app notebook (stripped, shipped in the wheel)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import tomllib
+import yaml
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[1]
+CONDA_TO_PIP = {"pytorch": "torch"}  # conda-forge names that differ from PyPI's
+NOT_PACKAGES = {"python", "pip"}
+
+
+def pyproject() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def pip_requirements(extras: tuple[str, ...] = ("test",)) -> dict[str, SpecifierSet]:
+    """What `pip install -e ".[test]"` asks for, with `bertlab[x]` self-references expanded."""
+    project = pyproject()["project"]
+    lines = list(project["dependencies"])
+    todo, seen = list(extras), set()
+    while todo:
+        extra = todo.pop()
+        seen.add(extra)
+        for line in project["optional-dependencies"][extra]:
+            req = Requirement(line)
+            if canonicalize_name(req.name) == "bertlab":
+                todo += [e for e in req.extras if e not in seen]
+            else:
+                lines.append(line)
+    reqs = [Requirement(r) for r in lines]
+    return {canonicalize_name(r.name): r.specifier for r in reqs}
+
+
+def conda_requirement(line: str) -> tuple[str, SpecifierSet]:
+    """`name`, `name>=1.2`, `name=1.2` or `name==1.2=build_*` -> (pip name, pip specifier)."""
+    m = re.fullmatch(r"([A-Za-z0-9_.\-]+)\s*(.*)", line.strip())
+    assert m, f"cannot read {line!r} in environment.yml"
+    name, spec = m.group(1), m.group(2).replace(" ", "")
+    if spec.startswith("=") and not spec.startswith("=="):
+        spec = "=" + spec  # conda's fuzzy `=1.2` pins like pip's `==1.2` here
+    spec = re.sub(r"^(==[^=,]+)=.*$", r"\1", spec)  # drop a build string
+    return canonicalize_name(CONDA_TO_PIP.get(name, name)), SpecifierSet(spec)
+
+
+def env_requirements() -> dict[str, SpecifierSet]:
+    env = yaml.safe_load((REPO / "environment.yml").read_text())
+    out: dict[str, SpecifierSet] = {}
+    for dep in env["dependencies"]:
+        lines = dep["pip"] if isinstance(dep, dict) else [dep]
+        for line in lines:
+            if isinstance(dep, dict):
+                req = Requirement(line)
+                name, spec = canonicalize_name(req.name), req.specifier
+            else:
+                name, spec = conda_requirement(line)
+            assert name not in out, f"{name} is listed twice in environment.yml"
+            out[name] = spec
+    return out
+
+
+# -- pyproject.toml vs environment.yml ---------------------------------------------------------
+def test_environment_yml_lists_the_same_packages_as_pyproject():
+    pip, conda = pip_requirements(), env_requirements()
+    python = conda.pop("python")
+    conda.pop("pip")
+    assert sorted(conda) == sorted(pip), "environment.yml and pyproject.toml list different packages"
+    for name, spec in pip.items():
+        assert conda[name] == spec, f"{name}: pyproject says {spec!s}, environment.yml says {conda[name]!s}"
+    assert python == SpecifierSet(pyproject()["project"]["requires-python"])
+
+
+def test_torch_is_pinned_to_the_cpu_build_everywhere():
+    assert str(pip_requirements()["torch"]) == "==2.13.0"  # unpinned pulls the multi-GB CUDA build
+    env_text = (REPO / "environment.yml").read_text()
+    assert re.search(r"^\s*-\s*pytorch=+2\.13\.0=cpu", env_text, re.MULTILINE)
+
+
+def test_conda_parser_reads_the_forms_conda_uses():
+    assert conda_requirement("pytorch==2.13.0=cpu_*") == ("torch", SpecifierSet("==2.13.0"))
+    assert conda_requirement("numpy=1.26") == ("numpy", SpecifierSet("==1.26"))
+    assert conda_requirement("huggingface_hub >=0.24") == ("huggingface-hub", SpecifierSet(">=0.24"))
+
+
+# -- the app notebook --------------------------------------------------------------------------
+def test_app_notebook_is_committed_without_outputs():
+    nb = json.loads((REPO / "apps" / "bertlab.ipynb").read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [] and cell["execution_count"] is None, "strip the outputs of apps/bertlab.ipynb"
+    assert "BERTLAB_MODEL" in "".join("".join(c["source"]) for c in nb["cells"])
+
+
+def test_wheel_ships_the_dashboard(tmp_path):
+    """`bertlab serve` finds the app in <prefix>/share/bertlab/apps when installed from a wheel."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for name in ("bertlab", "apps"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    # Offline and quick with the venv's setuptools; a venv without one builds in isolation.
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(tmp_path), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    (wheel,) = tmp_path.glob("bertlab-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "bertlab/cli.py" in names
+    assert any(n.endswith(".data/data/share/bertlab/apps/bertlab.ipynb") for n in names), (
+        'add to pyproject.toml: [tool.setuptools.data-files] "share/bertlab/apps" = ["apps/*.ipynb"]'
+    )
+
+
+# -- Makefile ----------------------------------------------------------------------------------
+def make_dry_run(*args: str) -> str:
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    out = subprocess.run(["make", "-n", "-C", str(REPO), *args], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_make_test_creates_the_venv_installs_then_runs_pytest(tmp_path):
+    venv = tmp_path / "venv"
+    out = make_dry_run("test", f"VENV={venv}", "PYTHON=python3.11")
+    steps = [f"python3.11 -m venv {venv}", "pip install --dry-run --no-deps", 'pip install  -e ".[test]"',
+             f"touch {venv}/.bertlab-installed", f"{venv}/bin/pytest"]
+    positions = [out.find(s) for s in steps]
+    assert -1 not in positions and positions == sorted(positions), out
+
+
+def test_make_test_skips_the_install_when_up_to_date(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+    stamp = venv / ".bertlab-installed"
+    stamp.touch()
+    later = (REPO / "pyproject.toml").stat().st_mtime + 60
+    os.utime(stamp, (later, later))
+    out = make_dry_run("test", f"VENV={venv}", "PYTEST_ARGS=-m 'not slow'")
+    assert "pip install" not in out and "venv" in out and "pytest -m 'not slow'" in out
+
+
+def test_make_app_serves_with_the_cli(tmp_path):
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").touch()
+    (venv / ".bertlab-installed").touch()
+    later = (REPO / "pyproject.toml").stat().st_mtime + 60
+    os.utime(venv / ".bertlab-installed", (later, later))
+    out = make_dry_run("app", f"VENV={venv}", "PORT=9000", "MODEL=bert-base-uncased")
+    assert f'{venv}/bin/bertlab serve --port 9000 --model "bert-base-uncased"' in out
+
+
+# -- .ci/run -----------------------------------------------------------------------------------
+def fake_ci(tmp_path: Path, with_chromium: bool, with_data: bool) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run a copy of .ci/run beside stub `make`, `apt-get` (and maybe `chromium`) that log their calls."""
+    repo, stubs, log = tmp_path / "repo", tmp_path / "stubs", tmp_path / "calls.log"
+    (repo / ".ci").mkdir(parents=True)
+    shutil.copy(REPO / ".ci" / "run", repo / ".ci" / "run")
+    if with_data:
+        (tmp_path / "shared" / "data").mkdir(parents=True)
+    stubs.mkdir()
+    for tool in ("dirname", "id", "env", "pwd"):
+        if shutil.which(tool):
+            (stubs / tool).symlink_to(shutil.which(tool))
+    fakes = ["make", "apt-get"] + (["chromium"] if with_chromium else [])
+    for name in fakes:
+        (stubs / name).write_text(f'#!/bin/bash\necho "{name} $* | BERTLAB_DATA=${{BERTLAB_DATA:-}} CI=$CI" >> {log}\n')
+    (stubs / "sudo").write_text('#!/bin/bash\nexec "$@"\n')  # CI may run as a user or as root
+    for stub in stubs.iterdir():
+        if not stub.is_symlink():
+            stub.chmod(0o755)
+    env = {"PATH": str(stubs), "HOME": str(tmp_path)}
+    out = subprocess.run(["/bin/bash", str(repo / ".ci" / "run")], env=env, capture_output=True, text=True, timeout=60)
+    return out, log
+
+
+def test_ci_installs_chromium_exports_data_and_runs_make_test(tmp_path):
+    out, log = fake_ci(tmp_path, with_chromium=False, with_data=True)
+    assert out.returncode == 0, out.stderr
+    data = (tmp_path / "shared" / "data").resolve()
+    assert log.read_text().splitlines() == [
+        "apt-get update | BERTLAB_DATA= CI=",
+        "apt-get install -y chromium | BERTLAB_DATA= CI=",
+        f"make test | BERTLAB_DATA={data} CI=true",
+    ]
+
+
+def test_ci_skips_chromium_install_and_data_when_not_needed(tmp_path):
+    out, log = fake_ci(tmp_path, with_chromium=True, with_data=False)
+    assert out.returncode == 0, out.stderr
+    assert log.read_text().splitlines() == ["make test | BERTLAB_DATA= CI=true"]
+
+
+def test_ci_script_is_executable_bash_with_strict_mode():
+    script = REPO / ".ci" / "run"
+    assert os.access(script, os.X_OK)
+    text = script.read_text()
+    assert text.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in text

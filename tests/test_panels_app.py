@@ -1,0 +1,100 @@
+"""The app shell without a browser: the model picker, the shared ModelState, lazy tabs, and the
+wiring that makes every built tab follow the picker."""
+
+from __future__ import annotations
+
+import pytest
+
+from bertlab.panels.app import TABS, App, panel_class
+from bertlab.panels.picker import ModelPicker, model_card
+from bertlab.panels.state import DEFAULT_NAME, ModelState
+
+ATTENTION = ("Attention", "bertlab.panels.attention:AttentionPanel")
+BROKEN = ("Broken", "bertlab.panels.no_such_module:Nothing")
+
+
+@pytest.fixture
+def state(default_model):
+    return ModelState(*default_model)
+
+
+def test_every_tab_names_an_importable_panel():
+    for title, spec in TABS:
+        cls = panel_class(spec)
+        assert cls.title == title and cls.teaches, spec
+
+
+def test_tabs_are_built_when_first_opened(state):
+    app = App(state, tabs=(ATTENTION, ("Export", "bertlab.panels.export:ExportPanel")), first=0)
+    assert list(app.panels) == ["Attention"]
+    app.tabs.selected_index = 1
+    assert list(app.panels) == ["Attention", "Export"]
+    assert app.tabs.children[1].children == (app.panels["Export"].widget,)
+    assert "Attention: heatmap" in app.figures()  # what Export offers
+
+
+def test_a_broken_tab_shows_a_note_and_the_rest_works(state):
+    app = App(state, tabs=(ATTENTION, BROKEN), first=0)
+    app.tabs.selected_index = 1
+    assert "could not open" in app.tabs.children[1].children[0].value
+    assert list(app.panels) == ["Attention"]
+
+
+def test_switching_model_updates_every_built_tab(state, tiny_checkpoints):
+    from bertlab.loading import load
+
+    app = App(state, tabs=(ATTENTION, ("Input", "bertlab.panels.representation:RepresentationPanel")), first=1)
+    app.tabs.selected_index = 0
+    tiny, tok = load(tiny_checkpoints["BertForPreTraining"])
+    state.add("tiny", tiny, tok)
+    assert app.picker.choice.options == (DEFAULT_NAME, "tiny") and state.name == DEFAULT_NAME
+    app.picker.choice.value = "tiny"  # the student picks it
+    assert state.name == "tiny" and state.model is tiny
+    attention = app.panels["Attention"]
+    assert attention.model is tiny and attention.layer.max == tiny.config.num_hidden_layers - 1
+    assert "tiny" in app.picker.card.value and "2 layers" in app.picker.card.value
+    app.picker.choice.value = DEFAULT_NAME
+    assert attention.model is state.model and attention.layer.max == 5
+    # the Input tab was built but hidden: it catches up when opened, not before
+    app.picker.choice.value = "tiny"
+    assert app.panels["Input"].model is not tiny
+    app.tabs.selected_index = 1
+    assert app.panels["Input"].model is tiny
+
+
+def test_a_model_made_in_a_tab_joins_the_picker(state, tiny_checkpoints):
+    from bertlab.loading import load
+
+    app = App(state, tabs=(ATTENTION,), first=0)
+    tiny, tok = load(tiny_checkpoints["BertForMaskedLM"])
+    app.panels["Attention"].model_made("mini BERT (tiny, 8 steps)", tiny, tok)
+    assert "mini BERT (tiny, 8 steps)" in app.picker.choice.options
+    assert state.name == DEFAULT_NAME  # listed, not switched to
+    assert "joined the model list" in app.picker.message.value
+    again = state.add("mini BERT (tiny, 8 steps)", *load(tiny_checkpoints["BertForMaskedLM"]))
+    assert again == "mini BERT (tiny, 8 steps) (2)"
+
+
+def test_loading_from_a_folder_and_a_bad_folder(state, tiny_checkpoints, tmp_path):
+    picker = ModelPicker(state)
+    picker.source.value = str(tmp_path / "nothing-here")
+    picker.load_button.click()
+    assert picker.messages[0][0] == "error" and state.name == DEFAULT_NAME
+    picker.source.value = ""
+    picker.load_button.click()
+    assert "Type a Hugging Face model name" in picker.messages[0][1]
+    picker.source.value = str(tiny_checkpoints["BertModel"])
+    picker.load_button.click()
+    assert state.name == str(tiny_checkpoints["BertModel"]) and not state.model.has_mlm
+    assert any("no MLM / NSP head" in text for _, text in picker.messages)
+    assert "✗ MLM head" in picker.card.value
+
+
+def test_model_card_lists_heads(default_model, tiny_checkpoints):
+    from bertlab.loading import load
+
+    model, _ = default_model
+    card = model_card(model, DEFAULT_NAME)
+    assert "6 layers" in card and "384 wide" in card and "✓ MLM head" in card and "✓ NSP head" in card
+    clf, _ = load(tiny_checkpoints["BertForSequenceClassification"])
+    assert "✓ task head: sequence classification" in model_card(clf, "clf")

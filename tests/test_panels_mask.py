@@ -1,0 +1,225 @@
+"""Mask tab without a browser: build the panel, click word toggles and buttons, move the slider,
+and check the figures against the pure computations and the messages the student sees."""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+
+from bertlab.analysis.mask import fill_mask, mask_each_word
+from bertlab.panels import mask as mask_panel
+from bertlab.panels.mask import (
+    DEFAULT_TEXT,
+    MAX_WORD_BUTTONS,
+    NO_MLM,
+    NOTHING_HIDDEN,
+    MaskPanel,
+    reads_html,
+    show_figure,
+)
+from bertlab.viz.mask import strip_grid
+
+MILK = "The man went to the store to buy a gallon of milk."  # word 9 is "gallon"
+
+
+@pytest.fixture
+def panel(default_model) -> MaskPanel:
+    return MaskPanel(*default_model)
+
+
+@pytest.fixture
+def runs(panel, monkeypatch) -> list[int]:
+    """Counts forward passes of the panel's model from here on."""
+    calls: list[int] = []
+    real = panel.model.forward
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(panel.model, "forward", counting)
+    return calls
+
+
+def fill(panel) -> go.FigureWidget:
+    return panel.fill_box.children[0]
+
+
+def notes(panel, level: str) -> str:
+    return " ".join(text for lvl, text in panel.messages if lvl == level)
+
+
+def button(panel, word: str):
+    return next(b for b in panel.word_buttons.children if b.description == word)
+
+
+# -- opening ----------------------------------------------------------------------------------
+def test_opens_with_the_guesses_for_the_default_mask(panel):
+    expected = fill_mask(panel.model, panel.tok, DEFAULT_TEXT, k=5)
+    (bars,) = fill(panel).data
+    assert list(bars.y) == [c.token for c in expected[0].candidates]
+    np.testing.assert_allclose(bars.x, [c.probability for c in expected[0].candidates], rtol=1e-4)
+    assert "1 hidden piece" in notes(panel, "info") and not notes(panel, "error")
+    words = [b.description for b in panel.word_buttons.children]
+    assert words == ["The", "man", "went", "to", "the", "[MASK]", "to", "buy", "a", "gallon", "of", "milk", "."]
+    typed = panel.word_buttons.children[5]
+    assert typed.value and typed.disabled  # a typed [MASK] is shown hidden, and only the text removes it
+    assert "the man went to the" in panel.reads.value and "[MASK]</span>" in panel.reads.value
+    assert list(panel.figures()) == ["guesses for the hidden words"]
+
+
+def test_top_k_slider_patches_the_figure_without_running_the_model(panel, runs):
+    widget = fill(panel)
+    panel.k.value = 9
+    assert fill(panel) is widget and len(widget.data[0].y) == 9  # same widget, patched
+    panel.k.value = 2
+    assert list(widget.data[0].y) == [panel.predictions[0].candidates[i].token for i in range(2)]
+    assert runs == []
+
+
+# -- hiding words -----------------------------------------------------------------------------
+def test_clicking_words_hides_them_and_clicking_again_shows_them(default_model, runs):
+    panel = MaskPanel(*default_model, text=MILK)
+    assert notes(panel, "info") == NOTHING_HIDDEN and not fill(panel).data  # a hint, no bars
+    assert panel.figures() == {}
+    button(panel, "gallon").value = True
+    (bars,) = fill(panel).data
+    expected = fill_mask(panel.model, panel.tok, MILK, k=5, masked_words=[9])[0]
+    assert list(bars.y) == [c.token for c in expected.candidates]
+    assert "'gallon'" in fill(panel).layout.annotations[0].text and "rank" in fill(panel).layout.annotations[0].text
+    assert "a [MASK]" in panel.reads.value.replace("</span>", "").replace(
+        '<span style="background:#ffe08a;border-radius:3px;padding:0 2px;font-weight:600">', "")
+    button(panel, "store").value = True
+    assert len(fill(panel).data) == 2 and panel.hidden == {5, 9}  # swapped in: one chart per hidden piece
+    assert "all at once" in notes(panel, "info")
+    assert button(panel, "store").button_style == "warning"
+    before = len(runs)
+    button(panel, "store").value = False  # back to a state seen before: cached, no model run
+    assert len(fill(panel).data) == 1 and len(runs) == before
+
+
+def test_whole_word_masking_hides_every_piece(default_model):
+    panel = MaskPanel(*default_model, text="Tokenization is fun.")
+    button(panel, "Tokenization").value = True
+    assert len(fill(panel).data) == 1
+    assert "token ##ization" in notes(panel, "info") and "whole-word" in notes(panel, "info")
+    assert "[MASK]</span>ization" in panel.reads.value  # the model still sees the second piece
+    panel.whole_word.value = True
+    assert len(fill(panel).data) == 2
+    assert [p.original_token for p in panel.predictions] == ["token", "##ization"]
+    assert "##ization" not in notes(panel, "info")
+
+
+def test_editing_the_text_keeps_hidden_words_that_stay_in_place(default_model):
+    panel = MaskPanel(*default_model, text=MILK)
+    button(panel, "man").value = True
+    panel.text.value = MILK.replace("milk", "juice")
+    assert panel.hidden == {1} and button(panel, "man").value
+    panel.text.value = "A woman went out."  # word 1 is another word now
+    assert panel.hidden == set() and notes(panel, "info") == NOTHING_HIDDEN
+
+
+# -- mask each word in turn -------------------------------------------------------------------
+def test_mask_each_word_draws_the_strip_and_follows_the_text(panel):
+    assert panel.each_box.children == ()
+    panel.each_button.click()
+    (strip,) = panel.each_box.children[0].data
+    scores = mask_each_word(panel.model, panel.tok, DEFAULT_TEXT)
+    z, text, _ = strip_grid(scores, 12)
+    assert [list(r) for r in strip.text] == text
+    np.testing.assert_allclose(np.array(strip.z, dtype=float), np.array(z, dtype=float), rtol=1e-4)
+    assert "12 words" in notes(panel, "info")  # 13 words, the typed [MASK] is not scored
+    assert set(panel.figures()) == {"guesses for the hidden words", "how predictable each word is"}
+    widget = panel.each_box.children[0]
+    panel.scale.value = "log10"
+    assert panel.each_box.children[0] is widget and max(widget.data[0].z[0][:12]) <= 0  # log10 P
+    panel.text.value = "Paris is the capital of France."
+    assert [w for w in panel.each_box.children[0].data[0].text[0] if w] == [
+        "Paris", "is", "the", "capital", "of", "France", "."]
+    panel.text.value = "  "
+    assert panel.each_box.children == () and notes(panel, "error") == "The text is empty: type a sentence first."
+
+
+def test_mask_each_word_scores_only_the_first_words_of_a_long_text(panel, monkeypatch):
+    monkeypatch.setattr(mask_panel, "MAX_EACH_WORDS", 5)
+    panel.text.value = "one two three four five six seven eight"
+    panel.each_button.click()
+    assert [s.word for s in panel.scores] == ["one", "two", "three", "four", "five"]
+    assert "Only the first 5 words were scored" in notes(panel, "warning")
+
+
+# -- awkward input: a message, never a traceback ----------------------------------------------
+@pytest.mark.parametrize(
+    "text, level, match",
+    [
+        ("", "error", "The text is empty"),
+        ("[MASK]", "error", "Every word is hidden"),
+        ("[mask] [ MASK ]", "error", "Every word is hidden"),
+        ("hello", "info", "Nothing is hidden yet"),
+    ],
+)
+def test_unusable_text_gets_a_message(panel, text, level, match):
+    panel.text.value = text
+    assert match in notes(panel, level)
+    assert not fill(panel).data and panel.predictions == [] and panel.figures() == {}
+    panel.each_button.click()  # no strip and no second, different complaint for the same text
+    if level == "error":
+        assert panel.each_box.children == () and len(panel.messages) == 1
+
+
+def test_cjk_and_emoji_work_with_a_note_on_unknown_pieces(panel):
+    panel.text.value = "我爱北京 🙂 and the [MASK] café."
+    assert len(fill(panel).data) == 1 and not notes(panel, "error")
+    assert "[UNK]" in notes(panel, "warning")
+    assert "我" in [b.description for b in panel.word_buttons.children]
+
+
+def test_long_text_is_cut_with_a_note_and_few_buttons(panel):
+    panel.text.value = "The quick brown fox jumps over the lazy dog. " * 60 + "The [MASK] end."
+    assert len(panel.word_buttons.children) == MAX_WORD_BUTTONS
+    warning = notes(panel, "warning")
+    assert "512" in warning and "cut" in warning
+    assert "The [MASK] is in the part of the text that was cut" in notes(panel, "error")
+    button(panel, "lazy").value = True  # a word inside what the model reads works
+    assert len(fill(panel).data) == 1 and "cut" in notes(panel, "warning")
+
+
+def test_a_model_without_mlm_head_points_to_pretraining_then_switches_back(default_model, bare_default):
+    panel = MaskPanel(*bare_default)
+    assert notes(panel, "warning") == NO_MLM and "Pre-training tab" in NO_MLM
+    assert not fill(panel).data and panel.figures() == {} and "cannot guess" in fill(panel).layout.annotations[0].text
+    panel.each_button.click()
+    assert panel.each_box.children == () and panel.messages == [("warning", NO_MLM)]
+    panel.set_model(*default_model)  # the picker switched to a model with the head: same text, redrawn
+    assert len(fill(panel).data) == 1 and not notes(panel, "warning")
+    assert len(panel.each_box.children[0].data) == 1  # the strip was asked for: it follows the model too
+
+
+def test_a_bug_becomes_a_message(panel, monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(panel.model, "forward", broken)
+    panel.text.value = "Something [MASK] new."
+    assert "Something went wrong" in notes(panel, "error") and "boom" in notes(panel, "error")
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def test_show_figure_patches_when_traces_line_up_and_swaps_otherwise():
+    box = widgets.VBox([])
+    show_figure(box, go.Figure(go.Bar(x=[1, 2], y=["a", "b"]), layout={"annotations": [{"text": "x"}]}))
+    first = box.children[0]
+    show_figure(box, go.Figure(go.Bar(x=[3], y=["c"])))
+    assert box.children[0] is first and list(first.data[0].x) == [3] and first.layout.annotations == ()
+    show_figure(box, go.Figure([go.Bar(x=[1]), go.Bar(x=[2])]))
+    assert box.children[0] is not first and len(box.children[0].data) == 2
+    show_figure(box, go.Figure())
+    assert box.children[0].data == ()
+
+
+def test_reads_html_joins_pieces_and_marks_masks():
+    out = reads_html(["[CLS]", "[MASK]", "##ization", "is", "<b>", "[SEP]"])
+    assert "[CLS]" not in out and "[SEP]" not in out
+    assert "[MASK]</span>ization is &lt;b&gt;</div>" in out

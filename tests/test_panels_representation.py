@@ -1,0 +1,149 @@
+"""Input tab without a browser: build the panel, set widget values, assert on the figures
+(against input_representation computed independently) and on the messages."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+import pytest
+import torch
+
+from bertlab.analysis.representation import input_representation
+from bertlab.loading import load
+from bertlab.panels.representation import (
+    DEFAULT_TEXT,
+    DEFAULT_TEXT_B,
+    RepresentationPanel,
+    first_tokens,
+)
+from bertlab.viz.representation import PART_LABELS
+
+DEFAULT_TOKENS = ["[CLS]", "the", "un", "##bel", "##ie", "##va", "##bly", "clue", "##less", "gamer", "played",
+                  "it", ".", "[SEP]", "it", "was", "fine", ".", "[SEP]"]
+
+
+@pytest.fixture
+def panel(default_model) -> RepresentationPanel:
+    model, tok = default_model
+    return RepresentationPanel(model, tok)
+
+
+def notes(panel, level: str) -> str:
+    return " ".join(text for lvl, text in panel.messages if lvl == level)
+
+
+def table_column(panel, i: int) -> list[str]:
+    """Column i of the input table (0 = row names): piece, segment, position, word, id."""
+    return list(panel.table.data[0].cells.values[i])
+
+
+def bars(panel, part: str) -> np.ndarray:
+    (trace,) = [t for t in panel.norms.data if t.name == PART_LABELS[part]]
+    return np.asarray(trace.y, dtype=np.float32)
+
+
+def test_opens_on_the_default_pair_with_word_pieces(panel):
+    assert (panel.text_a.value, panel.text_b.value) == (DEFAULT_TEXT, DEFAULT_TEXT_B)
+    pieces = [table_column(panel, i + 1)[0] for i in range(len(DEFAULT_TOKENS))]
+    assert pieces == DEFAULT_TOKENS
+    assert [table_column(panel, i + 1)[1] for i in (0, 13, 14, 18)] == ["A", "A", "B", "B"]
+    assert [table_column(panel, i + 1)[2] for i in (0, 5, 18)] == ["0", "5", "18"]
+    info = notes(panel, "info")
+    assert "19 tokens, two sentences" in info
+    assert "clueless → clue ##less" in info and "unbelievably → un ##bel ##ie ##va ##bly" in info
+    assert notes(panel, "warning") == notes(panel, "error") == ""
+
+
+def test_bars_and_map_are_the_parts_of_the_model(panel):
+    want = input_representation(panel.model, panel.tok, DEFAULT_TEXT, DEFAULT_TEXT_B)
+    for part in ("token", "segment", "position", "sum", "normalised"):
+        np.testing.assert_allclose(bars(panel, part), want.norms[part].numpy(), atol=1e-4)
+    visible = {t.name: t.visible for t in panel.norms.data}
+    assert visible[PART_LABELS["normalised"]] == "legendonly" and visible[PART_LABELS["token"]] is not False
+    # the map: one trace per additive part; the sum point is the sum of the three part points
+    assert [t.name for t in panel.projection.data] == [PART_LABELS[p] for p in ("token", "segment", "position", "sum")]
+    xy = [np.stack([np.asarray(t.x), np.asarray(t.y)], axis=1) for t in panel.projection.data]
+    np.testing.assert_allclose(xy[0] + xy[1] + xy[2], xy[3], atol=1e-3)
+
+
+def test_new_text_redraws_everything_in_place(panel):
+    shown = panel._widgets()
+    panel.text_b.value = ""
+    panel.text_a.value = "Paris is big."
+    assert [table_column(panel, i + 1)[0] for i in range(6)] == ["[CLS]", "paris", "is", "big", ".", "[SEP]"]
+    assert len(table_column(panel, 0)) == 5 and len(panel.table.data[0].cells.values) == 7
+    assert {table_column(panel, i + 1)[1] for i in range(6)} == {"A"}
+    assert len(bars(panel, "token")) == 6 and len(panel.projection.data[0].x) == 6
+    assert "6 tokens, one sentence" in notes(panel, "info")
+    assert set(panel.figures()) == {"input table", "part norms", "parts in 2-D"}
+    assert all(type(f) is go.Figure for f in panel.figures().values())
+    assert all(a is b for a, b in zip(panel._widgets(), shown))  # same traces: updated, not replaced
+    assert [box.children[0] for box in panel.boxes] == list(shown)
+
+
+def test_same_text_again_does_not_rerun(panel, monkeypatch):
+    calls = []
+    real = panel.model.run_with_cache
+    monkeypatch.setattr(panel.model, "run_with_cache", lambda *a, **k: calls.append(1) or real(*a, **k))
+    panel.show_button.click()
+    assert calls == []
+    panel.text_b.value = "Something else."
+    assert calls == [1]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "level", "expected"),
+    [
+        ("", "", "error", "The text is empty"),
+        ("   ", "It was fine.", "error", "The text is empty"),
+        ("I love pizza 🍕", "", "warning", "[UNK]"),
+        ("[MASK]", "", "info", "[MASK] is an ordinary vocabulary piece"),
+        ("Hello there.", "   ", "info", "Sentence B is blank"),
+    ],
+)
+def test_awkward_input_gives_a_message(panel, a, b, level, expected):
+    panel.text_b.value = b
+    panel.text_a.value = a
+    assert expected in notes(panel, level)
+
+
+def test_cjk_is_read_piece_by_piece(panel):
+    panel.text_b.value = ""
+    panel.text_a.value = "東京は大きい"
+    pieces = [table_column(panel, i + 1)[0] for i in range(len(panel.table.data[0].cells.values) - 1)]
+    assert pieces == ["[CLS]", "東", "京", "は", "大", "き", "##い", "[SEP]"]
+    assert notes(panel, "error") == ""
+
+
+def test_long_text_is_cut_with_notes_and_exact_parts(panel):
+    panel.text_b.value = ""
+    panel.text_a.value = " ".join(["word"] * 600)
+    warn = notes(panel, "warning")
+    assert "602 tokens long" in warn and "first 64 of the 512 tokens" in warn
+    assert len(panel.table.data[0].cells.values) == 65 and len(bars(panel, "position")) == 64
+    full = input_representation(panel.model, panel.tok, panel.text_a.value)
+    np.testing.assert_allclose(bars(panel, "position"), full.norms["position"][:64].numpy(), atol=1e-4)
+
+
+def test_first_tokens_refits_the_map_to_what_is_shown(default_model):
+    model, tok = default_model
+    full = input_representation(model, tok, "One two three four five six seven eight nine ten.")
+    cut = first_tokens(full, 5)
+    assert cut.tokens == full.tokens[:5] and cut.projection.shape == (4, 5, 2)
+    torch.testing.assert_close(cut.parts["sum"], full.parts["sum"][:5])
+    # the same first 5 tokens in a shorter text: the same map, so it is fitted to the shown tokens only
+    other = first_tokens(input_representation(model, tok, "One two three four"), 5)
+    assert other.tokens == cut.tokens
+    torch.testing.assert_close(cut.projection, other.projection, atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(full.projection[:, :5], cut.projection, atol=1e-3)
+    assert first_tokens(full, 100) is full
+
+
+def test_set_model_redraws_with_the_other_model(panel, tiny_checkpoints):
+    tiny, tiny_tok = load(tiny_checkpoints["BertModel"])
+    panel.set_model(tiny, tiny_tok)
+    want = input_representation(tiny, tiny_tok, DEFAULT_TEXT, DEFAULT_TEXT_B)
+    pieces = [table_column(panel, i + 1)[0] for i in range(len(want.tokens))]
+    assert pieces == want.tokens and pieces != DEFAULT_TOKENS  # the tiny vocabulary splits differently
+    np.testing.assert_allclose(bars(panel, "token"), want.norms["token"].numpy(), atol=1e-4)
+    assert notes(panel, "error") == ""
