@@ -101,8 +101,10 @@ def load_model(folder: str | os.PathLike, source: str | None = None) -> tuple[Be
         n = state["classifier.weight"].shape[0]
         id2label = {i: f"LABEL_{i}" for i in range(n)}
     config = config.replace(pretraining_heads=heads, task=task, add_pooler=has_pooler, id2label=id2label)
-    model = Bert(config)
+    with torch.device("meta"):  # no random init: every weight comes from the file (strict, below)
+        model = Bert(config)
     check_state(model, state, weights_file)
+    model = model.to_empty(device="cpu")
     if model.has_mlm:
         state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"]
     model.load_state_dict(state, strict=True)

@@ -82,7 +82,8 @@ def attention_patterns(
     token_type_ids = torch.tensor([enc.type_ids])  # [1, seq]
     with eval_mode(model), torch.inference_mode():
         _, cache = model.run_with_cache(
-            input_ids, token_type_ids=token_type_ids, names=lambda n: n.endswith(PATTERN_HOOK)
+            input_ids, token_type_ids=token_type_ids, names=lambda n: n.endswith(PATTERN_HOOK),
+            mlm_positions=torch.zeros_like(input_ids, dtype=torch.bool) if model.has_mlm else None,  # not needed
         )
     patterns = cache.stack(PATTERN_HOOK)[:, 0]  # [layers, heads, query, key]
     b_start = enc.sequence_ids.index(1) if 1 in enc.sequence_ids else None

@@ -93,7 +93,8 @@ def next_sentence(model: torch.nn.Module, tok: Tokenizer, a: str, b: str) -> NSP
     token_type_ids = torch.tensor([enc.type_ids], device=device)  # [1, seq]
     with eval_mode(model), torch.inference_mode():
         out, cache = model.run_with_cache(
-            input_ids, token_type_ids=token_type_ids, names=lambda n: n.endswith(PATTERN_HOOK)
+            input_ids, token_type_ids=token_type_ids, names=lambda n: n.endswith(PATTERN_HOOK),
+            mlm_positions=torch.zeros_like(input_ids, dtype=torch.bool) if model.has_mlm else None,  # not needed
         )
     logits = out.nsp_logits[0].float().cpu()  # [2]
     patterns = cache.stack("hook_pattern")[:, 0].float().cpu()  # [layers, heads, query, key]

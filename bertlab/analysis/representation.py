@@ -74,12 +74,14 @@ def input_representation(
     device = model_device(model)
     ids = torch.tensor([enc.ids], device=device)  # [1, seq]
     types = torch.tensor([enc.type_ids], device=device)  # [1, seq]
-    nowhere = torch.zeros_like(ids, dtype=torch.bool)  # the heads are not needed here
-    with eval_mode(model), torch.inference_mode():
-        _, cache = model.run_with_cache(
-            ids, token_type_ids=types, mlm_positions=nowhere if model.has_mlm else None,
-            names=list(PART_HOOKS.values()),
-        )
+    cache: dict[str, torch.Tensor] = {}
+
+    def store(x: torch.Tensor, name: str) -> None:
+        cache[name] = x.detach()
+
+    # Only the embeddings layer runs: its hook points fire the same as in a full forward pass.
+    with eval_mode(model), torch.inference_mode(), model.hooks([(list(PART_HOOKS.values()), store)]):
+        model.bert.embeddings(ids, types)
     parts = {name: cache[hook][0].to("cpu", torch.float32) for name, hook in PART_HOOKS.items()}  # [seq, d]
     seq = len(enc)
     stacked = torch.cat([parts[p] for p in projected])  # [part * seq, d]

@@ -83,21 +83,38 @@ def note_html(level: Level, text: str) -> str:
 
 
 # -- figures in widgets -------------------------------------------------------------------------
+def _changed(old: dict, new: dict) -> dict:
+    """The entries of `new` that differ from `old`. plotly validates every property it is given,
+    which is most of a redraw's time: giving it only what changed keeps slider moves cheap."""
+    out = {}
+    for key, value in new.items():
+        try:
+            same = key in old and bool(old[key] == value)
+        except (ValueError, TypeError):  # arrays compare element-wise: count them as changed
+            same = False
+        if not same:
+            out[key] = value
+    return out
+
+
 def redraw(widget: go.FigureWidget, fig: go.Figure) -> None:
     """Show `fig` in `widget` in place: its traces and its layout (not the template)."""
     layout = fig.layout.to_plotly_json()
     layout.pop("template", None)  # the widget has the same one; re-sending it is slow
-    shapes, annotations = layout.pop("shapes", ()), layout.pop("annotations", ())
+    shown = widget.layout.to_plotly_json()
+    lists = {k: layout.pop(k, ()) for k in ("shapes", "annotations")}
     with widget.batch_update():
         if [t.type for t in widget.data] == [t.type for t in fig.data]:
             for old, new in zip(widget.data, fig.data):
-                old.update(new.to_plotly_json(), overwrite=True)
+                old.update(_changed(old.to_plotly_json(), new.to_plotly_json()), overwrite=True)
         else:
             widget.data = ()
             widget.add_traces(list(fig.data))
-        widget.layout.update(layout)
-        # update() merges lists and never empties one: assign them whole
-        widget.layout.shapes, widget.layout.annotations = shapes, annotations
+        widget.layout.update(_changed(shown, layout))
+        # update() merges lists and never empties one: assign them whole (when they changed)
+        for key, value in lists.items():
+            if list(shown.get(key, ())) != list(value):
+                setattr(widget.layout, key, value)
 
 
 def show_figure(box: widgets.Box, fig: go.Figure) -> go.FigureWidget:
