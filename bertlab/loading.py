@@ -70,9 +70,10 @@ def load(source: str | os.PathLike | None = None, revision: str | None = None) -
     such as "bert-base-uncased" (honours the hub cache and HF_HUB_OFFLINE).
     """
     name, folder = _resolve(source, revision)
-    model, report = load_model(folder, source=name)
     if name == DEFAULT_MODEL:
-        model = _with_default_heads(model, report)
+        model, report = _load_default(folder)
+    else:
+        model, report = load_model(folder, source=name)
     try:
         tok = Tokenizer.from_folder(folder)
     except TokenizerError as e:
@@ -82,8 +83,11 @@ def load(source: str | os.PathLike | None = None, revision: str | None = None) -
     return model, tok
 
 
-def load_model(folder: str | os.PathLike, source: str | None = None) -> tuple[Bert, LoadReport]:
-    """Build a `Bert` from `folder`'s config.json and weights (strict), in eval mode."""
+def load_model(
+    folder: str | os.PathLike, source: str | None = None, extra_state: dict[str, torch.Tensor] | None = None
+) -> tuple[Bert, LoadReport]:
+    """Build a `Bert` from `folder`'s config.json and weights (strict), in eval mode. `extra_state`
+    adds or replaces weights (e.g. trained heads) before the checks: the model gets the heads it holds."""
     folder = Path(folder)
     config_path = folder / "config.json"
     if not config_path.is_file():
@@ -94,6 +98,7 @@ def load_model(folder: str | os.PathLike, source: str | None = None) -> tuple[Be
         raise CheckpointError(str(e)) from e
     weights_file, state = read_weights(folder)
     state = normalise_keys(state)
+    state.update(extra_state or {})
     heads, task, has_pooler = _heads_in(state, config)
     missing_heads = tuple(h for h in config.pretraining_heads if h not in heads)
     id2label = config.id2label
@@ -124,20 +129,23 @@ def load_model(folder: str | os.PathLike, source: str | None = None) -> tuple[Be
     return model, report
 
 
-def _with_default_heads(model: Bert, report: LoadReport) -> Bert:
-    """The offline default plus bertlab's trained MLM/NSP heads, when they ship (see training.default_heads)."""
-    from bertlab.training.default_heads import apply_heads, heads_path
+def _load_default(folder: Path) -> tuple[Bert, LoadReport]:
+    """The offline default plus bertlab's trained MLM/NSP heads, when they ship (see
+    training.default_heads): one model built once, from the package's weights and the heads file."""
+    from bertlab.training.default_heads import heads_path
 
     path = heads_path()
     if str(path) in ("", ".") or not path.is_file():
-        return model
-    model = apply_heads(model, path)
-    report.heads, report.notes = model.config.pretraining_heads, [
+        return load_model(folder, source=DEFAULT_MODEL)
+    try:
+        model, report = load_model(folder, source=DEFAULT_MODEL, extra_state=load_file(str(path)))
+    except CheckpointError as e:
+        raise CheckpointError(f"bertlab's default heads {path} do not fit the offline default: {e}") from e
+    report.notes = [
         f"MLM and NSP heads trained by bertlab ({path.name}), with the top two encoder layers re-trained "
         "to carry word identity again: see the README for their accuracy."
     ]
-    model.load_report = report
-    return model
+    return model, report
 
 
 def save_pretrained(model: Bert, tokenizer: Tokenizer | None, folder: str | os.PathLike) -> Path:
