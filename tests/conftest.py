@@ -63,6 +63,23 @@ def tiny_checkpoints(tmp_path_factory, tiny_vocab) -> dict[str, Path]:
 
 
 @pytest.fixture
+def one_thread():
+    """Torch on one thread for the test (small training runs are faster and steadier so on 2 cores)."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+@pytest.fixture(scope="session")
+def tok(minilm_folder):
+    """The offline default's tokenizer (bert-base-uncased vocabulary)."""
+    from bertlab.tokenizer import Tokenizer
+
+    return Tokenizer.from_folder(minilm_folder)
+
+
+@pytest.fixture
 def shared_data(monkeypatch) -> Path:
     """Points BERTLAB_DATA at ../shared/data; skips when it is not there."""
     if not SHARED_DATA.is_dir():

@@ -37,17 +37,7 @@ from bertlab.training.tasks import NLI_LABELS, get_task
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
-@pytest.fixture(scope="session")
-def tok(minilm_folder) -> Tokenizer:
-    return Tokenizer.from_folder(minilm_folder)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (see conftest)
 
 
 def tiny_bert(tok: Tokenizer, seed: int = 0) -> Bert:

@@ -36,12 +36,7 @@ from bertlab.training.loop import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (see conftest)
 
 
 # -- a tiny task -----------------------------------------------------------------------------

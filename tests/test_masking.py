@@ -30,12 +30,7 @@ PP = 0.003  # 0.3 percentage points
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # ../shared/data from the project root
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (see conftest)
 
 
 def _random_batch(rows: int, seq: int, seed: int, word_start_prob: float = 0.75) -> dict[str, torch.Tensor]:

@@ -25,17 +25,7 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not (SHARED_DATA / "sst2").is_dir(), reason="shared data folder not present")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
-@pytest.fixture(scope="module")
-def tok(minilm_folder) -> Tokenizer:
-    return Tokenizer.from_folder(minilm_folder)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (see conftest)
 
 
 def tiny_bert(tok: Tokenizer, seed: int = 0) -> Bert:

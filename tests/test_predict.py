@@ -42,17 +42,7 @@ from bertlab.viz.finetune import (
 LABEL2ID = {v: k for k, v in CONLL_LABELS.items()}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
-@pytest.fixture(scope="module")
-def tok(minilm_folder) -> Tokenizer:
-    return Tokenizer.from_folder(minilm_folder)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (see conftest)
 
 
 def config(tok: Tokenizer, task: str | None = None, id2label=None) -> BertConfig:

@@ -61,9 +61,7 @@ def _data_folder() -> Path | None:
     return None
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (see conftest)
 
 
 @pytest.fixture

@@ -75,10 +75,10 @@ def plot_logit_lens(lens: LogitLens) -> go.Figure:
         )
     )
     fig.update_layout(
-        title=dict(text="Logit lens at [MASK]: what the MLM head would predict after each stage", font=dict(size=14)),
-        xaxis=dict(title="top predictions", side="top"),
+        title=dict(text="Logit lens at [MASK]: the MLM head's top predictions after each stage", font=dict(size=14)),
+        xaxis=dict(side="top"),  # no axis title: it would sit on the figure title
         yaxis=dict(tickmode="array", tickvals=list(range(stages)), ticktext=rows, autorange="reversed"),
         width=int(min(1100, 320 + 110 * k)), height=int(160 + 42 * stages),
-        margin=dict(l=260, r=20, t=90, b=30), plot_bgcolor="white",
+        margin=dict(l=260, r=20, t=80, b=30), plot_bgcolor="white",
     )
     return fig

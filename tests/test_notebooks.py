@@ -1,0 +1,70 @@
+"""The teaching notebooks: stored without outputs, and each one runs from top to bottom in a fresh
+kernel with no error, drawing a figure where a cell asks for one and a widget where a cell shows one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+NEEDS_DATA = {"05_fine_tuning.ipynb"}  # reads SST-2 from BERTLAB_DATA
+PLOTLY = "application/vnd.plotly.v1+json"
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def _last_line(cell) -> str:
+    lines = [line for line in cell.source.strip().splitlines() if line.strip() and not line.startswith(" ")]
+    return lines[-1] if lines else ""
+
+
+def _expects(cell) -> str | None:
+    """What the cell's last expression should display: a plotly figure, a widget, or nothing we check."""
+    last = _last_line(cell)
+    if last.startswith("plot_"):
+        return PLOTLY
+    if last.endswith(".widget") or last.startswith(("AttentionView(", "bertviz_")):
+        return WIDGET
+    return None
+
+
+def _mimes(cell) -> set[str]:
+    return {mime for out in cell.get("outputs", []) for mime in out.get("data", {})}
+
+
+def test_there_are_teaching_notebooks():
+    assert len(NOTEBOOKS) >= 5, [p.name for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_stored_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count)]
+    assert not dirty, f"{path.name}: cells {dirty} hold outputs; strip them before committing"
+    assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), "a title first"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs(path, tmp_path, monkeypatch, request):
+    if path.name in NEEDS_DATA:
+        request.getfixturevalue("shared_data")  # sets BERTLAB_DATA, or skips without the data
+    monkeypatch.setenv("BERTLAB_NOTEBOOK_EXAMPLES", "64")  # the fine-tuning notebook's runs, kept short
+    monkeypatch.setenv("BERTLAB_MODELS", str(tmp_path / "models"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+
+    errors = [out for c in nb.cells for out in c.get("outputs", []) if out.output_type == "error"]
+    assert not errors, json.dumps(errors[0], indent=1)[:2000] if errors else ""
+    checked = 0
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or (want := _expects(cell)) is None:
+            continue
+        assert want in _mimes(cell), f"{path.name} cell {i} ({_last_line(cell)!r}) shows {_mimes(cell)}, not {want}"
+        checked += 1
+    assert checked >= 2, f"{path.name}: only {checked} cells show a figure or a widget"
