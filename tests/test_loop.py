@@ -35,7 +35,6 @@ from bertlab.training.loop import (
     train,
 )
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (see conftest)
 
 
