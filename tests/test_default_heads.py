@@ -82,3 +82,22 @@ def test_shipped_heads_beat_the_floor_on_held_out_wikipedia(default_model):
     assert mlm["masked_tokens"] > 500 and nsp["pairs"] > 100
     assert mlm["top1"] >= FLOOR["top1"] and mlm["top5"] >= FLOOR["top5"], mlm
     assert nsp["accuracy"] >= FLOOR["nsp"], nsp
+
+
+def test_continuing_from_the_shipped_heads_starts_from_the_shipped_model(default_model):
+    """`train-default-heads --init-heads FILE` builds its starting model this way: it must be the shipped one."""
+    from safetensors.torch import load_file
+
+    from bertlab.loading import default_model_folder, load_model
+
+    start, _ = load_model(default_model_folder(), extra_state=load_file(str(heads_path())))
+    shipped = default_model[0].state_dict()
+    assert start.has_mlm and start.has_nsp
+    assert all(torch.equal(v, shipped[k]) for k, v in start.state_dict().items())
+
+
+def test_continuing_refuses_to_overwrite_the_heads_it_starts_from(capsys):
+    from bertlab.cli import main
+
+    assert main(["train-default-heads", "--init-heads", str(heads_path()), "--steps", "1"]) == 2
+    assert "--out must differ" in capsys.readouterr().err

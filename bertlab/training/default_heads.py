@@ -84,15 +84,17 @@ def train_default_heads(
     out: str | Path | None = None,
     recipe: str | Path | None = None,
     callbacks: Sequence[Callable[[TrainEvent], None]] = (),
+    init_heads: str | Path | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
-    """Train the heads by the recipe, save them to `out`, evaluate, and return the figures."""
+    """Train the heads by the recipe, save them to `out`, evaluate, and return the figures.
+    `init_heads` (a heads file, e.g. the shipped one) continues from those weights instead of fresh heads."""
     from bertlab.loading import default_model_folder, load_model
     from bertlab.tokenizer import Tokenizer
 
     cfg = read_recipe(recipe, **overrides)
     folder = default_model_folder()
-    base, _ = load_model(folder)
+    base, _ = load_model(folder, extra_state=load_file(str(init_heads)) if init_heads else None)
     tok = Tokenizer.from_folder(folder)
     held = load_corpus(cfg.corpus, split="held_out")
     model, tok, result = pretrain(cfg, model=base, tokenizer=tok, callbacks=callbacks,
@@ -100,7 +102,9 @@ def train_default_heads(
     result.raise_for_status()
     out = Path(out or heads_path())
     prefixes = trainable_prefixes(model, cfg.train_top_layers)
-    save_heads(model, out, {"recipe": json.dumps(cfg.__dict__, default=str), "steps": str(result.step)}, prefixes)
+    meta = {"recipe": json.dumps(cfg.__dict__, default=str), "steps": str(result.step),
+            "init_heads": str(init_heads or "")}
+    save_heads(model, out, meta, prefixes)
     figures = evaluate_default_heads(model, tok, held)
     figures["steps"] = result.step
     out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")

@@ -50,6 +50,10 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--out", default=None, help="heads file (default: the one bertlab ships)")
     h.add_argument("--steps", type=int, default=None, help="override the recipe's steps")
     h.add_argument("--device", default=None, help="override the device (auto, cpu, cuda)")
+    h.add_argument("--lr", type=float, default=None, help="override the recipe's peak learning rate")
+    h.add_argument("--seed", type=int, default=None, help="override the recipe's seed (data order and masks)")
+    h.add_argument("--init-heads", default=None,
+                   help="continue from this heads file (e.g. the shipped one) instead of fresh heads")
     h.set_defaults(func=cmd_train_default_heads)
 
 
@@ -92,10 +96,15 @@ def cmd_evaluate_mlm(args: argparse.Namespace) -> int:
 
 
 def cmd_train_default_heads(args: argparse.Namespace) -> int:
-    from bertlab.training.default_heads import train_default_heads
+    from bertlab.training.default_heads import heads_path, train_default_heads
     from bertlab.training.loop import TqdmCallback
 
+    if args.init_heads and Path(args.out or heads_path()).resolve() == Path(args.init_heads).resolve():
+        print("bertlab: --out must differ from --init-heads (compare the new heads before replacing the old)",
+              file=sys.stderr)
+        return 2
     figures = train_default_heads(out=args.out, recipe=args.recipe, callbacks=[TqdmCallback(desc="heads")],
-                                  steps=args.steps, device=args.device)
+                                  init_heads=args.init_heads, steps=args.steps, device=args.device, lr=args.lr,
+                                  seed=args.seed)
     print(json.dumps(figures))
     return 0
