@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_models import tiny_bert
 
-from bertlab.config import BertConfig
 from bertlab.loading import load, save_pretrained
 from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
@@ -38,15 +38,6 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (see conftest)
-
-
-def tiny_bert(tok: Tokenizer, seed: int = 0) -> Bert:
-    """An encoder-only BERT of 2 layers, 32 wide, with the MiniLM vocabulary."""
-    torch.manual_seed(seed)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                     intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                     attention_probs_dropout_prob=0.0)
-    return Bert(cfg)
 
 
 def quick(task: str, data: Path, tok: Tokenizer, **kw) -> FinetuneConfig:

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny_models import tiny_bert
 
 from bertlab.analysis.predict import classify, entities
-from bertlab.config import BertConfig
 from bertlab.loading import load
 from bertlab.model import Bert
 from bertlab.panels.finetune import FinetunePanel, model_task, read_examples, save_upload
@@ -26,13 +26,6 @@ needs_data = pytest.mark.skipif(not (SHARED_DATA / "sst2").is_dir(), reason="sha
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # torch on one thread (see conftest)
-
-
-def tiny_bert(tok: Tokenizer, seed: int = 0) -> Bert:
-    torch.manual_seed(seed)
-    return Bert(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                           intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                           attention_probs_dropout_prob=0.0))
 
 
 def small_panel(model: Bert, tok: Tokenizer, runs_dir: Path, made: list) -> FinetunePanel:
