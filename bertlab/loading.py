@@ -129,13 +129,16 @@ def load_model(
     return model, report
 
 
-def _load_default(folder: Path) -> tuple[Bert, LoadReport]:
+def _load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[Bert, LoadReport]:
     """The offline default plus bertlab's trained MLM/NSP heads, when they ship (see
-    training.default_heads): one model built once, from the package's weights and the heads file."""
+    training.default_heads): one model built once, from the package's weights and the heads file.
+    `heads` names another heads file (the start of `train-default-heads --init-heads`)."""
     from bertlab.training.default_heads import heads_path
 
-    path = heads_path()
+    path = Path(heads) if heads is not None else heads_path()
     if str(path) in ("", ".") or not path.is_file():
+        if heads is not None:
+            raise CheckpointError(f"heads file {path} not found")
         return load_model(folder, source=DEFAULT_MODEL)
     try:
         model, report = load_model(folder, source=DEFAULT_MODEL, extra_state=load_file(str(path)))

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from bertlab.analysis.mask import fill_mask
 from bertlab.model import Bert
 from bertlab.training.corpora import load_corpus
 from bertlab.training.loop import TrainEvent
@@ -25,6 +27,8 @@ from bertlab.training.pretrain import PretrainConfig, evaluate_mlm, evaluate_nsp
 log = logging.getLogger(__name__)
 
 HEAD_PREFIXES = ("cls.", "bert.pooler.")  # what the heads file holds (the pooler feeds the NSP head)
+# The seeds' sentences, filled in by every evaluation (their top 5 go into the figures and the README).
+FILL_IN_SENTENCES = ("the man went to the [MASK] store.", "he bought a gallon [MASK] milk.", "my dog is [MASK].")
 
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -80,6 +84,33 @@ def apply_heads(model: Bert, path: str | Path) -> Bert:
     return new.eval()
 
 
+def heads_out(out: str | Path | None, init_heads: str | Path | None = None) -> Path:
+    """Where `train_default_heads` writes: `out`, or the shipped file; never over `init_heads`
+    (the new heads are compared with the old before they replace them)."""
+    path = Path(out or heads_path())
+    if init_heads and path.resolve() == Path(init_heads).resolve():
+        raise ValueError("--out must differ from --init-heads (compare the new heads before replacing the old)")
+    return path
+
+
+def start_model(init_heads: str | Path | None = None) -> Bert:
+    """The model `train_default_heads` starts from: the bare offline default (fresh heads), or the
+    offline default with the heads in `init_heads` (to continue training them)."""
+    from bertlab.loading import _load_default, default_model_folder, load_model
+
+    folder = default_model_folder()
+    return (_load_default(folder, heads=init_heads) if init_heads else load_model(folder))[0]
+
+
+def steps_so_far(init_heads: str | Path | None) -> int:
+    """Training steps behind a heads file (its `total_steps`, or `steps` for a file of one run); 0 for none."""
+    if not init_heads:
+        return 0
+    with safe_open(str(init_heads), "pt") as f:
+        meta = f.metadata() or {}
+    return int(meta.get("total_steps", meta.get("steps", 0)))
+
+
 def train_default_heads(
     out: str | Path | None = None,
     recipe: str | Path | None = None,
@@ -89,24 +120,24 @@ def train_default_heads(
 ) -> dict[str, Any]:
     """Train the heads by the recipe, save them to `out`, evaluate, and return the figures.
     `init_heads` (a heads file, e.g. the shipped one) continues from those weights instead of fresh heads."""
-    from bertlab.loading import default_model_folder, load_model
+    from bertlab.loading import default_model_folder
     from bertlab.tokenizer import Tokenizer
 
+    out = heads_out(out, init_heads)
     cfg = read_recipe(recipe, **overrides)
-    folder = default_model_folder()
-    base, _ = load_model(folder, extra_state=load_file(str(init_heads)) if init_heads else None)
-    tok = Tokenizer.from_folder(folder)
+    base = start_model(init_heads)
+    tok = Tokenizer.from_folder(default_model_folder())
     held = load_corpus(cfg.corpus, split="held_out")
     model, tok, result = pretrain(cfg, model=base, tokenizer=tok, callbacks=callbacks,
                                   eval_documents=held[::10] if cfg.eval_every else None)
     result.raise_for_status()
-    out = Path(out or heads_path())
+    total = steps_so_far(init_heads) + result.step
     prefixes = trainable_prefixes(model, cfg.train_top_layers)
     meta = {"recipe": json.dumps(cfg.__dict__, default=str), "steps": str(result.step),
-            "init_heads": str(init_heads or "")}
+            "total_steps": str(total), "init_heads": str(init_heads or "")}
     save_heads(model, out, meta, prefixes)
     figures = evaluate_default_heads(model, tok, held)
-    figures["steps"] = result.step
+    figures["steps"], figures["total_steps"] = result.step, total
     out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
     return figures
 
@@ -121,4 +152,5 @@ def evaluate_default_heads(model: Bert, tok, held_out_wiki=None, max_tokens: int
         figures["mlm_wikitext2_valid"] = evaluate_mlm(model, tok, wt2, max_tokens=max_tokens)
     except Exception as e:  # data folder not configured: say so in the figures
         figures["mlm_wikitext2_valid"] = f"not measured: {e}"
+    figures["fill_ins"] = {s: [c.token for c in fill_mask(model, tok, s, k=5)[0].candidates] for s in FILL_IN_SENTENCES}
     return figures

@@ -96,12 +96,13 @@ def cmd_evaluate_mlm(args: argparse.Namespace) -> int:
 
 
 def cmd_train_default_heads(args: argparse.Namespace) -> int:
-    from bertlab.training.default_heads import heads_path, train_default_heads
+    from bertlab.training.default_heads import heads_out, train_default_heads
     from bertlab.training.loop import TqdmCallback
 
-    if args.init_heads and Path(args.out or heads_path()).resolve() == Path(args.init_heads).resolve():
-        print("bertlab: --out must differ from --init-heads (compare the new heads before replacing the old)",
-              file=sys.stderr)
+    try:
+        heads_out(args.out, args.init_heads)  # before the model loads: fail at once
+    except ValueError as e:
+        print(f"bertlab: {e}", file=sys.stderr)
         return 2
     figures = train_default_heads(out=args.out, recipe=args.recipe, callbacks=[TqdmCallback(desc="heads")],
                                   init_heads=args.init_heads, steps=args.steps, device=args.device, lr=args.lr,
