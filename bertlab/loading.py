@@ -144,8 +144,11 @@ def _load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple
         model, report = load_model(folder, source=DEFAULT_MODEL, extra_state=load_file(str(path)))
     except CheckpointError as e:
         raise CheckpointError(f"bertlab's default heads {path} do not fit the offline default: {e}") from e
+    from bertlab.training.default_heads import start_prefixes
+
+    n = len(start_prefixes(path))
     report.notes = [
-        f"MLM and NSP heads trained by bertlab ({path.name}), with the top two encoder layers re-trained "
+        f"MLM and NSP heads trained by bertlab ({path.name}), with the top {n} encoder layer(s) re-trained "
         "to carry word identity again: see the README for their accuracy."
     ]
     return model, report

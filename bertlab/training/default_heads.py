@@ -1,6 +1,6 @@
 """The offline default's MLM + NSP heads: trained by `pretrain` on the MiniLM encoder with all but its
-top two layers frozen, shipped as a small safetensors file (heads, pooler, the two re-trained layers)
-that `bertlab.load()` merges into the model.
+top layers frozen (the recipe: three), shipped as a small safetensors file (heads, pooler, the re-trained
+layers) that `bertlab.load()` merges into the model. The file's metadata keeps the chain of runs behind it.
 
     bertlab train-default-heads            # recipe: bertlab/recipes/default_heads.json
 """
@@ -102,6 +102,46 @@ def start_model(init_heads: str | Path | None = None) -> Bert:
     return (_load_default(folder, heads=init_heads) if init_heads else load_model(folder))[0]
 
 
+def history(init_heads: str | Path | None) -> list[dict[str, Any]]:
+    """The runs behind a heads file, oldest first: each `{"steps", "lr", "seed", "train_top_layers"}`.
+    A file written before runs kept their history counts as one run (its own recipe and steps)."""
+    if not init_heads:
+        return []
+    with safe_open(str(init_heads), "pt") as f:
+        meta = f.metadata() or {}
+    if "history" in meta:
+        return json.loads(meta["history"])
+    return [run_entry(json.loads(meta.get("recipe", "{}")), int(meta.get("steps", 0)))]
+
+
+def run_entry(recipe: dict[str, Any], steps: int) -> dict[str, Any]:
+    return {"steps": steps, **{k: recipe.get(k) for k in ("lr", "seed", "train_top_layers")}}
+
+
+def describe_history(runs: Sequence[dict[str, Any]]) -> str:
+    """The chain of commands that made a heads file, in words (the `_how` line of its figures)."""
+    def one(r: dict[str, Any]) -> str:
+        return f"--steps {r['steps']} --seed {r['seed']} --lr {r['lr']:g} --train-top-layers {r['train_top_layers']}"
+
+    if not runs:
+        return ""
+    text = f"bertlab train-default-heads {one(runs[0])}"
+    if len(runs) > 1:
+        text += (f", then {len(runs) - 1} continuation(s) with bertlab train-default-heads --init-heads "
+                 f"<the previous heads> --out NEW: " + ", ".join(one(r) for r in runs[1:]))
+    return text + f" ({sum(r['steps'] for r in runs):,} steps in all)".replace(",", " ")
+
+
+def start_prefixes(init_heads: str | Path | None) -> tuple[str, ...]:
+    """The encoder layers a heads file re-trained (`bert.encoder.layer.N.`): a continuation keeps them
+    in its file even when it trains fewer."""
+    if not init_heads:
+        return ()
+    with safe_open(str(init_heads), "pt") as f:
+        layers = sorted({int(k.split(".")[3]) for k in f.keys() if k.startswith("bert.encoder.layer.")})
+    return tuple(f"bert.encoder.layer.{i}." for i in layers)
+
+
 def steps_so_far(init_heads: str | Path | None) -> int:
     """Training steps behind a heads file (its `total_steps`, or `steps` for a file of one run); 0 for none."""
     if not init_heads:
@@ -132,12 +172,15 @@ def train_default_heads(
                                   eval_documents=held[::10] if cfg.eval_every else None)
     result.raise_for_status()
     total = steps_so_far(init_heads) + result.step
-    prefixes = trainable_prefixes(model, cfg.train_top_layers)
+    runs = history(init_heads) + [run_entry(cfg.__dict__, result.step)]
+    # the layers this run trained, and any the start file had re-trained before it
+    prefixes = tuple(dict.fromkeys(trainable_prefixes(model, cfg.train_top_layers) + start_prefixes(init_heads)))
     meta = {"recipe": json.dumps(cfg.__dict__, default=str), "steps": str(result.step),
-            "total_steps": str(total), "init_heads": str(init_heads or "")}
+            "total_steps": str(total), "init_heads": str(init_heads or ""), "history": json.dumps(runs)}
     save_heads(model, out, meta, prefixes)
     figures = evaluate_default_heads(model, tok, held)
-    figures["steps"], figures["total_steps"] = result.step, total
+    figures["_how"] = describe_history(runs)
+    figures["steps"], figures["total_steps"], figures["history"] = result.step, total, runs
     out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
     return figures
 
