@@ -1,5 +1,5 @@
 """The offline default's MLM + NSP heads: trained by `pretrain` on the MiniLM encoder with all but its
-top layers frozen (the recipe: three), shipped as a small safetensors file (heads, pooler, the re-trained
+top layers frozen (the recipe: two), shipped as a small safetensors file (heads, pooler, the re-trained
 layers) that `bertlab.load()` merges into the model. The file's metadata keeps the chain of runs behind it.
 
     bertlab train-default-heads            # recipe: bertlab/recipes/default_heads.json
