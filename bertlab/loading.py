@@ -133,20 +133,19 @@ def _load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple
     """The offline default plus bertlab's trained MLM/NSP heads, when they ship (see
     training.default_heads): one model built once, from the package's weights and the heads file.
     `heads` names another heads file (the start of `train-default-heads --init-heads`)."""
-    from bertlab.training.default_heads import heads_path
+    from bertlab.training.default_heads import heads_path, retrained_layers
 
     path = Path(heads) if heads is not None else heads_path()
     if str(path) in ("", ".") or not path.is_file():
         if heads is not None:
             raise CheckpointError(f"heads file {path} not found")
         return load_model(folder, source=DEFAULT_MODEL)
+    state = load_file(str(path))
+    n = len(retrained_layers(state))
     try:
-        model, report = load_model(folder, source=DEFAULT_MODEL, extra_state=load_file(str(path)))
+        model, report = load_model(folder, source=DEFAULT_MODEL, extra_state=state)
     except CheckpointError as e:
         raise CheckpointError(f"bertlab's default heads {path} do not fit the offline default: {e}") from e
-    from bertlab.training.default_heads import start_prefixes
-
-    n = len(start_prefixes(path))
     report.notes = [
         f"MLM and NSP heads trained by bertlab ({path.name}), with the top {n} encoder layer(s) re-trained "
         "to carry word identity again: see the README for their accuracy."

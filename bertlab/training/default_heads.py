@@ -12,7 +12,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from safetensors import safe_open
@@ -102,13 +102,20 @@ def start_model(init_heads: str | Path | None = None) -> Bert:
     return (_load_default(folder, heads=init_heads) if init_heads else load_model(folder))[0]
 
 
+def _metadata(path: str | Path | None) -> dict[str, str]:
+    """A heads file's safetensors metadata ({} for no file)."""
+    if not path:
+        return {}
+    with safe_open(str(path), "pt") as f:
+        return f.metadata() or {}
+
+
 def history(init_heads: str | Path | None) -> list[dict[str, Any]]:
     """The runs behind a heads file, oldest first: each `{"steps", "lr", "seed", "train_top_layers"}`.
     A file written before runs kept their history counts as one run (its own recipe and steps)."""
     if not init_heads:
         return []
-    with safe_open(str(init_heads), "pt") as f:
-        meta = f.metadata() or {}
+    meta = _metadata(init_heads)
     if "history" in meta:
         return json.loads(meta["history"])
     return [run_entry(json.loads(meta.get("recipe", "{}")), int(meta.get("steps", 0)))]
@@ -132,22 +139,24 @@ def describe_history(runs: Sequence[dict[str, Any]]) -> str:
     return text + f" ({sum(r['steps'] for r in runs):,} steps in all)".replace(",", " ")
 
 
+def retrained_layers(keys: Iterable[str]) -> list[int]:
+    """The encoder layers a heads file's keys hold (the ones its runs re-trained), in order."""
+    return sorted({int(k.split(".")[3]) for k in keys if k.startswith("bert.encoder.layer.")})
+
+
 def start_prefixes(init_heads: str | Path | None) -> tuple[str, ...]:
     """The encoder layers a heads file re-trained (`bert.encoder.layer.N.`): a continuation keeps them
     in its file even when it trains fewer."""
     if not init_heads:
         return ()
     with safe_open(str(init_heads), "pt") as f:
-        layers = sorted({int(k.split(".")[3]) for k in f.keys() if k.startswith("bert.encoder.layer.")})
+        layers = retrained_layers(f.keys())
     return tuple(f"bert.encoder.layer.{i}." for i in layers)
 
 
 def steps_so_far(init_heads: str | Path | None) -> int:
     """Training steps behind a heads file (its `total_steps`, or `steps` for a file of one run); 0 for none."""
-    if not init_heads:
-        return 0
-    with safe_open(str(init_heads), "pt") as f:
-        meta = f.metadata() or {}
+    meta = _metadata(init_heads)
     return int(meta.get("total_steps", meta.get("steps", 0)))
 
 
