@@ -111,6 +111,28 @@ def test_same_seed_same_pairs_other_seed_other_pairs(docs, tokenizer, nsp):
     assert [e.index for e in nsp] == list(range(len(nsp)))
 
 
+def test_sentence_pairs_are_one_sentence_each(docs, tokenizer, nsp):
+    """`sentence_pair_prob` gives that share of one-sentence + one-sentence pairs; labels stay 50/50."""
+    mixed = build_pairs(docs, tokenizer, task="nsp", max_seq_length=128, seed=1, sentence_pair_prob=0.5)
+    assert sum(e.label for e in mixed) / len(mixed) == pytest.approx(0.5, abs=0.02)
+
+    def sentences(tokens):
+        return {_where(t)[:2] for t in tokens}
+
+    single = [e for e in mixed if all(len(sentences(s)) == 1 for s in _segments(e))]
+    packed = [e for e in nsp if all(len(sentences(s)) == 1 for s in _segments(e))]
+    assert len(single) / len(mixed) > 0.5 > 0.25 > len(packed) / len(nsp)  # measured: 0.19 packed
+    for e in single:  # a real B is the very next sentence; a random B one sentence of another document
+        (a_doc, a_sent), (b_doc, b_sent) = (next(iter(sentences(s))) for s in _segments(e))
+        assert (b_doc, b_sent) == (a_doc, a_sent + 1) if e.is_next else b_doc != a_doc
+    lone = [e for e in single if e.label == 1]
+    assert sum(1 for e in lone if e.num_b < 20) / len(lone) == pytest.approx(
+        sum(1 for e in single if e.label == 0 and e.num_b < 20) / (len(single) - len(lone)), abs=0.05
+    )  # random Bs as short as real ones: length tells nothing
+    with pytest.raises(PairError, match="sentence_pair_prob"):
+        build_pairs(docs[:5], tokenizer, sentence_pair_prob=1.5)
+
+
 def test_truncation_is_longest_first_from_random_ends():
     fronts = []
     for seed in range(50):

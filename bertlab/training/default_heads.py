@@ -1,5 +1,5 @@
 """The offline default's MLM + NSP heads: trained by `pretrain` on the MiniLM encoder with all but its
-top layers frozen (the recipe: two), shipped as a small safetensors file (heads, pooler, the re-trained
+top layers frozen (the recipe: three), shipped as a small safetensors file (heads, pooler, the re-trained
 layers) that `bertlab.load()` merges into the model. The file's metadata keeps the chain of runs behind it.
 
     bertlab train-default-heads            # recipe: bertlab/recipes/default_heads.json
@@ -29,6 +29,22 @@ log = logging.getLogger(__name__)
 HEAD_PREFIXES = ("cls.", "bert.pooler.")  # what the heads file holds (the pooler feeds the NSP head)
 # The seeds' sentences, filled in by every evaluation (their top 5 go into the figures and the README).
 FILL_IN_SENTENCES = ("the man went to the [MASK] store.", "he bought a gallon [MASK] milk.", "my dog is [MASK].")
+# Short everyday pairs, the kind a student types into the Next-sentence tab (the training text is Wikipedia):
+# (A, B, B really follows A). Every evaluation reports P(IsNext) for each.
+EVERYDAY_PAIRS = (
+    ("The man went to the store.", "He bought a gallon of milk.", True),
+    ("She opened the door.", "The room was dark and cold.", True),
+    ("I was hungry.", "So I made a sandwich.", True),
+    ("It started to rain.", "We ran inside to stay dry.", True),
+    ("Tom lost his keys.", "He searched the whole house for them.", True),
+    ("The baby was crying.", "Her mother picked her up.", True),
+    ("The man went to the store.", "Penguins are flightless birds.", False),
+    ("She opened the door.", "The stock market fell sharply.", False),
+    ("My sister plays the violin.", "Volcanoes erupt when magma rises.", False),
+    ("The train was late.", "The capital of Peru is Lima.", False),
+    ("Tom lost his keys.", "The treaty was signed in 1648.", False),
+    ("The baby was crying.", "Photosynthesis needs sunlight.", False),
+)
 
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -111,7 +127,8 @@ def _metadata(path: str | Path | None) -> dict[str, str]:
 
 
 def history(init_heads: str | Path | None) -> list[dict[str, Any]]:
-    """The runs behind a heads file, oldest first: each `{"steps", "lr", "seed", "train_top_layers"}`.
+    """The runs behind a heads file, oldest first: each `{"steps", "lr", "seed", "train_top_layers",
+    "sentence_pair_prob"}` (the last one absent from runs made before it existed).
     A file written before runs kept their history counts as one run (its own recipe and steps)."""
     if not init_heads:
         return []
@@ -122,13 +139,17 @@ def history(init_heads: str | Path | None) -> list[dict[str, Any]]:
 
 
 def run_entry(recipe: dict[str, Any], steps: int) -> dict[str, Any]:
-    return {"steps": steps, **{k: recipe.get(k) for k in ("lr", "seed", "train_top_layers")}}
+    entry = {"steps": steps, **{k: recipe.get(k) for k in ("lr", "seed", "train_top_layers")}}
+    if "sentence_pair_prob" in recipe:  # recipes older than the setting leave it out
+        entry["sentence_pair_prob"] = recipe["sentence_pair_prob"]
+    return entry
 
 
 def describe_history(runs: Sequence[dict[str, Any]]) -> str:
     """The chain of commands that made a heads file, in words (the `_how` line of its figures)."""
     def one(r: dict[str, Any]) -> str:
-        return f"--steps {r['steps']} --seed {r['seed']} --lr {r['lr']:g} --train-top-layers {r['train_top_layers']}"
+        text = f"--steps {r['steps']} --seed {r['seed']} --lr {r['lr']:g} --train-top-layers {r['train_top_layers']}"
+        return text + (f" --sentence-pair-prob {r['sentence_pair_prob']:g}" if r.get("sentence_pair_prob") else "")
 
     if not runs:
         return ""
@@ -194,11 +215,25 @@ def train_default_heads(
     return figures
 
 
+def everyday_pairs(model: Bert, tok) -> dict[str, Any]:
+    """P(IsNext) for each of EVERYDAY_PAIRS, and the share the NSP head gets right."""
+    from bertlab.analysis.nsp import next_sentence
+
+    p = [round(next_sentence(model, tok, a, b).is_next_probability, 3) for a, b, _ in EVERYDAY_PAIRS]
+    right = sum((q > 0.5) == real for q, (_, _, real) in zip(p, EVERYDAY_PAIRS))
+    return {"accuracy": right / len(p), "p_is_next": {f"{a} / {b}": q for q, (a, b, _) in zip(p, EVERYDAY_PAIRS)}}
+
+
 def evaluate_default_heads(model: Bert, tok, held_out_wiki=None, max_tokens: int = 60_000) -> dict[str, Any]:
-    """MLM top-1/top-5 on WikiText-2 valid (if BERTLAB_DATA has it) and held-out Wikipedia; NSP accuracy."""
+    """MLM top-1/top-5 on WikiText-2 valid (if BERTLAB_DATA has it) and held-out Wikipedia; NSP accuracy on
+    held-out Wikipedia pairs (packed as in training, and one sentence + one sentence) and the everyday pairs."""
     held_out_wiki = held_out_wiki if held_out_wiki is not None else load_corpus("wiki-offline", split="held_out")
-    figures: dict[str, Any] = {"mlm_wiki_held_out": evaluate_mlm(model, tok, held_out_wiki, max_tokens=max_tokens),
-                               "nsp_wiki_held_out": evaluate_nsp(model, tok, held_out_wiki, max_pairs=2000)}
+    figures: dict[str, Any] = {
+        "mlm_wiki_held_out": evaluate_mlm(model, tok, held_out_wiki, max_tokens=max_tokens),
+        "nsp_wiki_held_out": evaluate_nsp(model, tok, held_out_wiki, max_pairs=2000),
+        "nsp_wiki_held_out_sentences": evaluate_nsp(model, tok, held_out_wiki, max_pairs=2000, sentence_pair_prob=1.0),
+        "nsp_everyday_pairs": everyday_pairs(model, tok),
+    }
     try:
         wt2 = load_corpus("wikitext2", split="held_out")
         figures["mlm_wikitext2_valid"] = evaluate_mlm(model, tok, wt2, max_tokens=max_tokens)

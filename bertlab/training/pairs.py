@@ -10,6 +10,11 @@ truncated longest-first, one token at a time from a random end (``truncate_seq_p
   were not used are put back for the next chunk.
 - **SOP** (ALBERT): with probability 0.5, A and B are swapped (label 1 = swapped; 0 = in order).
 
+`sentence_pair_prob` (not in Google's code; 0 by default) makes that share of pairs from exactly one sentence
+A and one sentence B (the next sentence, or one random sentence of another document): the short everyday
+pairs a student types ("The man went to the store." / "He bought a gallon of milk.") that packed chunks of
+Wikipedia almost never look like.
+
 One deliberate difference from Google's ``create_instances_from_document``: there a chunk of a single
 sentence always gets a random B, which pushes the share of random Bs above 50 %. Here, when the coin says
 "real continuation" (or for SOP) and the chunk has one sentence, the next sentence joins the chunk; a
@@ -74,6 +79,7 @@ def build_pairs(
     seed: int = 0,
     dupe_factor: int = 1,
     shuffle: bool = True,
+    sentence_pair_prob: float = 0.0,
 ) -> list[PairExample]:
     """NSP or SOP examples from documents.
 
@@ -85,8 +91,9 @@ def build_pairs(
         raise PairError(f"task {task!r} is not one of {TASKS}.")
     if max_seq_length < 5:
         raise PairError(f"max_seq_length must be at least 5 ([CLS] a [SEP] b [SEP]), got {max_seq_length}.")
-    if not 0.0 <= short_seq_prob <= 1.0:
-        raise PairError(f"short_seq_prob must be in [0, 1], got {short_seq_prob}.")
+    for name, p in (("short_seq_prob", short_seq_prob), ("sentence_pair_prob", sentence_pair_prob)):
+        if not 0.0 <= p <= 1.0:
+            raise PairError(f"{name} must be in [0, 1], got {p}.")
     docs = _as_token_documents(documents, tokenizer)
     kept = [i for i, d in enumerate(docs) if d]
     if not kept:
@@ -99,7 +106,8 @@ def build_pairs(
     for _ in range(dupe_factor):
         for d in range(len(nonempty)):
             examples.extend(
-                _pairs_from_document(nonempty, d, task, max_seq_length, short_seq_prob, rng, tokenizer)
+                _pairs_from_document(nonempty, d, task, max_seq_length, short_seq_prob, sentence_pair_prob, rng,
+                                     tokenizer)
             )
     for e in examples:  # back to the caller's document numbering
         e.doc_index, e.b_doc_index = kept[e.doc_index], kept[e.b_doc_index]
@@ -147,6 +155,7 @@ def _pairs_from_document(
     task: str,
     max_seq_length: int,
     short_seq_prob: float,
+    sentence_pair_prob: float,
     rng: random.Random,
     tokenizer: Tokenizer,
 ) -> list[PairExample]:
@@ -157,10 +166,13 @@ def _pairs_from_document(
     chunk: list[list[int]] = []
     length = 0
     i = 0
+    single = False  # this chunk makes a one-sentence + one-sentence pair
     while i < len(document):
+        if not chunk and sentence_pair_prob:  # no draw at 0, so seeded pairs stay as they were
+            single = rng.random() < sentence_pair_prob
         chunk.append(document[i])
         length += len(document[i])
-        if i == len(document) - 1 or length >= target:
+        if i == len(document) - 1 or length >= target or single:
             if len(chunk) == 1 and i + 1 == len(document):
                 break  # a lone last sentence: dropped whatever the coin, so labels stay 50/50
             coin = rng.random() < 0.5  # NSP: random B; SOP: swap
@@ -171,7 +183,7 @@ def _pairs_from_document(
             tokens_a = [t for s in chunk[:a_end] for t in s]
             b_doc = d
             if task == "nsp" and coin:
-                tokens_b, b_doc = _random_segment(docs, d, target - len(tokens_a), rng)
+                tokens_b, b_doc = _random_segment(docs, d, 1 if single else target - len(tokens_a), rng)
                 i -= len(chunk) - a_end  # the sentences after A were not used: start the next chunk there
             else:
                 tokens_b = [t for s in chunk[a_end:] for t in s]

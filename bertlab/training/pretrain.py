@@ -54,6 +54,7 @@ class PretrainConfig:
     static_masking: bool = False  # True: one fixed mask per example (original BERT); False: dynamic
     max_documents: int | None = None  # use only the first N documents (quick demos)
     dupe_factor: int = 1
+    sentence_pair_prob: float = 0.0  # share of pairs made of one sentence + one sentence (see pairs.py)
     freeze_encoder: bool = False  # train the heads only (the offline default's recipe)
     train_layernorms: bool = False  # with freeze_encoder: also adapt every LayerNorm (few parameters)
     train_top_layers: int = 0  # with freeze_encoder: also train the last N encoder layers
@@ -96,7 +97,7 @@ def pretraining_examples(documents: Sequence[Document], tokenizer: Tokenizer, cf
     """[CLS] A [SEP] B [SEP] examples with NSP/SOP labels (for "none" the NSP label is simply unused)."""
     task = "sop" if cfg.pair_task == "sop" else "nsp"
     return build_pairs(documents, tokenizer, task=task, max_seq_length=cfg.seq_len, seed=cfg.seed,
-                       dupe_factor=cfg.dupe_factor)
+                       dupe_factor=cfg.dupe_factor, sentence_pair_prob=cfg.sentence_pair_prob)
 
 
 def mlm_nsp_loss(model: torch.nn.Module, batch: MLMBatch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -227,12 +228,14 @@ def evaluate_mlm(
 @torch.inference_mode()
 def evaluate_nsp(
     model: Bert, tokenizer: Tokenizer, documents: Sequence[Document], seed: int = 0, seq_len: int = 128,
-    batch_size: int = 32, task: str = "nsp", max_pairs: int | None = None,
+    batch_size: int = 32, task: str = "nsp", max_pairs: int | None = None, sentence_pair_prob: float = 0.0,
 ) -> dict[str, float]:
-    """NSP (or SOP) accuracy on pairs made from `documents` with a fixed seed."""
+    """NSP (or SOP) accuracy on pairs made from `documents` with a fixed seed
+    (`sentence_pair_prob=1`: only one-sentence + one-sentence pairs)."""
     model = _unwrap(model)
     model.require("nsp")
-    pairs = build_pairs(documents, tokenizer, task=task, max_seq_length=seq_len, seed=seed)[:max_pairs]
+    pairs = build_pairs(documents, tokenizer, task=task, max_seq_length=seq_len, seed=seed,
+                        sentence_pair_prob=sentence_pair_prob)[:max_pairs]
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device

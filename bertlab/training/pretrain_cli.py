@@ -53,7 +53,9 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--lr", type=float, default=None, help="override the recipe's peak learning rate")
     h.add_argument("--seed", type=int, default=None, help="override the recipe's seed (data order and masks)")
     h.add_argument("--train-top-layers", type=int, default=None,
-                   help="override how many of the encoder's top layers are re-trained (the recipe: 2)")
+                   help="override how many of the encoder's top layers are re-trained (the recipe: 3)")
+    h.add_argument("--sentence-pair-prob", type=float, default=None,
+                   help="override the share of NSP pairs made of one sentence + one sentence")
     h.add_argument("--init-heads", default=None,
                    help="continue from this heads file (e.g. the shipped one) instead of fresh heads")
     h.set_defaults(func=cmd_train_default_heads)
@@ -108,6 +110,7 @@ def cmd_train_default_heads(args: argparse.Namespace) -> int:
         return 2
     figures = train_default_heads(out=args.out, recipe=args.recipe, callbacks=[TqdmCallback(desc="heads")],
                                   init_heads=args.init_heads, steps=args.steps, device=args.device, lr=args.lr,
-                                  seed=args.seed, train_top_layers=args.train_top_layers)
+                                  seed=args.seed, train_top_layers=args.train_top_layers,
+                                  sentence_pair_prob=args.sentence_pair_prob)
     print(json.dumps(figures))
     return 0
