@@ -208,8 +208,7 @@ def train_default_heads(
     meta = {"recipe": json.dumps(cfg.__dict__, default=str), "steps": str(result.step),
             "total_steps": str(total), "init_heads": str(init_heads or ""), "history": json.dumps(runs)}
     save_heads(model, out, meta, prefixes)
-    figures = evaluate_default_heads(model, tok, held)
-    figures["_how"] = describe_history(runs)
+    figures = {"_how": describe_history(runs), **evaluate_default_heads(model, tok, held)}  # _how first, as shipped
     figures["steps"], figures["total_steps"], figures["history"] = result.step, total, runs
     out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
     return figures
