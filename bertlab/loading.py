@@ -71,7 +71,7 @@ def load(source: str | os.PathLike | None = None, revision: str | None = None) -
     """
     name, folder = _resolve(source, revision)
     if name == DEFAULT_MODEL:
-        model, report = _load_default(folder)
+        model, report = load_default(folder)
     else:
         model, report = load_model(folder, source=name)
     try:
@@ -129,7 +129,7 @@ def load_model(
     return model, report
 
 
-def _load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[Bert, LoadReport]:
+def load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[Bert, LoadReport]:
     """The offline default plus bertlab's trained MLM/NSP heads, when they ship (see
     training.default_heads): one model built once, from the package's weights and the heads file.
     `heads` names another heads file (the start of `train-default-heads --init-heads`)."""
@@ -147,8 +147,9 @@ def _load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple
     except CheckpointError as e:
         raise CheckpointError(f"bertlab's default heads {path} do not fit the offline default: {e}") from e
     report.notes = [
-        f"MLM and NSP heads trained by bertlab ({path.name}), with the top {n} encoder layer(s) re-trained "
-        "to carry word identity again: see the README for their accuracy."
+        f"MLM and NSP heads trained by bertlab ({path.name}), with the top {n} of the encoder's "
+        f"{model.config.num_hidden_layers} layers re-trained to carry word identity again: see the README "
+        "for their accuracy."
     ]
     return model, report
 

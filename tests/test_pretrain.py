@@ -95,7 +95,7 @@ def test_freeze_for_heads_trains_only_heads_pooler_and_top_layers(default_model)
 def test_the_shipped_recipe_reads_as_a_config():
     cfg = read_recipe()
     assert cfg.freeze_encoder and cfg.pair_task == "nsp" and cfg.masking == "token"
-    assert cfg.steps > 0 and cfg.train_top_layers == 3 and cfg.sentence_pair_prob == 0.5
+    assert cfg.steps > 0 and cfg.train_top_layers == 6 and cfg.sentence_pair_prob == 0.5
     assert read_recipe(steps=3).steps == 3
 
 

@@ -1,6 +1,6 @@
 """The offline default's MLM + NSP heads: trained by `pretrain` on the MiniLM encoder with all but its
-top layers frozen (the recipe: three), shipped as a small safetensors file (heads, pooler, the re-trained
-layers) that `bertlab.load()` merges into the model. The file's metadata keeps the chain of runs behind it.
+top layers frozen (the recipe: all six), shipped as a small float16 safetensors file (heads, pooler, the
+re-trained layers) that `bertlab.load()` merges into the model. The file's metadata keeps the chain of runs behind it.
 
     bertlab train-default-heads            # recipe: bertlab/recipes/default_heads.json
 """
@@ -66,10 +66,13 @@ def read_recipe(path: str | Path | None = None, **overrides: Any) -> PretrainCon
     return PretrainConfig(**d)
 
 
-def head_state(model: Bert, prefixes: tuple[str, ...] = HEAD_PREFIXES) -> dict[str, torch.Tensor]:
-    """The weights under `prefixes` (heads, pooler, any re-trained layers), without the tied decoder."""
-    return {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()
-            if k.startswith(prefixes) and k != "cls.predictions.decoder.weight"}
+def head_state(model: Bert, prefixes: tuple[str, ...] = HEAD_PREFIXES,
+               dtype: torch.dtype = torch.float16) -> dict[str, torch.Tensor]:
+    """The weights under `prefixes` (heads, pooler, any re-trained layers), without the tied decoder, as
+    `dtype`: float16 halves the file (so all six layers fit in 25 MB) and leaves the held-out figures as they
+    were in float32; loading casts them back to the model's dtype."""
+    return {k: v.detach().cpu().to(dtype if v.is_floating_point() else v.dtype).contiguous()
+            for k, v in model.state_dict().items() if k.startswith(prefixes) and k != "cls.predictions.decoder.weight"}
 
 
 def save_heads(model: Bert, path: str | Path, metadata: dict[str, str] | None = None,
@@ -112,10 +115,10 @@ def heads_out(out: str | Path | None, init_heads: str | Path | None = None) -> P
 def start_model(init_heads: str | Path | None = None) -> Bert:
     """The model `train_default_heads` starts from: the bare offline default (fresh heads), or the
     offline default with the heads in `init_heads` (to continue training them)."""
-    from bertlab.loading import _load_default, default_model_folder, load_model
+    from bertlab.loading import default_model_folder, load_default, load_model
 
     folder = default_model_folder()
-    return (_load_default(folder, heads=init_heads) if init_heads else load_model(folder))[0]
+    return (load_default(folder, heads=init_heads) if init_heads else load_model(folder))[0]
 
 
 def _metadata(path: str | Path | None) -> dict[str, str]:
@@ -208,7 +211,8 @@ def train_default_heads(
     meta = {"recipe": json.dumps(cfg.__dict__, default=str), "steps": str(result.step),
             "total_steps": str(total), "init_heads": str(init_heads or ""), "history": json.dumps(runs)}
     save_heads(model, out, meta, prefixes)
-    figures = {"_how": describe_history(runs), **evaluate_default_heads(model, tok, held)}  # _how first, as shipped
+    shipped = start_model(out)  # the figures are those of the file as written (float16), not of the run's model
+    figures = {"_how": describe_history(runs), **evaluate_default_heads(shipped, tok, held)}  # _how first
     figures["steps"], figures["total_steps"], figures["history"] = result.step, total, runs
     out.with_suffix(".json").write_text(json.dumps(figures, indent=2) + "\n")
     return figures

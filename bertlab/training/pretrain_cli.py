@@ -53,7 +53,7 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--lr", type=float, default=None, help="override the recipe's peak learning rate")
     h.add_argument("--seed", type=int, default=None, help="override the recipe's seed (data order and masks)")
     h.add_argument("--train-top-layers", type=int, default=None,
-                   help="override how many of the encoder's top layers are re-trained (the recipe: 3)")
+                   help="override how many of the encoder's top layers are re-trained (default: the recipe's)")
     h.add_argument("--sentence-pair-prob", type=float, default=None,
                    help="override the share of NSP pairs made of one sentence + one sentence")
     h.add_argument("--init-heads", default=None,
