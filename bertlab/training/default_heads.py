@@ -1,6 +1,7 @@
-"""The offline default's MLM + NSP heads: trained by `pretrain` on the MiniLM encoder with all but its
-top layers frozen (the recipe: all six), shipped as a small float16 safetensors file (heads, pooler, the
-re-trained layers) that `bertlab.load()` merges into the model. The file's metadata keeps the chain of runs behind it.
+"""The offline default's MLM + NSP heads: trained by `pretrain` on the MiniLM encoder, its embeddings frozen
+and its top N layers re-trained (the recipe: all six), shipped as a small float16 safetensors file (heads,
+pooler, the re-trained layers) that `bertlab.load()` merges into the model. The file's metadata keeps the
+chain of runs behind it.
 
     bertlab train-default-heads            # recipe: bertlab/recipes/default_heads.json
 """
