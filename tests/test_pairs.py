@@ -125,9 +125,9 @@ def test_sentence_pairs_are_one_sentence_each(docs, tokenizer, nsp):
     for e in single:  # a real B is the very next sentence; a random B one sentence of another document
         (a_doc, a_sent), (b_doc, b_sent) = (next(iter(sentences(s))) for s in _segments(e))
         assert (b_doc, b_sent) == (a_doc, a_sent + 1) if e.is_next else b_doc != a_doc
-    lone = [e for e in single if e.label == 1]
-    assert sum(1 for e in lone if e.num_b < 20) / len(lone) == pytest.approx(
-        sum(1 for e in single if e.label == 0 and e.num_b < 20) / (len(single) - len(lone)), abs=0.05
+    random_b = [e for e in single if e.label == 1]
+    assert sum(1 for e in random_b if e.num_b < 20) / len(random_b) == pytest.approx(
+        sum(1 for e in single if e.label == 0 and e.num_b < 20) / (len(single) - len(random_b)), abs=0.05
     )  # random Bs as short as real ones: length tells nothing
     with pytest.raises(PairError, match="sentence_pair_prob"):
         build_pairs(docs[:5], tokenizer, sentence_pair_prob=1.5)

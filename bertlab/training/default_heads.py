@@ -68,22 +68,26 @@ def read_recipe(path: str | Path | None = None, **overrides: Any) -> PretrainCon
 
 
 def head_state(model: Bert, prefixes: tuple[str, ...] = HEAD_PREFIXES,
-               dtype: torch.dtype = torch.float16) -> dict[str, torch.Tensor]:
-    """The weights under `prefixes` (heads, pooler, any re-trained layers), without the tied decoder, as
-    `dtype`: float16 halves the file (so all six layers fit in 25 MB) and leaves the held-out figures as they
-    were in float32; loading casts them back to the model's dtype."""
-    return {k: v.detach().cpu().to(dtype if v.is_floating_point() else v.dtype).contiguous()
-            for k, v in model.state_dict().items() if k.startswith(prefixes) and k != "cls.predictions.decoder.weight"}
+               dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The weights under `prefixes` (heads, pooler, any re-trained layers), without the tied decoder;
+    floating-point ones cast to `dtype` when given."""
+    def cast(v: torch.Tensor) -> torch.Tensor:
+        return v.to(dtype) if dtype is not None and v.is_floating_point() else v
+
+    return {k: cast(v.detach().cpu()).contiguous() for k, v in model.state_dict().items()
+            if k.startswith(prefixes) and k != "cls.predictions.decoder.weight"}
 
 
 def save_heads(model: Bert, path: str | Path, metadata: dict[str, str] | None = None,
-               prefixes: tuple[str, ...] = HEAD_PREFIXES) -> Path:
-    """Write the heads (and whatever else `prefixes` names) atomically (temp file + rename)."""
+               prefixes: tuple[str, ...] = HEAD_PREFIXES, dtype: torch.dtype = torch.float16) -> Path:
+    """Write the heads (and whatever else `prefixes` names) atomically (temp file + rename), as `dtype`:
+    float16 halves the file (so all six layers fit in 25 MB), and the held-out figures agree with float32's to
+    the first decimal; loading casts them back to the model's dtype."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     os.close(fd)
-    save_file(head_state(model, prefixes), tmp, metadata={"format": "pt", **(metadata or {})})
+    save_file(head_state(model, prefixes, dtype), tmp, metadata={"format": "pt", **(metadata or {})})
     os.replace(tmp, path)
     return path
 
