@@ -1,27 +1,36 @@
-"""Fine-tuning throughput and peak memory of bertlab's loop against the Hugging Face Trainer, on SST-2.
+"""Fine-tuning speed and peak memory of bertlab's loop against the Hugging Face Trainer: one epoch of SST-2.
 
-Both sides fine-tune a sequence classifier of the same shape (random initialisation: throughput does not
-depend on the weights) on the same SST-2 sentences from BERTLAB_DATA, tokenized once by bertlab's
-tokenizer (`featurize_classification`, the same max length), with the same batch size, number of optimizer
-steps, learning rate, AdamW (fused on CUDA, no decay on biases/LayerNorm), gradient clipping at 1.0 and
-precision (bf16 autocast on CUDA, fp32 on CPU). Variants:
+Every variant trains one epoch over the **same** SST-2 sentences: a seeded sample of `--examples` from the
+train file in BERTLAB_DATA (0 = all; rounded down to a whole number of batches, since bertlab's default
+order skips a partial last batch), tokenized once by bertlab's tokenizer (`featurize_classification`, the
+same max length). The variants differ only in how they cut that epoch into batches and in the code that
+trains: so examples/s and real tokens/s are over the same sentences, and their ratios are like for like.
+The classifiers have the same shape (random initialisation: the speed does not depend on the weights),
+batch size, learning rate and linear decay, AdamW (fused on CUDA, no decay on biases/LayerNorm), gradient
+clipping at 1.0 and precision (bf16 autocast on CUDA, fp32 on CPU). Variants:
 
   bertlab           `training.loop.train` with `BucketBatchSampler` (batches of similar lengths, padded to
-                    their longest) and `tasks.collate`; loss = cross-entropy of `Bert`'s classifier logits
+                    their longest) and `tasks.collate`; loss = cross-entropy of `Bert`'s classifier logits.
+                    Its buckets hold as many batches as HF's mega-batches (see `bucket_batches`: its default
+                    50 from 6,400 sentences up), so on a sample both bucketing samplers pad alike
   bertlab-shuffled  the same loop with its default seeded shuffle (no bucketing)
   hf                `Trainer` + `BertForSequenceClassification` (attn_implementation="sdpa") with the
                     default `DataCollatorWithPadding` and random batches
   hf-grouped        the same with `train_sampling_strategy="group_by_length"` (HF's own bucketing)
 
 Each variant runs in a fresh process, so that its peak memory is its own: on GPU
-`torch.cuda.max_memory_allocated` during training; on CPU the process's peak resident set
-(`ru_maxrss`) and how far it rose above the resident set just before training. The clock runs from the
-end of optimizer step `--warmup` to the end of step `--steps` (synchronised on GPU), so start-up and
-warm-up are not counted; data loading and collation are. examples/s, tokens/s (non-padding tokens) and
-positions/s (padded batch positions: the speed of model + loop whatever the batching) are over those
-timed steps; "padding" is the share of padding among the positions of all the batches the
-run made (a property of the batching: over a whole epoch of 8192 sentences at batch 32 it is 66 % for
-random batches, 5.4 % for BucketBatchSampler and 5.5 % for HF's group_by_length).
+`torch.cuda.max_memory_allocated` during training; on CPU the process's peak resident set (`ru_maxrss`)
+and how far it rose above the resident set just before training. Before the timed epoch each variant
+trains `--warmup` steps on other sentences (one-time costs: kernels, allocator, thread pools); then the
+clock runs over the whole epoch call (`train(...)` / `trainer.train()`, synchronised on GPU), so data
+loading, collation and each library's per-run set-up are counted (`setup_s`: from the call to the first
+batch asked for; the optimizer, HF's accelerator and sampler). Reported per variant: examples/s,
+tokens/s (real, non-padding tokens), positions/s (padded batch positions: the speed of model + loop
+whatever the batching), the share of padding and the mean padded length, and the speed-up over `hf` and
+over `hf-grouped` on the same sentences. With `--rounds R` each variant trains the epoch R times, each in
+a fresh process, every other round in reverse order (a drift in background load then hits all variants
+alike); the rates are over the summed time. The parent stops if two variants did not see the same number of
+sentences and tokens. The load average goes into the JSON: the machine may be shared.
 
     BERTLAB_DATA=../shared/data python bench/bench_finetune.py [--quick] [--device cpu|cuda] [--presets minilm base]
 """
@@ -56,22 +65,44 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "base": (12, 768, 12, 3072),  # BERT-base
 }
 VARIANTS = ("bertlab", "bertlab-shuffled", "hf", "hf-grouped")
+BASELINES = ("hf", "hf-grouped")  # the speed-ups are over these
 LR = 2e-5
 RESULT = "RESULT "  # prefix of the worker's JSON line
 
 
 # -- data ----------------------------------------------------------------------------------------
-def load_features(examples: int, max_length: int) -> tuple[list, Any]:
-    """SST-2 train features (the first `examples`, 0 = all) and bertlab's tokenizer of the offline default."""
+def pick_sentences(
+    total: int, examples: int, batch: int, warmup_examples: int, seed: int
+) -> tuple[list[int], list[int]]:
+    """Indices of the timed sentences (a seeded sample of `examples`, 0 = all, cut to whole batches)
+    and of the warm-up ones (the next in the same permutation, or the first timed ones when all are timed)."""
+    n = min(examples or total, total) // batch * batch
+    if n == 0:
+        raise ValueError(f"need at least one batch of {batch} sentences (got {min(examples or total, total)}).")
+    order = torch.randperm(total, generator=torch.Generator().manual_seed(seed)).tolist()
+    rest = order[n:] if total - n >= warmup_examples else order
+    return order[:n], rest[:warmup_examples]
+
+
+def bucket_batches(examples: int, batch: int) -> int:
+    """Batches per length bucket: BucketBatchSampler's default 50, cut as HF's `group_by_length` cuts its
+    mega-batches on a small data set (`min(examples // (4 * batch), 50)`, at least 1), so that both
+    samplers sort buckets of the same size and pad alike; 50 for both from 6,400 sentences (batch 32) up."""
+    return max(1, min(examples // (4 * batch), 50))
+
+
+def load_features(spec: Mapping[str, Any]) -> tuple[list, list, Any]:
+    """(timed features, warm-up features, bertlab's tokenizer of the offline default) from SST-2 train."""
     from bertlab.loading import default_model_folder
     from bertlab.tokenizer import Tokenizer
     from bertlab.training.tasks import featurize_classification, read_sst2
 
     tok = Tokenizer.from_folder(default_model_folder())
     data = read_sst2("train")
-    if examples:
-        data = data[:examples]
-    return featurize_classification(data, tok, max_length=max_length), tok
+    timed, warm = pick_sentences(len(data), spec["examples"], spec["batch"], spec["warmup"] * spec["batch"],
+                                 spec["seed"])
+    feats = functools.partial(featurize_classification, tokenizer=tok, max_length=spec["max_length"])
+    return feats([data[i] for i in timed]), feats([data[i] for i in warm]), tok
 
 
 class CountingCollate:
@@ -81,14 +112,20 @@ class CountingCollate:
     def __init__(self, fn: Callable[[Sequence[Any]], Mapping[str, torch.Tensor]]) -> None:
         self.fn = fn
         self.batches: list[tuple[int, int, int]] = []
+        self.first_call: float | None = None  # perf_counter() when the first batch was asked for
+
+    def reset(self) -> None:
+        self.batches, self.first_call = [], None
 
     def __call__(self, features: Sequence[Any]) -> Mapping[str, torch.Tensor]:
+        if self.first_call is None:
+            self.first_call = time.perf_counter()
         batch = self.fn(features)
         ids, mask = batch["input_ids"], batch["attention_mask"]  # [batch, seq] each
         self.batches.append((int(ids.shape[0]), int(mask.sum()), int(ids.numel())))
         return batch
 
-    def totals(self, first: int, last: int) -> tuple[int, int, int]:
+    def totals(self, first: int = 0, last: int | None = None) -> tuple[int, int, int]:
         """Summed (examples, real tokens, positions) of batches first..last-1 (in the order they were made)."""
         part = self.batches[first:last]
         return sum(b[0] for b in part), sum(b[1] for b in part), sum(b[2] for b in part)
@@ -111,28 +148,9 @@ def _max_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
-class Clock:
-    """Seconds between the end of step `start` and the end of step `stop` (synchronised on GPU)."""
-
-    def __init__(self, device: torch.device, start: int, stop: int) -> None:
-        self.device, self.start, self.stop = device, start, stop
-        self.t0: float | None = None
-        self.t1: float | None = None
-
-    def step_done(self, step: int) -> None:
-        if step in (self.start, self.stop):
-            _sync(self.device)
-            now = time.perf_counter()
-            if step == self.start:
-                self.t0 = now
-            else:
-                self.t1 = now
-
-    @property
-    def seconds(self) -> float:
-        if self.t0 is None or self.t1 is None:
-            raise RuntimeError("the run ended before the timed steps were done.")
-        return self.t1 - self.t0
+def _load() -> list[float]:
+    """The 1, 5 and 15 minute load averages of the machine."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 # -- the two trainers ----------------------------------------------------------------------------
@@ -142,11 +160,11 @@ def classification_loss(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> 
     return F.cross_entropy(out.logits.float(), batch["labels"])
 
 
-Prepared = tuple[Callable[[], None], CountingCollate]  # (start training, the counting collate it uses)
+Run = Callable[[list, int | None], None]  # run(features, steps): `steps` optimizer steps, or one epoch for None
 
 
-def prepare_bertlab(spec: dict, features: list, tok: Any, clock: Clock) -> Prepared:
-    """Model, sampler and collate of a bertlab variant; training starts when the returned callable is called."""
+def prepare_bertlab(spec: Mapping[str, Any], tok: Any, counting: CountingCollate) -> Run:
+    """A bertlab variant's model; the returned callable trains it with the lab's loop."""
     from bertlab.config import BertConfig
     from bertlab.model import Bert
     from bertlab.training.loop import TrainConfig, train
@@ -157,27 +175,24 @@ def prepare_bertlab(spec: dict, features: list, tok: Any, clock: Clock) -> Prepa
     model = Bert(BertConfig(vocab_size=tok.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
                             num_attention_heads=heads, intermediate_size=inter, pad_token_id=tok.pad_token_id,
                             task="sequence_classification", id2label=SST2_LABELS))
-    counting = CountingCollate(functools.partial(collate, pad_token_id=tok.pad_token_id))
-    sampler = None
-    if spec["variant"] == "bertlab":
-        sampler = BucketBatchSampler([len(f) for f in features], spec["batch"], seed=spec["seed"])
-    cfg = TrainConfig(lr=LR, max_steps=spec["steps"], batch_size=spec["batch"], seed=spec["seed"],
-                      device=spec["device"], precision="auto", log_every=spec["warmup"], max_grad_norm=1.0,
-                      weight_decay=0.01)
+    counting.fn = functools.partial(collate, pad_token_id=tok.pad_token_id)
 
-    def on_event(event: Any) -> None:
-        if event.kind == "step":
-            clock.step_done(event.step)
+    def run(features: list, steps: int | None) -> None:
+        sampler = None
+        if spec["variant"] == "bertlab":
+            sampler = BucketBatchSampler([len(f) for f in features], spec["batch"],
+                                         bucket_batches=bucket_batches(len(features), spec["batch"]), seed=spec["seed"])
+        epoch_steps = len(features) // spec["batch"]
+        cfg = TrainConfig(lr=LR, max_steps=steps, epochs=1, batch_size=spec["batch"], seed=spec["seed"],
+                          device=spec["device"], precision="auto", log_every=steps or epoch_steps,
+                          max_grad_norm=1.0, weight_decay=0.01)
+        train(model, classification_loss, features, cfg, collate=counting, batch_sampler=sampler).raise_for_status()
 
-    def go() -> None:
-        train(model, classification_loss, features, cfg, collate=counting, batch_sampler=sampler,
-              callbacks=[on_event]).raise_for_status()
-
-    return go, counting
+    return run
 
 
-def prepare_hf(spec: dict, features: list, tok: Any, clock: Clock) -> Prepared:
-    """Model, tokenizer, data and Trainer of an HF variant; training starts when the returned callable is called."""
+def prepare_hf(spec: Mapping[str, Any], tok: Any, counting: CountingCollate) -> Run:
+    """An HF variant's model; the returned callable trains it with a fresh `Trainer` each call."""
     import transformers
 
     from bertlab.loading import default_model_folder
@@ -190,64 +205,66 @@ def prepare_hf(spec: dict, features: list, tok: Any, clock: Clock) -> Prepared:
     model = transformers.BertForSequenceClassification(cfg)
     if model.config._attn_implementation != "sdpa":
         raise RuntimeError(f"HF built {model.config._attn_implementation!r} attention, not sdpa.")
-    hf_tok = transformers.BertTokenizerFast.from_pretrained(str(default_model_folder()))
-    counting = CountingCollate(transformers.DataCollatorWithPadding(hf_tok))
-    data = [{"input_ids": f.input_ids, "token_type_ids": f.token_type_ids,
-             "attention_mask": [1] * len(f.input_ids), "labels": f.label} for f in features]
+    counting.fn = transformers.DataCollatorWithPadding(
+        transformers.BertTokenizerFast.from_pretrained(str(default_model_folder())))
     gpu = spec["device"] == "cuda"
 
-    class Timer(transformers.TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            clock.step_done(state.global_step)
-
-    out = tempfile.mkdtemp(prefix="bench_finetune_")  # HF wants one; nothing is saved (save_strategy="no")
-    args = transformers.TrainingArguments(
-        output_dir=out, per_device_train_batch_size=spec["batch"], max_steps=spec["steps"], learning_rate=LR,
-        weight_decay=0.01, warmup_steps=0, lr_scheduler_type="linear", max_grad_norm=1.0, seed=spec["seed"],
-        bf16=gpu, use_cpu=not gpu, optim="adamw_torch_fused" if gpu else "adamw_torch",
-        train_sampling_strategy="group_by_length" if spec["variant"] == "hf-grouped" else "random",
-        logging_strategy="no", save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
-    trainer = transformers.Trainer(model=model, args=args, train_dataset=data, data_collator=counting,
-                                   callbacks=[Timer()])
-
-    def go() -> None:
+    def run(features: list, steps: int | None) -> None:
+        data = [{"input_ids": f.input_ids, "token_type_ids": f.token_type_ids,
+                 "attention_mask": [1] * len(f.input_ids), "labels": f.label} for f in features]
+        out = tempfile.mkdtemp(prefix="bench_finetune_")  # HF wants one; nothing is saved (save_strategy="no")
+        args = transformers.TrainingArguments(
+            output_dir=out, per_device_train_batch_size=spec["batch"], num_train_epochs=1,
+            max_steps=steps or -1, learning_rate=LR, weight_decay=0.01, warmup_steps=0, lr_scheduler_type="linear",
+            max_grad_norm=1.0, seed=spec["seed"], bf16=gpu, use_cpu=not gpu,
+            optim="adamw_torch_fused" if gpu else "adamw_torch",
+            train_sampling_strategy="group_by_length" if spec["variant"] == "hf-grouped" else "random",
+            logging_strategy="no", save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True,
+            dataloader_num_workers=0,
+        )
         try:
-            trainer.train()
+            transformers.Trainer(model=model, args=args, train_dataset=data, data_collator=counting).train()
         finally:
             shutil.rmtree(out, ignore_errors=True)
 
-    return go, counting
+    return run
 
 
-def worker(spec: dict) -> dict:
-    """One variant in this process: train, then throughput and memory as a dict."""
+def worker(spec: Mapping[str, Any]) -> dict:
+    """One variant in this process: warm up, train one timed epoch, then speed and memory as a dict."""
     torch.set_num_threads(spec["threads"])
     logging.basicConfig(level=logging.WARNING)
     device = torch.device(spec["device"])
-    features, tok = load_features(spec["examples"], spec["max_length"])
-    if spec["variant"].startswith("hf"):
+    timed, warm, tok = load_features(spec)
+    hf = spec["variant"].startswith("hf")
+    if hf:
         import transformers
 
         transformers.utils.logging.set_verbosity_error()
         transformers.utils.logging.disable_progress_bar()
-    clock = Clock(device, spec["warmup"], spec["steps"])
-    prepare = prepare_hf if spec["variant"].startswith("hf") else prepare_bertlab
-    go, counting = prepare(spec, features, tok, clock)
+    counting = CountingCollate(lambda features: {})  # its collate is set by the variant
+    run = (prepare_hf if hf else prepare_bertlab)(spec, tok, counting)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)  # what is already there (HF moved its model) still counts
     rss_before = _rss_mb()
-    go()
-    examples, tokens, positions = counting.totals(spec["warmup"], spec["steps"])
-    _, all_tokens, all_positions = counting.totals(0, len(counting.batches))
-    sec = clock.seconds
+    run(warm, spec["warmup"])  # untimed
+    counting.reset()
+    load_before = _load()
+    _sync(device)
+    t0 = time.perf_counter()
+    run(timed, None)
+    _sync(device)
+    sec = time.perf_counter() - t0
+    examples, tokens, positions = counting.totals()
+    if examples != len(timed):
+        raise RuntimeError(f"{spec['variant']} trained on {examples} sentences, not the {len(timed)} asked for.")
     out = {
-        "preset": spec["preset"], "variant": spec["variant"], "batch": spec["batch"],
-        "timed_steps": spec["steps"] - spec["warmup"], "seconds": round(sec, 3),
-        "examples_per_s": round(examples / sec, 1), "tokens_per_s": round(tokens / sec, 1),
-        "positions_per_s": round(positions / sec, 1),
-        "padding": round(1 - all_tokens / all_positions, 3), "mean_len": round(positions / examples, 1),
+        "preset": spec["preset"], "variant": spec["variant"], "batch": spec["batch"], "examples": examples,
+        "tokens": tokens, "positions": positions, "steps": len(counting.batches), "seconds": round(sec, 3),
+        "setup_s": round(counting.first_call - t0, 3),
+        "examples_per_s": round(examples / sec, 2), "tokens_per_s": round(tokens / sec, 1),
+        "positions_per_s": round(positions / sec, 1), "padding": round(1 - tokens / positions, 3),
+        "mean_len": round(positions / examples, 1), "load_before": load_before, "load_after": _load(),
         "peak_mem_mb": None, "peak_rss_mb": round(_max_rss_mb()), "rss_increase_mb": None,
     }
     if device.type == "cuda":
@@ -268,45 +285,90 @@ def run_in_subprocess(spec: dict) -> dict:
     return json.loads(lines[-1][len(RESULT):])
 
 
-HEADER = ("| preset | variant | batch | examples/s | speed-up vs HF | tokens/s | positions/s | padding "
-          "| mean padded len | peak MiB | RSS rise MiB |\n|---|---|---|---|---|---|---|---|---|---|---|")
+def merge_rounds(runs: list[dict]) -> dict:
+    """One row from the rounds of one variant (the same epoch each time): rates over the summed time,
+    the largest memory, and each round's seconds and load averages."""
+    if len({(r["examples"], r["tokens"], r["positions"]) for r in runs}) != 1:
+        raise RuntimeError(f"the rounds of {runs[0]['variant']} did not train on the same batches.")
+    sec = sum(r["seconds"] for r in runs)
+    n = len(runs)
+    out = {**runs[0], "rounds": n, "seconds": round(sec / n, 3), "seconds_each": [r["seconds"] for r in runs],
+           "setup_s": round(sum(r["setup_s"] for r in runs) / n, 3),
+           "load_before": [r["load_before"] for r in runs], "load_after": [r["load_after"] for r in runs]}
+    for key in ("examples", "tokens", "positions"):
+        out[f"{key}_per_s"] = round(n * runs[0][key] / sec, 2 if key == "examples" else 1)
+    for key in ("peak_mem_mb", "peak_rss_mb", "rss_increase_mb"):
+        vals = [r[key] for r in runs if r[key] is not None]
+        out[key] = max(vals) if vals else None
+    return out
+
+
+def add_speedups(rows: list[dict]) -> None:
+    """Speed-ups of the rows of one preset over each baseline variant present, after checking that every
+    variant trained on the same sentences and tokens (so examples/s and tokens/s give the same ratio)."""
+    seen = {(r["examples"], r["tokens"]) for r in rows}
+    if len(seen) != 1:
+        raise RuntimeError(f"the variants did not train on the same sentences: (examples, tokens) {sorted(seen)}.")
+    by_variant = {r["variant"]: r for r in rows}
+    for r in rows:
+        for base in BASELINES:
+            ref = by_variant.get(base)
+            r[f"speedup_vs_{base.replace('-', '_')}"] = (
+                round(r["examples_per_s"] / ref["examples_per_s"], 3) if ref else None)
+
+
+HEADER = ("| preset | variant | sentences | s | examples/s | real tokens/s | positions/s | vs hf | vs hf-grouped "
+          "| padding | mean padded len | peak MiB | RSS rise MiB |\n" + "|---" * 13 + "|")
 
 
 def _dash(v: object) -> object:
     return "-" if v is None else v
 
 
-def _fmt(r: dict) -> str:
+def fmt_row(r: dict) -> str:
     mem = r["peak_mem_mb"] if r["peak_mem_mb"] is not None else r["peak_rss_mb"]
-    return (f"| {r['preset']} | {r['variant']} | {r['batch']} | {r['examples_per_s']} | "
-            f"{_dash(r.get('speedup_vs_hf'))} | {r['tokens_per_s']:.0f} | {r['positions_per_s']:.0f} | "
-            f"{100 * r['padding']:.1f} % | {r['mean_len']} | {mem} | {_dash(r['rss_increase_mb'])} |")
+    return (f"| {r['preset']} | {r['variant']} | {r['examples']} | {r['seconds']:.1f} | {r['examples_per_s']:.1f} | "
+            f"{r['tokens_per_s']:.0f} | {r['positions_per_s']:.0f} | {_dash(r.get('speedup_vs_hf'))} | "
+            f"{_dash(r.get('speedup_vs_hf_grouped'))} | {100 * r['padding']:.1f} % | {r['mean_len']} | {mem} | "
+            f"{_dash(r['rss_increase_mb'])} |")
 
 
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--presets", nargs="+", choices=tuple(PRESETS), default=["minilm", "base"])
+    p.add_argument("--presets", nargs="+", choices=tuple(PRESETS), default=None,
+                   help="model shapes (default minilm base on cuda, minilm on cpu)")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps in all (default 300 on cuda, 20 on cpu)")
-    p.add_argument("--warmup", type=int, default=None, help="steps before the clock starts (default 30 / 3)")
-    p.add_argument("--examples", type=int, default=0, help="use the first N SST-2 sentences (0 = all 60k)")
+    p.add_argument("--examples", type=int, default=None,
+                   help="sentences in the timed epoch, a seeded sample of SST-2 train (0 = all 60k; "
+                        "default all on cuda, 768 on cpu)")
+    p.add_argument("--warmup", type=int, default=None, help="untimed steps on other sentences first (default 30 / 3)")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="epochs per variant, each in a fresh process, every other round in reverse order; "
+                        "rates over their summed time (default 1 on cuda, 2 on cpu)")
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="MiniLM shape, bertlab and hf only, few steps, 4096 sentences")
+    p.add_argument("--quick", action="store_true",
+                   help="MiniLM shape, bertlab against hf and hf-grouped, 128 sentences, 1 warm-up step")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "finetune.json"))
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one variant (JSON spec)
     a = p.parse_args()
     gpu = a.device == "cuda"
-    a.steps = a.steps or (300 if gpu else 20)
+    a.presets = a.presets or (["minilm", "base"] if gpu else ["minilm"])
+    a.examples = a.examples if a.examples is not None else (0 if gpu else 768)
+    a.rounds = a.rounds or (1 if gpu else 2)
     a.warmup = a.warmup if a.warmup is not None else (30 if gpu else 3)
     if a.quick:
-        a.presets, a.variants = [p for p in a.presets if p != "base"] or a.presets, ["bertlab", "hf"]
-        a.steps, a.warmup, a.examples = min(a.steps, 10), min(a.warmup, 2), a.examples or 4096
-    if not 1 <= a.warmup < a.steps:
-        p.error(f"need 1 <= --warmup < --steps (got warmup {a.warmup}, steps {a.steps}).")
+        a.presets = [p for p in a.presets if p != "base"] or a.presets
+        a.variants = [v for v in ("bertlab", "hf", "hf-grouped") if v in a.variants] or a.variants
+        a.examples, a.warmup, a.rounds = min(a.examples or 128, 128), min(a.warmup, 1), 1
+    if a.warmup < 1 or a.batch < 1 or a.examples < 0 or a.rounds < 1:
+        p.error(f"need --warmup >= 1, --batch >= 1, --examples >= 0, --rounds >= 1 "
+                f"(got {a.warmup}, {a.batch}, {a.examples}, {a.rounds}).")
+    if a.examples and a.examples < a.batch:
+        p.error(f"--examples {a.examples} is less than one batch of {a.batch}.")
     return a
 
 
@@ -323,27 +385,37 @@ def main() -> None:
         data_path("sst2", "train.tsv")
     except DataNotFoundError as e:
         raise SystemExit(f"SST-2 is needed: {e}") from None
+    load_start, t_start = _load(), time.perf_counter()
     print(HEADER)
     rows = []
     for preset in a.presets:
-        hf_eps = None
-        for variant in ["hf", *[v for v in a.variants if v != "hf"]] if "hf" in a.variants else a.variants:
-            spec = {"preset": preset, "variant": variant, "batch": a.batch, "steps": a.steps, "warmup": a.warmup,
-                    "examples": a.examples, "max_length": a.max_length, "threads": a.threads, "seed": a.seed,
-                    "device": a.device}
-            row = run_in_subprocess(spec)
-            hf_eps = row["examples_per_s"] if variant == "hf" else hf_eps
-            row["speedup_vs_hf"] = round(row["examples_per_s"] / hf_eps, 3) if hf_eps else None
-            rows.append(row)
-            print(_fmt(row), flush=True)
+        runs: dict[str, list[dict]] = {v: [] for v in a.variants}
+        for i in range(a.rounds):  # every other round in reverse order, so a drift in load hits all alike
+            for variant in a.variants if i % 2 == 0 else a.variants[::-1]:
+                spec = {"preset": preset, "variant": variant, "batch": a.batch, "examples": a.examples,
+                        "warmup": a.warmup, "max_length": a.max_length, "threads": a.threads, "seed": a.seed,
+                        "device": a.device}
+                runs[variant].append(run_in_subprocess(spec))
+        part = [merge_rounds(runs[v]) for v in a.variants]
+        add_speedups(part)
+        for r in part:
+            print(fmt_row(r), flush=True)
+        rows += part
     meta = {"torch": torch.__version__, "transformers": importlib.metadata.version("transformers"), "device": a.device,
             "gpu": torch.cuda.get_device_name() if a.device == "cuda" else None,
-            "cpu": platform.processor() or platform.machine(), "threads": a.threads,
-            "precision": "bf16 autocast" if a.device == "cuda" else "fp32", "steps": a.steps, "warmup": a.warmup,
-            "examples": a.examples or "all", "max_length": a.max_length, "lr": LR, "task": "sst2"}
+            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "threads": a.threads,
+            "precision": "bf16 autocast" if a.device == "cuda" else "fp32", "timed": "one epoch",
+            "examples": rows[0]["examples"] if rows else None, "examples_asked": a.examples or "all",
+            "sample_seed": a.seed, "warmup_steps": a.warmup, "rounds": a.rounds,
+            "bucket_batches": bucket_batches(rows[0]["examples"], a.batch) if rows else None, "batch": a.batch,
+            "max_length": a.max_length, "lr": LR,
+            "task": "sst2", "load_avg_start": load_start, "load_avg_end": _load(),
+            "wall_s": round(time.perf_counter() - t_start, 1),
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    print(f"\nwritten to {a.out}")
+    print(f"\nload average (1, 5, 15 min) {load_start} at the start, {meta['load_avg_end']} at the end")
+    print(f"written to {a.out}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The `bertlab` command. Each subcommand is one `_add_<name>(subparsers)` function that
 declares its options and sets `func`, the function that runs it and returns an exit code.
 
-    bertlab serve [--port N] [--no-browser] [--model SOURCE]   the dashboard, with Voila
+    bertlab serve [--class N] [--port N] [--no-browser] [--model SOURCE] [--projector]   the dashboard (Voila)
     bertlab pretrain --corpus C --size S --steps N --out DIR     pre-train a mini BERT
     bertlab evaluate-mlm --model M --text FILE                   masked-token top-1/top-5 (JSON)
     bertlab train-default-heads                                  the offline default's MLM+NSP heads
@@ -26,6 +26,8 @@ log = logging.getLogger("bertlab.cli")
 DEFAULT_APP = "bertlab.ipynb"
 DEFAULT_PORT = 8866
 MODEL_ENV = "BERTLAB_MODEL"  # read by apps/bertlab.ipynb: which model to load
+PROJECTOR_ENV = "BERTLAB_PROJECTOR"  # bertlab.settings.PROJECTOR_ENV (not imported: --help stays light)
+DEFAULT_CULL_IDLE_S = 40  # bertlab.serving.plan.DEFAULT_CULL_IDLE_S (not imported: --help stays light)
 
 
 class AppNotFoundError(FileNotFoundError):
@@ -62,37 +64,104 @@ def find_app(name: str = DEFAULT_APP) -> Path:
 
 # -- serve -------------------------------------------------------------------------------------
 def _add_serve(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("serve", help="serve the dashboard in the browser (Voila)",
-                       description="Serve the bertlab dashboard with Voila.")
+    p = sub.add_parser(
+        "serve", help="serve the dashboard in the browser (Voila), for one person or a class",
+        description="Serve the bertlab dashboard with Voila. Kernels of closed or idle pages are freed; "
+                    "with --class N, a pool of pre-heated kernels, a cap, and class settings for the kernels.",
+        epilog="A class on this machine's network: bertlab serve --class 30 --host 0.0.0.0 --password")
     p.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"port to listen on (default {DEFAULT_PORT})")
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for a classroom)")
+                   help="address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 for a classroom, "
+                        "which then needs a token or password)")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser tab")
     p.add_argument("--model", metavar="SOURCE", default=None,
                    help="model to load: a folder or a Hugging Face name (default: the offline MiniLM)")
+    p.add_argument("--projector", action="store_true",
+                   help="pages start in projector mode: larger text and figures for a lecture hall "
+                        "(a page can also ask with ?projector=1, and switch with its toggle)")
     p.add_argument("--app", default=DEFAULT_APP, help="dashboard notebook to serve (default %(default)s)")
     p.add_argument("--no-preheat", action="store_true",
-                   help="do not start a kernel before the first visit (slower page, less memory)")
+                   help="do not start kernels before the first visit (slower page, less memory)")
+    p.add_argument("--class", dest="class_size", type=_positive, metavar="N", default=None,
+                   help="serve a class of about N students: N pre-heated kernels, at most N + max(2, N/10) "
+                        "live kernels, one torch thread per kernel, a class folder (see --class-dir)")
+    p.add_argument("--pool-size", type=_count, metavar="K", default=None,
+                   help="pre-heated kernels kept ready (default: N with --class, else 1)")
+    p.add_argument("--max-kernels", type=_positive, metavar="M", default=None,
+                   help="live kernels at most, pool included; beyond it a page says the class is full "
+                        "(default: N + max(2, N/10) with --class, else no cap)")
+    p.add_argument("--cull-idle", type=_count, metavar="SECONDS", default=DEFAULT_CULL_IDLE_S,
+                   help="free a kernel whose page is gone after this many idle seconds "
+                        "(default %(default)s; open pages are never culled)")
+    p.add_argument("--token", default=None,
+                   help="require this token (students open http://HOST:PORT/?token=TOKEN once). Beyond "
+                        "loopback one is generated and printed unless --token or --password is given")
+    p.add_argument("--password", action="store_true",
+                   help="require a password: asked at start (read from stdin when it is not a terminal)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="a host name students use to reach this server (repeatable); localhost and this "
+                        "machine's own names and addresses are always accepted, other Host headers refused")
+    p.add_argument("--class-dir", type=Path, default=None, metavar="DIR",
+                   help="with --class: folder for the students' workspaces and the training queue "
+                        "(default ~/.cache/bertlab/class)")
+    p.add_argument("--teacher-port", type=_port, default=None, metavar="P",
+                   help="with --class: port of the teacher's view (default: --port + 1); its address, with its "
+                        "own secret, is printed at start: keep it to yourself")
     p.set_defaults(func=cmd_serve)
 
 
 def serve_command(args: argparse.Namespace, env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """The Voila command line and environment that `bertlab serve` runs."""
-    app = find_app(args.app)
-    cmd = [
-        sys.executable, "-m", "voila", str(app),
-        f"--port={args.port}",
-        f"--Voila.ip={args.host}",
-    ]
-    if not args.no_preheat:
-        # A kernel runs the notebook before anyone asks: ~6 s to a page instead of ~15 s.
-        cmd += ["--preheat_kernel=True", "--pool_size=1"]
-    if args.no_browser:
-        cmd.append("--no-browser")
-    env = dict(os.environ if env is None else env)
-    if args.model:
-        env[MODEL_ENV] = model_source(args.model)
-    return cmd, env
+    """The server command line (`python -m bertlab.serving ...`) and environment `bertlab serve` runs."""
+    plan = serve_plan(args)
+    return plan.argv(), plan.env(dict(os.environ if env is None else env))
+
+
+def serve_plan(args: argparse.Namespace):  # -> bertlab.serving.plan.ServePlan (imported lazily)
+    """What the parsed `serve` options amount to; made once per command, so a generated token or
+    a typed password stays the same however often it is asked for."""
+    if getattr(args, "_serve_plan", None) is None:
+        args._serve_plan = _make_plan(args)
+    return args._serve_plan
+
+
+def _make_plan(args: argparse.Namespace):
+    from bertlab.serving.plan import PlanError, make_plan
+
+    password_hash = hash_password(read_password()) if getattr(args, "password", False) else None
+    try:
+        return make_plan(
+            app=find_app(args.app), port=args.port, host=args.host, open_browser=not args.no_browser,
+            class_size=getattr(args, "class_size", None), preheat=not args.no_preheat,
+            pool_size=getattr(args, "pool_size", None), max_kernels=getattr(args, "max_kernels", None),
+            cull_idle=getattr(args, "cull_idle", DEFAULT_CULL_IDLE_S), token=getattr(args, "token", None),
+            password_hash=password_hash, allow_hosts=tuple(getattr(args, "allow_host", ())),
+            class_dir=getattr(args, "class_dir", None),
+            extra_env={**({MODEL_ENV: model_source(args.model)} if args.model else {}),
+                       **({PROJECTOR_ENV: "1"} if getattr(args, "projector", False) else {})},
+        )
+    except PlanError as e:
+        raise UsageError(str(e)) from None
+
+
+def read_password() -> str:
+    """The class password: asked twice on a terminal, else one line of stdin."""
+    import getpass
+
+    if sys.stdin.isatty():
+        first = getpass.getpass("Password for the class: ")
+        if getpass.getpass("Again: ") != first:
+            raise UsageError("the two passwords differ; run bertlab serve --password again.")
+    else:
+        first = sys.stdin.readline().rstrip("\r\n")
+    if len(first) < 4:
+        raise UsageError("--password: give a password of 4 characters or more.")
+    return first
+
+
+def hash_password(password: str) -> str:
+    from jupyter_server.auth import passwd
+
+    return passwd(password)
 
 
 def model_source(source: str) -> str:
@@ -107,18 +176,38 @@ def model_source(source: str) -> str:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """Run Voila until it stops: Ctrl-C, or SIGTERM (passed on, so no server is left behind)."""
+    """Run the server until it stops: Ctrl-C, or SIGTERM (passed on, so no server is left behind)."""
+    plan = serve_plan(args)
     cmd, env = serve_command(args)
-    log.info("serving %s on http://%s:%d (Ctrl-C stops it)", cmd[3], args.host, args.port)
-    proc = subprocess.Popen(cmd, env=env)
-    previous = signal.signal(signal.SIGTERM, lambda *_: proc.terminate())
+    if plan.class_size:
+        for folder in (env["BERTLAB_WORKSPACES"], str(Path(env["BERTLAB_QUEUE"]).parent)):
+            Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
+    log.info("serving %s on http://%s:%d (Ctrl-C stops it)", plan.app, args.host, args.port)
+    procs = [subprocess.Popen(cmd, env=env)]
+    if plan.class_size:  # the teacher's view: a second server, its own secret (bertlab/serving/teacher.py)
+        procs.append(_start_teacher(args, plan))
+    previous = signal.signal(signal.SIGTERM, lambda *_: [p.terminate() for p in procs])
     try:
-        return proc.wait()
-    except KeyboardInterrupt:  # Voila got the same Ctrl-C: let it shut its kernels down
-        proc.wait()
+        return procs[0].wait()
+    except KeyboardInterrupt:  # the servers got the same Ctrl-C: let them shut their kernels down
+        procs[0].wait()
         return 0
     finally:
+        for p in procs[1:]:
+            p.terminate()
+            p.wait()
         signal.signal(signal.SIGTERM, previous)
+
+
+def _start_teacher(args: argparse.Namespace, plan) -> subprocess.Popen:
+    from bertlab.serving.teacher import TEACHER_APP, teacher_command, teacher_plan, teacher_url
+
+    teacher = teacher_plan(plan, find_app(TEACHER_APP), port=getattr(args, "teacher_port", None))
+    cmd, env = teacher_command(plan, teacher, dict(os.environ))
+    proc = subprocess.Popen(cmd, env=env)
+    log.info("teacher's view (keep this address to yourself; students use the one below):\n    %s",
+             teacher_url(teacher))
+    return proc
 
 
 # -- the command -------------------------------------------------------------------------------
@@ -132,7 +221,42 @@ def _add_training(sub: argparse._SubParsersAction) -> None:
     add_evaluate_parser(sub)
 
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_serve, _add_training)
+def _add_download(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "download", help="fill the Hugging Face cache with hub models, ahead of an offline class",
+        description="Download the files bertlab reads (config, tokenizer, weights) of each hub model into the "
+                    "Hugging Face cache (HF_HOME), so that the picker and `bertlab.load(NAME)` work offline.",
+        epilog="bertlab download bert-base-uncased roberta-base google/electra-small-discriminator "
+               "(--recommended: the picker's list)")
+    p.add_argument("names", nargs="*", metavar="NAME", help="hub model names, e.g. bert-base-uncased")
+    p.add_argument("--recommended", action="store_true", help="also every model the picker recommends")
+    p.add_argument("--revision", default=None, help="a branch, tag or commit (default: main)")
+    p.set_defaults(func=cmd_download)
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    """Download each model in turn; one line per model (and per error); exit 1 if any failed."""
+    from bertlab.hub import RECOMMENDED, HubError, download, human_size, remote_files
+
+    for noisy in ("httpx", "httpx2", "huggingface_hub"):  # one line per model, not one per request
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    names = list(dict.fromkeys([*args.names, *([m.name for m in RECOMMENDED] if args.recommended else [])]))
+    if not names:
+        raise UsageError("name at least one hub model (e.g. bertlab download bert-base-uncased), or --recommended.")
+    failed = 0
+    for name in names:
+        try:
+            files = remote_files(name, args.revision)
+            folder = download(name, args.revision, files=files)
+        except HubError as e:
+            print(f"bertlab download: {e}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"{name}: {human_size(sum(f.size for f in files))} in {folder}")
+    return 1 if failed else 0
+
+
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_serve, _add_training, _add_download)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -157,6 +281,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.func(args)
     except (AppNotFoundError, UsageError) as e:
         parser.exit(1, f"bertlab: {e}\n")
+    except Exception as e:
+        if not is_user_error(e):
+            raise
+        log.debug("the error in full:", exc_info=e)  # -v shows the traceback
+        text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"bertlab {args.command}: {' '.join(str(text).split()) or type(e).__name__}", file=sys.stderr)
+        return 1
+
+
+# Errors whose message is for the user, printed as one line: bad options, data, models, a full disk.
+# The RuntimeError kinds are named by module, so that `bertlab serve` never imports the training code.
+_USER_RUNTIME_ERRORS = (
+    ("bertlab.training.checkpoint", "TrainingStateError"),  # DiskFullError too
+    ("bertlab.training.loop", "TrainingError"),
+    ("bertlab.training.tasks.readers", "DataSourceError"),
+)
+
+
+def is_user_error(error: BaseException) -> bool:
+    """ValueError (CorpusError, CheckpointError, DataFormatError ...), KeyError, OSError (a missing
+    file, a full disk) and the training RuntimeErrors that carry a message for the user."""
+    if isinstance(error, (ValueError, KeyError, OSError)):
+        return True
+    for module, name in _USER_RUNTIME_ERRORS:
+        kind = getattr(sys.modules.get(module), name, None)
+        if kind is not None and isinstance(error, kind):
+            return True
+    return False
 
 
 def _port(text: str) -> int:
@@ -167,6 +319,23 @@ def _port(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port {port} is outside 1..65535")
     return port
+
+
+def _positive(text: str) -> int:
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
 
 
 def _version() -> str:

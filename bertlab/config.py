@@ -8,9 +8,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Model types bertlab can build today, and the family members it is designed to take next.
-SUPPORTED_MODEL_TYPES = ("bert",)
-PLANNED_MODEL_TYPES = ("roberta", "albert", "distilbert", "electra")
+# Model types bertlab builds: BERT read here, the other members through `bertlab.families`, whose
+# modules map their config.json onto this neutral encoder spec (`BertConfig` with their model_type).
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "albert", "distilbert", "electra")
+PLANNED_MODEL_TYPES: tuple[str, ...] = ()
+# Pre-training heads a family can have: masked LM, next-sentence / sentence-order prediction,
+# replaced-token detection (ELECTRA's discriminator).
+PRETRAINING_HEADS = ("mlm", "nsp", "sop", "rtd")
+# Sizes past these are not a model bertlab can run in a class: refused before anything is built.
+LIMITS = {"num_hidden_layers": 256, "hidden_size": 32768, "intermediate_size": 131072,
+          "num_attention_heads": 1024, "vocab_size": 4_000_000, "max_position_embeddings": 1_000_000}
 
 # Task heads a model can carry besides (or instead of) the pre-training heads.
 TASKS = ("sequence_classification", "token_classification", "question_answering")
@@ -58,6 +65,8 @@ class BertConfig:
     task: str | None = None
     id2label: dict[int, str] = field(default_factory=dict)
     add_pooler: bool = True
+    # ALBERT: how many distinct layers (groups) the logical layers share (1 = one layer for all depths).
+    num_hidden_groups: int = 1
     # Houlsby bottleneck adapters after attention and after the MLP (None = no adapters).
     adapter_size: int | None = None
     # Anything else config.json held, kept so that saving round-trips it.
@@ -67,9 +76,10 @@ class BertConfig:
         if self.model_type not in SUPPORTED_MODEL_TYPES:
             planned = " (planned)" if self.model_type in PLANNED_MODEL_TYPES else ""
             raise ConfigError(
-                f"model_type {self.model_type!r}{planned} is not supported yet: bertlab builds "
+                f"model_type {str(self.model_type)[:40]!r}{planned} is not supported yet: bertlab builds "
                 f"{', '.join(SUPPORTED_MODEL_TYPES)} encoders."
             )
+        self._check_sizes()
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(
                 f"hidden_size {self.hidden_size} is not a multiple of "
@@ -79,8 +89,43 @@ class BertConfig:
             raise ConfigError(f"hidden_act {self.hidden_act!r} is not supported.")
         if self.task is not None and self.task not in TASKS:
             raise ConfigError(f"task {self.task!r} is not one of {TASKS}.")
-        self.pretraining_heads = tuple(h for h in ("mlm", "nsp") if h in self.pretraining_heads)
-        self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+        if self.model_type == "bert" and self.embedding_size not in (None, self.hidden_size):
+            raise ConfigError(
+                f"embedding_size {self.embedding_size} differs from hidden_size {self.hidden_size}: BERT has no "
+                f"embedding projection (ALBERT and ELECTRA do: set model_type to one of them)."
+            )
+        self.pretraining_heads = tuple(h for h in PRETRAINING_HEADS if h in self.pretraining_heads)
+        if not isinstance(self.id2label, dict):
+            raise ConfigError("id2label must map label numbers to names, e.g. {\"0\": \"negative\"}.")
+        try:
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+        except (TypeError, ValueError):
+            bad = next(k for k in self.id2label if not str(k).strip().lstrip("-").isdigit())
+            raise ConfigError(
+                f"id2label key {str(bad)[:20]!r} is not a label number: keys must be 0, 1, 2, ..."
+            ) from None
+
+    def _check_sizes(self) -> None:
+        """Whole, positive, sane sizes: checked before anything is allocated."""
+        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "max_position_embeddings", "type_vocab_size", "num_hidden_groups",
+                     "embedding_size"):
+            value = getattr(self, name)
+            if value is None and name == "embedding_size":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{name} must be a whole number; got {str(value)[:30]!r}.")
+            low = 0 if name == "type_vocab_size" else 1
+            if value < low:
+                raise ConfigError(f"{name} must be at least {low}; got {value}.")
+            if name in LIMITS and value > LIMITS[name]:
+                raise ConfigError(
+                    f"{name} is {value}, more than bertlab runs (at most {LIMITS[name]}): "
+                    f"the config is damaged or not a BERT-family encoder."
+                )
+        if self.num_hidden_layers % self.num_hidden_groups:
+            raise ConfigError(f"num_hidden_groups {self.num_hidden_groups} does not divide "
+                              f"num_hidden_layers {self.num_hidden_layers}.")
 
     @property
     def head_dim(self) -> int:
@@ -109,8 +154,16 @@ class BertConfig:
         own = {f.name for f in dataclasses.fields(cls)} - {"extra", "pretraining_heads", "task"}
         kwargs = {k: v for k, v in d.items() if k in own}
         kwargs.setdefault("model_type", d.get("model_type", "bert"))
+        if d.get("model_type", "bert") != "bert":
+            raise ConfigError(f"model_type {str(d.get('model_type'))[:40]!r} is read by bertlab.families, not "
+                              f"BertConfig (bertlab.loading.load does this for you).")
         archs = d.get("architectures") or ["BertModel"]
-        heads, task = ARCHITECTURES.get(archs[0], ((), None))
+        if not isinstance(archs, list) or archs[0] not in ARCHITECTURES:
+            raise ConfigError(
+                f"architectures names {str(archs[0] if isinstance(archs, list) else archs)[:60]!r}, which bertlab "
+                f"does not build; it builds {', '.join(ARCHITECTURES)}."
+            )
+        heads, task = ARCHITECTURES[archs[0]]
         if "id2label" in d and task in ("sequence_classification", "token_classification"):
             kwargs["id2label"] = d["id2label"]
         else:
@@ -122,6 +175,8 @@ class BertConfig:
         d: dict[str, Any] = dict(self.extra)
         for f in dataclasses.fields(self):
             if f.name in ("extra", "pretraining_heads", "task", "add_pooler", "position_offset"):
+                continue
+            if f.name == "num_hidden_groups" and value_is_default(self, f.name):
                 continue
             value = getattr(self, f.name)
             if f.name in ("embedding_size", "adapter_size") and value is None:
@@ -141,6 +196,8 @@ class BertConfig:
         path = Path(path)
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path} is not text (UTF-8): it is damaged or not a config.json.") from None
         except (OSError, json.JSONDecodeError) as e:
             raise ConfigError(f"{path} could not be read as JSON: {e}") from e
         if not isinstance(d, dict):
@@ -149,11 +206,17 @@ class BertConfig:
             return cls.from_hf_dict(d)
         except ConfigError as e:
             raise ConfigError(f"{path}: {e}") from e
-        except TypeError as e:
-            raise ConfigError(f"{path}: a field has the wrong type ({e}).") from e
+        except (TypeError, ValueError, AttributeError) as e:
+            raise ConfigError(f"{path}: a field has the wrong type ({str(e)[:80]}).") from e
 
     def save(self, folder: str | Path) -> None:
         Path(folder, "config.json").write_text(json.dumps(self.to_hf_dict(), indent=2) + "\n")
 
     def replace(self, **changes: Any) -> "BertConfig":
         return dataclasses.replace(self, **changes)
+
+
+def value_is_default(config: BertConfig, name: str) -> bool:
+    """Whether `config.name` still has the dataclass default (such fields are left out of config.json)."""
+    f = BertConfig.__dataclass_fields__[name]
+    return getattr(config, name) == f.default

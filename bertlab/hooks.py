@@ -50,9 +50,9 @@ def select(names: Iterable[str], which: NameFilter) -> list[str]:
     wanted = [which] if isinstance(which, str) else list(which)
     unknown = [n for n in wanted if n not in names]
     if unknown:
-        raise KeyError(
-            f"no hook point named {unknown[0]!r}; names look like "
-            f"'bert.encoder.layer.0.attention.self.hook_pattern' (see model.hook_names())."
+        example = next((n for n in names if n.endswith("hook_pattern")), names[0] if names else "")
+        raise KeyError(  # an example from this model: each family names its modules its own way
+            f"no hook point named {str(unknown[0])[:80]!r}; names look like {example!r} (see model.hook_names())."
         )
     return wanted
 
@@ -79,24 +79,34 @@ def _wrap(fn: HookFn, name: str):
 
 
 class ActivationCache(dict):
-    """Activations by hook name, detached; `cache.layer(3, 'hook_pattern')` for short names."""
+    """Activations by hook name, detached; `cache.layer(3, 'hook_pattern')` for short names.
+
+    `layers` is the model's family protocol (anything with `num_layers` and `hook_name(i, short)`,
+    e.g. `model.family`): layers are found through it, never by parsing hook names."""
+
+    def __init__(self, *args, layers=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.layers = layers
+
+    def _protocol(self):
+        if self.layers is None:
+            raise KeyError("this cache does not know its model's layers: make it with model.run_with_cache(...) "
+                           "or pass layers=model.family.")
+        return self.layers
 
     def layer(self, index: int, short: str) -> torch.Tensor:
-        matches = [k for k in self if f".layer.{index}." in k and k.endswith(short)]
-        if len(matches) != 1:
-            raise KeyError(f"{len(matches)} cached activations match layer {index} / {short!r}.")
-        return self[matches[0]]
+        name = self._protocol().hook_name(index, short)
+        if name not in self:
+            raise KeyError(f"nothing cached for layer {index} / {short!r} ({name}).")
+        return self[name]
 
     def stack(self, short: str) -> torch.Tensor:
-        """All layers' `short` activations stacked: [layer, ...]."""
-        keys = sorted((k for k in self if ".layer." in k and k.endswith(short)), key=_layer_index)
+        """The cached layers' `short` activations stacked in layer order: [layer, ...]."""
+        proto = self._protocol()
+        keys = [k for k in (proto.hook_name(i, short) for i in range(proto.num_layers)) if k in self]
         if not keys:
             raise KeyError(f"nothing cached ends with {short!r}.")
         return torch.stack([self[k] for k in keys])
-
-
-def _layer_index(name: str) -> int:
-    return int(name.split(".layer.")[1].split(".")[0])
 
 
 def caching_hooks(cache: ActivationCache, which: NameFilter, points: dict[str, HookPoint]):

@@ -3,14 +3,24 @@
 Loading is strict: after an explicit rename/ignore table, the checkpoint's keys and shapes must
 equal the model's. Heads are read off the checkpoint: a missing MLM/NSP head is allowed and
 reported; anything else that does not fit fails with one message naming the file and the keys.
+
+Weights that never change on disk (the offline default, the hub cache) are memory-mapped, not
+copied: every process that loads them shares one copy in the OS page cache, and a process that
+writes to a weight (training in place) gets a private copy of that page only. The offline default
+is composed once (the package's encoder + bertlab's float16 heads, as float32) into a file under
+`weights_cache_dir()`, which later loads map.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import os
 import re
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +28,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertlab.config import ARCHITECTURES, BertConfig, ConfigError
+from bertlab.families import Family, FamilyError, assemble, check_dtypes, family_for, spec_from_hf
+from bertlab.families.core import few, key_problems
 from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer, TokenizerError
 
@@ -40,6 +52,7 @@ IGNORED: tuple[str, ...] = (
 BASE_PREFIXES = ("embeddings.", "encoder.", "pooler.")  # a bare BertModel's keys: prefix with "bert."
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 HUB_FILES = ["config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"]
+COMPOSED_VERSION = 1  # bump when the composed default's file changes meaning: old files are then ignored
 
 
 class CheckpointError(ValueError):
@@ -72,33 +85,93 @@ def load(source: str | os.PathLike | None = None, revision: str | None = None) -
     name, folder = _resolve(source, revision)
     if name == DEFAULT_MODEL:
         model, report = load_default(folder)
-    else:
-        model, report = load_model(folder, source=name)
+    else:  # hub snapshots are never rewritten in place: safe to map; a local folder may be
+        model, report = load_model(folder, source=name, share=_in_hub_cache(folder))
     try:
         tok = Tokenizer.from_folder(folder)
     except TokenizerError as e:
         raise CheckpointError(f"{name}: the tokenizer could not be loaded: {e}") from e
-    tok.model_max_length = min(tok.model_max_length, model.config.max_position_embeddings)
+    if tok.vocab_size > model.config.vocab_size:  # ids past the embeddings would fail later, mid-forward
+        raise CheckpointError(
+            f"{name}: the tokenizer has {tok.vocab_size} pieces but the model's vocabulary holds "
+            f"{model.config.vocab_size}: they do not belong together. Use the tokenizer saved with the model."
+        )
+    positions = model.config.max_position_embeddings - model.config.position_offset
+    tok.model_max_length = min(tok.model_max_length, positions)
     log.info("loaded %s: %s", name, model.describe())
     return model, tok
 
 
 def load_model(
-    folder: str | os.PathLike, source: str | None = None, extra_state: dict[str, torch.Tensor] | None = None
+    folder: str | os.PathLike,
+    source: str | None = None,
+    extra_state: dict[str, torch.Tensor] | None = None,
+    share: bool = False,
 ) -> tuple[Bert, LoadReport]:
     """Build a `Bert` from `folder`'s config.json and weights (strict), in eval mode. `extra_state`
-    adds or replaces weights (e.g. trained heads) before the checks: the model gets the heads it holds."""
+    adds or replaces weights (e.g. trained heads) before the checks: the model gets the heads it holds.
+    share: keep safetensors weights memory-mapped (shared between processes) instead of copying
+    them; only for files nobody rewrites in place while the model lives."""
     folder = Path(folder)
+    family = _family_of(folder)
+    if family is not None:  # RoBERTa, ALBERT, DistilBERT, ELECTRA: built by bertlab.families
+        return _load_family(folder, family, source, extra_state, share)
+    config = _read_config(folder)
+    weights_file, state = read_weights(folder)
+    state = normalise_keys(state)
+    state.update(extra_state or {})
+    return _build(folder, config, weights_file, state, source, share)
+
+
+def _family_of(folder: Path) -> Family | None:
+    """The family of `folder`'s config.json when it is not BERT (None: BERT, or a file _read_config reports)."""
+    path = folder / "config.json"
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or d.get("model_type", "bert") == "bert":
+        return None
+    try:
+        return family_for(d.get("model_type"))
+    except ConfigError as e:
+        raise CheckpointError(f"{path}: {e}") from e
+
+
+def _load_family(folder: Path, family: Family, source: str | None, extra_state: dict[str, torch.Tensor] | None,
+                 share: bool) -> tuple[torch.nn.Module, LoadReport]:
+    path = folder / "config.json"
+    try:
+        _, spec = spec_from_hf(json.loads(path.read_text(encoding="utf-8")))
+    except ConfigError as e:
+        raise CheckpointError(f"{path}: {e}") from e
+    weights_file, state = read_weights(folder)
+    state.update(extra_state or {})
+    try:
+        model, found = assemble(family, spec, state, weights_file, share)
+    except FamilyError as e:
+        raise CheckpointError(str(e)) from e
+    report = LoadReport(source or str(folder), folder, weights_file, found.heads, found.task, found.missing_heads)
+    for h in found.missing_heads:
+        report.notes.append(f"{weights_file.name} has no {h.upper()} head although config.json names "
+                            f"{config_arch(folder)}: the model loads without it.")
+    model.load_report = report
+    return model, report
+
+
+def _read_config(folder: Path) -> BertConfig:
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise CheckpointError(f"{folder} has no config.json: it is not a Hugging Face model folder.")
     try:
-        config = BertConfig.from_json_file(config_path)
+        return BertConfig.from_json_file(config_path)
     except ConfigError as e:
         raise CheckpointError(str(e)) from e
-    weights_file, state = read_weights(folder)
-    state = normalise_keys(state)
-    state.update(extra_state or {})
+
+
+def _build(folder: Path, config: BertConfig, weights_file: Path, state: dict[str, torch.Tensor],
+           source: str | None, share: bool) -> tuple[Bert, LoadReport]:
+    """The model `state` (normalised keys) describes, checked strictly against `config`."""
     heads, task, has_pooler = _heads_in(state, config)
     missing_heads = tuple(h for h in config.pretraining_heads if h not in heads)
     id2label = config.id2label
@@ -106,14 +179,22 @@ def load_model(
         n = state["classifier.weight"].shape[0]
         id2label = {i: f"LABEL_{i}" for i in range(n)}
     config = config.replace(pretraining_heads=heads, task=task, add_pooler=has_pooler, id2label=id2label)
-    with torch.device("meta"):  # no random init: every weight comes from the file (strict, below)
+    with torch.device("meta"), _SkipInit():  # no random init: every weight comes from the file (strict, below)
         model = Bert(config)
     check_state(model, state, weights_file)
-    model = model.to_empty(device="cpu")
+    try:
+        check_dtypes(state, weights_file)
+    except FamilyError as e:
+        raise CheckpointError(str(e)) from e
+    expected = model.state_dict()
+    state = {k: _own_tensor(v, expected[k].dtype, share) for k, v in state.items()}
     if model.has_mlm:
         state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"]
-    model.load_state_dict(state, strict=True)
+    model.load_state_dict(state, strict=True, assign=True)  # the model holds these very tensors
     model.tie_weights()
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:  # every weight and buffer must come from the file
+        raise CheckpointError(f"{weights_file}: {few(left)} got no value from the file.")
     model.eval()
     report = LoadReport(source or str(folder), folder, weights_file, heads, task, missing_heads)
     for h in missing_heads:
@@ -132,18 +213,22 @@ def load_model(
 def load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[Bert, LoadReport]:
     """The offline default plus bertlab's trained MLM/NSP heads, when they ship (see
     training.default_heads): one model built once, from the package's weights and the heads file.
-    `heads` names another heads file (the start of `train-default-heads --init-heads`)."""
-    from bertlab.training.default_heads import heads_path, retrained_layers
+    `heads` names another heads file (the start of `train-default-heads --init-heads`).
+    The shipped heads' model is memory-mapped from its composed file (see `weights_cache_dir`)."""
+    from bertlab.default_heads_file import heads_path, retrained_layers
 
     path = Path(heads) if heads is not None else heads_path()
     if str(path) in ("", ".") or not path.is_file():
         if heads is not None:
             raise CheckpointError(f"heads file {path} not found")
-        return load_model(folder, source=DEFAULT_MODEL)
+        return load_model(folder, source=DEFAULT_MODEL, share=True)
     state = load_file(str(path))
     n = len(retrained_layers(state))
     try:
-        model, report = load_model(folder, source=DEFAULT_MODEL, extra_state=state)
+        if heads is None:  # the heads every kernel loads: composed once, mapped by all
+            model, report = _load_composed(folder, path, state)
+        else:  # a training run's starting point: its own copy, nothing cached
+            model, report = load_model(folder, source=DEFAULT_MODEL, extra_state=state)
     except CheckpointError as e:
         raise CheckpointError(f"bertlab's default heads {path} do not fit the offline default: {e}") from e
     report.notes = [
@@ -155,18 +240,141 @@ def load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[
 
 
 def save_pretrained(model: Bert, tokenizer: Tokenizer | None, folder: str | os.PathLike) -> Path:
-    """Write config.json, model.safetensors and the tokenizer files (HF layout: transformers loads it)."""
+    """Write config.json, model.safetensors and the tokenizer files (HF layout: transformers loads it).
+    The weights go to a new file renamed into place, so a model loaded from the old one is unharmed."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if not isinstance(model, Bert):  # another family: its module knows its names and config.json
+        (folder / "config.json").write_text(json.dumps(model.hf_config(), indent=2) + "\n")
+        _save_atomically(model.hf_state_dict(), folder / "model.safetensors", {"format": "pt"})
+        if tokenizer is not None:
+            tokenizer.save(folder)
+        return folder
     model.config.save(folder)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
     state.pop("cls.predictions.decoder.weight", None)  # tied: stored once, as the word embeddings
     if model.config.architecture == "BertModel":  # HF's bare encoder has no "bert." prefix
         state = {k.removeprefix("bert."): v for k, v in state.items()}
-    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    _save_atomically(state, folder / "model.safetensors", {"format": "pt"})
     if tokenizer is not None:
         tokenizer.save(folder)
     return folder
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared weights: the composed offline default, mapped from one file
+# ---------------------------------------------------------------------------------------------
+def weights_cache_dir() -> Path:
+    """Where the composed offline default is kept (`~/.cache/bertlab/weights`): one file that every
+    process on the machine maps, so the OS holds its weights once."""
+    return Path.home() / ".cache" / "bertlab" / "weights"
+
+
+def composed_default_path(folder: Path, heads: Path) -> Path:
+    """The cache file for the package's weights in `folder` + the heads file `heads`; its name changes
+    whenever either file does (path, size or modification time)."""
+    files = [folder / "model.safetensors", heads]
+    key = json.dumps([COMPOSED_VERSION, *[(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files]])
+    return weights_cache_dir() / f"default-{hashlib.sha256(key.encode()).hexdigest()[:16]}.safetensors"
+
+
+def _load_composed(folder: Path, heads: Path, heads_state: dict[str, torch.Tensor]) -> tuple[Bert, LoadReport]:
+    """The offline default with `heads` merged in, mapped from its composed float32 file (written
+    on first use); built in private memory, as before, when that file cannot be written."""
+    try:
+        cached = _compose_default(folder, heads, heads_state)
+    except OSError as e:  # read-only home, full disk: no sharing, same model
+        log.info("the composed default could not be cached (%s): loading it privately", e)
+        return load_model(folder, source=DEFAULT_MODEL, extra_state=heads_state)
+    try:
+        state = _read_safetensors(cached)
+        model, report = _build(folder, _read_config(folder), folder / "model.safetensors", state, DEFAULT_MODEL,
+                               share=True)
+    except CheckpointError as e:  # a damaged cache file: never trust it, rebuild next time
+        log.warning("the cached offline default %s is unusable (%s): removed", cached, e)
+        cached.unlink(missing_ok=True)
+        return load_model(folder, source=DEFAULT_MODEL, extra_state=heads_state)
+    return model, report
+
+
+def _compose_default(folder: Path, heads: Path, heads_state: dict[str, torch.Tensor]) -> Path:
+    """Write the composed default's weights (float32, as the model holds them) once; returns the file.
+    Processes starting together wait for the first to write it, then all map the same file."""
+    target = composed_default_path(folder, heads)
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _file_lock(target.parent / "default.lock"):
+        if target.is_file():  # another process wrote it while this one waited
+            return target
+        model, _ = load_model(folder, source=DEFAULT_MODEL, extra_state=heads_state)
+        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()
+                 if k != "cls.predictions.decoder.weight"}  # tied: the word embeddings
+        _save_atomically(state, target, {"format": "pt", "bertlab": "composed offline default"})
+        for old in target.parent.glob("default-*.safetensors"):  # earlier heads or package versions
+            if old != target:
+                old.unlink(missing_ok=True)  # processes mapping it keep their copy until they end
+        log.info("composed the offline default into %s", target)
+    return target
+
+
+def _save_atomically(state: dict[str, torch.Tensor], path: Path, metadata: dict[str, str]) -> None:
+    """safetensors file written beside `path` and renamed onto it: a process that maps the old file keeps
+    reading the old weights, and nobody ever sees a half-written file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(state, tmp, metadata=metadata)
+        os.chmod(tmp, 0o644)  # as an ordinary file (mkstemp makes it owner-only)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock between processes (POSIX); a no-op where fcntl does not exist."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: the atomic rename alone keeps the file whole
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _own_tensor(value: torch.Tensor, dtype: torch.dtype, share: bool) -> torch.Tensor:
+    """A checkpoint tensor as the model will hold it: in the model's dtype (a cast is a copy), and
+    unless `share`, a private contiguous copy (never a view of a file mapping)."""
+    if value.dtype != dtype:
+        return value.to(dtype, memory_format=torch.contiguous_format)
+    return value if share else value.clone(memory_format=torch.contiguous_format)
+
+
+def _in_hub_cache(folder: Path) -> bool:
+    """Whether `folder` lies in the Hugging Face hub cache, whose files are written once and never changed."""
+    try:
+        from huggingface_hub.constants import HF_HUB_CACHE
+    except ImportError:
+        return False
+    return Path(folder).resolve().is_relative_to(Path(HF_HUB_CACHE).resolve())
+
+
+class _SkipInit(torch.overrides.TorchFunctionMode):
+    """Inside: `torch.nn.init`'s fill functions do nothing. For a model built on the meta device whose
+    weights all come from a file (filling meta tensors would only import torch's compiler). A torch
+    function mode, so it acts in this thread only."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,6 +477,9 @@ def read_weights(folder: Path) -> tuple[Path, dict[str, torch.Tensor]]:
             raise CheckpointError(f"{path} is not a valid safetensors index ({e}).") from e
         state: dict[str, torch.Tensor] = {}
         for shard in shards:
+            if not isinstance(shard, str) or not (folder / shard).resolve().is_relative_to(folder.resolve()):
+                raise CheckpointError(f"{path} names a shard outside its folder ({str(shard)[:80]!r}); "
+                                      f"shards must sit beside the index. The index is damaged or unsafe.")
             state.update(_read_safetensors(folder / shard))
         return path, state
     try:
@@ -331,31 +542,14 @@ def _heads_in(state: dict[str, torch.Tensor], config: BertConfig) -> tuple[tuple
 def check_state(model: Bert, state: dict[str, torch.Tensor], weights_file: Path) -> None:
     """Equal key sets (the tied decoder aside) and equal shapes, or one CheckpointError naming them."""
     expected = {k: v.shape for k, v in model.state_dict().items() if k != "cls.predictions.decoder.weight"}
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = [
-        f"{k} (file {tuple(state[k].shape)}, config {tuple(expected[k])})"
-        for k in expected if k in state and state[k].shape != expected[k]
-    ]
-    problems = []
     if not any(k.startswith("bert.encoder.layer.") for k in state):
-        problems.append(
-            f"it holds no BERT encoder weights (keys such as {_few(unexpected or list(state))}); "
-            f"is it a BERT checkpoint?"
-        )
+        unexpected = sorted(set(state) - set(expected))
+        problems = [f"it holds no BERT encoder weights (keys such as {few(unexpected or list(state))}); "
+                    f"is it a BERT checkpoint?"]
     else:
-        if missing:
-            problems.append(f"{len(missing)} weight(s) missing: {_few(missing)}")
-        if unexpected:
-            problems.append(f"{len(unexpected)} unexpected weight(s): {_few(unexpected)}")
-        if wrong:
-            problems.append(f"{len(wrong)} shape mismatch(es) with config.json: {_few(wrong)}")
+        problems = key_problems(expected, state)
     if problems:
         raise CheckpointError(f"{weights_file} does not fit its config.json: " + "; ".join(problems) + ".")
-
-
-def _few(items: list[str], n: int = 5) -> str:
-    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 __all__ = ["load", "load_model", "save_pretrained", "CheckpointError", "LoadReport", "ARCHITECTURES"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Literal
+from typing import Callable, Iterable, Iterator, Literal
 
 import torch
 import torch.nn.functional as F
@@ -44,7 +44,8 @@ class BertEmbeddings(nn.Module):
         width = cfg.embedding_size or cfg.hidden_size
         self.word_embeddings = nn.Embedding(cfg.vocab_size, width, padding_idx=cfg.pad_token_id)
         self.position_embeddings = nn.Embedding(cfg.max_position_embeddings, width)
-        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, width)
+        # type_vocab_size 0 (DistilBERT): no segment embeddings at all
+        self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, width) if cfg.type_vocab_size else None
         self.LayerNorm = nn.LayerNorm(width, eps=cfg.layer_norm_eps)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.position_offset = cfg.position_offset
@@ -54,13 +55,17 @@ class BertEmbeddings(nn.Module):
         self.hook_sum = HookPoint()  # [batch, seq, d_model] before LayerNorm
         self.hook_out = HookPoint()  # [batch, seq, d_model] normalised sum
 
+    def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """[seq] (or [batch, seq]) position of each token; families override (RoBERTa counts non-padding)."""
+        return torch.arange(input_ids.shape[1], device=input_ids.device) + self.position_offset
+
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        seq = input_ids.shape[1]
-        positions = torch.arange(seq, device=input_ids.device) + self.position_offset  # [seq]
         word = self.hook_word(self.word_embeddings(input_ids))
-        segment = self.hook_token_type(self.token_type_embeddings(token_type_ids))
-        position = self.hook_position(self.position_embeddings(positions).expand_as(word))
-        total = self.hook_sum(word + segment + position)
+        position = self.hook_position(self.position_embeddings(self.position_ids(input_ids)).expand_as(word))
+        total = word + position
+        if self.token_type_embeddings is not None:
+            total = total + self.hook_token_type(self.token_type_embeddings(token_type_ids))
+        total = self.hook_sum(total)
         return self.hook_out(self.dropout(self.LayerNorm(total)))
 
 
@@ -79,15 +84,14 @@ def attention(
     return pattern @ v, pattern
 
 
-class BertSelfAttention(nn.Module):
+class AttentionHooks(nn.Module):
+    """The hook points of one logical attention layer and its path choice. A family's attention
+    module inherits them; ALBERT keeps one set per depth because its layer is shared."""
+
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.n_heads = cfg.num_attention_heads
         self.d_head = cfg.head_dim
-        self.query = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.key = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.value = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
         self.path: AttentionPath = "auto"
         self.hook_q = HookPoint()  # [batch, seq, head, d_head]
         self.hook_k = HookPoint()  # [batch, seq, head, d_head]
@@ -96,32 +100,63 @@ class BertSelfAttention(nn.Module):
         self.hook_pattern = HookPoint()  # [batch, head, query, key]
         self.hook_z = HookPoint()  # [batch, seq, head, d_head] each head's weighted values
 
-    def _split(self, x: torch.Tensor) -> torch.Tensor:
-        return x.view(*x.shape[:2], self.n_heads, self.d_head)  # [batch, seq, head, d_head]
-
     def uses_eager(self) -> bool:
         if self.path == "auto":
             return self.hook_scores.active or self.hook_pattern.active
         return self.path == "eager"
 
+
+def attend(
+    hp: AttentionHooks, x: torch.Tensor, query: nn.Module, key: nn.Module, value: nn.Module,
+    mask: torch.Tensor | None, head_mask: torch.Tensor | None, dropout: nn.Dropout,
+) -> torch.Tensor:
+    """Multi-head self-attention of x [batch, seq, d_model] through `hp`'s hook points;
+    returns z [batch, seq, head, d_head]. Shared by every family's layer."""
+
+    def split(t: torch.Tensor) -> torch.Tensor:
+        return t.view(*t.shape[:2], hp.n_heads, hp.d_head)  # [batch, seq, head, d_head]
+
+    q = hp.hook_q(split(query(x))).transpose(1, 2)  # [batch, head, seq, d_head]
+    k = hp.hook_k(split(key(x))).transpose(1, 2)
+    v = hp.hook_v(split(value(x))).transpose(1, 2)
+    if hp.uses_eager():
+        scores = (q * hp.d_head**-0.5) @ k.transpose(-1, -2)  # scale the small tensor, not [q, k]
+        if mask is not None:
+            scores += mask
+        pattern = hp.hook_pattern(hp.hook_scores(scores).softmax(dim=-1))
+        z = dropout(pattern) @ v  # [batch, head, seq, d_head]
+    else:
+        p = dropout.p if dropout.training else 0.0
+        z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+    if head_mask is not None:  # [head]: 0 switches a head off (same as scaling its pattern)
+        z = z * head_mask.to(z.dtype).view(1, -1, 1, 1)
+    return hp.hook_z(z.transpose(1, 2))  # [batch, seq, head, d_head]
+
+
+def write_heads(z: torch.Tensor, dense: nn.Linear, hook_result: HookPoint, n_heads: int) -> torch.Tensor:
+    """The output projection of z [batch, seq, head, d_head] -> [batch, seq, d_model]; fills
+    `hook_result` ([batch, seq, head, d_model], each head's write without bias) only when read."""
+    if hook_result.active:
+        weight = dense.weight() if callable(dense.weight) else dense.weight  # quantized Linear: a method
+        if weight.is_quantized:
+            weight = weight.dequantize()
+        w = weight.reshape(-1, n_heads, z.shape[-1]).to(z.dtype)  # [d_model, head, d_head]
+        hook_result(torch.einsum("bshe,mhe->bshm", z, w))
+    return dense(z.flatten(2))
+
+
+class BertSelfAttention(AttentionHooks):
+    def __init__(self, cfg: BertConfig):
+        super().__init__(cfg)
+        self.query = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.key = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.value = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
+
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None
     ) -> torch.Tensor:
-        q = self.hook_q(self._split(self.query(x))).transpose(1, 2)  # [batch, head, seq, d_head]
-        k = self.hook_k(self._split(self.key(x))).transpose(1, 2)
-        v = self.hook_v(self._split(self.value(x))).transpose(1, 2)
-        if self.uses_eager():
-            scores = (q * self.d_head**-0.5) @ k.transpose(-1, -2)  # scale the small tensor, not [q, k]
-            if mask is not None:
-                scores += mask
-            pattern = self.hook_pattern(self.hook_scores(scores).softmax(dim=-1))
-            z = self.dropout(pattern) @ v  # [batch, head, seq, d_head]
-        else:
-            p = self.dropout.p if self.training else 0.0
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        if head_mask is not None:  # [head]: 0 switches a head off (same as scaling its pattern)
-            z = z * head_mask.to(z.dtype).view(1, -1, 1, 1)
-        return self.hook_z(z.transpose(1, 2))  # [batch, seq, head, d_head]
+        return attend(self, x, self.query, self.key, self.value, mask, head_mask, self.dropout)
 
 
 class Adapter(nn.Module):
@@ -150,10 +185,7 @@ class BertSelfOutput(nn.Module):
         self.hook_attn_out = HookPoint()  # [batch, seq, d_model] all heads + bias
 
     def forward(self, z: torch.Tensor, resid: torch.Tensor) -> torch.Tensor:
-        if self.hook_result.active:  # computed only when someone reads it
-            w = self.dense.weight.view(-1, self.n_heads, z.shape[-1])  # [d_model, head, d_head]
-            self.hook_result(torch.einsum("bshe,mhe->bshm", z, w))
-        out = self.hook_attn_out(self.dropout(self.dense(z.flatten(2))))
+        out = self.hook_attn_out(self.dropout(write_heads(z, self.dense, self.hook_result, self.n_heads)))
         if self.adapter is not None:
             out = self.adapter(out)
         return self.LayerNorm(out + resid)
@@ -240,10 +272,13 @@ class BertPooler(nn.Module):
 class BertModel(nn.Module):
     """Embeddings + encoder (+ pooler): HF `BertModel`, stored under `bert.` in full models."""
 
-    def __init__(self, cfg: BertConfig):
+    def __init__(self, cfg: BertConfig, embeddings: nn.Module | None = None):
         super().__init__()
         self.config = cfg
-        self.embeddings = BertEmbeddings(cfg)
+        self.embeddings = embeddings if embeddings is not None else BertEmbeddings(cfg)
+        # factorised embeddings (ELECTRA's name): embedding_size -> hidden_size before the first layer
+        factorised = cfg.embedding_size not in (None, cfg.hidden_size)
+        self.embeddings_project = nn.Linear(cfg.embedding_size, cfg.hidden_size) if factorised else None
         self.encoder = BertEncoder(cfg)
         self.pooler = BertPooler(cfg) if cfg.add_pooler else None
 
@@ -257,6 +292,8 @@ class BertModel(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)
         mask = _additive_mask(attention_mask, x.dtype)
         x = self.encoder(x, mask, head_mask)
         return x, (self.pooler(x) if self.pooler is not None else None)
@@ -306,6 +343,57 @@ class BertPreTrainingHeads(nn.Module):
         self.seq_relationship = nn.Linear(cfg.hidden_size, 2) if "nsp" in cfg.pretraining_heads else None
 
 
+class ClassificationHead(nn.Module):
+    """Sentence classifier on the first token: dense, activation, out_proj (RoBERTa: tanh, ELECTRA: gelu)."""
+
+    def __init__(self, cfg: BertConfig, act: Callable[[torch.Tensor], torch.Tensor]):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.dropout = nn.Dropout(classifier_dropout(cfg))
+        self.out_proj = nn.Linear(cfg.hidden_size, cfg.num_labels)
+        self.act = act
+
+    def forward(self, seq: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(seq[:, 0])
+        return self.out_proj(self.dropout(self.act(self.dense(x))))  # [batch, labels]
+
+
+def classifier_dropout(cfg: BertConfig) -> float:
+    """HF's classifier dropout: config.json's classifier_dropout, else hidden_dropout_prob."""
+    return cfg.extra.get("classifier_dropout") or cfg.hidden_dropout_prob
+
+
+def add_task_heads(model: nn.Module, cfg: BertConfig, dropout_p: float | None = None,
+                   sentence_act: Callable[[torch.Tensor], torch.Tensor] | None = None) -> None:
+    """Give `model` the head of `cfg.task` under HF's names: `dropout` + `classifier` (a Linear) for
+    token classification and for sequence classification of the pooled output; `qa_outputs` for
+    question answering. With `sentence_act`, sequence classification is a `ClassificationHead` on
+    the first token instead (RoBERTa: tanh, ELECTRA: gelu). dropout_p: default `classifier_dropout`."""
+    if cfg.task == "sequence_classification" and sentence_act is not None:
+        model.classifier = ClassificationHead(cfg, sentence_act)
+    elif cfg.task in ("sequence_classification", "token_classification"):
+        model.dropout = nn.Dropout(classifier_dropout(cfg) if dropout_p is None else dropout_p)
+        model.classifier = nn.Linear(cfg.hidden_size, cfg.num_labels)
+    elif cfg.task == "question_answering":
+        model.qa_outputs = nn.Linear(cfg.hidden_size, 2)
+
+
+def task_logits(out: ModelOutput, model: nn.Module, seq: torch.Tensor, pooled: torch.Tensor | None) -> None:
+    """Fill `out` from the head `add_task_heads` gave `model`: classification into `logits`
+    ([batch, labels] from `pooled`, or from `seq` through a ClassificationHead; [batch, seq, labels]),
+    question answering into `start_logits` / `end_logits` ([batch, seq]). No task: nothing."""
+    task = model.config.task
+    if task == "sequence_classification" and isinstance(model.classifier, ClassificationHead):
+        out.logits = model.classifier(seq)
+    elif task == "sequence_classification":
+        out.logits = model.classifier(model.dropout(pooled))
+    elif task == "token_classification":
+        out.logits = model.classifier(model.dropout(seq))
+    elif task == "question_answering":
+        start, end = model.qa_outputs(seq).unbind(-1)
+        out.start_logits, out.end_logits = start.contiguous(), end.contiguous()
+
+
 @dataclass
 class ModelOutput:
     """What a forward pass returns; fields without a head stay None."""
@@ -317,12 +405,78 @@ class ModelOutput:
     logits: torch.Tensor | None = None  # [batch, labels] or [batch, seq, labels]
     start_logits: torch.Tensor | None = None  # [batch, seq]
     end_logits: torch.Tensor | None = None  # [batch, seq]
+    rtd_logits: torch.Tensor | None = None  # [batch, seq] ELECTRA discriminator: > 0 = "replaced"
+
+
+# ---------------------------------------------------------------------------------------------
+# What every family's whole model shares: hooks, caching, the attention path, its family
+# ---------------------------------------------------------------------------------------------
+class HookedModel(nn.Module):
+    """Base of every family's whole model (`Bert` here, the others in `bertlab.families`).
+    Subclasses set `self.hook_points = name_hook_points(self)` at the end of `__init__`."""
+
+    config: BertConfig
+    hook_points: dict[str, HookPoint]
+
+    def _init_weights(self, m: nn.Module) -> None:
+        """HF's initialisation of one module (`self.apply(self._init_weights)`): normal(0, initializer_range)
+        weights, zero biases and padding row, LayerNorms at identity."""
+        std = self.config.initializer_range
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=std)
+            if m.padding_idx is not None:
+                m.weight.data[m.padding_idx].zero_()
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+    @property
+    def family(self):
+        """The model's family protocol (`bertlab.families.ModelFamily`): logical layers, hook
+        names, special tokens, word boundaries."""
+        from bertlab.families import model_family  # the families import this module
+
+        return model_family(self)
+
+    def hook_names(self) -> list[str]:
+        return list(self.hook_points)
+
+    @contextmanager
+    def hooks(self, fwd_hooks: Iterable[tuple[NameFilter, HookFn]]) -> Iterator["HookedModel"]:
+        """`with model.hooks([(names, fn)]):` — hooks are removed on exit, whatever happens."""
+        with hooks(self.hook_points, fwd_hooks):
+            yield self
+
+    def run_with_cache(
+        self, *args, names: NameFilter = None, **kwargs
+    ) -> tuple[ModelOutput, ActivationCache]:
+        """Forward pass that also returns the activations at `names` (default: all hook points)."""
+        cache = ActivationCache(layers=self.family)
+
+        def store(x: torch.Tensor, name: str) -> None:
+            cache[name] = x.detach()
+
+        with self.hooks([(select(self.hook_points, names), store)]):
+            out = self(*args, **kwargs)
+        return out, cache
+
+    def set_attention_path(self, path: AttentionPath) -> None:
+        """"auto" (eager only when the pattern is read), or force "eager" / "sdpa"."""
+        if path not in ("auto", "eager", "sdpa"):
+            raise ValueError(f"attention path must be auto, eager or sdpa; got {path!r}.")
+        for m in self.modules():
+            if isinstance(m, AttentionHooks):
+                m.path = path
 
 
 # ---------------------------------------------------------------------------------------------
 # The whole model
 # ---------------------------------------------------------------------------------------------
-class Bert(nn.Module):
+class Bert(HookedModel):
     """A BERT encoder with whichever heads its config names; HF weight names throughout."""
 
     def __init__(self, config: BertConfig):
@@ -341,27 +495,9 @@ class Bert(nn.Module):
 
     def _build_task_head(self) -> None:
         cfg = self.config
-        if cfg.task in ("sequence_classification", "token_classification"):
-            if cfg.num_labels < 1:
-                raise ValueError(f"a {cfg.task} head needs labels: set config.id2label.")
-            self.dropout = nn.Dropout(cfg.extra.get("classifier_dropout") or cfg.hidden_dropout_prob)
-            self.classifier = nn.Linear(cfg.hidden_size, cfg.num_labels)
-        elif cfg.task == "question_answering":
-            self.qa_outputs = nn.Linear(cfg.hidden_size, 2)
-
-    def _init_weights(self, m: nn.Module) -> None:
-        std = self.config.initializer_range
-        if isinstance(m, nn.Linear):
-            nn.init.normal_(m.weight, std=std)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, std=std)
-            if m.padding_idx is not None:
-                m.weight.data[m.padding_idx].zero_()
-        elif isinstance(m, nn.LayerNorm):
-            nn.init.ones_(m.weight)
-            nn.init.zeros_(m.bias)
+        if cfg.task in ("sequence_classification", "token_classification") and cfg.num_labels < 1:
+            raise ValueError(f"a {cfg.task} head needs labels: set config.id2label.")
+        add_task_heads(self, cfg)
 
     def _init_adapters(self) -> None:
         for m in self.modules():
@@ -381,6 +517,11 @@ class Bert(nn.Module):
     @property
     def has_nsp(self) -> bool:
         return self.cls is not None and self.cls.seq_relationship is not None
+
+    @property
+    def has_rtd(self) -> bool:
+        """Replaced-token detection is ELECTRA's (bertlab.families.electra); BERT never has it."""
+        return False
 
     def describe(self) -> str:
         """One line for the UI: size and heads."""
@@ -433,14 +574,7 @@ class Bert(nn.Module):
             out.mlm_logits = self.cls.predictions(picked)
         if self.has_nsp:
             out.nsp_logits = self.cls.seq_relationship(pooled)
-        task = self.config.task
-        if task == "sequence_classification":
-            out.logits = self.classifier(self.dropout(pooled))
-        elif task == "token_classification":
-            out.logits = self.classifier(self.dropout(seq_out))
-        elif task == "question_answering":
-            start, end = self.qa_outputs(seq_out).unbind(-1)
-            out.start_logits, out.end_logits = start, end
+        task_logits(out, self, seq_out, pooled)
         return out
 
     def _check_input(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> None:
@@ -458,40 +592,19 @@ class Bert(nn.Module):
 
     def require(self, head: str) -> None:
         """Raise a MissingHeadError a student can act on when `head` ("mlm" or "nsp") is absent."""
-        has = {"mlm": self.has_mlm, "nsp": self.has_nsp}[head]
-        if not has:
-            what = {"mlm": "masked-word prediction (MLM)", "nsp": "next-sentence prediction (NSP)"}[head]
+        what = {"mlm": "masked-word prediction (MLM)", "nsp": "next-sentence prediction (NSP)",
+                "sop": "sentence-order prediction (SOP, an ALBERT head)",
+                "rtd": "replaced-token detection (an ELECTRA discriminator head)"}
+        if head not in what:
+            raise ValueError(f"unknown head {head!r}; heads are {', '.join(what)}.")
+        if not {"mlm": self.has_mlm, "nsp": self.has_nsp}.get(head, False):
+            what = what[head]
             raise MissingHeadError(
                 f"this model has no {head.upper()} head, so {what} is not available. "
                 f"Train one in the pre-training tab, or load a checkpoint that has it (e.g. bert-base-uncased)."
             )
 
-    # -- hooks ------------------------------------------------------------------------------
-    def hook_names(self) -> list[str]:
-        return list(self.hook_points)
 
-    @contextmanager
-    def hooks(self, fwd_hooks: Iterable[tuple[NameFilter, HookFn]]) -> Iterator["Bert"]:
-        """`with model.hooks([(names, fn)]):` — hooks are removed on exit, whatever happens."""
-        with hooks(self.hook_points, fwd_hooks):
-            yield self
-
-    def run_with_cache(
-        self, *args, names: NameFilter = None, **kwargs
-    ) -> tuple[ModelOutput, ActivationCache]:
-        """Forward pass that also returns the activations at `names` (default: all hook points)."""
-        cache = ActivationCache()
-
-        def store(x: torch.Tensor, name: str) -> None:
-            cache[name] = x.detach()
-
-        with self.hooks([(select(self.hook_points, names), store)]):
-            out = self(*args, **kwargs)
-        return out, cache
-
-    def set_attention_path(self, path: AttentionPath) -> None:
-        """"auto" (eager only when the pattern is read), or force "eager" / "sdpa"."""
-        if path not in ("auto", "eager", "sdpa"):
-            raise ValueError(f"attention path must be auto, eager or sdpa; got {path!r}.")
-        for layer in self.bert.encoder.layer:
-            layer.attention.self.path = path
+# Public names for the families' modules (bertlab.families), which build on these blocks.
+activation_fn = _activation
+additive_mask = _additive_mask

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -29,3 +30,100 @@ def data_path(*parts: str) -> Path:
 def models_dir() -> Path:
     """Where models trained in bertlab are written (`BERTLAB_MODELS`, default `~/.cache/bertlab/models`)."""
     return Path(os.environ.get("BERTLAB_MODELS") or Path.home() / ".cache" / "bertlab" / "models").expanduser()
+
+
+# -- class mode (issue 14): one server, many students -------------------------------------------
+DEFAULT_UPLOAD_MAX_MB = 20
+
+
+def class_mode() -> bool:
+    """Whether this kernel serves one student of a class (`BERTLAB_CLASS=1`, set by `bertlab serve --class`)."""
+    return os.environ.get("BERTLAB_CLASS", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def workspaces_dir() -> Path:
+    """Root of the students' private workspaces (`BERTLAB_WORKSPACES`, default `~/.cache/bertlab/workspaces`)."""
+    return Path(os.environ.get("BERTLAB_WORKSPACES") or Path.home() / ".cache" / "bertlab" / "workspaces").expanduser()
+
+
+def allowed_model_dirs() -> list[Path]:
+    """Extra model folders the teacher allows in class mode (`BERTLAB_ALLOW_MODELS`, os.pathsep-separated)."""
+    raw = os.environ.get("BERTLAB_ALLOW_MODELS", "")
+    return [Path(p).expanduser() for p in raw.split(os.pathsep) if p.strip()]
+
+
+def upload_max_bytes() -> int:
+    """The largest upload accepted in class mode, in bytes (`BERTLAB_UPLOAD_MAX_MB`, default 20 MB)."""
+    raw = os.environ.get("BERTLAB_UPLOAD_MAX_MB", "").strip()
+    try:
+        mb = float(raw) if raw else DEFAULT_UPLOAD_MAX_MB
+    except ValueError:
+        raise ValueError(f"BERTLAB_UPLOAD_MAX_MB must be a number of megabytes, not {raw[:40]!r}.") from None
+    if mb <= 0:
+        raise ValueError(f"BERTLAB_UPLOAD_MAX_MB must be above 0, not {raw[:40]!r}.")
+    return int(mb * 2**20)
+
+
+def queue_path() -> Path | None:
+    """The class training queue's SQLite file (`BERTLAB_QUEUE`, set by `bertlab serve --class`);
+    None when unset: training runs start at once, with no queue."""
+    raw = os.environ.get("BERTLAB_QUEUE", "").strip()
+    return Path(raw).expanduser() if raw else None
+
+
+def queue_slots() -> int:
+    """Training runs the class queue lets run at once (`BERTLAB_QUEUE_SLOTS`; default one per GPU
+    when there are GPUs, else one per CPU core)."""
+    raw = os.environ.get("BERTLAB_QUEUE_SLOTS", "").strip()
+    if not raw:
+        import torch  # only asked when a run starts: the kernel has torch loaded by then
+
+        return torch.cuda.device_count() or os.cpu_count() or 1
+    try:
+        slots = int(raw)
+    except ValueError:
+        raise ValueError(f"BERTLAB_QUEUE_SLOTS must be a whole number of runs, not {raw[:40]!r}.") from None
+    if slots < 1:
+        raise ValueError(f"BERTLAB_QUEUE_SLOTS must be 1 or more, not {raw[:40]!r}.")
+    return slots
+
+
+def threads() -> int | None:
+    """Torch intra-op threads per kernel (`BERTLAB_THREADS`; class mode sets 1), or None to leave
+    torch's default (one per core)."""
+    raw = os.environ.get("BERTLAB_THREADS", "").strip()
+    if not raw:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"BERTLAB_THREADS must be a whole number of threads, not {raw[:40]!r}.") from None
+    if n < 1:
+        raise ValueError(f"BERTLAB_THREADS must be 1 or more, not {raw[:40]!r}.")
+    return n
+
+
+def class_store_path() -> Path | None:
+    """The class store's SQLite file (`BERTLAB_CLASS_STORE`, set by `bertlab serve --class`): the
+    teacher's live question and the students' guesses. None when unset: no class questions."""
+    raw = os.environ.get("BERTLAB_CLASS_STORE", "").strip()
+    return Path(raw).expanduser() if raw else None
+
+
+PROJECTOR_ENV = "BERTLAB_PROJECTOR"  # set by `bertlab serve --projector`
+
+
+def projector(env: Mapping[str, str] | None = None) -> bool:
+    """`BERTLAB_PROJECTOR=1`: pages start in projector mode (larger text and figures, see bertlab.viz.theme)."""
+    value = (os.environ if env is None else env).get(PROJECTOR_ENV, "")
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+PLOTLY_BUNDLE_ENV = "BERTLAB_PLOTLY_BUNDLE"  # set by `bertlab serve` for its kernels
+PLOTLY_BUNDLE_PATH = "bertlab/static/plotly-widgetbundle.js"  # under the server's base URL
+
+
+def plotly_bundle_path() -> str | None:
+    """Where the page's server serves plotly's widget code (a path under its base URL), or None
+    when nobody does (Jupyter, a notebook): then every figure carries the code itself."""
+    return os.environ.get(PLOTLY_BUNDLE_ENV) or None

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from tokenizers import Tokenizer as _HFTokenizer
@@ -16,6 +18,27 @@ from tokenizers.implementations import BertWordPieceTokenizer
 log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# role -> token; WordPiece's by default, a folder's tokenizer_config.json / special_tokens_map.json
+# names others (RoBERTa's <s> </s> <pad> <unk> <mask>, ALBERT's <pad> <unk>).
+# tokenizer_class -> fn(tokenizer.json dict, tokenizer_config dict) -> tokenizer.json dict: the pipeline
+# transformers' class builds over the file's (filled by the family modules, e.g. bertlab.families.albert).
+TOKENIZER_PIPELINES: dict[str, Callable[[dict, dict], dict]] = {}
+DEFAULT_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+_BRACKETED = re.compile(r"^\[[A-Za-z0-9_]+\]$")  # [CLS], [unused17], ...: tokens that stand for no text
+
+
+WORDPIECE_PREFIX = "##"  # WordPiece's mark of a piece that continues a word
+
+
+def join_wordpieces(pieces: Sequence[str], prefix: str = WORDPIECE_PREFIX) -> str:
+    """WordPiece pieces of one word joined back into it: ["play", "##ing"] -> "playing"."""
+    return "".join(p[len(prefix):] if i and p.startswith(prefix) else p for i, p in enumerate(pieces))
+
+
+def spell_specials(template: str, specials: dict[str, str] | None = None) -> str:
+    """`template` with {mask}, {unk}, {cls}, {sep}, {pad} spelled as `specials` (role -> token; default:
+    WordPiece's), e.g. "The cat sat on the {mask}." -> "The cat sat on the [MASK]."."""
+    return template.format(**{**DEFAULT_SPECIALS, **(specials or {})})
 
 
 class TokenizerError(ValueError):
@@ -76,22 +99,32 @@ class Batch:
 class Tokenizer:
     """A BERT WordPiece tokenizer: `encode(a, b=None)` -> Encoding."""
 
-    def __init__(self, tok: _HFTokenizer, model_max_length: int = 512, do_lower_case: bool = True):
+    def __init__(self, tok: _HFTokenizer, model_max_length: int = 512, do_lower_case: bool = True,
+                 special_tokens: dict[str, str] | None = None, tokenizer_class: str = "BertTokenizer",
+                 config: dict | None = None):
         tok.no_padding()
         tok.no_truncation()
         self._tok = tok
         self.model_max_length = model_max_length
         self.do_lower_case = do_lower_case
+        self.tokenizer_class = tokenizer_class
+        self.config = dict(config or {})  # the folder's tokenizer_config.json, written back by save()
+        self.special_tokens = {**DEFAULT_SPECIALS, **(special_tokens or {})}  # role -> token
         vocab = tok.get_vocab(with_added_tokens=True)
-        missing = [t for t in SPECIAL_TOKENS if t not in vocab]
+        missing = [t for t in self.special_tokens.values() if t not in vocab]
         if missing:
-            raise TokenizerError(f"the vocabulary lacks BERT's special tokens {missing}.")
-        self.pad_token_id = vocab["[PAD]"]
-        self.unk_token_id = vocab["[UNK]"]
-        self.cls_token_id = vocab["[CLS]"]
-        self.sep_token_id = vocab["[SEP]"]
-        self.mask_token_id = vocab["[MASK]"]
-        self.mask_token = "[MASK]"
+            raise TokenizerError(f"the vocabulary lacks the special tokens {missing}.")
+        ids = {role: vocab[t] for role, t in self.special_tokens.items()}
+        self.pad_token_id = ids["pad"]
+        self.unk_token_id = ids["unk"]
+        self.cls_token_id = ids["cls"]
+        self.sep_token_id = ids["sep"]
+        self.mask_token_id = ids["mask"]
+        self.mask_token = self.special_tokens["mask"]
+        self.unk_token = self.special_tokens["unk"]
+        self.cls_token = self.special_tokens["cls"]
+        self.sep_token = self.special_tokens["sep"]
+        self.pad_token = self.special_tokens["pad"]
         self.special_ids = frozenset(
             (self.pad_token_id, self.unk_token_id, self.cls_token_id, self.sep_token_id, self.mask_token_id)
         )
@@ -113,7 +146,12 @@ class Tokenizer:
             tok = cls._from_vocab(folder / "vocab.txt", lower, cfg)
         else:
             raise TokenizerError(f"{folder} has neither tokenizer.json nor vocab.txt.")
-        return cls(tok, model_max_length=max_len, do_lower_case=lower)
+        pipeline = TOKENIZER_PIPELINES.get(str(cfg.get("tokenizer_class")))
+        if pipeline is not None:  # the class's own normaliser / pre-tokenizer, as transformers builds it
+            tok = _HFTokenizer.from_str(json.dumps(pipeline(json.loads(tok.to_str()), cfg)))
+        specials = _special_tokens(cfg, _read_json(folder / "special_tokens_map.json"))
+        return cls(tok, model_max_length=max_len, do_lower_case=lower, special_tokens=specials,
+                   tokenizer_class=str(cfg.get("tokenizer_class") or "BertTokenizer"), config=cfg)
 
     @staticmethod
     def _from_vocab(vocab: Path, lower: bool, cfg: dict) -> _HFTokenizer:
@@ -131,6 +169,41 @@ class Tokenizer:
         return wp._tokenizer
 
     # -- encoding --------------------------------------------------------------------------
+    @property
+    def is_wordpiece(self) -> bool:
+        return type(self._tok.model).__name__ == "WordPiece"
+
+    @property
+    def continuing_prefix(self) -> str | None:
+        """WordPiece's mark of a piece that continues a word ("##"); None for other tokenizers."""
+        if not self.is_wordpiece:
+            return None
+        return getattr(self._tok.model, "continuing_subword_prefix", None) or WORDPIECE_PREFIX
+
+    def is_continuation(self, token: str) -> bool:
+        """Whether vocabulary piece `token` continues the word before it, read off the piece alone:
+        WordPiece's "##ing"; a SentencePiece (Metaspace) piece without its "▁" word-start mark. Byte-level
+        BPE cannot tell from the piece (a text's first word has no "Ġ"): False, every piece a start;
+        exact word boundaries come from an encoding's word ids."""
+        prefix = self.continuing_prefix
+        if prefix is not None:
+            return token.startswith(prefix) and len(token) > len(prefix)
+        if type(self._tok.pre_tokenizer).__name__ != "Metaspace" or token in self.special_tokens.values():
+            return False
+        return bool(token) and not token.startswith("\u2581")
+
+    def spell(self, template: str) -> str:
+        """`template` with {mask}, {unk}, {cls}, {sep}, {pad} spelled as this tokenizer's special tokens."""
+        return spell_specials(template, self.special_tokens)
+
+    def join_pieces(self, pieces: Sequence[str]) -> str:
+        """The pieces of one word joined back into it: ["play", "##ing"] -> "playing"."""
+        prefix = self.continuing_prefix
+        if prefix is not None:
+            return join_wordpieces(pieces, prefix)
+        decoder = self._tok.decoder
+        return decoder.decode(list(pieces)).strip() if decoder is not None else "".join(pieces)
+
     @property
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
@@ -215,25 +288,43 @@ class Tokenizer:
     def get_vocab(self) -> dict[str, int]:
         return self._tok.get_vocab(with_added_tokens=True)
 
+    @cached_property
+    def placeholder_ids(self) -> frozenset[int]:
+        """Ids of the tokens that stand for no text: the special ones ([CLS], [MASK], ...) and
+        placeholders such as [unused17]. Read off the vocabulary once per tokenizer."""
+        return self.special_ids | frozenset(i for t, i in self.get_vocab().items() if _BRACKETED.match(t))
+
     # -- saving ----------------------------------------------------------------------------
     def save(self, folder: str | Path) -> None:
         """Write tokenizer.json, vocab.txt and tokenizer_config.json (HF layout)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self._tok.save(str(folder / "tokenizer.json"))
-        vocab = sorted(self.get_vocab().items(), key=lambda kv: kv[1])
-        (folder / "vocab.txt").write_text("".join(t + "\n" for t, _ in vocab), encoding="utf-8")
+        if self.is_wordpiece:
+            vocab = sorted(self.get_vocab().items(), key=lambda kv: kv[1])
+            (folder / "vocab.txt").write_text("".join(t + "\n" for t, _ in vocab), encoding="utf-8")
         cfg = {
-            "tokenizer_class": "BertTokenizer",
+            **self.config,  # options of the tokenizer's class (add_prefix_space, keep_accents, ...)
+            "tokenizer_class": self.tokenizer_class,
             "do_lower_case": self.do_lower_case,
             "model_max_length": self.model_max_length,
-            "unk_token": "[UNK]",
-            "sep_token": "[SEP]",
-            "pad_token": "[PAD]",
-            "cls_token": "[CLS]",
-            "mask_token": "[MASK]",
+            **{f"{role}_token": token for role, token in self.special_tokens.items()},
         }
         (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+def _special_tokens(*configs: dict) -> dict[str, str]:
+    """role -> token from tokenizer_config.json / special_tokens_map.json (plain strings or
+    {"content": ...} entries); later files win."""
+    out: dict[str, str] = {}
+    for cfg in configs:
+        for role in DEFAULT_SPECIALS:
+            value = cfg.get(f"{role}_token")
+            if isinstance(value, dict):
+                value = value.get("content")
+            if isinstance(value, str) and value:
+                out[role] = value
+    return out
 
 
 def _to_encoding(enc) -> Encoding:

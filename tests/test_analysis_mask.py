@@ -149,7 +149,10 @@ def test_cjk_and_emoji_are_fine(mlm):
     assert len(preds) == 1 and len(preds[0].candidates) == 2
     scores = mask_each_word(model, tok, "I love 京 😀 .")
     assert [s.word for s in scores] == ["I", "love", "京", "😀", "."]
-    assert scores[3].pieces == ["[UNK]"] and 0 < scores[3].probability < 1
+    # an [UNK] word is reported as unknown, not scored (the model cannot guess it back)
+    assert scores[3].pieces == ["[UNK]"] and scores[3].skipped == "unknown" and scores[3].rank is None
+    assert math.isnan(scores[3].probability) and not scores[3].correct
+    assert all(s.scored for i, s in enumerate(scores) if i != 3)
 
 
 def test_long_text_is_cut_with_the_tokenizers_warning(mlm, caplog):
@@ -312,3 +315,40 @@ def test_heat_strip_matches_scores():
     with pytest.raises(ValueError, match="scale"):
         plot_word_predictability(scores, scale="linear")
     assert plot_word_predictability([]).layout.annotations
+
+
+# -- the ordinary-token mask: built once per tokenizer -------------------------------------------
+def test_ordinary_tokens_are_read_off_the_vocabulary_once_per_tokenizer(minilm_folder, mlm, monkeypatch):
+    """fill_mask used to rebuild the set of guessable tokens from get_vocab() on every call (most of its
+    time on a small model); now once per tokenizer, with the same mask."""
+    import gc
+    import re
+
+    from bertlab.analysis import mask as mask_module
+
+    model, _ = mlm
+    tok = Tokenizer.from_folder(minilm_folder, model_max_length=64)  # fresh: nothing cached yet
+    vocab = tok.get_vocab()
+    calls = []
+    monkeypatch.setattr(tok, "get_vocab", lambda: calls.append(1) or dict(vocab))
+    for text in ("The cat sat on the [MASK].", "A [MASK] day.", "The cat sat on the [MASK]."):
+        fill_mask(model, tok, text, k=3)
+    mask_each_word(model, tok, "The cat sat on the mat.")
+    assert len(calls) == 1
+    ordinary = mask_module._ordinary(tok, model.config.vocab_size, torch.device("cpu"))
+    assert mask_module._ordinary(tok, model.config.vocab_size, torch.device("cpu")) is ordinary
+    # the same mask as before: every bracketed token ([PAD], [unused0..993], [UNK], [CLS], [SEP], [MASK])
+    # is out, every other token in; in bert-base-uncased's vocabulary those are exactly ids 0..998
+    bracketed = {i for t, i in vocab.items() if re.fullmatch(r"\[[A-Za-z0-9_]+\]", t)}
+    assert bracketed == set(range(999))
+    assert not ordinary[:999].any() and ordinary[999:].all() and ordinary.shape == (len(vocab),)
+    # ids past the tokenizer's vocabulary (a padded embedding matrix) are never offered
+    wider = mask_module._ordinary(tok, len(vocab) + 6, torch.device("cpu"))
+    assert torch.equal(wider[: len(vocab)], ordinary) and not wider[len(vocab):].any()
+    assert len(calls) == 1
+    # the cache goes with its tokenizer
+    monkeypatch.undo()
+    held = len(mask_module._ORDINARY)
+    del tok
+    gc.collect()
+    assert len(mask_module._ORDINARY) == held - 1

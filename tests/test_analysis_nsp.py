@@ -124,7 +124,8 @@ def test_attention_mass_single_sentence_and_bad_shapes():
         ("The cat sat.", "   ", InputError, "second sentence \\(B\\) is empty"),
         ("The cat sat.", None, InputError, "second sentence \\(B\\) is empty"),
         ("", "It was tired.", InputError, "first sentence \\(A\\) is empty"),
-        ("\u200b", "It was tired.", InputError, "first \\(A\\) sentence has no words"),
+        ("\u200b", "It was tired.", InputError, "first sentence \\(A\\) has only invisible characters"),
+        ("The cat sat.", "It was \ud83d tired.", InputError, "second sentence \\(B\\) holds a broken character"),
     ],
 )
 def test_bad_input(pretraining, a, b, error, match):

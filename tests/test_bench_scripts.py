@@ -80,22 +80,81 @@ def test_pretrain_flops_formula():
 
 
 # -- fine-tuning -------------------------------------------------------------------------------
-@pytest.mark.slow  # ~30 s: three processes import torch, two of them transformers
-def test_finetune_script_compares_bertlab_with_the_hf_trainer(tmp_path, shared_data):
+@pytest.mark.slow  # ~40 s: four processes import torch, three of them transformers
+def test_finetune_script_times_every_variant_over_the_same_sentences(tmp_path, shared_data):
     pytest.importorskip("accelerate")
     out = tmp_path / "finetune.json"
-    proc = _run("bench_finetune.py", "--presets", "tiny", "--variants", "bertlab", "hf", "--steps", "3",
-                "--warmup", "1", "--batch", "4", "--examples", "64", "--out", str(out),
+    proc = _run("bench_finetune.py", "--presets", "tiny", "--variants", "bertlab", "hf", "hf-grouped",
+                "--examples", "70", "--warmup", "1", "--batch", "8", "--rounds", "1", "--out", str(out),
                 env={"BERTLAB_DATA": str(shared_data)})
-    rows = {r["variant"]: r for r in json.loads(out.read_text())["rows"]}
-    assert set(rows) == {"bertlab", "hf"}
+    result = json.loads(out.read_text())
+    rows = {r["variant"]: r for r in result["rows"]}
+    assert set(rows) == {"bertlab", "hf", "hf-grouped"}
+    # one whole epoch of the same 64 sentences (70 cut to whole batches of 8) for every variant
+    assert {(r["examples"], r["tokens"], r["steps"]) for r in rows.values()} == {(64, rows["hf"]["tokens"], 8)}
     for r in rows.values():
-        assert r["timed_steps"] == 2 and r["examples_per_s"] > 0 and 0 < r["tokens_per_s"] <= r["positions_per_s"]
-        assert r["peak_rss_mb"] > 0 and r["rss_increase_mb"] is not None
-    assert rows["hf"]["speedup_vs_hf"] == 1.0
-    # length-bucketing: all 64 sentences fall in one bucket, sorted, so batches carry little padding
+        assert r["examples_per_s"] > 0 and 0 < r["tokens_per_s"] <= r["positions_per_s"]
+        assert r["tokens_per_s"] / r["examples_per_s"] == pytest.approx(r["tokens"] / 64, rel=0.01)
+        assert r["peak_rss_mb"] > 0 and r["rss_increase_mb"] is not None and r["setup_s"] >= 0
+        assert r["rounds"] == 1 and len(r["load_before"]) == 1 and len(r["load_before"][0]) == 3
+    assert rows["hf"]["speedup_vs_hf"] == 1.0 and rows["hf-grouped"]["speedup_vs_hf_grouped"] == 1.0
+    ratio = rows["bertlab"]["examples_per_s"] / rows["hf-grouped"]["examples_per_s"]
+    assert rows["bertlab"]["speedup_vs_hf_grouped"] == pytest.approx(ratio, rel=0.01)
+    # length-bucketing: both bucketing samplers pad less than random batches over the same epoch
     assert rows["bertlab"]["padding"] < rows["hf"]["padding"]
-    assert "| tiny | hf |" in proc.stdout
+    assert rows["hf-grouped"]["padding"] < rows["hf"]["padding"]
+    meta = result["meta"]
+    assert meta["examples"] == 64 and meta["timed"] == "one epoch" and len(meta["load_avg_start"]) == 3
+    assert "| tiny | hf-grouped | 64 |" in proc.stdout
+
+
+def test_the_timed_sentences_are_a_seeded_sample_of_whole_batches():
+    bf = _module("bench_finetune")
+    timed, warm = bf.pick_sentences(100, 50, 8, 16, seed=0)
+    assert len(timed) == 48 and len(warm) == 16 and not set(timed) & set(warm)  # 50 cut to 6 batches of 8
+    assert (timed, warm) == bf.pick_sentences(100, 50, 8, 16, seed=0)  # every variant draws the same
+    assert timed != bf.pick_sentences(100, 50, 8, 16, seed=1)[0]
+    everything, warm = bf.pick_sentences(100, 0, 8, 16, seed=0)
+    assert len(set(everything)) == 96 and warm == everything[:16]  # all: the warm-up reuses timed sentences
+    with pytest.raises(ValueError, match="at least one batch"):
+        bf.pick_sentences(5, 0, 8, 0, seed=0)
+
+
+def test_speedups_need_the_same_sentences_in_every_variant():
+    bf = _module("bench_finetune")
+
+    def row(variant, eps, examples=64, tokens=900):
+        return {"variant": variant, "examples_per_s": eps, "examples": examples, "tokens": tokens}
+
+    rows = [row("bertlab", 30.0), row("hf", 10.0), row("hf-grouped", 20.0)]
+    bf.add_speedups(rows)
+    assert [(r["speedup_vs_hf"], r["speedup_vs_hf_grouped"]) for r in rows] == [(3.0, 1.5), (1.0, 0.5), (2.0, 1.0)]
+    with pytest.raises(RuntimeError, match="same sentences"):
+        bf.add_speedups([row("bertlab", 30.0, tokens=800), row("hf", 10.0)])
+    alone = [row("bertlab", 30.0)]
+    bf.add_speedups(alone)
+    assert alone[0]["speedup_vs_hf"] is None
+
+
+def test_bertlab_buckets_as_many_batches_as_hf_groups_by_length():
+    bf = _module("bench_finetune")
+    assert [bf.bucket_batches(n, 32) for n in (31, 128, 768, 6400, 60608)] == [1, 1, 6, 50, 50]
+
+
+def test_rounds_add_their_time_and_must_repeat_the_same_batches():
+    bf = _module("bench_finetune")
+
+    def run(seconds, positions=1000, rss=900):
+        return {"variant": "hf", "examples": 64, "tokens": 800, "positions": positions, "seconds": seconds,
+                "setup_s": 0.5, "load_before": [1.0, 1.0, 1.0], "load_after": [2.0, 2.0, 2.0],
+                "peak_mem_mb": None, "peak_rss_mb": rss, "rss_increase_mb": 100}
+
+    row = bf.merge_rounds([run(2.0), run(6.0, rss=950)])
+    assert row["rounds"] == 2 and row["seconds_each"] == [2.0, 6.0] and row["seconds"] == 4.0
+    assert (row["examples_per_s"], row["tokens_per_s"], row["positions_per_s"]) == (16.0, 200.0, 250.0)
+    assert row["peak_rss_mb"] == 950 and row["peak_mem_mb"] is None and len(row["load_before"]) == 2
+    with pytest.raises(RuntimeError, match="same batches"):
+        bf.merge_rounds([run(2.0), run(2.0, positions=1200)])
 
 
 def test_counting_collate_counts_examples_tokens_and_padding():
@@ -108,13 +167,76 @@ def test_counting_collate_counts_examples_tokens_and_padding():
     counting(feats[2:])  # lengths 7, 4 -> 11 tokens in 14 positions
     assert counting.batches == [(2, 8, 10), (2, 11, 14)]
     assert counting.totals(1, 2) == (2, 11, 14)
-    assert counting.totals(0, 2) == (4, 19, 24)
+    assert counting.totals() == (4, 19, 24)
+    assert counting.first_call is not None
+    counting.reset()
+    assert counting.batches == [] and counting.first_call is None
 
 
 def test_finetune_asks_for_the_data_folder(tmp_path):
-    cmd = [sys.executable, str(BENCH / "bench_finetune.py"), "--device", "cpu", "--presets", "tiny", "--steps", "2",
+    cmd = [sys.executable, str(BENCH / "bench_finetune.py"), "--device", "cpu", "--presets", "tiny", "--examples", "64",
            "--warmup", "1", "--out", str(tmp_path / "x.json")]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True,
                           env={**os.environ, "BERTLAB_DATA": str(tmp_path)}, timeout=120)
     assert proc.returncode != 0
     assert "BERTLAB_DATA" in proc.stderr
+
+
+# -- fill-mask against the HF pipeline ------------------------------------------------------------
+@pytest.mark.slow  # ~25 s: loads the default in bertlab and in transformers
+def test_fillmask_script_compares_with_the_hf_pipeline_on_the_same_top5(tmp_path):
+    out = tmp_path / "fillmask.json"
+    proc = _run("bench_fillmask.py", "--quick", "--out", str(out))
+    result = json.loads(out.read_text())
+    rows = result["rows"]
+    assert len(rows) == 2 and result["meta"]["repeats"] == 3 and result["meta"]["threads"] == 1
+    for r in rows:
+        assert r["bertlab_ms"] > 0 and r["hf_pipeline_ms"] > 0 and len(r["top5"]) == 5
+        assert abs(r["ratio_vs_hf"] - r["bertlab_ms"] / r["hf_pipeline_ms"]) < 0.01
+    assert result["summary"]["aim"] == 0.8 and "median ratio bertlab / HF pipeline" in proc.stdout
+
+
+def test_fillmask_script_stops_when_the_top5_differ(monkeypatch):
+    bf = _module("bench_fillmask")
+    monkeypatch.setattr(bf, "build", lambda folder: (None, None, None))
+    monkeypatch.setattr(bf, "top5", lambda *a: (["a", "b", "c", "d", "e"], ["a", "b", "c", "e", "d"]))
+    with pytest.raises(SystemExit, match="top 5 differ"):
+        bf.run(["x [MASK]."], 1)
+
+
+# -- memory per kernel ----------------------------------------------------------------------------
+linux_only = pytest.mark.skipif(not Path("/proc/self/smaps_rollup").is_file(), reason="reads smaps_rollup (Linux)")
+
+
+@pytest.mark.slow  # ~20 s: three processes build the dashboard
+@linux_only
+def test_memory_script_reports_pss_per_process_and_the_marginal_cost(tmp_path):
+    out = tmp_path / "memory.json"
+    cmd = [sys.executable, str(BENCH / "bench_memory.py"), "--mode", "process", "--kernels", "1", "2",
+           "--settle", "0", "--out", str(out)]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    rows = {r["kernels"]: r for r in result["rows"]}
+    assert set(rows) == {1, 2} and result["meta"]["threads"] == 1
+    for k, r in rows.items():
+        assert len(r["pss_mb"]) == k
+        for pss, rss, uss in zip(r["pss_mb"], r["rss_mb"], r["uss_mb"]):
+            assert 0 < uss <= pss <= rss  # private <= proportional <= resident
+        assert r["pss_total_mb"] == pytest.approx(sum(r["pss_mb"]), abs=0.2)
+    assert result["summary"]["marginal_pss_mb"] == pytest.approx(rows[2]["pss_total_mb"] - rows[1]["pss_total_mb"],
+                                                                 abs=0.2)
+    assert result["summary"]["uss_per_kernel_mb"] == pytest.approx(sum(rows[2]["uss_mb"]) / 2, abs=0.2)
+    assert "marginal PSS per kernel" in proc.stdout
+
+
+@linux_only
+def test_memory_parses_smaps_rollup_and_the_marginal_formula():
+    bm = _module("bench_memory")
+    text = ("55d0c0000000-7ffc00000000 ---p 00000000 00:00 0    [rollup]\nRss:              409600 kB\n"
+            "Pss:              204800 kB\nPss_Anon:         153600 kB\nShared_Clean:      10240 kB\n")
+    assert bm.parse_rollup(text) == {"Rss": 400.0, "Pss": 200.0, "Pss_Anon": 150.0, "Shared_Clean": 10.0}
+    assert bm.marginal({1: 300.0, 4: 900.0}) == 200.0
+    assert bm.marginal({2: 500.0}) is None
+    own = bm.smaps_rollup(os.getpid())
+    assert own["Pss"] > 0 and own["Rss"] >= own["Pss"]

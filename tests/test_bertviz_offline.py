@@ -148,3 +148,13 @@ def test_payload_before_and_after_for_128_tokens_and_144_heads():
     after = len(bertviz_html(attn, tokens))
     assert before > 100e6  # every weight written twice, as 18-digit floats
     assert after < before / 10
+
+
+@pytest.mark.parametrize("view", ["head", "model"])
+def test_page_shows_a_busy_sign_until_bertviz_has_drawn(view):
+    """Issue 15: bertviz on 128 tokens left the frame blank for seconds."""
+    page = bertviz_html(softmax_attention(2, 3, len(TOKENS)), TOKENS, B_START, view=view)
+    sign = page.index('id="bertlab-loading"')
+    assert sign < page.index("d3js.org v5")  # before the libraries: it shows while they are parsed
+    assert "Drawing bertviz's view…" in page and "@keyframes bertlab-spin" in page
+    assert 'querySelector("svg *")' in page and '.remove()' in page  # gone once bertviz has drawn

@@ -13,6 +13,7 @@ from typing import ClassVar
 import pytest
 
 from bertlab import cli
+from bertlab.settings import PLOTLY_BUNDLE_ENV, PLOTLY_BUNDLE_PATH
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,17 +56,21 @@ def test_unknown_command_is_a_usage_error(capsys):
 
 def test_serve_command_runs_voila_on_the_app():
     cmd, env = cli.serve_command(parse("serve", "--port", "9001", "--no-browser"), env={})
-    assert cmd[:3] == [sys.executable, "-m", "voila"]
+    assert cmd[:3] == [sys.executable, "-m", "bertlab.serving"]  # Voila, with bertlab's class server parts
     assert Path(cmd[3]) == REPO / "apps" / "bertlab.ipynb"
     assert "--port=9001" in cmd and "--no-browser" in cmd and "--Voila.ip=127.0.0.1" in cmd
     assert "--preheat_kernel=True" in cmd  # ~6 s to a page instead of ~15 s
-    assert cli.MODEL_ENV not in env
+    assert "--MappingKernelManager.cull_idle_timeout=40" in cmd  # closed pages' kernels are freed
+    # loopback, one person: no token, no class settings; figures load plotly's code from the server
+    assert cli.MODEL_ENV not in env and env == {PLOTLY_BUNDLE_ENV: PLOTLY_BUNDLE_PATH}
 
 
 def test_serve_command_passes_model_and_options():
     args = parse("serve", "--model", "some/folder", "--host", "0.0.0.0", "--no-preheat")
     cmd, env = cli.serve_command(args, env={"KEEP": "1"})
-    assert env == {"KEEP": "1", cli.MODEL_ENV: "some/folder"}
+    token = env.pop("BERTLAB_SERVE_TOKEN")  # beyond loopback: a door, generated
+    assert env == {"KEEP": "1", cli.MODEL_ENV: "some/folder", PLOTLY_BUNDLE_ENV: PLOTLY_BUNDLE_PATH}
+    assert len(token) >= 24
     assert "--Voila.ip=0.0.0.0" in cmd
     assert "--no-browser" not in cmd and not any("preheat" in c for c in cmd)
 
@@ -94,7 +99,7 @@ def test_main_serve_runs_the_command_and_returns_its_code(monkeypatch):
     monkeypatch.setattr(cli.subprocess, "Popen", FakeVoila)
     assert cli.main(["serve", "--no-browser", "--model", "m"]) == 3
     ((cmd, env),) = FakeVoila.calls
-    assert cmd[2] == "voila" and env[cli.MODEL_ENV] == "m"
+    assert cmd[2] == "bertlab.serving" and env[cli.MODEL_ENV] == "m"
 
 
 def test_ctrl_c_waits_for_voila_then_exits_cleanly(monkeypatch):
@@ -117,6 +122,25 @@ def test_sigterm_is_passed_on_to_voila(monkeypatch):
     before = signal.getsignal(signal.SIGTERM)
     assert cli.main(["serve", "--no-browser"]) == -15
     assert procs[0].terminated and signal.getsignal(signal.SIGTERM) is before
+
+
+def test_serve_class_options():
+    args = parse("serve", "--class", "30", "--pool-size", "20", "--max-kernels", "34", "--cull-idle", "60",
+                 "--token", "t0k3n", "--allow-host", "lab.example.org", "--class-dir", "/tmp/c")
+    assert (args.class_size, args.pool_size, args.max_kernels, args.cull_idle) == (30, 20, 34, 60)
+    cmd, env = cli.serve_command(args, env={})
+    assert "--pool_size=20" in cmd and "--BertlabVoila.max_kernels=34" in cmd
+    assert "--MappingKernelManager.cull_idle_timeout=60" in cmd
+    assert "--BertlabVoila.allowed_hosts=['lab.example.org']" in cmd
+    assert env["BERTLAB_SERVE_TOKEN"] == "t0k3n" and env["BERTLAB_CLASS"] == "1"
+    assert env["BERTLAB_QUEUE"] == "/tmp/c/queue.sqlite" and env["BERTLAB_WORKSPACES"] == "/tmp/c/workspaces"
+
+
+@pytest.mark.parametrize("bad", [["--class", "0"], ["--max-kernels", "-1"], ["--cull-idle", "x"]])
+def test_bad_class_options_are_usage_errors(bad, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse("serve", *bad)
+    assert e.value.code == 2 and bad[0] in capsys.readouterr().err
 
 
 def test_model_folder_is_passed_as_an_absolute_path(tmp_path, monkeypatch):
@@ -154,3 +178,27 @@ def test_console_script_is_installed():
     out = subprocess.run([sys.executable, "-m", "bertlab.cli", "serve", "--help"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "--no-browser" in out.stdout
+
+
+def test_user_errors_are_one_line_and_bugs_keep_their_traceback(monkeypatch, capsys):
+    """main() prints the message of errors meant for the user (bad data, a full disk ...) as one line."""
+    from bertlab.training.checkpoint import DiskFullError
+    from bertlab.training.corpora import CorpusError
+
+    def run(error: BaseException) -> int:
+        def fails(args):
+            raise error
+
+        monkeypatch.setattr(cli, "COMMANDS", (lambda sub: sub.add_parser("x").set_defaults(func=fails),))
+        return cli.main(["x"])
+
+    for error, text in [(CorpusError("this corpus needs the package 'x':\n pip install x"),
+                         "this corpus needs the package 'x': pip install x"),
+                        (DiskFullError("/tmp/out"), "the disk is full while writing /tmp/out"),
+                        (FileNotFoundError(2, "No such file or directory", "a.txt"), "No such file or directory"),
+                        (KeyError("unknown task 'y'"), "unknown task 'y'")]:
+        assert run(error) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("bertlab x: ") and text in err, err
+    with pytest.raises(ZeroDivisionError):  # a bug is not dressed up as a user error
+        run(ZeroDivisionError("division by zero"))

@@ -5,6 +5,7 @@ of each task on the real data sets. Tiny models on CPU, no timing."""
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from tiny_models import tiny_bert
 from bertlab.loading import load, save_pretrained
 from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
+from bertlab.training.checkpoint import DiskFullError
 from bertlab.training.finetune import (
     EvalSet,
     FinetuneConfig,
@@ -32,7 +34,7 @@ from bertlab.training.finetune import (
     with_task_head,
 )
 from bertlab.training.finetune_cli import add_evaluate_parser, add_finetune_parser
-from bertlab.training.tasks import NLI_LABELS, get_task
+from bertlab.training.tasks import NLI_LABELS, get_task, read_train_dev
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -336,6 +338,114 @@ def test_a_failure_inside_training_is_reported_not_raised(synthetic, tok, tmp_pa
     assert read_results(tmp_path / "x")["error"] == r.error
 
 
+# ---------------------------------------------------------------------------------------------
+# Data without a dev part: a seeded part held out, and said so
+# ---------------------------------------------------------------------------------------------
+def _reviews(path: Path, n: int = 30) -> Path:
+    path.write_text("".join(f"{('dull', 'great')[i % 2]} film number {i}\t{i % 2}\n" for i in range(n)),
+                    encoding="utf-8")
+    return path
+
+
+def test_a_single_file_holds_out_a_seeded_dev_part_and_says_so(tok, tmp_path, caplog):
+    data = _reviews(tmp_path / "reviews.tsv")
+    cfg = quick("sst2", data, tok, epochs=1, out_dir=str(tmp_path / "run"))
+    with caplog.at_level("WARNING", logger="bertlab.training.finetune"):
+        r = finetune(cfg, tokenizer=tok)
+    assert r.status == "completed" and (r.train_examples, r.eval_examples) == (27, 3) and r.dev_held_out
+    assert "reviews.tsv: 27 training examples, 3 held out as dev (10%, seed 0" in caplog.text
+    summary = read_results(tmp_path / "run")
+    assert summary["dev_held_out"] is True and "3 held out as dev" in summary["data"]
+    # the dev part is never trained on, and the same seed holds out the same examples
+    split = read_train_dev(get_task("sst2"), data, seed=0)
+    assert {e.text_a for e in split.train}.isdisjoint(e.text_a for e in split.dev)
+    assert read_train_dev(get_task("sst2"), data, seed=0).dev == split.dev != read_train_dev(
+        get_task("sst2"), data, seed=1).dev
+    # a dev file of one's own is used as given
+    own = finetune(quick("sst2", data, tok, epochs=1, eval_data=_reviews(tmp_path / "mine.tsv", 8)), tokenizer=tok)
+    assert (own.train_examples, own.eval_examples, own.dev_held_out) == (30, 8, False)
+
+
+def test_every_format_without_a_dev_part_holds_one_out(tmp_path, synthetic):
+    sick = tmp_path / "SICK_mine.txt"
+    header = "pair_ID\tsentence_A\tsentence_B\tentailment_label\tSemEval_set\n"
+    rows = [f"{i}\tA man plays {i}\tA man plays\t{('ENTAILMENT', 'NEUTRAL')[i % 2]}\t{part}\n"
+            for i, part in enumerate(["TRAIN"] * 20 + ["TEST"] * 4)]
+    sick.write_text(header + "".join(rows), encoding="utf-8")
+    split = read_train_dev(get_task("nli"), sick)
+    assert (len(split.train), len(split.dev), split.held_out) == (18, 2, True)  # the TEST part is never used
+    assert "no TRIAL part" in split.note
+    folder = tmp_path / "conll"
+    folder.mkdir()
+    (folder / "train.txt").write_text((synthetic["ner"] / "train.txt").read_text())
+    split = read_train_dev(get_task("ner"), folder)  # a folder without dev.txt
+    assert (len(split.train), len(split.dev), split.held_out) == (144, 16, True)
+    squad = json.loads((synthetic["qa"] / "synthetic.json").read_text())
+    squad["data"] = [dict(squad["data"][0], paragraphs=squad["data"][0]["paragraphs"] * 5)]
+    for k, para in enumerate(squad["data"][0]["paragraphs"]):
+        squad["data"][0]["paragraphs"][k] = dict(para, context=para["context"] + " " * k)  # 10 paragraphs
+    (tmp_path / "one.json").write_text(json.dumps(squad))
+    split = read_train_dev(get_task("qa"), tmp_path / "one.json")  # one article: whole paragraphs held out
+    assert split.held_out and len(split.dev) == 2 and len(split.train) == 18
+    assert {e.context for e in split.train}.isdisjoint(e.context for e in split.dev)
+    split = read_train_dev(get_task("qa"), synthetic["qa"])  # 30 articles: 7 held out, as before
+    assert not split.held_out and len({e.title for e in split.dev}) == 7
+
+
+# ---------------------------------------------------------------------------------------------
+# Saving that survives
+# ---------------------------------------------------------------------------------------------
+def test_a_failure_mid_save_leaves_the_previous_model_whole(synthetic, tok, tmp_path, monkeypatch):
+    import bertlab.loading as loading
+
+    out = tmp_path / "run"
+    first = finetune(quick("sst2", synthetic["sst2"], tok, epochs=1, out_dir=str(out)), tokenizer=tok)
+    texts = ["what a superb film"]
+    before = logits_of(load(out)[0], tok, texts)
+    torch.testing.assert_close(before, logits_of(first.model, tok, texts))
+    real = loading.save_file
+
+    def half_then_full(state, filename, *a, **k):
+        if "checkpoints" in str(filename):  # the loop's checkpoints go through; the final save fails
+            return real(state, filename, *a, **k)
+        Path(filename).write_bytes(b"half a file")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 2496 vs 2388")
+
+    monkeypatch.setattr(loading, "save_file", half_then_full)
+    cfg = quick("nli", synthetic["nli"], tok, epochs=1, out_dir=str(out), overwrite=True)  # another head
+    with pytest.raises(DiskFullError, match=f"^the disk is full while writing {out}: free some space"):
+        finetune(cfg, tokenizer=tok)
+    monkeypatch.setattr(loading, "save_file", real)
+    model, _ = load(out)  # still the SST-2 model, whole: not the NLI config over SST-2 weights
+    assert model.config.id2label == {0: "negative", 1: "positive"}
+    torch.testing.assert_close(logits_of(model, tok, texts), before)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # no temp folder left beside it
+
+
+def test_cli_finetune_reports_a_full_disk_as_one_line(synthetic, tok, tmp_path, monkeypatch, capsys):
+    import bertlab.loading as loading
+
+    save_pretrained(tiny_bert(tok), tok, tmp_path / "tiny")
+
+    real = loading.save_file
+
+    def full(state, filename, *a, **k):
+        if "checkpoints" in str(filename):
+            return real(state, filename, *a, **k)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(loading, "save_file", full)
+    args = _parser().parse_args(["finetune", "--task", "sst2", "--data", str(synthetic["sst2"]), "--model",
+                                 str(tmp_path / "tiny"), "--out", str(tmp_path / "out"), "--epochs", "1",
+                                 "--max-train-examples", "16", "--max-length", "16", "--no-progress"])
+    assert args.func(args) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"bertlab finetune: the disk is full while writing {tmp_path / 'out'}: free some space (or "
+                       f"write to a folder on another disk, e.g. --out elsewhere) and run again.")
+    assert not any("Traceback" in line for line in err)
+    assert not (tmp_path / "out" / "config.json").exists()
+
+
 def test_bad_settings_fail_early_with_a_message(tok, synthetic):
     with pytest.raises(ValueError, match="mode must be one of"):
         FinetuneConfig(mode="lora")
@@ -409,6 +519,36 @@ def test_cli_evaluate_reports_a_missing_head(synthetic, tmp_path, tok, capsys):
     assert captured.out == "" and "no task head" in captured.err
 
 
+def test_cli_evaluate_scores_a_test_part_and_whole_files(tok, tmp_path, capsys):
+    """--split test reads SICK's TEST part (or a folder's test file); --split all a whole file, in every format."""
+    nli = tmp_path / "nli"
+    save_pretrained(with_task_head(tiny_bert(tok), get_task("nli")), tok, nli)
+    sick = tmp_path / "SICK.txt"
+    header = "pair_ID\tsentence_A\tsentence_B\tentailment_label\tSemEval_set\n"
+    parts = ["TRAIN"] * 6 + ["TRIAL"] * 3 + ["TEST"] * 5
+    sick.write_text(header + "".join(f"{i}\tA dog runs {i}\tAn animal runs\t{('ENTAILMENT', 'CONTRADICTION')[i % 2]}"
+                                     f"\t{p}\n" for i, p in enumerate(parts)), encoding="utf-8")
+
+    def scores(*argv: str) -> dict:
+        args = _parser().parse_args(["evaluate", "--model", str(nli), "--task", "nli", "--data", str(sick), *argv])
+        assert args.func(args) == 0
+        return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+    assert scores("--split", "test")["examples"] == 5
+    assert scores("--split", "all")["examples"] == 14
+    assert scores()["examples"] == 3  # dev: the TRIAL part
+    sst2 = tmp_path / "sst2"
+    save_pretrained(with_task_head(tiny_bert(tok), get_task("sst2")), tok, tmp_path / "sst2-model")
+    sst2.mkdir()
+    for split, n in (("train", 4), ("dev", 2), ("test", 6)):
+        _reviews(sst2 / f"{split}.tsv", n)
+    for split, n in (("test", 6), ("all", 12)):
+        args = _parser().parse_args(["evaluate", "--model", str(tmp_path / "sst2-model"), "--task", "sst2",
+                                     "--data", str(sst2), "--split", split])
+        assert args.func(args) == 0
+        assert json.loads(capsys.readouterr().out.strip())["examples"] == n
+
+
 def test_cli_finetune_options_reach_the_config():
     from bertlab.training.finetune_cli import config_from_args
 
@@ -451,3 +591,39 @@ def test_each_task_runs_on_the_real_data(shared_data, tok, task, metric):
     assert r.status == "completed" and r.eval_examples == 24
     assert r.main_metric == metric and 0 <= r.score <= (100 if task == "qa" else 1)
     assert len(r.history) == 1 and all(h["loss"] > 0 for h in r.train.history if h["kind"] == "train")
+
+
+# ---------------------------------------------------------------------------------------------
+# bf16 autocast: the path a CUDA run takes by default (precision "auto"), run here on the CPU
+# ---------------------------------------------------------------------------------------------
+def test_bf16_autocast_on_cpu_learns_and_stays_close_to_fp32(synthetic, tok):
+    """precision="bf16" takes the loop's autocast branch that "auto" takes on CUDA: the matmuls run in bf16,
+    the loss still falls, and the run tracks the fp32 run of the same seed and batches."""
+    seen: dict[str, set[torch.dtype]] = {}
+    runs = {}
+    for precision in ("fp32", "bf16"):
+        dtypes: set[torch.dtype] = set()
+
+        def record(module, args, out, dtypes=dtypes):
+            if isinstance(module, torch.nn.Linear) and isinstance(out, torch.Tensor):
+                dtypes.add(out.dtype)
+
+        handle = torch.nn.modules.module.register_module_forward_hook(record)
+        try:
+            cfg = quick("sst2", synthetic["sst2"], tok, extra_train={"precision": precision})
+            runs[precision] = finetune(cfg, tokenizer=tok)
+        finally:
+            handle.remove()
+        seen[precision] = dtypes
+    assert seen["fp32"] == {torch.float32} and torch.bfloat16 in seen["bf16"]  # autocast really ran
+    fp32, bf16 = runs["fp32"], runs["bf16"]
+    assert bf16.status == "completed" and bf16.error is None
+    loss32, loss16 = losses(fp32), losses(bf16)
+    assert len(loss16) == len(loss32) and loss16[-1] < 0.5 * loss16[0]
+    assert max(abs(a - b) for a, b in zip(loss32, loss16)) < 0.05
+    assert bf16.score >= 0.9 and abs(bf16.score - fp32.score) <= 0.05
+    # the weights stay fp32 (autocast casts on the fly), so the model saves and runs as an fp32 one
+    assert {p.dtype for p in bf16.model.parameters()} == {torch.float32}
+    texts = ["what a superb film", "the story felt dull", "this movie is brilliant", "all in all boring"]
+    torch.testing.assert_close(logits_of(bf16.model, tok, texts), logits_of(fp32.model, tok, texts),
+                               atol=0.15, rtol=0.1)

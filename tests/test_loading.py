@@ -149,8 +149,8 @@ def test_non_bert_checkpoints(tmp_path, tiny_checkpoints):
         load(folder)
     (folder / "config.json").write_text(json.dumps({"model_type": "roberta", "hidden_size": 32,
                                                     "num_attention_heads": 4}))
-    with pytest.raises(CheckpointError, match=r"'roberta' \(planned\)"):
-        load(folder)
+    with pytest.raises(CheckpointError, match=r"model.safetensors does not fit its config.json.*roberta.encoder.layer"):
+        load(folder)  # a RoBERTa config over BERT weights: named, not loaded
     # a BERT config over weights of something else
     shutil.copy(tiny_checkpoints["BertModel"] / "config.json", folder / "config.json")
     save_file({"transformer.h.0.attn.c_attn.weight": torch.zeros(4, 4)}, str(folder / "model.safetensors"))
@@ -169,3 +169,192 @@ def test_head_declared_but_absent_is_reported(tmp_path, tiny_checkpoints, caplog
     model, _ = load(folder)
     assert not model.has_mlm and model.load_report.missing_heads == ("mlm", "nsp")
     assert "has no MLM head although config.json names BertForPreTraining" in " ".join(model.load_report.notes)
+
+
+# -- shared weights: memory-mapped files, one copy per machine -----------------------------------
+def _mappings(path: Path) -> list[tuple[int, int, str]]:
+    """(start, end, permissions) of this process's mappings of `path`."""
+    out = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 6 and Path(parts[5]) == path:
+            start, end = (int(x, 16) for x in parts[0].split("-"))
+            out.append((start, end, parts[1]))
+    return out
+
+
+def _mapped_from(model, path: Path) -> list[str]:
+    """Names of `model`'s weights whose memory lies in a mapping of `path`."""
+    maps = _mappings(path)
+    return [n for n, t in model.state_dict().items()
+            if any(a <= t.untyped_storage().data_ptr() < b for a, b, _ in maps)]
+
+
+def _reference_default(folder: Path):
+    """The offline default as bertlab composed it before (a fresh model, the package's weights and the
+    float16 heads copied in by load_state_dict), without the loader under test."""
+    from bertlab.config import BertConfig
+    from bertlab.loading import normalise_keys
+    from bertlab.model import Bert
+    from bertlab.training.default_heads import heads_path
+
+    heads = {k: v.float() for k, v in load_file(str(heads_path())).items()}
+    state = {**normalise_keys(load_file(str(folder / "model.safetensors"))), **heads}
+    config = BertConfig.from_json_file(folder / "config.json").replace(
+        pretraining_heads=("mlm", "nsp"), add_pooler=True)
+    ref = Bert(config)
+    state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"]
+    ref.load_state_dict(state, strict=True)
+    return ref.eval()
+
+
+linux_only = pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="reads /proc/self/maps (Linux)")
+
+
+@linux_only
+def test_default_is_mapped_from_one_composed_file_with_the_same_logits(tmp_path, monkeypatch, minilm_folder):
+    from bertlab import loading
+    from bertlab.training.default_heads import heads_path
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    model, tok = load()
+    files = list((tmp_path / ".cache" / "bertlab" / "weights").glob("default-*.safetensors"))
+    assert files == [loading.composed_default_path(minilm_folder, heads_path())]
+    composed = files[0]
+    # every weight is the file's memory (shared by every process that maps it), none a private copy
+    assert _mapped_from(model, composed) == list(model.state_dict())
+    assert all(perm[3] == "p" for _, _, perm in _mappings(composed))  # a private map: writes never reach the file
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    assert all(p.requires_grad for p in model.parameters()) and not model.training
+    ref = _reference_default(minilm_folder)
+    ids, types = _ids(tok)
+    with torch.no_grad():
+        ours, theirs = model(ids, types), ref(ids, types)
+    assert float((ours.mlm_logits - theirs.mlm_logits).abs().max()) <= 1e-6
+    assert float((ours.nsp_logits - theirs.nsp_logits).abs().max()) <= 1e-6
+    # a second load maps the same file, untouched; writing to a weight changes this process's copy only
+    written = composed.stat().st_mtime_ns
+    again, _ = load()
+    assert _mapped_from(again, composed) == list(again.state_dict()) and composed.stat().st_mtime_ns == written
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight[2000:2010].add_(1.0)
+        model.bert.encoder.layer[0].attention.self.query.weight.zero_()
+    with torch.no_grad():
+        assert torch.equal(again(ids, types).mlm_logits, theirs.mlm_logits)
+    assert torch.equal(load_file(str(composed))["bert.encoder.layer.0.attention.self.query.weight"],
+                       ref.bert.encoder.layer[0].attention.self.query.weight)
+
+
+def test_loading_needs_no_compiler(tmp_path):
+    """Building the model on the meta device used to fill it with random numbers first, which imports
+    torch's compiler (torch._dynamo, sympy): memory and start-up time in every kernel for nothing."""
+    code = ("import sys\nfrom bertlab.loading import load\nm, t = load()\n"
+            "print(sorted(k for k in ('torch._dynamo', 'sympy') if k in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@linux_only
+def test_composed_file_follows_the_heads_and_a_bad_one_is_rebuilt(tmp_path, monkeypatch, minilm_folder, caplog):
+    from bertlab import loading
+    from bertlab.training.default_heads import heads_path
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    heads = tmp_path / "heads.safetensors"
+    shutil.copy(heads_path(), heads)
+    monkeypatch.setenv("BERTLAB_DEFAULT_HEADS", str(heads))
+    first, tok = load()
+    old = loading.composed_default_path(minilm_folder, heads)
+    assert old.is_file()
+    # new heads (a retrained file): a new composed file, the old one removed
+    state = {k: v.clone() for k, v in load_file(str(heads)).items()}  # not views of the file it overwrites
+    state["cls.predictions.bias"] += 1
+    save_file(state, str(heads))
+    second, _ = load()
+    new = loading.composed_default_path(minilm_folder, heads)
+    assert new != old and new.is_file() and not old.exists()
+    assert _mapped_from(second, new)
+    assert torch.allclose(second.cls.predictions.bias, first.cls.predictions.bias + 1, atol=2e-3)  # a float16 file
+    # a damaged file is never trusted: removed, the model loaded from the sources all the same
+    expected = second.cls.predictions.bias.detach().clone()
+    damaged = tmp_path / "damaged"
+    damaged.write_bytes(b"\x00garbage" * 10)
+    os.replace(damaged, new)  # a new file in its place (rewriting a mapped file in place would crash `second`)
+    third, _ = load()
+    assert torch.equal(third.cls.predictions.bias, expected)
+    assert "unusable" in caplog.text and not new.exists()
+    assert load()[0] is not None and new.is_file()  # and written again next time
+
+
+def test_composed_default_loads_privately_when_the_cache_cannot_be_written(tmp_path, monkeypatch, minilm_folder):
+    from bertlab import loading
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setattr(loading, "weights_cache_dir", lambda: blocker / "weights")
+    model, tok = load()
+    ids, types = _ids(tok)
+    with torch.no_grad():
+        assert float((model(ids, types).mlm_logits - _reference_default(minilm_folder)(ids, types).mlm_logits)
+                     .abs().max()) <= 1e-6
+
+
+@linux_only
+def test_hub_weights_are_mapped_and_a_local_folders_copied(tmp_path, monkeypatch, tiny_checkpoints):
+    """Hub cache files are written once and never changed: shared. A local folder may be saved over while a
+    model loaded from it lives, so its weights are copied (and save_pretrained replaces the file, never
+    rewrites it)."""
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = tmp_path / "hub" / "models--tiny-org--tiny-bert" / "snapshots" / commit
+    shutil.copytree(tiny_checkpoints["BertForPreTraining"], snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text(commit)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr("huggingface_hub.file_download.HF_HUB_CACHE", str(tmp_path / "hub"), raising=False)
+    from bertlab import loading
+
+    assert loading._in_hub_cache(snapshot) and not loading._in_hub_cache(tiny_checkpoints["BertModel"])
+    model, _ = loading.load_model(snapshot, share=loading._in_hub_cache(snapshot))
+    assert _mapped_from(model, (snapshot / "model.safetensors").resolve()) == list(model.state_dict())
+
+    folder = _copy(tiny_checkpoints["BertForPreTraining"], tmp_path / "local")
+    local, tok = load(folder)
+    assert _mapped_from(local, folder / "model.safetensors") == []
+    ids, types = _ids(tok)
+    with torch.no_grad():
+        before = local(ids, types).mlm_logits.clone()
+        other = local.with_heads(["mlm", "nsp"]).eval()
+        other.bert.encoder.layer[0].output.dense.weight.mul_(3)
+    save_pretrained(other, tok, folder)  # over the folder the first model came from
+    with torch.no_grad():
+        assert torch.equal(local(ids, types).mlm_logits, before)
+        assert not torch.equal(load(folder)[0](ids, types).mlm_logits, before)
+
+
+MAPPED_INODE = """
+import os
+from bertlab.loading import load
+model, _ = load()
+ptr = model.bert.embeddings.word_embeddings.weight.untyped_storage().data_ptr()
+for line in open("/proc/self/maps"):
+    parts = line.split()
+    start, end = (int(x, 16) for x in parts[0].split("-"))
+    if start <= ptr < end:
+        print(parts[4], parts[5] if len(parts) > 5 else "")
+"""
+
+
+@linux_only
+def test_kernels_starting_together_map_one_file(tmp_path):
+    """Students arriving at once: the first process composes the file, the others wait for it and map
+    the very same file (same inode), so the OS holds one copy of the weights."""
+    env = {**os.environ, "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", MAPPED_INODE], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-1000:] for _, err in outs]
+    mapped = {out.strip() for out, _ in outs}
+    files = list((tmp_path / ".cache" / "bertlab" / "weights").glob("default-*.safetensors"))
+    assert len(files) == 1 and mapped == {f"{files[0].stat().st_ino} {files[0]}"}

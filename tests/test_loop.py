@@ -4,8 +4,12 @@ checkpoints (atomic, resumable), cancellation, errors. Tiny models on CPU, no ti
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -17,6 +21,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from bertlab.training import checkpoint as ckpt
 from bertlab.training.checkpoint import (
+    DiskFullError,
     TrainingStateError,
     latest_checkpoint,
     list_checkpoints,
@@ -355,12 +360,125 @@ def test_failed_write_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch)
     monkeypatch.setattr(ckpt, "save_model_files", dies_on_second_write)
     model = Tiny()
     res = train(model, ce_loss, make_data(), cfg(max_steps=6, checkpoint_every=2, out_dir=str(out)))
-    assert res.status == "failed" and "No space left on device" in res.error and "checkpoint-4" in res.error
+    assert res.status == "failed" and res.error.startswith(f"the disk is full while writing {out / 'checkpoint-4'}")
     assert [p.name for p in list_checkpoints(out)] == ["checkpoint-2"] and res.last_checkpoint == out / "checkpoint-2"
     assert [p.name for p in out.iterdir()] == ["checkpoint-2"]  # the temp folder is cleaned up
     monkeypatch.setattr(ckpt, "save_model_files", real)
     resumed = Tiny(seed=3)
     assert train(resumed, ce_loss, make_data(), cfg(max_steps=6, out_dir=str(out)), resume_from=out / "checkpoint-2").ok
+
+
+DISK_FULL = {
+    "os": OSError(errno.ENOSPC, "No space left on device"),
+    "torch": RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 1216 vs 1108"),
+    "torch-write": RuntimeError("[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file "
+                                "data/0: file write failed"),
+    "safetensors": Exception('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: '
+                             '"No space left on device" })'),
+}
+
+
+@pytest.mark.parametrize("kind", list(DISK_FULL))
+def test_a_full_disk_is_named_as_one_line(tmp_path: Path, monkeypatch, kind):
+    """Whatever the writer says (the OS, torch.save's zip writer, safetensors), the run ends with
+    "the disk is full while writing <folder>", and the previous checkpoint stays."""
+    out = tmp_path / "run"
+    real = torch.save
+
+    def full_on_second_checkpoint(obj, f, *a, **k):
+        if "checkpoint-4" in str(f):
+            raise DISK_FULL[kind]
+        return real(obj, f, *a, **k)
+
+    monkeypatch.setattr(torch, "save", full_on_second_checkpoint)
+    res = train(Tiny(), ce_loss, make_data(), cfg(max_steps=6, checkpoint_every=2, out_dir=str(out)))
+    assert res.status == "failed" and isinstance(res.exception, DiskFullError)
+    assert res.error == (f"the disk is full while writing {out / 'checkpoint-4'}: free some space (or write to a "
+                         f"folder on another disk, e.g. --out elsewhere) and run again.")
+    assert "\n" not in res.error and [p.name for p in out.iterdir()] == ["checkpoint-2"]
+    assert ckpt.is_disk_full(DISK_FULL[kind]) and not ckpt.is_disk_full(RuntimeError("unexpected pos"))
+    assert not ckpt.is_disk_full(OSError(errno.EACCES, "Permission denied"))
+
+
+def test_a_model_is_saved_atomically_beside_what_the_folder_holds(tmp_path: Path, monkeypatch):
+    out = tmp_path / "out"
+    (out / "checkpoints" / "checkpoint-1").mkdir(parents=True)
+    (out / "checkpoints" / "checkpoint-1" / "trainer_state.json").write_text("{}")
+    (out / "notes.txt").write_text("mine")
+    first, second = Tiny(seed=1), Tiny(seed=2)
+    assert ckpt.save_model_atomically(first, None, out) == out
+    assert (out / "checkpoints" / "checkpoint-1" / "trainer_state.json").read_text() == "{}"  # carried over
+    assert (out / "notes.txt").read_text() == "mine"
+    fresh = Tiny(seed=3)
+    load_model_weights(fresh, out)
+    assert_same(weights(fresh), weights(first))
+    # A failure half-way through the next save: the folder still holds the first model, whole.
+    real = ckpt._st_save_model
+
+    def half_then_full(model, filename, *a, **k):
+        Path(filename).write_bytes(b"half a file")
+        raise DISK_FULL["os"]
+
+    monkeypatch.setattr(ckpt, "_st_save_model", half_then_full)
+    with pytest.raises(DiskFullError, match=f"^the disk is full while writing {out}: "):
+        ckpt.save_model_atomically(second, None, out)
+    load_model_weights(fresh, out)
+    assert_same(weights(fresh), weights(first))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temp folder left
+    monkeypatch.setattr(ckpt, "_st_save_model", real)
+    ckpt.save_model_atomically(second, None, out)
+    load_model_weights(fresh, out)
+    assert_same(weights(fresh), weights(second))
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoints", "model.safetensors", "notes.txt"]
+
+
+KILLED_MID_SAVE = """
+import os, signal, sys, torch
+from pathlib import Path
+from bertlab.training import checkpoint as ckpt
+out, where = Path(sys.argv[1]), sys.argv[2]
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 3)
+ckpt.save_model_atomically(model, None, out)  # the previous, complete model
+with torch.no_grad():
+    model.weight.add_(1.0)
+kill = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+if where == "writing":  # half a weights file written, then the process dies
+    def half(m, filename, *a, **k):
+        Path(filename).write_bytes(b"half a file")
+        kill()
+    ckpt._st_save_model = half
+else:  # between moving the old folder aside and renaming the new one into place
+    real_rename = os.rename
+    def rename(a, b):
+        real_rename(a, b)
+        if ".trash-" in str(b):
+            kill()
+    ckpt.os.rename = rename
+ckpt.save_model_atomically(model, None, out)
+"""
+
+
+@pytest.mark.parametrize("where", ["writing", "swapping"])
+def test_a_kill_during_a_final_save_never_leaves_a_folder_that_half_loads(tmp_path: Path, where):
+    out = tmp_path / "model"
+    proc = subprocess.run([sys.executable, "-c", KILLED_MID_SAVE, str(out), where], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == -9, proc.stderr
+    torch.manual_seed(0)
+    previous = torch.nn.Linear(4, 3)
+    fresh = torch.nn.Linear(4, 3)
+    if where == "writing":  # OUT is the previous model, whole; the temp folder is hidden beside it
+        load_model_weights(fresh, out)
+        assert_same(weights(fresh), weights(previous))
+    else:  # OUT is absent; the previous model sits beside it, whole, and is kept by the next save
+        assert not out.exists()
+        (trash,) = [p for p in tmp_path.iterdir() if p.name.startswith(".trash-model-")]
+        load_model_weights(fresh, trash)
+        assert_same(weights(fresh), weights(previous))
+    ckpt.save_model_atomically(previous, None, out)  # the next save cleans the temp folders up
+    leftovers = sorted(p.name[:7] for p in tmp_path.iterdir() if p.name != "model")
+    assert leftovers == ([] if where == "writing" else [".trash-"])
 
 
 def test_crash_mid_write_never_looks_like_a_checkpoint(tmp_path: Path, monkeypatch):

@@ -172,7 +172,8 @@ def test_make_app_serves_with_the_cli(tmp_path):
 
 # -- .ci/run -----------------------------------------------------------------------------------
 def fake_ci(tmp_path: Path, with_chromium: bool, with_data: bool) -> tuple[subprocess.CompletedProcess, Path]:
-    """Run a copy of .ci/run beside stub `make`, `apt-get` (and maybe `chromium`) that log their calls."""
+    """Run a copy of .ci/run beside stub `make`, `apt-get`, `npm` (and maybe `chromium` and
+    `configurable-http-proxy`, as installed) that log their calls."""
     repo, stubs, log = tmp_path / "repo", tmp_path / "stubs", tmp_path / "calls.log"
     (repo / ".ci").mkdir(parents=True)
     shutil.copy(REPO / ".ci" / "run", repo / ".ci" / "run")
@@ -182,7 +183,7 @@ def fake_ci(tmp_path: Path, with_chromium: bool, with_data: bool) -> tuple[subpr
     for tool in ("dirname", "id", "env", "pwd"):
         if shutil.which(tool):
             (stubs / tool).symlink_to(shutil.which(tool))
-    fakes = ["make", "apt-get"] + (["chromium"] if with_chromium else [])
+    fakes = ["make", "apt-get", "npm"] + (["chromium", "configurable-http-proxy"] if with_chromium else [])
     for name in fakes:
         (stubs / name).write_text(f'#!/bin/bash\necho "{name} $* | BERTLAB_DATA=${{BERTLAB_DATA:-}} CI=$CI" >> {log}\n')
     (stubs / "sudo").write_text('#!/bin/bash\nexec "$@"\n')  # CI may run as a user or as root
@@ -201,6 +202,7 @@ def test_ci_installs_chromium_exports_data_and_runs_make_test(tmp_path):
     assert log.read_text().splitlines() == [
         "apt-get update | BERTLAB_DATA= CI=",
         "apt-get install -y chromium | BERTLAB_DATA= CI=",
+        "npm install -g configurable-http-proxy | BERTLAB_DATA= CI=",
         f"make test | BERTLAB_DATA={data} CI=true",
     ]
 

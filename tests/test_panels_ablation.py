@@ -136,7 +136,11 @@ def test_blank_target_follows_the_top_guess(panel):
         ("word " * 600 + "[MASK].", "paris", "error", "cut off"),
         ("[MASK] " + "word " * 600, "paris", "warning", "cut"),
         ("我爱北京 🙂 [MASK]", "paris", "warning", "[UNK]"),
-        ("[MASK]", "paris", "info", "3 tokens"),
+        ("[MASK]", "paris", "error", "nothing to guess from"),
+        ("[mask] [MASK]", "paris", "error", "2 [MASK]"),  # typed in any case, as in the Mask tab
+        ("The capital of \ud800 is [MASK].", "paris", "error", "broken character"),
+        ("\u200b\x00\u200b", "paris", "error", "invisible characters"),
+        (DEFAULT_TEXT, "\ud800", "error", "broken character"),
     ],
 )
 def test_odd_input_gives_a_message_not_a_traceback(panel, text, target, level, needle):
@@ -176,3 +180,50 @@ def test_set_model_rebuilds_the_grid_and_recomputes(panel, tiny):
     effects = single_head_effects(model, tok, TINY_TEXT)
     np.testing.assert_allclose(panel.effects_figure.data[0].z, effects.effects.numpy(), atol=1e-3)
     assert np.asarray(panel.lens_figure.data[0].z).shape == (3, 5)  # embeddings + 2 layers
+
+
+# -- stale results, odd input, the busy sign (issue 15) -------------------------------------------
+def test_an_error_clears_the_previous_sentences_results(panel):
+    panel.effects_button.click()
+    assert set(panel.figures()) == {"head effects", "logit lens"} and panel.summary.value
+    panel.text.value = "No mask in here."
+    assert "has no [MASK]" in notes(panel, "error")
+    assert "token position" not in notes(panel, "error")  # the panel has no such control
+    assert panel.ablation is None and panel.lens is None and panel.effects is None
+    assert panel.summary.value == "" and panel.figures() == {} and panel.effects_button.disabled
+    panel.head_buttons[0][1].value = True  # a head click on bad text: still nothing stale
+    assert panel.summary.value == "" and panel.figures() == {}
+    panel.text.value = DEFAULT_TEXT
+    assert not notes(panel, "error") and set(panel.figures()) == {"logit lens"}
+    assert panel.ablation.heads_off == [(0, 1)] and not panel.effects_button.disabled
+
+
+def test_lowercase_mask_is_accepted_as_in_the_mask_tab(panel, default_model):
+    model, tok = default_model
+    panel.text.value = "The capital of France is [mask]."
+    assert not notes(panel, "error")
+    assert panel.ablation.query.tokens[panel.ablation.query.position] == tok.mask_token
+    expected = head_ablation(model, tok, DEFAULT_TEXT, [], DEFAULT_TARGET)
+    assert panel.ablation.base_log_prob == pytest.approx(expected.base_log_prob, abs=1e-5)
+
+
+def test_a_huge_target_is_not_echoed_whole(panel):
+    panel.target.value = " ".join(["tokenization"] * 5000)
+    error = notes(panel, "error")
+    assert "split into" in error and len(error) < 400 and "characters)" in error
+
+
+def test_show_puts_up_a_busy_sign_and_disables_the_button(panel, monkeypatch):
+    from bertlab.panels import ablation as panel_module
+
+    seen = []
+    real = panel_module.head_ablation
+
+    def watching(*args, **kwargs):
+        seen.append((panel.show_button.disabled, "Working" in panel.message.value))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(panel_module, "head_ablation", watching)
+    panel.text.value = "The capital of Italy is [MASK]."
+    assert seen == [(True, True)]
+    assert not panel.show_button.disabled and "Working" not in panel.message.value

@@ -149,18 +149,18 @@ def test_sentence_b_adds_a_segment(panel):
 
 
 def test_empty_text_gives_a_message_not_a_traceback(panel):
-    before = fig_z(panel)
     panel.text_a.value = "  "
     assert "type a sentence" in notes(panel, "error")
-    np.testing.assert_array_equal(fig_z(panel), before)  # the last good picture stays
-    panel.head.value = 1  # sliders still work on it
+    assert panel.result is None and fig_z(panel).size == 0  # no old picture under the new error
+    panel.head.value = 1  # sliders do not raise meanwhile
+    assert "Something went wrong" not in notes(panel, "error")
     panel.text_a.value = PARIS
     assert not notes(panel, "error") and list(panel.figure.layout.xaxis.ticktext) == PARIS_TOKENS
 
 
 def test_over_long_text_is_cut_with_a_visible_note(panel):
     panel.text_a.value = "The quick brown fox. " * 60
-    assert len(panel.figure.layout.xaxis.ticktext) == panel.max_length
+    assert len(panel.figure.data[0].z) == panel.max_length  # (its axis labels are thinned to fit)
     warning = notes(panel, "warning")
     assert "cut" in warning and str(panel.max_length) in warning
     assert "cut" in panel.message.value  # shown in the panel's HTML, not only kept
@@ -370,3 +370,45 @@ def test_figures_are_the_heatmap_and_the_rollout(panel):
 def test_figures_before_any_result_are_empty(default_model):
     model, tok = default_model
     assert AttentionPanel(model, tok, text="").figures() == {}
+
+
+# -- issue 15: stale messages, controls that do not apply, the busy sign ---------------------------
+def test_an_error_clears_the_picture_and_goes_away_when_the_text_is_back(panel):
+    panel.text_a.value = ""
+    assert "The text is empty" in notes(panel, "error")
+    assert panel.result is None and panel.figures() == {} and fig_z(panel).size == 0
+    assert "Type a sentence" in panel.figure.layout.annotations[0].text
+    panel.text_a.value = DEFAULT_TEXT  # the text the panel opened with: shown again, message gone
+    assert not notes(panel, "error") and panel.result is not None
+    want = attention_patterns(panel.model, panel.tok, DEFAULT_TEXT)
+    np.testing.assert_allclose(fig_z(panel), want.patterns[0, 0].numpy(), atol=1e-3)
+
+
+def test_each_view_shows_only_the_sliders_it_uses(panel):
+    shown = {}
+    for view in ("Heatmap", "Head view", "Model view", "Rollout", "bertviz"):
+        panel.view.value = view
+        shown[view] = [s.description for s in (panel.layer, panel.head) if s.layout.display != "none"]
+    assert shown == {"Heatmap": ["Layer", "Head"], "Head view": [], "Model view": [], "Rollout": ["Layer"],
+                     "bertviz": []}  # the head and model views and bertviz have their own layer / head controls
+
+
+def test_a_new_text_and_a_new_view_show_a_busy_sign(panel, monkeypatch):
+    from bertlab.panels import attention as panel_module
+
+    seen = []
+    real = panel_module.attention_patterns
+
+    def watching(*args, **kwargs):
+        seen.append((panel.show_button.disabled, "bertlab-busy" in panel.message.value))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(panel_module, "attention_patterns", watching)
+    panel.text_a.value = "The cat sat on the mat."
+    assert seen == [(True, True)] and not panel.show_button.disabled
+    drawn = []
+    real_draw = panel._draw_rollout
+    monkeypatch.setattr(panel, "_draw_rollout", lambda old: drawn.append(
+        (panel.view.disabled, "bertlab-busy" in panel.message.value)) or real_draw(old))
+    panel.view.value = "Rollout"
+    assert drawn == [(True, True)] and not panel.view.disabled and "bertlab-busy" not in panel.message.value

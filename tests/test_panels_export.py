@@ -181,8 +181,8 @@ def test_attention_view_page_is_offline_and_carries_the_models_attention(panel, 
 
 
 @pytest.mark.parametrize(("a", "b", "level", "says"), [
-    ("", "", "error", "no text to look at"),
-    ("   ", "It is big.", "error", "no text to look at"),
+    ("", "", "error", "The text is empty"),
+    ("   ", "It is big.", "error", "The text is empty"),
     ("word " * 600, "", "warning", "only 128 fit"),
     ("東京は日本の首都です。", "", "info", "tokens"),
     ("I love pizza 🍕🍕", "", "warning", "[UNK]"),

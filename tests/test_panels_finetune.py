@@ -17,9 +17,9 @@ from tiny_models import tiny_bert
 from bertlab.analysis.predict import classify, entities
 from bertlab.loading import load
 from bertlab.model import Bert
-from bertlab.panels.finetune import FinetunePanel, model_task, read_examples, save_upload
+from bertlab.panels.finetune import FinetunePanel, model_task, save_upload
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.tasks import CONLL_LABELS, NLI_LABELS, SST2_LABELS, get_task
+from bertlab.training.tasks import CONLL_LABELS, NLI_LABELS, SST2_LABELS, get_task, read_train_dev
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not (SHARED_DATA / "sst2").is_dir(), reason="shared data folder not present")
@@ -182,7 +182,7 @@ def test_out_of_memory_says_what_to_change(tok, tmp_path, shared_data, monkeypat
     text = errors(panel)
     assert "Out of GPU memory with batches of 32 × up to 128 tokens" in text
     assert "smaller batch (e.g. 16)" in text and "shorter sequences (max length 64)" in text
-    assert panel.runs[0].status == "failed" and not made and not panel.start_button.disabled
+    assert not panel.runs and not made and not panel.start_button.disabled  # it never started: no row
 
 
 def test_out_of_memory_inside_the_loop_gives_the_same_advice(tok, tmp_path, shared_data, monkeypatch):
@@ -237,7 +237,7 @@ def test_a_malformed_upload_names_the_line(tok, tmp_path):
     assert "bertlab-upload" not in text  # the student's file name, not the temporary path
     assert panel.data.value == "upload"
     panel.start_button.click()  # Start reads it again: the same message, no crash
-    assert panel.wait(30) and "line 3" in errors(panel) and panel.runs[0].status == "failed"
+    assert panel.wait(30) and "line 3" in errors(panel) and not panel.runs  # a failed start adds no row
     good = "".join(f"{w} film\t{i % 2}\n" for i, w in enumerate(["dull", "great"] * 10)).encode()
     upload(panel, "my reviews.tsv", good)
     assert not errors(panel)
@@ -268,7 +268,7 @@ def test_the_next_run_trains_a_copy_of_the_model_picked_last(tok, tmp_path, shar
     assert cfg.model is other and (cfg.task, cfg.mode, cfg.lr, cfg.batch_size) == ("nli", "adapter", 1e-3, 8)
     assert (cfg.max_train_examples, cfg.max_eval_examples, cfg.device) == (64, 32, "cpu")
     assert cfg.eval_every == 2 and cfg.checkpoint_every == 8  # 4 evaluations and 1 checkpoint an epoch
-    assert Path(cfg.out_dir).parent == tmp_path and panel.runs[0].base is other
+    assert Path(cfg.out_dir).parent == tmp_path and not panel.runs  # it never started: no row
     assert "stopped by the test" in errors(panel)
 
 
@@ -288,21 +288,22 @@ def test_a_missing_path_is_a_message(tok, tmp_path):
 def test_read_examples_holds_out_dev_from_a_single_file(tmp_path):
     sst2 = tmp_path / "reviews.tsv"
     sst2.write_text("".join(f"film {i}\t{i % 2}\n" for i in range(30)), encoding="utf-8")
-    split = read_examples(get_task("sst2"), sst2)
+    split = read_train_dev(get_task("sst2"), sst2)
     assert (len(split.train), len(split.dev)) == (27, 3)
     assert {e.text_a for e in split.train}.isdisjoint(e.text_a for e in split.dev)
-    assert read_examples(get_task("sst2"), sst2).dev == split.dev  # seeded
+    assert read_train_dev(get_task("sst2"), sst2).dev == split.dev  # seeded
     sick = tmp_path / "pairs.txt"
     rows = ["pair_ID\tsentence_A\tsentence_B\tentailment_label\tSemEval_set"]
-    rows += [f"{i}\tA man plays\tA man {i} plays\tENTAILMENT\t{'TRIAL' if i < 4 else 'TRAIN'}" for i in range(20)]
+    labels = ("ENTAILMENT", "NEUTRAL")
+    rows += [f"{i}\tA man plays\tA man {i} plays\t{labels[i % 2]}\t{'TRIAL' if i < 4 else 'TRAIN'}" for i in range(20)]
     sick.write_text("\n".join(rows) + "\n", encoding="utf-8")
-    split = read_examples(get_task("nli"), sick)
+    split = read_train_dev(get_task("nli"), sick)
     assert (len(split.train), len(split.dev)) == (16, 4) and "TRIAL" in split.note
 
 
 @needs_data
 def test_read_examples_from_bertlab_data_uses_its_dev_split(shared_data):
-    split = read_examples(get_task("nli"))
+    split = read_train_dev(get_task("nli"))
     assert (len(split.train), len(split.dev)) == (4439, 495)
 
 
@@ -390,3 +391,43 @@ def test_cls_picture_of_a_picked_model_reads_dev_from_the_data_source(heads, tok
     fig = panel.use.pca_box.children[0]
     assert not errors(panel.use) and fig.layout.annotations[0].text.startswith("this model")
     assert sum(len(t.x) for t in fig.data) == 200 and {t.name for t in fig.data} == {"negative", "positive"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 15: failed starts, stale errors, odd text, controls that do not apply
+# ---------------------------------------------------------------------------------------------
+def test_a_failed_start_adds_no_row_no_run_number_and_no_empty_axes(tok, tmp_path):
+    panel = small_panel(tiny_bert(tok), tok, tmp_path, [])
+    panel.path.value = str(tmp_path / "nowhere")
+    for _ in range(2):
+        panel.start_button.click()
+        assert panel.wait(30) and "does not exist" in errors(panel)
+    assert panel.runs == [] and panel.runs_table.value == ""  # no "failed 0/?" rows
+    assert len(panel.curves.data) == 0 and "Fine-tune a model" in panel.curves.layout.annotations[0].text
+    assert panel._label("sst2", "full") == "sst2 · full"  # the next run is not "#3"
+    assert panel.figures() == {}
+    panel.task.value = "nli"  # the error was about the previous task's data
+    assert panel.messages == [] and panel.message.value == ""
+
+
+def test_use_it_shows_sentence_b_only_where_it_applies(heads, tok, tmp_path):
+    panel = FinetunePanel(heads["sst2"], tok, runs_dir=tmp_path, device="cpu")
+    use = panel.use
+    assert use.kind == "sst2" and use.sentence_b not in use.views["sst2"].children
+    use.sentence_b.value = "a second sentence the student cannot see"
+    expected = classify(heads["sst2"], tok, use.sentence.value).probabilities
+    np.testing.assert_allclose(use.probs_box.children[0].data[0].x, np.round(expected, 4))
+    generic = tiny_bert(tok, seed=1).with_heads(task="sequence_classification", id2label={0: "a", 1: "b", 2: "c"})
+    panel.set_model(generic, tok)
+    assert use.kind == "classification" and use.sentence_b in use.view.children[0].children
+
+
+@pytest.mark.parametrize("text, words", [
+    ("\u200b\u200b\x07", "only invisible characters"),
+    ("good \ud800 film", "broken character"),
+])
+def test_use_it_refuses_text_it_cannot_read_with_a_clear_message(heads, tok, tmp_path, text, words):
+    panel = FinetunePanel(heads["sst2"], tok, runs_dir=tmp_path, device="cpu")
+    use = panel.use
+    use.sentence.value = text
+    assert words in errors(use) and "Something went wrong" not in errors(use)

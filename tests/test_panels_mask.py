@@ -10,10 +10,10 @@ import pytest
 
 from bertlab.analysis.mask import fill_mask, mask_each_word
 from bertlab.panels import mask as mask_panel
+from bertlab.panels.base import lacks
 from bertlab.panels.mask import (
     DEFAULT_TEXT,
     MAX_WORD_BUTTONS,
-    NO_MLM,
     NOTHING_HIDDEN,
     MaskPanel,
     reads_html,
@@ -125,7 +125,8 @@ def test_editing_the_text_keeps_hidden_words_that_stay_in_place(default_model):
 def test_mask_each_word_draws_the_strip_and_follows_the_text(panel):
     assert panel.each_box.children == ()
     panel.each_button.click()
-    (strip,) = panel.each_box.children[0].data
+    strip, skipped = panel.each_box.children[0].data  # scored words, and the grey ones not scored
+    assert all(v is None for row in skipped.z for v in row)  # every word here is in the vocabulary
     scores = mask_each_word(panel.model, panel.tok, DEFAULT_TEXT)
     z, text, _ = strip_grid(scores, 12)
     assert [list(r) for r in strip.text] == text
@@ -188,13 +189,13 @@ def test_long_text_is_cut_with_a_note_and_few_buttons(panel):
 
 def test_a_model_without_mlm_head_points_to_pretraining_then_switches_back(default_model, bare_default):
     panel = MaskPanel(*bare_default)
-    assert notes(panel, "warning") == NO_MLM and "Pre-training tab" in NO_MLM
+    assert notes(panel, "warning") == lacks(panel.model, "mlm") and "Pre-training tab" in notes(panel, "warning")
     assert not fill(panel).data and panel.figures() == {} and "cannot guess" in fill(panel).layout.annotations[0].text
     panel.each_button.click()
-    assert panel.each_box.children == () and panel.messages == [("warning", NO_MLM)]
+    assert panel.each_box.children == () and panel.messages == [("warning", lacks(panel.model, "mlm"))]
     panel.set_model(*default_model)  # the picker switched to a model with the head: same text, redrawn
     assert len(fill(panel).data) == 1 and not notes(panel, "warning")
-    assert len(panel.each_box.children[0].data) == 1  # the strip was asked for: it follows the model too
+    assert len(panel.each_box.children[0].data) == 2  # the strip (scored, grey) was asked for: it follows the model
 
 
 def test_a_bug_becomes_a_message(panel, monkeypatch):
@@ -223,3 +224,52 @@ def test_reads_html_joins_pieces_and_marks_masks():
     out = reads_html(["[CLS]", "[MASK]", "##ization", "is", "<b>", "[SEP]"])
     assert "[CLS]" not in out and "[SEP]" not in out
     assert "[MASK]</span>ization is &lt;b&gt;</div>" in out
+
+
+# -- issue 15: unknown and special words, bad characters, the busy sign ---------------------------
+def test_mask_each_word_reports_unknown_words_as_unknown_not_scored(panel):
+    panel.text.value = "The cat 🙂 sat on the mat."
+    assert button(panel, "🙂").disabled  # the model cannot guess an [UNK] back: nothing to hide
+    panel.each_button.click()
+    smiley = next(s for s in panel.scores if s.word == "🙂")
+    assert smiley.skipped == "unknown" and smiley.rank is None and not smiley.correct
+    strip, grey = panel.each_box.children[0].data
+    assert strip.z[0][2] is None and grey.z[0][2] == 1  # grey, not coloured as easy to guess
+    assert "not in this model's vocabulary ('🙂')" in notes(panel, "warning")
+    assert "unknown, not scored" in notes(panel, "warning")
+    assert "Each of the 7 words" in notes(panel, "info")  # 8 words (the full stop is one), one unknown
+
+
+def test_typed_special_tokens_are_not_scored_as_words(panel):
+    cls, sep = (panel.tok.id_to_token(i) for i in (panel.tok.cls_token_id, panel.tok.sep_token_id))
+    panel.text.value = f"{cls} the cat sat on the mat {sep}"
+    assert button(panel, cls).disabled and button(panel, sep).disabled
+    panel.each_button.click()
+    assert {s.word: s.skipped for s in panel.scores if not s.scored} == {cls: "special", sep: "special"}
+    assert "special tokens, not words" in notes(panel, "info")
+    assert [s.word for s in panel.scores if s.scored] == ["the", "cat", "sat", "on", "the", "mat"]
+
+
+def test_a_broken_character_is_a_clear_message_and_clears_the_old_results(panel):
+    panel.each_button.click()
+    assert panel.scores and panel.predictions
+    panel.text.value = "The cat \ud800 sat."
+    assert "broken character (U+D800" in notes(panel, "error") and "Something went wrong" not in notes(panel, "error")
+    assert panel.predictions == [] and panel.scores is None and panel.each_box.children == ()
+    assert panel.figures() == {} and panel.word_buttons.children == ()
+    panel.text.value = DEFAULT_TEXT
+    assert not notes(panel, "error") and panel.scores and panel.predictions
+
+
+def test_mask_each_word_shows_a_busy_sign_and_disables_its_buttons(panel, monkeypatch):
+    seen = []
+    real = mask_panel.mask_each_word
+
+    def watching(*args, **kwargs):
+        seen.append((panel.each_button.disabled, panel.predict_button.disabled, "bertlab-busy" in panel.message.value))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mask_panel, "mask_each_word", watching)
+    panel.each_button.click()
+    assert seen == [(True, True, True)]
+    assert not panel.each_button.disabled and "bertlab-busy" not in panel.message.value

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from bertlab.analysis.nsp import CLS, A, B, next_sentence
+from bertlab.panels.base import lacks
 from bertlab.panels.nsp import (
     DEFAULT_A,
     DEFAULT_B,
     EMPTY_B,
     NO_CORPUS,
-    NO_NSP,
     NSPPanel,
     pair_attention_mass,
 )
@@ -165,9 +165,9 @@ def test_cjk_and_emoji_get_a_note_on_unknown_pieces(panel):
 # -- models without an NSP head -----------------------------------------------------------------
 def test_without_nsp_head_the_attention_is_still_shown(default_model, bare_default):
     panel = NSPPanel(*bare_default, documents=DOCS)
-    assert notes(panel, "warning") == NO_NSP and "Pre-training tab" in NO_NSP
+    assert notes(panel, "warning") == lacks(bare_default[0], "pair") and "Pre-training tab" in notes(panel, "warning")
     assert panel.result is None and list(panel.figures()) == ["attention between the sentences"]
-    assert "no NSP head" in panel.probability_box.children[0].layout.annotations[0].text
+    assert "no NSP or SOP head" in panel.probability_box.children[0].layout.annotations[0].text
     mass, warning = pair_attention_mass(*bare_default, DEFAULT_A, DEFAULT_B)
     assert warning is None and mass.groups == (A, B, CLS, "[SEP]")
     np.testing.assert_allclose(mass_y(panel), [mass.share(s, t).numpy() for s in (A, B, CLS) for t in mass.groups],
@@ -195,3 +195,23 @@ def test_a_bug_becomes_a_message(panel, monkeypatch):
     monkeypatch.setattr(panel.model, "run_with_cache", broken)
     panel.text_b.value = "Something new."
     assert "Something went wrong" in notes(panel, "error") and panel.figures() == {}
+
+
+def test_check_shows_a_busy_sign_and_disables_the_buttons(default_model, monkeypatch):
+    from bertlab.panels import nsp as panel_module
+
+    model, tok = default_model
+    panel = panel_module.NSPPanel(model, tok)
+    seen = []
+    real = panel_module.next_sentence
+
+    def watching(*args, **kwargs):
+        seen.append((panel.check_button.disabled, panel.random_button.disabled, "bertlab-busy" in panel.message.value))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(panel_module, "next_sentence", watching)
+    panel.text_b.value = "It was very tired."
+    assert seen == [(True, True, True)]
+    assert not panel.check_button.disabled and "bertlab-busy" not in panel.message.value
+    panel.text_b.value = "It was \ud83d tired."
+    assert "broken character" in " ".join(t for _, t in panel.messages) and panel.figures() == {}

@@ -301,3 +301,21 @@ def test_set_model_uses_the_new_tokenizer(panel, small_tok):
 def _write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def test_the_progress_line_says_where_a_stopped_run_ended(train_panel, tmp_path):
+    """Issue 15: after Stop the line said "step 80 / 3000 · about 11:06 left" (the last logged step)."""
+    p = train_panel
+    p.steps.value = 2000
+    p.start.click()
+    deadline = time.monotonic() + 60
+    while p.progress.value < 2 and p.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    p.stop.click()
+    assert p.wait(60) and p.result.status == "cancelled"
+    assert p.progress_label.value == f"stopped at step {p.result.step} / 2000"
+    assert p.progress.value == p.result.step
+    p.corpus_path.value = str(tmp_path / "missing.txt")  # a run that cannot start: no "preparing the data…"
+    p.start.click()
+    assert p.wait(60) and p.run_messages[-1][0] == "error"
+    assert p.progress_label.value == "stopped on an error"

@@ -148,3 +148,31 @@ def test_set_model_redraws_with_the_other_model(panel, tiny_checkpoints):
     assert pieces == want.tokens and pieces != DEFAULT_TOKENS  # the tiny vocabulary splits differently
     np.testing.assert_allclose(bars(panel, "token"), want.norms["token"].numpy(), atol=1e-4)
     assert notes(panel, "error") == ""
+
+
+# -- issue 15: an error clears the pictures; its message goes when the text is back ---------------
+def test_the_empty_text_message_goes_away_when_the_text_is_back(panel):
+    text = panel.text_a.value
+    panel.text_a.value = ""
+    assert "The text is empty" in notes(panel, "error")
+    assert panel.rep is None and panel.figures() == {} and len(panel.table.data) == 0
+    panel.text_a.value = text  # the text shown before the error
+    assert not notes(panel, "error") and panel.rep is not None and set(panel.figures())
+    panel.text_a.value = "A \ud800 here."
+    assert "broken character" in notes(panel, "error") and "Something went wrong" not in notes(panel, "error")
+    assert panel.rep is None
+
+
+def test_show_puts_up_a_busy_sign_and_disables_the_button(panel, monkeypatch):
+    from bertlab.panels import representation as panel_module
+
+    seen = []
+    real = panel_module.input_representation
+
+    def watching(*args, **kwargs):
+        seen.append((panel.show_button.disabled, "bertlab-busy" in panel.message.value))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(panel_module, "input_representation", watching)
+    panel.text_a.value = "The cat sat."
+    assert seen == [(True, True)] and not panel.show_button.disabled and "bertlab-busy" not in panel.message.value

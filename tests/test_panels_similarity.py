@@ -133,12 +133,10 @@ def test_bad_word_input_gives_a_message(panel):
         ("🍕", TWO_BANKS, "not in the model's vocabulary"),
         ("bank", "river | He sat on the bank.\nThe bank approved my loan.", "label every context or none"),
     ]
-    before = lines(panel)
     panel.sections.selected_index = 1
     panel.word.value = "cat"
     assert "'cat' does not occur in context 1" in notes(panel, 1, "error")
-    assert lines(panel).keys() == before.keys()  # the last good figure stays
-    np.testing.assert_array_equal(lines(panel)["same sense"], before["same sense"])
+    assert lines(panel) == {} and panel.word_result is None  # no old figure under the new error
     for word, contexts, expected in cases:  # (an intermediate state may be valid: only the end counts)
         panel.word.value, panel.contexts.value = word, contexts
         panel.word_button.click()
@@ -176,7 +174,7 @@ def test_new_words_redraw_the_map(panel):
     assert "7 points" in notes(panel, 2, "info")
     panel.map_words.value = "castle"
     assert "'castle' does not occur in any of the sentences" in notes(panel, 2, "error")
-    assert [t.name for t in panel.map_figure.data] == ["river", "money"]
+    assert len(panel.map_figure.data) == 0 and panel.proj is None  # no old map under the new error
 
 
 def test_stage_moves_take_well_under_100_ms(panel):
@@ -225,3 +223,43 @@ def test_figure_made_in_a_hidden_sub_tab_is_remade_when_shown(panel):
     hidden = panel.map_figure
     panel.sections.selected_index = 2
     assert panel.map_figure is not hidden and [t.name for t in panel.map_figure.data] == ["river", "money"]
+
+
+# -- issue 15: an error clears the sub-tab's old figure; huge input is not echoed; busy sign -------
+def test_an_error_clears_the_old_figure_of_its_sub_tab(panel):
+    panel.text.value = ""
+    assert "The text is empty" in notes(panel, 0, "error")
+    assert panel.sim is None and len(panel.token_figure.data) == 0 and "token cosine" not in panel.figures()
+    panel.text.value = DEFAULT_TEXT
+    assert not notes(panel, 0, "error") and panel.sim is not None and len(panel.token_figure.data) == 1
+    panel.sections.selected_index = 1
+    panel.word.value = "cat"
+    assert "does not occur" in notes(panel, 1, "error")
+    assert panel.word_result is None and "word across stages" not in panel.figures()
+    panel.sections.selected_index = 2
+    panel.map_words.value = "castle"
+    assert panel.proj is None and "word map" not in panel.figures()
+
+
+def test_a_huge_word_is_not_echoed_whole(panel):
+    panel.sections.selected_index = 1
+    panel.word.value = " ".join(["bank"] * 5000)
+    error = notes(panel, 1, "error")
+    assert "does not occur" in error and len(error) < 400, len(error)
+    panel.word.value = "\ud800"
+    assert "broken character" in notes(panel, 1, "error")
+
+
+def test_show_puts_up_a_busy_sign_and_disables_the_button(panel, monkeypatch):
+    from bertlab.panels import similarity as panel_module
+
+    seen = []
+    real = panel_module.token_similarity
+
+    def watching(*args, **kwargs):
+        seen.append((panel.text_button.disabled, "bertlab-busy" in panel.message.value))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(panel_module, "token_similarity", watching)
+    panel.text.value = "The cat sat."
+    assert seen == [(True, True)] and not panel.text_button.disabled and "bertlab-busy" not in panel.message.value

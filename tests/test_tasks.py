@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import types
 from pathlib import Path
@@ -161,7 +162,7 @@ def test_sst2_user_file_and_named_bad_lines(tmp_path, monkeypatch):
     with pytest.raises(DataFormatError, match=r"^sst2/dev\.tsv line 3: expected 2 tab-separated fields .* got 1"):
         read_sst2("dev")
     bad = _write(tmp_path / "bad.tsv", "fine\t1\nmeh\tmaybe\n")
-    with pytest.raises(DataFormatError, match=r"bad\.tsv line 2: the label must be 0 or 1, got 'maybe'"):
+    with pytest.raises(DataFormatError, match=r"bad\.tsv line 2: the label \(the 2nd field\) must be 0 or 1\.$"):
         read_sst2(path=bad)
     latin1 = tmp_path / "latin1.tsv"
     latin1.write_bytes("fine\t1\ncaf\u00e9\t0\n".encode("latin-1"))
@@ -173,8 +174,8 @@ def test_missing_data_says_where_to_point(tmp_path, monkeypatch):
     monkeypatch.setenv("BERTLAB_DATA", str(tmp_path))
     with pytest.raises(DataNotFoundError, match="BERTLAB_DATA"):
         read_conll("train")
-    with pytest.raises(ValueError, match="split 'test'"):
-        read_sst2("test")
+    with pytest.raises(ValueError, match="split 'valid'"):
+        read_sst2("valid")
 
 
 def test_sick_bad_lines_named(tmp_path):
@@ -189,7 +190,7 @@ def test_sick_bad_lines_named(tmp_path):
     with pytest.raises(DataFormatError, match=r"line 1: the header lacks"):
         read_sick(path=f)
     # a folder holding a SICK*.txt file works too
-    _write(tmp_path / "SICK.txt", header + "7\tA dog\tAn animal\tentailment\tTRIAL\n")
+    _write(tmp_path / "SICK.txt", header + "7\tA dog\tAn animal\tentailment\tTRIAL\n8\tA\tB\tNEUTRAL\tTRAIN\n")
     (ex,) = read_sick("dev", path=tmp_path)
     assert (ex.guid, ex.text_a, ex.text_b, ex.label) == ("7", "A dog", "An animal", 0)
 
@@ -205,7 +206,7 @@ def test_conll_user_file_docstart_two_columns_and_bad_lines(tmp_path):
     with pytest.raises(DataFormatError, match=r"bad\.txt line 2: expected `word \.\.\. TAG`"):
         read_conll(path=f)
     f = _write(tmp_path / "bad.txt", "EU NNP B-NP B-ORG\n\nrejects VBZ B-VP PERSON\n")
-    with pytest.raises(DataFormatError, match=r"bad\.txt line 3: 'PERSON' is not a tag"):
+    with pytest.raises(DataFormatError, match=r"bad\.txt line 3: the last field is not a tag"):
         read_conll(path=f)
 
 
@@ -228,11 +229,143 @@ def test_squad_bad_json_named_by_path(tmp_path):
     with pytest.raises(DataFormatError, match=r"qas\[0\]\.answers\[0\]\.answer_start should be int, got str"):
         read_squad("all", path=f)
     _write(f, json.dumps(_squad_doc(answers=[{"text": "Bo", "answer_start": 0}])))
-    with pytest.raises(DataFormatError, match=r"answer_start 0 does not point at the answer text 'Bo'"):
+    with pytest.raises(DataFormatError, match=r"answer_start \(0\) does not point at the answer text"):
         read_squad("all", path=f)
     _write(f, '{"data": [\n  {"title": "T",,}\n]}')
     with pytest.raises(DataFormatError, match=r"s\.json line 2 column \d+: not valid JSON"):
         read_squad("all", path=f)
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch) -> Path:
+    """tmp_path as BERTLAB_DATA: messages name files relative to it (x.tsv, not /tmp/.../x.tsv)."""
+    monkeypatch.setenv("BERTLAB_DATA", str(tmp_path))
+    return tmp_path
+
+
+SICK_HEADER = "pair_ID\tsentence_A\tsentence_B\tentailment_label\tSemEval_set\n"
+
+
+def _message(reader, **kwargs) -> str:
+    with pytest.raises(DataFormatError) as info:
+        reader(**kwargs)
+    return str(info.value)
+
+
+def test_errors_never_quote_the_file(tmp_path):
+    """A path can point at any file the reader opens: the message names it and the line, never its content."""
+    secret = "s3cret-root-hash"
+    cases = [
+        (read_sick, "SICK.txt", f"root:x:0:0:{secret}:/root:/bin/bash\n"),  # what /etc/passwd gave
+        (read_sick, "SICK.txt", SICK_HEADER + f"1\tA\tB\t{secret}\tTRAIN\n"),
+        (read_sst2, "x.tsv", f"fine\t1\n{secret}\t{secret}\n"),
+        (read_conll, "x.txt", f"EU B-ORG\n{secret} {secret}\n"),
+        (read_squad, "x.json", json.dumps(_squad_doc(answers=[{"text": secret, "answer_start": 0}]))),
+    ]
+    for reader, file, text in cases:
+        message = _message(reader, split="all" if reader is read_squad else "train", path=_write(tmp_path / file, text))
+        assert file in message and "line" in message or "data[0]" in message, message
+        assert secret not in message and "root:x" not in message, message
+    if Path("/etc/passwd").is_file():
+        message = _message(read_sick, path="/etc/passwd")
+        first = Path("/etc/passwd").read_text(errors="replace").splitlines()[0]
+        assert "/etc/passwd line 1" in message and first not in message and "root" not in message, message
+
+
+@pytest.mark.parametrize(
+    ("answers", "match"),
+    [
+        ([{"text": "Bo", "answer_start": -3}], r"answers\[0\]\.answer_start \(-3\) does not point"),  # [-3:-1] == "Bo"
+        ([{"text": "nn", "answer_start": True}], r"answers\[0\]\.answer_start should be int, got a boolean"),
+        ([{"text": "Ann", "answer_start": 0}, {"text": "", "answer_start": 0}], r"answers\[1\]\.text is empty"),
+        ([{"text": "Ann", "answer_start": 40}], r"answers\[0\]\.answer_start \(40\) does not point"),
+        ([], r"answers is empty: every SQuAD v1.1 question has at least one answer"),
+    ],
+)
+def test_squad_refuses_offsets_and_answers_that_do_not_fit(in_tmp, answers, match):
+    f = _write(in_tmp / "s.json", json.dumps(_squad_doc(answers=answers)))
+    with pytest.raises(DataFormatError, match=r"^s\.json: data\[0\]\.paragraphs\[0\]\.qas\[0\]\." + match):
+        read_squad("all", path=f)
+
+
+def test_squad_refuses_empty_questions_and_contexts(tmp_path):
+    f = _write(tmp_path / "s.json", json.dumps(_squad_doc(question="  ")))
+    with pytest.raises(DataFormatError, match=r"qas\[0\]\.question is empty"):
+        read_squad("all", path=f)
+    doc = _squad_doc()
+    doc["data"][0]["paragraphs"][0]["context"] = ""
+    _write(f, json.dumps(doc))
+    with pytest.raises(DataFormatError, match=r"paragraphs\[0\]\.context is empty"):
+        read_squad("all", path=f)
+
+
+def test_squad_nesting_deeper_than_the_format_is_named_not_a_traceback(in_tmp):
+    f = _write(in_tmp / "deep.json", '{"data": ' + "[" * 50_000 + "]" * 50_000 + "}")  # RecursionError in json
+    with pytest.raises(DataFormatError, match=r"^deep\.json line 1: the JSON nests deeper than a SQuAD file does"):
+        read_squad("all", path=f)
+    doc = _squad_doc()
+    doc["data"][0]["paragraphs"][0]["qas"][0]["answers"][0]["extra"] = json.loads("[" * 6 + "]" * 6)
+    _write(f, json.dumps(doc, indent=1))  # valid JSON, parsed fine, but no SQuAD file nests this deep
+    message = _message(read_squad, split="all", path=f)
+    assert re.match(r"deep\.json line \d+: the JSON nests deeper", message), message
+    line = int(message.split()[2].rstrip(":"))
+    assert f.read_text().splitlines()[line - 1].strip() == "["  # the line of the first bracket too many
+    brackets = _squad_doc()
+    brackets["data"][0]["paragraphs"][0]["qas"][0]["question"] = "[[[[[[[[[[[[[[[[[[[[ {{{{{{{{{{{{?"
+    _write(f, json.dumps(brackets))  # brackets inside strings do not nest
+    assert read_squad("all", path=f)[0].question.startswith("[[[")
+
+
+def test_a_squad_file_with_one_article_says_so(in_tmp):
+    f = _write(in_tmp / "one.json", json.dumps(_squad_doc()))
+    message = _message(read_squad, split="dev", path=f)
+    assert message.startswith("one.json: 1 article(s)") and "split 'all'" in message and "dev_articles" not in message
+    doc = _squad_doc()
+    doc["data"] = [dict(doc["data"][0], title=f"T{i}") for i in range(3)]
+    _write(f, json.dumps(doc))
+    train, dev = read_squad("train", path=f), read_squad("dev", path=f)  # 3 articles: 1 goes to dev, not 7
+    assert (len({e.title for e in train}), len({e.title for e in dev})) == (2, 1)
+    with pytest.raises(ValueError, match="no test part.*split 'all'"):
+        read_squad("test", path=f)
+
+
+def test_empty_sentences_and_a_single_class_are_refused(in_tmp):
+    with pytest.raises(DataFormatError, match=r"^x\.tsv line 2: the sentence \(the 1st field\) is empty"):
+        read_sst2(path=_write(in_tmp / "x.tsv", "fine\t1\n \t0\n"))
+    message = _message(read_sst2, path=_write(in_tmp / "x.tsv", "sentence\tlabel\nfine\t1\ngreat\t1\n"))
+    assert message.startswith("x.tsv: all 2 examples are labelled positive: a classifier needs at least two classes")
+    rows = "1\tA dog\tAn animal\tENTAILMENT\tTRAIN\n2\tA cat\t\tNEUTRAL\tTRAIN\n"
+    f = _write(in_tmp / "SICK.txt", SICK_HEADER + rows)
+    with pytest.raises(DataFormatError, match=r"^SICK\.txt line 3: sentence_B is empty"):
+        read_sick(path=f)
+    rows = "".join(f"{i}\tA dog\tAn animal\tENTAILMENT\t{part}\n" for i, part in enumerate(["TRAIN", "TRIAL"]))
+    f = _write(in_tmp / "SICK.txt", SICK_HEADER + rows)
+    with pytest.raises(DataFormatError, match=r"^SICK\.txt: all 2 examples are labelled entailment"):
+        read_sick("dev", path=f)  # the file is checked whole, whatever part is read
+
+
+def test_test_and_all_splits_of_every_format(tmp_path):
+    parts = ["TRAIN", "TRIAL", "TEST", "TEST"]
+    rows = "".join(f"{i}\tA dog runs\tAn animal runs\t{('ENTAILMENT', 'NEUTRAL')[i % 2]}\t{p}\n"
+                   for i, p in enumerate(parts))
+    f = _write(tmp_path / "sick" / "SICK.txt", SICK_HEADER + rows)
+    assert [e.guid for e in read_sick("test", path=f)] == ["2", "3"]
+    assert [e.guid for e in read_sick("all", path=f)] == ["0", "1", "2", "3"]
+    plain = _write(tmp_path / "mine" / "SICK_mine.txt", "pair_ID\tsentence_A\tsentence_B\tentailment_label\n"
+                   "1\tA\tB\tENTAILMENT\n2\tC\tD\tCONTRADICTION\n")
+    assert len(read_sick("all", path=plain)) == 2  # no SemEval_set column: read whole
+    with pytest.raises(DataFormatError, match=r"no SemEval_set column.*split 'all'"):
+        read_sick("test", path=plain)
+    for split in ("train", "dev", "test"):
+        _write(tmp_path / "sst2" / f"{split}.tsv", f"{split} one\t0\n{split} two\t1\n")
+        _write(tmp_path / "conll" / f"{split}.txt", f"{split.capitalize()} B-PER\nruns O\n")
+    assert [e.text_a for e in read_sst2("test", path=tmp_path / "sst2")] == ["test one", "test two"]
+    assert len(read_sst2("all", path=tmp_path / "sst2")) == 6
+    assert len({e.guid for e in read_sst2("all", path=tmp_path / "sst2")}) == 6
+    assert read_conll("test", path=tmp_path / "conll")[0].words == ["Test", "runs"]
+    assert [s.words[0] for s in read_conll("all", path=tmp_path / "conll")] == ["Train", "Dev", "Test"]
+    with pytest.raises(ValueError, match="split 'all' is for local files"):
+        read_sst2("all", hub="stanfordnlp/sst2")
 
 
 # -- the Hugging Face hub (faked: no network here) ------------------------------------------

@@ -16,3 +16,129 @@ def tiny_bert(tok: Tokenizer, seed: int = 0) -> Bert:
                      intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
                      attention_probs_dropout_prob=0.0)
     return Bert(cfg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tiny family members written by transformers, with tokenizers trained here by `tokenizers`
+# (no real family tokenizer or checkpoint installs offline).
+# ---------------------------------------------------------------------------------------------
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Café, naïve, résumé: accents are part of the language.",
+    "東京は日本の首都です。我爱自然语言处理。",
+    "Emoji say a lot 😀🎉👍🏽 and so do flags 🇫🇷.",
+    "See https://example.org/path?q=bert&lang=en for details.",
+    "Students train small models on a laptop; BERT reads both directions.",
+    "ALBERT shares one layer across depth, RoBERTa drops next-sentence prediction.",
+    "Numbers like 3.14159, 2026-11-24 and 1,000,000 appear too.",
+] * 20
+FAMILY_ARCH = {  # model_type -> the pre-training architecture a panel test drives
+    "roberta": "RobertaForMaskedLM", "albert": "AlbertForPreTraining", "distilbert": "DistilBertForMaskedLM",
+    "electra": "ElectraForPreTraining", "electra-generator": "ElectraForMaskedLM", "bert": "BertForPreTraining",
+}
+
+
+def _transformers():
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    return transformers
+
+
+def byte_level_bpe(add_prefix_space: bool = False):
+    """(RoBERTa-style fast tokenizer trained on CORPUS, its special tokens by role)."""
+    from tokenizers import Tokenizer as RustTokenizer
+    from tokenizers import decoders, models, pre_tokenizers, processors, trainers
+
+    tok = RustTokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    sep, cls = ("</s>", tok.token_to_id("</s>")), ("<s>", tok.token_to_id("<s>"))
+    tok.post_processor = processors.RobertaProcessing(sep, cls, trim_offsets=True, add_prefix_space=False)
+    hf = _transformers().RobertaTokenizerFast(
+        tokenizer_object=tok, bos_token="<s>", eos_token="</s>", sep_token="</s>", cls_token="<s>",
+        unk_token="<unk>", pad_token="<pad>", mask_token="<mask>", add_prefix_space=add_prefix_space)
+    return hf, {"cls": "<s>", "sep": "</s>", "pad": "<pad>", "unk": "<unk>", "mask": "<mask>"}
+
+
+def unigram():
+    """(ALBERT-style Unigram fast tokenizer trained on CORPUS, its special tokens by role)."""
+    from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    from tokenizers import Tokenizer as RustTokenizer
+
+    tok = RustTokenizer(models.Unigram())
+    tok.normalizer = normalizers.Sequence([normalizers.Replace("``", '"'), normalizers.Replace("''", '"'),
+                                           normalizers.NFKD(), normalizers.StripAccents(), normalizers.Lowercase(),
+                                           normalizers.Replace(Regex(" {2,}"), " ")])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    specials = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+    trainer = trainers.UnigramTrainer(vocab_size=400, special_tokens=specials, unk_token="<unk>")
+    tok.train_from_iterator(CORPUS, trainer)
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+    hf = _transformers().AlbertTokenizerFast(
+        tokenizer_object=tok, cls_token="[CLS]", sep_token="[SEP]", pad_token="<pad>", unk_token="<unk>",
+        mask_token="[MASK]", do_lower_case=True, keep_accents=False)
+    return hf, {"cls": "[CLS]", "sep": "[SEP]", "pad": "<pad>", "unk": "<unk>", "mask": "[MASK]"}
+
+
+def wordpiece():
+    """A BERT-style WordPiece fast tokenizer trained on CORPUS (for DistilBERT and ELECTRA)."""
+    from tokenizers import Tokenizer as RustTokenizer
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+    tok = RustTokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=400, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    tok.train_from_iterator(CORPUS, trainer)
+    cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)])
+    return _transformers().BertTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+        mask_token="[MASK]", do_lower_case=True)
+
+
+def family_folder(root, member: str, seed: int = 0):
+    """A folder holding a tiny random `member` (a FAMILY_ARCH key) written by transformers'
+    save_pretrained, with a tokenizer of its family's kind; its path."""
+    from pathlib import Path
+
+    T = _transformers()
+    if member == "roberta":
+        tok, _ = byte_level_bpe()
+    elif member == "albert":
+        tok, _ = unigram()
+    else:
+        tok = wordpiece()
+    n = len(tok)
+    small = dict(vocab_size=n, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                 max_position_embeddings=80, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    configs = {
+        "bert": lambda: T.BertConfig(**small),
+        "roberta": lambda: T.RobertaConfig(**{**small, "max_position_embeddings": 82}, type_vocab_size=1,
+                                           pad_token_id=tok.pad_token_id, bos_token_id=tok.cls_token_id,
+                                           eos_token_id=tok.sep_token_id),
+        "albert": lambda: T.AlbertConfig(**small, embedding_size=16, pad_token_id=tok.pad_token_id),
+        "distilbert": lambda: T.DistilBertConfig(vocab_size=n, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                                                 max_position_embeddings=80, dropout=0.0, attention_dropout=0.0),
+        "electra": lambda: T.ElectraConfig(**small, embedding_size=16),
+        "electra-generator": lambda: T.ElectraConfig(**small, embedding_size=16),
+    }
+    torch.manual_seed(seed)
+    model = getattr(T, FAMILY_ARCH[member])(configs[member]()).eval()
+    folder = Path(root) / member
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder

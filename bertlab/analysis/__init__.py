@@ -2,44 +2,41 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator
+import functools
+import re
+from typing import TYPE_CHECKING, Collection
 
-import torch
+from bertlab.inputs import ECHO_CHARS, InputError, echo, optional_text, require_text  # noqa: F401 (re-exported)
+from bertlab.runtime import eval_mode, max_tokens, model_device  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
-    from bertlab.model import Bert
+    from bertlab.tokenizer import Encoding, Tokenizer
 
 
-class InputError(ValueError):
-    """Text a panel cannot use (empty, no [MASK], empty second sentence, ...); the message is for the student."""
+@functools.lru_cache(maxsize=16)
+def _typed(token: str) -> re.Pattern[str]:
+    """A special token as a student may type it: any case, spaces inside the brackets ("[ mask ]")."""
+    if len(token) > 2 and token[0] == "[" and token[-1] == "]":
+        return re.compile(r"\[\s*" + re.escape(token[1:-1]) + r"\s*\]", re.IGNORECASE)
+    return re.compile(re.escape(token), re.IGNORECASE)
 
 
-def require_text(text: str | None, what: str = "text") -> str:
-    """`text` unchanged, or an InputError saying what is missing when it is empty or blank."""
-    if text is None or not str(text).strip():
-        raise InputError(f"The {what} is empty: type a sentence first.")
-    return str(text)
+def normalise_masks(text: str, tok: "Tokenizer") -> str:
+    """`text` with every mask token typed in any case or spacing ("[mask]", "[ Mask ]") spelled as
+    the tokenizer's own mask token, so every panel accepts what the Mask tab accepts."""
+    return _typed(tok.mask_token).sub(tok.mask_token, text)
 
 
-@contextmanager
-def eval_mode(model: torch.nn.Module) -> Iterator[None]:
-    """Switch dropout off for a reading, then restore the model's mode."""
-    was_training = model.training
-    if not was_training:  # the usual case in the panels: walking every module again costs ~4 ms
-        yield
-        return
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
+def require_context(enc: "Encoding", hidden: Collection[int], tok: "Tokenizer") -> None:
+    """InputError when no word piece of `enc` stays visible once the positions in `hidden` and the
+    typed mask tokens are hidden: the model would have nothing to guess from."""
+    visible = [p for _, s, e in enc.word_spans() for p in range(s, e)
+               if p not in hidden and (enc.ids[p] not in tok.special_ids or enc.ids[p] == tok.unk_token_id)]
+    if not visible:
+        m = tok.mask_token
+        raise InputError(
+            f"Every word is hidden (the text is only {m}s), so the model has nothing to guess from: leave some "
+            f"words around the {m}, e.g. 'The cat sat on the {m}.'"
+        )
 
 
-def model_device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
-
-
-def max_tokens(model: "Bert") -> int:
-    """How many tokens the model reads at most."""
-    return model.config.max_position_embeddings - model.config.position_offset

@@ -15,7 +15,7 @@ from functools import partial
 
 import torch
 
-from bertlab.analysis import InputError, eval_mode, model_device
+from bertlab.analysis import InputError, echo, eval_mode, model_device, normalise_masks, require_context, require_text
 from bertlab.analysis.similarity import encode_input, hidden_states, stage_names
 from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
@@ -40,30 +40,37 @@ class MaskedQuery:
     original: str | None = None  # the piece that stood at `position` when a position was chosen
     warning: str | None = None
 
+    @property
+    def mask_token(self) -> str:
+        """The tokenizer's mask token, as it stands at `position`."""
+        return self.tokens[self.position]
+
 
 def masked_query(
     model: Bert, tok: Tokenizer, text: str, target: str | None = None, position: int | None = None
 ) -> MaskedQuery:
-    """Prepare `text` for the MLM head: exactly one [MASK], or the token at `position` masked.
+    """Prepare `text` for the MLM head: exactly one [MASK] (typed in any case, as in the Mask tab),
+    or the token at `position` masked; some other word must stay visible.
 
     `target` is the word to follow (one vocabulary piece); by default the piece that stood at
     `position`, or the model's top prediction at the [MASK]. Raises MissingHeadError without an
     MLM head, InputError for text without exactly one [MASK] or a target the vocabulary lacks.
     """
     model.require("mlm")
+    text = normalise_masks(require_text(text), tok)
     enc = encode_input(model, tok, text)
     ids = list(enc.ids)
     original = None
     if position is None:
         masks = [i for i, t in enumerate(ids) if t == tok.mask_token_id]
         if not masks and enc.truncated and tok.mask_token in text:
-            raise InputError(f"The [MASK] was cut off: {enc.warning} Move the [MASK] nearer the start "
-                             f"or shorten the text.")
+            raise InputError(f"The {tok.mask_token} was cut off: {enc.warning} Move the {tok.mask_token} nearer "
+                             f"the start or shorten the text.")
         if not masks:
-            raise InputError("The text has no [MASK]: write [MASK] where the word to predict goes, "
-                             "or choose a token position.")
+            raise InputError(f"The text has no {tok.mask_token}: write {tok.mask_token} where the word to predict "
+                             f"goes, e.g. 'The capital of France is {tok.mask_token}.'")
         if len(masks) > 1:
-            raise InputError(f"The text has {len(masks)} [MASK] tokens; this view explains one prediction: "
+            raise InputError(f"The text has {len(masks)} {tok.mask_token} tokens; this view explains one prediction: "
                              f"keep exactly one.")
         position = masks[0]
     else:
@@ -73,6 +80,7 @@ def masked_query(
                              f"{words[0]}..{words[-1]} ({', '.join(enc.tokens[words[0]:words[-1] + 1])}).")
         original = enc.tokens[position]
         ids[position] = tok.mask_token_id
+    require_context(enc, {position}, tok)
     device = model_device(model)
     query = MaskedQuery(
         text=text,
@@ -97,17 +105,18 @@ def masked_query(
 
 def target_piece_id(tok: Tokenizer, word: str) -> int:
     """The vocabulary id of `word` (a whole word or a "##" piece); InputError when it needs several pieces."""
-    word = str(word).strip()
+    word = require_text(word, "target word").strip()
     exact = tok.token_to_id(word)
     if exact is not None:
         return exact
     pieces = tok.tokenize(word)
-    if len(pieces) == 1 and pieces[0] != "[UNK]":
+    if len(pieces) == 1 and tok.token_to_id(pieces[0]) != tok.unk_token_id:
         return tok.token_to_id(pieces[0])
-    if not pieces or "[UNK]" in pieces:
-        raise InputError(f"{word!r} is not in the model's vocabulary: choose another target word.")
-    raise InputError(f"{word!r} is split into {len(pieces)} pieces ({' '.join(pieces)}); the model predicts "
-                     f"one piece at a [MASK]: choose a word that is a single piece.")
+    if not pieces or tok.unk_token_id in {tok.token_to_id(p) for p in pieces}:
+        raise InputError(f"{echo(word)} is not in the model's vocabulary: choose another target word.")
+    shown = " ".join(pieces[:8]) + (" …" if len(pieces) > 8 else "")
+    raise InputError(f"{echo(word)} is split into {len(pieces)} pieces ({shown}); the model predicts one piece "
+                     f"at a {tok.mask_token}: choose a word that is a single piece.")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,7 +152,7 @@ def masked_log_probs(
             where = torch.zeros(n, query.input_ids.shape[1], dtype=torch.bool, device=device)
             where[:, query.position] = True
             hooks = [
-                (f"bert.encoder.layer.{i}.attention.self.hook_z", partial(_scale_heads, chunk[:, i]))
+                (model.family.hook_name(i, "hook_z"), partial(_scale_heads, chunk[:, i]))
                 for i in range(shape[0]) if not bool(chunk[:, i].all())
             ]
             with model.hooks(hooks):

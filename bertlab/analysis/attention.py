@@ -6,10 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from bertlab.analysis import eval_mode
+from bertlab.analysis import eval_mode, optional_text, require_text
 from bertlab.tokenizer import Tokenizer
-
-PATTERN_HOOK = "attention.self.hook_pattern"
 
 
 @dataclass
@@ -26,6 +24,8 @@ class AttentionResult:
     warning: str | None = None  # set when the text was cut to fit `max_length`
     text_a: str = ""
     text_b: str | None = None
+    num_unknown: int = 0  # tokens that are the tokenizer's unknown token (pieces it cannot spell, e.g. emoji)
+    unk_token: str = ""  # how the tokenizer spells that token
 
     @property
     def num_layers(self) -> int:
@@ -34,11 +34,6 @@ class AttentionResult:
     @property
     def num_heads(self) -> int:
         return self.patterns.shape[1]
-
-    @property
-    def num_unknown(self) -> int:
-        """How many tokens are [UNK] (pieces the vocabulary cannot spell, e.g. emoji)."""
-        return sum(t == "[UNK]" for t in self.tokens)
 
     def pattern(self, layer: int, head: int) -> torch.Tensor:
         """The [query, key] weights of one head, with a clear error for a wrong index."""
@@ -60,15 +55,14 @@ def attention_patterns(
     pattern of every layer and head: `patterns` is [layers, heads, query, key].
 
     Texts longer than `max_length` tokens (default: what the model can read) are cut,
-    and `warning` says so. Raises ValueError with a readable message for empty input.
+    and `warning` says so. Raises InputError with a readable message for text it cannot read.
     """
-    if not isinstance(a, str) or not a.strip():
-        raise ValueError("There is no text to look at: type a sentence first.")
-    if b is not None and not b.strip():
-        b = None
+    a = require_text(a if isinstance(a, str) else None)
+    b = optional_text(b, "second sentence (B)")
     limit = model.config.max_position_embeddings - model.config.position_offset
     if max_length is not None and max_length < 3:
-        raise ValueError(f"max_length must leave room for [CLS] and [SEP]: got {max_length}, use at least 3.")
+        raise ValueError(f"max_length must leave room for the special tokens ({tok.cls_token}, {tok.sep_token}): "
+                         f"got {max_length}, use at least 3.")
     max_length = min(max_length or limit, limit)
     enc = tok.encode(a, b, max_length=max_length)
     warning = None
@@ -82,10 +76,10 @@ def attention_patterns(
     token_type_ids = torch.tensor([enc.type_ids])  # [1, seq]
     with eval_mode(model), torch.inference_mode():
         _, cache = model.run_with_cache(
-            input_ids, token_type_ids=token_type_ids, names=lambda n: n.endswith(PATTERN_HOOK),
+            input_ids, token_type_ids=token_type_ids, names=model.family.layer_hook_names("hook_pattern"),
             mlm_positions=torch.zeros_like(input_ids, dtype=torch.bool) if model.has_mlm else None,  # not needed
         )
-    patterns = cache.stack(PATTERN_HOOK)[:, 0]  # [layers, heads, query, key]
+    patterns = cache.stack("hook_pattern")[:, 0]  # [layers, heads, query, key]
     b_start = enc.sequence_ids.index(1) if 1 in enc.sequence_ids else None
     return AttentionResult(
         tokens=list(enc.tokens),
@@ -94,4 +88,6 @@ def attention_patterns(
         warning=warning,
         text_a=a,
         text_b=b,
+        num_unknown=sum(i == tok.unk_token_id for i in enc.ids),
+        unk_token=tok.unk_token,
     )

@@ -13,17 +13,25 @@ are predicted at once, each independently of the others' guesses (as in BERT's t
 from __future__ import annotations
 
 import math
-import re
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import torch
 
-from bertlab.analysis import InputError, eval_mode, max_tokens, model_device, require_text
-from bertlab.tokenizer import Encoding, Tokenizer
+from bertlab.analysis import (
+    InputError,
+    eval_mode,
+    max_tokens,
+    model_device,
+    normalise_masks,
+    require_context,
+    require_text,
+)
+from bertlab.tokenizer import Encoding, Tokenizer, join_wordpieces
 
-_TYPED_MASK = re.compile(r"\[\s*mask\s*\]", re.IGNORECASE)  # "[mask]", "[ MASK ]" -> "[MASK]"
-_PLACEHOLDER = re.compile(r"^\[[A-Za-z0-9_]+\]$")  # [CLS], [unused17], ...: never offered as a guess
+# tokenizer -> {(vocab, device): [vocab] bool}: `_ordinary`'s masks, dropped with their tokenizer
+_ORDINARY: weakref.WeakKeyDictionary[Tokenizer, dict[tuple[int, str], torch.Tensor]] = weakref.WeakKeyDictionary()
 Progress = Callable[[int, int], None]  # (words done, words in all)
 
 
@@ -60,12 +68,16 @@ class MaskPrediction:
         """A short name for titles: the masked piece, or the position of a typed [MASK]."""
         if self.original_token is not None:
             return f"'{self.original_token}' (token {self.position})"
-        return f"[MASK] at token {self.position}"
+        return f"{self.tokens[self.position]} at token {self.position}"  # the tokenizer's mask token
 
 
 @dataclass
 class WordScore:
-    """How predictable one word is when all of its pieces are masked (and nothing else)."""
+    """How predictable one word is when all of its pieces are masked (and nothing else).
+
+    A word the vocabulary lacks (it reads as [UNK]) or a special token typed in the text ([CLS],
+    [SEP]) is not scored: `skipped` says why ("unknown", "special"), its lists are empty and its
+    log-probability is NaN."""
 
     word_index: int
     word: str  # the word as written in the text
@@ -73,8 +85,14 @@ class WordScore:
     piece_probabilities: list[float]  # each piece's probability at its (masked) position
     piece_ranks: list[int]  # each piece's rank there (1 = top guess)
     guess_pieces: list[str]  # the top ordinary guess at each masked position
-    log_probability: float  # sum of the pieces' natural-log probabilities
+    log_probability: float  # sum of the pieces' natural-log probabilities (NaN when skipped)
     warning: str | None = None  # set when a long text was cut to fit the model
+    skipped: str | None = None  # why the word was not scored: "unknown" ([UNK]) or "special" ([CLS], ...)
+    joined_guess: str | None = None  # the guess as one word, joined by the tokenizer
+
+    @property
+    def scored(self) -> bool:
+        return self.skipped is None
 
     @property
     def probability(self) -> float:
@@ -83,18 +101,18 @@ class WordScore:
         return math.exp(self.log_probability)
 
     @property
-    def rank(self) -> int:
-        """The worst of the pieces' ranks: 1 means every piece was the model's top guess."""
-        return max(self.piece_ranks)
+    def rank(self) -> int | None:
+        """The worst of the pieces' ranks: 1 means every piece was the model's top guess (None when skipped)."""
+        return max(self.piece_ranks) if self.piece_ranks else None
 
     @property
     def guess(self) -> str:
         """The top guesses joined as a word ("play" + "##ing" -> "playing")."""
-        return join_pieces(self.guess_pieces)
+        return self.joined_guess if self.joined_guess is not None else join_pieces(self.guess_pieces)
 
     @property
     def correct(self) -> bool:
-        return self.guess_pieces == self.pieces
+        return self.scored and self.guess_pieces == self.pieces
 
 
 # ---------------------------------------------------------------------------------------------
@@ -102,7 +120,7 @@ class WordScore:
 # ---------------------------------------------------------------------------------------------
 def text_words(tok: Tokenizer, text: str) -> list[str]:
     """The words of `text` as the tokenizer splits them, in order: index i is word i."""
-    text = _normalise_masks(text, tok)
+    text = normalise_masks(require_text(text), tok)
     enc = tok.encode(text)
     return [_word_text(text, enc, start, end) for _, start, end in enc.word_spans()]
 
@@ -131,15 +149,15 @@ def fill_mask(
     mask_at = _mask_positions(enc, _check_words(masked_words or [], _spans(enc), enc), whole_word, tok)
     if not mask_at and enc.truncated and tok.mask_token in text:
         raise InputError(
-            f"The [MASK] is in the part of the text that was cut: the model reads {len(enc)} tokens "
-            "at most. Shorten the text or put the [MASK] earlier."
+            f"The {tok.mask_token} is in the part of the text that was cut: the model reads {len(enc)} tokens "
+            f"at most. Shorten the text or put the {tok.mask_token} earlier."
         )
     if not mask_at:
         raise InputError(
-            "There is nothing to guess: put [MASK] where a word should go "
-            "(e.g. 'The cat sat on the [MASK].'), or choose a word to hide."
+            f"There is nothing to guess: put {tok.mask_token} where a word should go "
+            f"(e.g. 'The cat sat on the {tok.mask_token}.'), or choose a word to hide."
         )
-    _check_context(enc, set(mask_at), tok)
+    require_context(enc, set(mask_at), tok)
     positions = sorted(mask_at)
     ids = _with_masks(enc.ids, positions, tok)
     logp = _masked_log_probs(model, [ids], enc.type_ids, [positions])  # [n, vocab]
@@ -171,52 +189,59 @@ def mask_each_word(
     One input row per word, `batch_size` rows per forward pass. A multi-piece word's
     probability is the product of its pieces' probabilities, each read with all of the
     word's pieces masked (an independence approximation; a one-piece word's is exact).
-    [MASK]s typed in the text stay masked in every row and are not scored.
-    `progress(done, total)` is called after each batch.
+    [MASK]s typed in the text stay masked in every row and are left out. Words the vocabulary lacks
+    ([UNK]) and special tokens typed in the text ([CLS], [SEP]) are not hidden nor scored: they come
+    back in their place as WordScores with `skipped` set.
+    `progress(done, total)` is called after each batch (total = the words scored).
     """
     model.require("mlm")
     if batch_size < 1:
         raise InputError(f"batch_size must be 1 or more, not {batch_size}.")
     text, enc = _encode(model, tok, text)
     spans = _spans(enc)
-    words = [w for w, (s, e) in enumerate(spans) if tok.mask_token_id not in enc.ids[s:e]]
-    if not words:
-        raise InputError("The text is only [MASK]s: there is no word to score. Type a sentence.")
-    if len(words) == 1:
+    kinds = [_word_kind(enc.ids[s:e], tok) for s, e in spans]  # None = a word to score
+    shown = [w for w, kind in enumerate(kinds) if kind != "mask"]
+    words = [w for w in shown if kinds[w] is None]
+    if not shown:
+        raise InputError(f"The text is only {tok.mask_token}s: there is no word to score. Type a sentence.")
+    if len(shown) == 1:
         raise InputError(
             "The text has a single word: hiding it leaves the model nothing to guess from. "
             "Type a sentence of two or more words."
         )
+    if not words:
+        raise InputError(
+            f"No word here can be scored: each is either not in this model's vocabulary (it reads as "
+            f"{tok.id_to_token(tok.unk_token_id)}) or a special token typed in the text. Type ordinary words."
+        )
     ordinary = _ordinary(tok, model.config.vocab_size, model_device(model))  # [vocab]
-    out: list[WordScore] = []
+    scored: dict[int, WordScore] = {}
     for first in range(0, len(words), batch_size):
         chunk = words[first : first + batch_size]
         positions = [list(range(*spans[w])) for w in chunk]  # the pieces hidden in each row
         rows = [_with_masks(enc.ids, pos, tok) for pos in positions]
         logp = _masked_log_probs(model, rows, enc.type_ids, positions)  # [pieces in chunk, vocab]
         per_word = logp.split([len(pos) for pos in positions])  # each [pieces of the word, vocab]
-        out += [_word_score(w, pos, lp, enc, text, ordinary, tok) for w, pos, lp in zip(chunk, positions, per_word)]
+        for w, pos, lp in zip(chunk, positions, per_word):
+            scored[w] = _word_score(w, pos, lp, enc, text, ordinary, tok)
         if progress is not None:
             progress(first + len(chunk), len(words))
-    return out
+    return [scored[w] if w in scored else _skipped(w, spans[w], enc, text, kinds[w]) for w in shown]
 
 
-def join_pieces(pieces: Sequence[str]) -> str:
-    """WordPiece pieces back into a word: ["play", "##ing"] -> "playing"."""
-    return "".join(p[2:] if i and p.startswith("##") else p for i, p in enumerate(pieces))
+def join_pieces(pieces: Sequence[str], tok: Tokenizer | None = None) -> str:
+    """Pieces of one word back into it, as `tok` joins them (without one, WordPiece's rule):
+    ["play", "##ing"] -> "playing"."""
+    return tok.join_pieces(pieces) if tok is not None else join_wordpieces(pieces)
 
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
-def _normalise_masks(text: str, tok: Tokenizer) -> str:
-    return _TYPED_MASK.sub(tok.mask_token, text)
-
-
 def _encode(model: torch.nn.Module, tok: Tokenizer, text: str) -> tuple[str, Encoding]:
     """(text with [MASK]s spelled as the tokenizer expects, its encoding), cut to what the
     model reads with the tokenizer's warning. The encoding's offsets point into that text."""
-    text = _normalise_masks(require_text(text), tok)
+    text = normalise_masks(require_text(text), tok)
     enc = tok.encode(text, max_length=min(tok.model_max_length, max_tokens(model)))
     if not enc.word_spans():
         raise InputError("The text has no words the tokenizer can read: type a sentence.")
@@ -267,15 +292,26 @@ def _check_words(words: Sequence[int], spans: list[tuple[int, int]], enc: Encodi
     return out
 
 
-def _check_context(enc: Encoding, masked: set[int], tok: Tokenizer) -> None:
-    """Refuse inputs where every word is hidden: the model would have nothing to go on."""
-    visible = [p for _, s, e in enc.word_spans() for p in range(s, e)
-               if p not in masked and enc.ids[p] != tok.mask_token_id]
-    if not visible:
-        raise InputError(
-            "Every word is hidden (the text is only [MASK]s), so the model has nothing to guess "
-            "from: leave some words around the [MASK], e.g. 'The cat sat on the [MASK].'"
-        )
+def _word_kind(ids: Sequence[int], tok: Tokenizer) -> str | None:
+    """Why a word (its piece ids) is not scored: "mask" (typed), "unknown" ([UNK]), "special"
+    (e.g. [CLS] typed in the text); None for an ordinary word."""
+    if tok.mask_token_id in ids:
+        return "mask"
+    if tok.unk_token_id in ids:
+        return "unknown"
+    if any(i in tok.special_ids for i in ids):
+        return "special"
+    return None
+
+
+def _skipped(w: int, span: tuple[int, int], enc: Encoding, text: str, kind: str | None) -> WordScore:
+    """The WordScore of a word that is not scored (`kind`: "unknown" or "special")."""
+    start, end = span
+    return WordScore(
+        word_index=w, word=_word_text(text, enc, start, end), pieces=enc.tokens[start:end],
+        piece_probabilities=[], piece_ranks=[], guess_pieces=[], log_probability=math.nan,
+        warning=enc.warning, skipped=kind,
+    )
 
 
 def _word_text(text: str, enc: Encoding, start: int, end: int) -> str:
@@ -303,12 +339,16 @@ def _masked_log_probs(
 
 def _ordinary(tok: Tokenizer, vocab: int, device: torch.device) -> torch.Tensor:
     """[vocab] bool: True for tokens that may be guessed: not special ([CLS], [MASK], ...)
-    and not a placeholder such as [unused17]."""
-    keep = torch.zeros(vocab, dtype=torch.bool, device=device)
-    keep[: tok.vocab_size] = True  # ids past the tokenizer's vocabulary (padded embeddings) have no text
-    out = set(tok.special_ids) | {i for t, i in tok.get_vocab().items() if _PLACEHOLDER.match(t)}
-    keep[[i for i in out if i < vocab]] = False
-    return keep
+    and not a placeholder such as [unused17]. Built once per (tokenizer, vocab, device); do not
+    modify the returned tensor."""
+    per_tok = _ORDINARY.setdefault(tok, {})
+    key = (vocab, str(device))
+    if key not in per_tok:
+        keep = torch.zeros(vocab, dtype=torch.bool)
+        keep[: tok.vocab_size] = True  # ids past the tokenizer's vocabulary (padded embeddings) have no text
+        keep[[i for i in tok.placeholder_ids if i < vocab]] = False
+        per_tok[key] = keep.to(device)
+    return per_tok[key]
 
 
 def _top_k(logp: torch.Tensor, ordinary: torch.Tensor, k: int, tok: Tokenizer) -> list[Candidate]:
@@ -356,4 +396,5 @@ def _word_score(
         guess_pieces=tok.convert_ids_to_tokens(guesses.tolist()),
         log_probability=sum(piece_logp),
         warning=enc.warning,
+        joined_guess=tok.join_pieces(tok.convert_ids_to_tokens(guesses.tolist())),
     )

@@ -13,10 +13,11 @@ from typing import Iterable, Sequence
 import torch
 
 from bertlab.analysis import InputError, eval_mode, max_tokens, model_device, require_text
-from bertlab.analysis.attention import PATTERN_HOOK
-from bertlab.tokenizer import Encoding, Tokenizer
+from bertlab.tokenizer import DEFAULT_SPECIALS, Encoding, Tokenizer
 
-CLS, SEP, A, B = "[CLS]", "[SEP]", "A", "B"
+A, B = "A", "B"
+# Special tokens are grouped under their own spelling (RoBERTa's "<s>", "</s>"); these are WordPiece's.
+CLS, SEP = DEFAULT_SPECIALS["cls"], DEFAULT_SPECIALS["sep"]
 GROUPS: tuple[str, ...] = (A, B, CLS, SEP)  # order of the rows/columns of AttentionMass.mass
 
 
@@ -87,13 +88,14 @@ def next_sentence(model: torch.nn.Module, tok: Tokenizer, a: str, b: str) -> NSP
             "The second sentence (B) is empty: NSP asks whether B follows A, so type a B "
             "(or swap in a random sentence)."
         )
+    b = require_text(b, "second sentence (B)")
     enc = _encode_pair(model, tok, a, b)
     device = model_device(model)
     input_ids = torch.tensor([enc.ids], device=device)  # [1, seq]
     token_type_ids = torch.tensor([enc.type_ids], device=device)  # [1, seq]
     with eval_mode(model), torch.inference_mode():
         out, cache = model.run_with_cache(
-            input_ids, token_type_ids=token_type_ids, names=lambda n: n.endswith(PATTERN_HOOK),
+            input_ids, token_type_ids=token_type_ids, names=model.family.layer_hook_names("hook_pattern"),
             mlm_positions=torch.zeros_like(input_ids, dtype=torch.bool) if model.has_mlm else None,  # not needed
         )
     logits = out.nsp_logits[0].float().cpu()  # [2]
@@ -111,11 +113,13 @@ def next_sentence(model: torch.nn.Module, tok: Tokenizer, a: str, b: str) -> NSP
 
 
 def token_groups(enc: Encoding) -> list[str]:
-    """The group of each token of a pair: "[CLS]", "A", "[SEP]" or "B"."""
+    """The group of each token of a pair: "A", "B", or a special token's own spelling ("[CLS]", "[SEP]")."""
     groups = []
+    specials = [t for t, s in zip(enc.tokens, enc.special_tokens_mask) if s]
+    cls, sep = (specials[0], specials[-1]) if specials else (CLS, SEP)  # the tokenizer's own spelling
     for special, seq in zip(enc.special_tokens_mask, enc.sequence_ids):
         if special:
-            groups.append(CLS if not groups else SEP)
+            groups.append(cls if not groups else sep)
         else:
             groups.append(A if seq == 0 else B)
     return groups

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import torch
 
-from bertlab.analysis import InputError, eval_mode, max_tokens, model_device, require_text
+from bertlab.analysis import InputError, eval_mode, max_tokens, model_device, optional_text, require_text
 from bertlab.analysis.similarity import project_2d
 from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
@@ -86,7 +86,8 @@ def classify(model: Bert, tok: Tokenizer, text: str, text_b: str | None = None) 
     """Label probabilities of a sentence-classification model (e.g. SST-2) for `text` (and `text_b`)."""
     require_head(model, "sequence_classification", "Classifying a sentence")
     text = require_text(text)
-    enc = tok.encode(text, text_b or None, max_length=min(tok.model_max_length, max_tokens(model)))
+    text_b = optional_text(text_b, "second sentence (B)")
+    enc = tok.encode(text, text_b, max_length=min(tok.model_max_length, max_tokens(model)))
     device = model_device(model)
     with eval_mode(model), torch.inference_mode():
         logits = model(torch.tensor([enc.ids], device=device),
@@ -260,10 +261,37 @@ def cls_vectors(model: Bert, tok: Tokenizer, texts: Sequence[str], texts_b: Sequ
     with eval_mode(model), torch.inference_mode():
         for lo in range(0, len(texts), batch_size):
             batch = tok.encode_batch(list(texts[lo : lo + batch_size]), texts_b[lo : lo + batch_size], limit)
-            hidden, _ = model.bert(batch.input_ids.to(device), batch.token_type_ids.to(device),
-                                   batch.attention_mask.to(device))  # [batch, seq, d_model]
+            hidden = last_layer_output(model, batch.input_ids.to(device), batch.token_type_ids.to(device),
+                                       batch.attention_mask.to(device))  # [batch, seq, d_model]
             rows.append(hidden[:, 0].float().cpu())
     return torch.cat(rows)  # [n, d_model]
+
+
+class _Enough(Exception):
+    """Raised by the hook that has what it needs: the heads after the encoder need not run."""
+
+
+def last_hidden_hook(model: torch.nn.Module) -> str:
+    """The hook holding the encoder's output in any family: the last logical layer's hook_resid_post."""
+    return model.family.hook_name(model.family.num_layers - 1, "hook_resid_post")
+
+
+def last_layer_output(model: torch.nn.Module, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                      attention_mask: torch.Tensor) -> torch.Tensor:
+    """The encoder's output [batch, seq, d_model] for any family, without running its heads."""
+    got: dict[str, torch.Tensor] = {}
+
+    def grab(x: torch.Tensor, name: str) -> None:
+        got[name] = x
+        raise _Enough
+
+    name = last_hidden_hook(model)
+    try:
+        with model.hooks([(name, grab)]):
+            model(input_ids, token_type_ids, attention_mask)
+    except _Enough:
+        pass
+    return got[name]
 
 
 def pca_2d(vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,12 +17,13 @@ from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
 
 PARTS: tuple[str, ...] = ("token", "segment", "position", "sum", "normalised")
+# Part -> the embeddings' hook point (`model.family.embedding_part_hook(...)` names it in each family).
 PART_HOOKS: dict[str, str] = {
-    "token": "bert.embeddings.hook_word",
-    "segment": "bert.embeddings.hook_token_type",
-    "position": "bert.embeddings.hook_position",
-    "sum": "bert.embeddings.hook_sum",  # token + segment + position, before LayerNorm
-    "normalised": "bert.embeddings.hook_out",  # after LayerNorm
+    "token": "hook_word",
+    "segment": "hook_token_type",
+    "position": "hook_position",
+    "sum": "hook_sum",  # token + segment + position, before LayerNorm
+    "normalised": "hook_out",  # after LayerNorm
 }
 # Projected by default: the additive parts. The projection is linear and not centred, so the
 # sum's point is exactly the sum of its three parts' points. LayerNorm rescales to a much
@@ -80,9 +81,13 @@ def input_representation(
         cache[name] = x.detach()
 
     # Only the embeddings layer runs: its hook points fire the same as in a full forward pass.
-    with eval_mode(model), torch.inference_mode(), model.hooks([(list(PART_HOOKS.values()), store)]):
-        model.bert.embeddings(ids, types)
-    parts = {name: cache[hook][0].to("cpu", torch.float32) for name, hook in PART_HOOKS.items()}  # [seq, d]
+    family = model.family
+    hooks = {part: family.embedding_part_hook(short) for part, short in PART_HOOKS.items()}
+    with eval_mode(model), torch.inference_mode(), model.hooks([(list(hooks.values()), store)]):
+        family.embeddings(model)(ids, types)
+    # [seq, d] each; a part that never fired is absent (DistilBERT has no segment embedding)
+    parts = {name: cache[hook][0].to("cpu", torch.float32) for name, hook in hooks.items() if hook in cache}
+    projected = tuple(p for p in projected if p in parts)
     seq = len(enc)
     stacked = torch.cat([parts[p] for p in projected])  # [part * seq, d]
     points, explained = project_2d(stacked, center=False)

@@ -1,8 +1,8 @@
 """Embeddings and similarity: token x token cosines per layer, one word across contexts
 against an anisotropy baseline, and a 2-D map of contextual word vectors.
 
-Stages: stage 0 is the embeddings output (`bert.embeddings.hook_out`), stage s >= 1 the
-output of encoder layer s - 1 (`bert.encoder.layer.{s-1}.hook_resid_post`), i.e. after s
+Stages: stage 0 is the embeddings output (`model.family.embedding_hook`, the first layer's input), stage
+s >= 1 the output of encoder layer s - 1 (its `hook_resid_post`), i.e. after s
 layers. Layers are numbered from 0 as in the hook names and the attention panel.
 Also home of the small helpers the other analysis modules share (encoding, hidden
 states, word lookup, 2-D projection).
@@ -16,11 +16,10 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from bertlab.analysis import InputError, eval_mode, max_tokens, model_device, require_text
+from bertlab.analysis import InputError, echo, eval_mode, max_tokens, model_device, optional_text, require_text
 from bertlab.model import Bert
 from bertlab.tokenizer import Encoding, Tokenizer
 
-EMBEDDINGS_HOOK = "bert.embeddings.hook_out"
 BATCH_SIZE = 16  # sentences per forward pass
 # Varied everyday sentences for the anisotropy baseline (random token pairs from different sentences).
 BASELINE_SENTENCES: tuple[str, ...] = (
@@ -53,9 +52,8 @@ def stage_names(num_layers: int) -> list[str]:
 
 def encode_input(model: Bert, tok: Tokenizer, a: str, b: str | None = None, what: str = "text") -> Encoding:
     """Encode `a` (and `b` as sentence B), cut to what the model reads; InputError when `a` is empty."""
-    require_text(a, what)
-    if b is not None and not b.strip():
-        b = None
+    a = require_text(a, what)
+    b = optional_text(b, "second sentence (B)")
     return tok.encode(a, b, max_length=max_tokens(model))
 
 
@@ -66,9 +64,7 @@ def hidden_states(
     attention_mask: torch.Tensor | None = None,  # [batch, seq]
 ) -> torch.Tensor:
     """Every stage's output, [stage, batch, seq, d_model] float32 on CPU (stage 0 = embeddings)."""
-    names = [EMBEDDINGS_HOOK] + [
-        f"bert.encoder.layer.{i}.hook_resid_post" for i in range(model.config.num_hidden_layers)
-    ]
+    names = [model.family.embedding_hook, *model.family.layer_hook_names("hook_resid_post")]
     device = model_device(model)
     nowhere = torch.zeros(input_ids.shape, dtype=torch.bool, device=device)  # skip the MLM decoder
     with eval_mode(model), torch.inference_mode():
@@ -127,9 +123,11 @@ def word_pieces(tok: Tokenizer, word: str) -> list[str]:
     """The WordPiece pieces of `word`; InputError when it is empty or not in the vocabulary."""
     if not isinstance(word, str) or not word.strip():
         raise InputError("The word is empty: type the word to look for.")
+    require_text(word, "word")
     pieces = tok.tokenize(word.strip())
-    if not pieces or "[UNK]" in pieces:
-        raise InputError(f"{word!r} is not in the model's vocabulary (it becomes [UNK]): choose another word.")
+    if not pieces or tok.unk_token_id in {tok.token_to_id(p) for p in pieces}:
+        unk = tok.id_to_token(tok.unk_token_id)
+        raise InputError(f"{echo(word)} is not in the model's vocabulary (it becomes {unk}): choose another word.")
     return pieces
 
 
@@ -293,11 +291,11 @@ def word_in_contexts(
         found = find_word(enc, pieces)
         if not found:
             raise InputError(
-                f"{word.strip()!r} does not occur in context {i} ({text.strip()!r}). Each context must "
+                f"{echo(word)} does not occur in context {i} ({echo(text)}). Each context must "
                 f"contain the word as written (another form, such as a plural, is a different word)."
             )
         if len(found) > 1:
-            notes.append(f"{word.strip()!r} occurs {len(found)} times in context {i}; the first is used.")
+            notes.append(f"{echo(word)} occurs {len(found)} times in context {i}; the first is used.")
         encs.append(enc)
         spans.append(found[0])
     states = batch_hidden_states(model, tok, encs)
@@ -364,7 +362,7 @@ def word_projection(model: Bert, tok: Tokenizer, words: Sequence[str], sentences
     for w in words:
         found = [(w, si, span) for si, e in enumerate(encs) for span in find_word(e, pieces[w])]
         if not found:
-            raise InputError(f"{w!r} does not occur in any of the sentences: add a sentence that contains it.")
+            raise InputError(f"{echo(w)} does not occur in any of the sentences: add a sentence that contains it.")
         hits.extend(found)
     if len(hits) < 2:
         raise InputError("The map needs at least two occurrences: add words or sentences.")

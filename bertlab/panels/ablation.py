@@ -18,23 +18,19 @@ from bertlab.analysis.ablation import (
     logit_lens,
     single_head_effects,
 )
-from bertlab.panels.base import Level, Panel, redraw
-from bertlab.tokenizer import Tokenizer
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, redraw
+from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.viz.ablation import plot_head_effects, plot_logit_lens
 
-DEFAULT_TEXT = "The capital of France is [MASK]."
+DEFAULT_TEMPLATE = "The capital of France is {mask}."  # spelled with the model's mask token
+DEFAULT_TEXT = spell_specials(DEFAULT_TEMPLATE)  # as the offline default (WordPiece) spells it
 DEFAULT_TARGET = "paris"
 TOP_K = 5
-NO_MLM = (
-    "This model has no MLM head, so there is no masked-word prediction to ablate. "
-    "Train one in the Pre-training tab (the trained model joins the model picker), "
-    "or pick a model that has one (e.g. the offline default or bert-base-uncased)."
-)
 HELP = (
     "Click heads in the grid to switch them off (red = off): their output is multiplied by 0 and the "
     "change in the target's log-probability (nats) is shown. “Effect of every head” switches off each "
     "head alone (click a cell of the heatmap to switch that head off). The logit lens applies the MLM "
-    "head to the [MASK]'s vector after every layer: where does the answer appear?"
+    "head to the {mask}'s vector after every layer: where does the answer appear?"
 )
 
 
@@ -48,12 +44,14 @@ class AblationPanel(Panel):
     )
 
     def __init__(
-        self, model: torch.nn.Module, tok: Tokenizer, text: str = DEFAULT_TEXT, target: str = DEFAULT_TARGET
+        self, model: torch.nn.Module, tok: Tokenizer, text: str | None = None, target: str = DEFAULT_TARGET
     ) -> None:
         super().__init__()
         self.model, self.tok = model, tok
+        text = tok.spell(DEFAULT_TEMPLATE) if text is None else text
         self.text = widgets.Text(
-            value=text, description="Text", placeholder="A sentence with one [MASK]", continuous_update=False,
+            value=text, description="Text", placeholder=f"A sentence with one {tok.mask_token}",
+            continuous_update=False,
             layout=widgets.Layout(width="min(100%, 720px)"),
         )
         self.target = widgets.Text(
@@ -73,7 +71,8 @@ class AblationPanel(Panel):
         )
         self.effects_box = widgets.VBox(layout=widgets.Layout(width="100%"))
         self.lens_box = widgets.VBox(layout=widgets.Layout(width="100%"))
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP}</div>')
+        help_text = HELP.format(mask=html.escape(tok.mask_token))
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{help_text}</div>')
 
         self.ablation: AblationResult | None = None
         self.lens: LogitLens | None = None
@@ -113,7 +112,8 @@ class AblationPanel(Panel):
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
     def _on_text(self, _=None) -> None:
-        self.update()
+        with self.busy(self.show_button):
+            self.update()
 
     def _on_head_toggle(self, change: dict) -> None:
         button = change["owner"]
@@ -137,7 +137,7 @@ class AblationPanel(Panel):
                 self._run_ablation()
 
     def _on_effects(self, _=None) -> None:
-        with self.reporting():
+        with self.busy(self.show_button, text="Switching off each head in turn…"), self.reporting():
             if self._ready():
                 self._run_effects()
 
@@ -187,14 +187,20 @@ class AblationPanel(Panel):
 
     def _ready(self) -> bool:
         """Whether this model can predict the masked word; if not, say where to get an MLM head."""
-        if getattr(self.model, "has_mlm", False):
+        lack = lacks(self.model, "mlm")
+        if lack is None:
             return True
+        self._clear()
+        self.show_message(f"{lack} This tab ablates heads of its masked-word prediction.", "warning")
+        return False
+
+    def _clear(self) -> None:
+        """No results on show (the model or the input cannot be used): the message says why."""
         self.ablation = self.lens = self.effects = None
+        self._effects_inputs = None
         self.summary.value = ""
         self.effects_box.children, self.lens_box.children = (), ()
         self.effects_button.disabled = True
-        self.show_message(NO_MLM, "warning")
-        return False
 
     def _build_grid(self) -> None:
         """One toggle per head of this model; heads switched off before stay off where they exist."""
@@ -229,11 +235,15 @@ class AblationPanel(Panel):
 
     # -- computing and drawing ------------------------------------------------------------
     def _run_ablation(self) -> None:
-        result = head_ablation(self.model, self.tok, self.text.value, self.heads_off(), self._target(), k=TOP_K)
+        try:
+            result = head_ablation(self.model, self.tok, self.text.value, self.heads_off(), self._target(), k=TOP_K)
+        except Exception:  # the input cannot be used: the previous input's results go with it
+            self._clear()
+            raise
         self.ablation = result
         self.effects_button.disabled = False
         self.summary.value = _summary_html(result)
-        self.show_messages(_notes(result, guessed=self._target() is None))
+        self.show_messages(_notes(result, self.tok, guessed=self._target() is None))
 
     def _run_lens(self) -> None:
         lens = logit_lens(self.model, self.tok, self.text.value, self._target(), k=TOP_K)
@@ -272,7 +282,7 @@ class AblationPanel(Panel):
 def _show(box: widgets.VBox, widget: go.FigureWidget | None, fig: go.Figure) -> go.FigureWidget:
     """Put `fig` in `box`: in the existing FigureWidget, or in a new one made from the full figure."""
     if widget is None:
-        widget = go.FigureWidget(fig)
+        widget = SyncedFigureWidget(fig)
     else:
         redraw(widget, fig)
     if tuple(box.children) != (widget,):
@@ -310,17 +320,18 @@ def _top_html(title: str, top: list[tuple[str, float]]) -> str:
     return f'<div><i>{html.escape(title)}</i><ol style="margin:2px 0">{rows}</ol></div>'
 
 
-def _notes(result: AblationResult, guessed: bool = False) -> list[tuple[Level, str]]:
+def _notes(result: AblationResult, tok: Tokenizer, guessed: bool = False) -> list[tuple[Level, str]]:
     """What the student should know about this input, beyond the numbers."""
     q = result.query
     why = " (no target given: the model's own top guess)" if guessed else ""
     notes: list[tuple[Level, str]] = [
-        ("info", f"{len(q.tokens)} tokens; following “{q.target}”{why} at the [MASK] (token {q.position}).")
+        ("info", f"{len(q.tokens)} tokens; following “{q.target}”{why} at the {tok.mask_token} (token {q.position}).")
     ]
     if q.warning:
         notes.append(("warning", q.warning))
-    unknown = sum(t == "[UNK]" for t in q.tokens)
+    unk = tok.id_to_token(tok.unk_token_id)
+    unknown = q.tokens.count(unk)
     if unknown:
-        notes.append(("warning", (f"{unknown} piece(s) are not in this model's vocabulary and read as [UNK] "
+        notes.append(("warning", (f"{unknown} piece(s) are not in this model's vocabulary and read as {unk} "
                                   "(emoji and rare symbols often are).")))
     return notes

@@ -2,18 +2,28 @@
 
 Tabs are built the first time they are opened (the app is ready in about a second; each
 tab computes only when a student looks at it), and every built tab follows the picker.
+
+Projector mode (a toggle beside the picker, `?projector=1` in the page's address, or
+`bertlab serve --projector`) draws everything larger for a lecture hall: see bertlab.viz.theme.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import os
+from collections.abc import Mapping
+from urllib.parse import parse_qs
 
+import anywidget
 import ipywidgets as widgets
+import traitlets
 
-from bertlab.panels.base import Panel
+from bertlab.panels.base import Panel, busy_html
 from bertlab.panels.picker import ModelPicker
 from bertlab.panels.state import ModelState
+from bertlab.runtime import cap_threads  # noqa: F401 (moved down: the teacher view uses it too)
+from bertlab.viz import theme
 
 log = logging.getLogger(__name__)
 
@@ -37,16 +47,73 @@ def panel_class(spec: str) -> type[Panel]:
     return getattr(importlib.import_module(module), name)
 
 
+PROJECTOR_PARAM = "projector"  # ?projector=1 in the page's address starts in projector mode
+_YES, _NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def projector_in_query(query: str) -> bool | None:
+    """What `?projector=...` in a query string asks for (None: it does not say)."""
+    values = parse_qs(query.lstrip("?"), keep_blank_values=True).get(PROJECTOR_PARAM)
+    if not values:
+        return None
+    value = values[-1].strip().lower()
+    return value in _YES or (value not in _NO)  # a bare ?projector means on
+
+
+def projector_requested(env: Mapping[str, str] | None = None) -> bool:
+    """Whether the page starts in projector mode: the page's `?projector=` (Voila gives a kernel
+    that was not pre-heated the query string as QUERY_STRING) wins over `bertlab serve --projector`
+    (BERTLAB_PROJECTOR). A pre-heated kernel hears the address from the page (see PageAddress)."""
+    from bertlab.settings import projector
+
+    env = os.environ if env is None else env
+    asked = projector_in_query(env.get("QUERY_STRING", ""))
+    return projector(env) if asked is None else asked
+
+
+class PageAddress(anywidget.AnyWidget):
+    """Tells the kernel about the page that shows it: its query string (`?projector=1`: a
+    pre-heated Voila kernel ran the notebook before anyone asked for the page, so its environment
+    cannot say) and the width a figure has in a tab (projector mode draws figures that wide)."""
+
+    _esm = """
+    function render({ model, el }) {
+      const tabWidth = () => {
+        const box = el.closest(".bertlab-app")?.querySelector(".bertlab-tabs .widget-tab-contents");
+        if (!box || !box.clientWidth) return Math.max(window.innerWidth - 80, 0);
+        const cs = getComputedStyle(box);
+        return Math.floor(box.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight) - 24);
+      };
+      const tell = () => {
+        const width = tabWidth();
+        if (model.get("query") === window.location.search && Math.abs(model.get("width") - width) < 40) return;
+        model.set({ query: window.location.search, width });
+        model.save_changes();
+      };
+      requestAnimationFrame(tell);
+      let timer = null;
+      const onResize = () => { clearTimeout(timer); timer = setTimeout(tell, 500); };
+      window.addEventListener("resize", onResize);
+      return () => window.removeEventListener("resize", onResize);
+    }
+    export default { render };
+    """
+    query = traitlets.Unicode("").tag(sync=True)
+    width = traitlets.Int(0).tag(sync=True)  # px a figure may take in a tab (0: not told yet)
+
+
 class App:
     """The picker, the tabs, and the wiring between them."""
 
-    def __init__(self, state: ModelState, tabs: tuple[tuple[str, str], ...] = TABS, first: int = 1) -> None:
+    def __init__(self, state: ModelState, tabs: tuple[tuple[str, str], ...] = TABS, first: int = 1,
+                 projector: bool = False) -> None:
+        theme.use(projector)  # before the first tab draws
         self.state = state
         self.tabs_spec = tabs
         self.panels: dict[str, Panel] = {}
         self.picker = ModelPicker(state)
-        self._slots = [
-            widgets.VBox([widgets.HTML(f'<div style="color:#777;padding:1em">Opening {title}…</div>')])
+        self._slots = [  # a tab is built when first opened (up to seconds): a busy sign meanwhile
+            widgets.VBox([widgets.HTML(f'<div style="padding:1em">{busy_html(f"Opening {title}…")}</div>')])
             for title, _ in tabs
         ]
         self.tabs = widgets.Tab(children=self._slots, titles=[title for title, _ in tabs])
@@ -57,7 +124,51 @@ class App:
         self._shown = state.model  # the model the picker shows
         self._stale: set[str] = set()  # built tabs still showing an earlier model
         state.observe(self._on_model)
-        self.widget = widgets.VBox([self.picker.widget, self.tabs], layout=widgets.Layout(width="100%"))
+        self.projector = widgets.ToggleButton(
+            value=projector, description="Projector mode", tooltip="Larger text and figures for a lecture hall "
+            "(also: ?projector=1 in the address, or bertlab serve --projector)",
+            layout=widgets.Layout(width="auto", flex="0 0 auto", margin="4px 0 4px 8px"),
+        )
+        self.projector.observe(lambda change: self.set_projector(change["new"]), names="value")
+        self.page = PageAddress()
+        self.page.observe(self._on_page, names=["query", "width"])
+        style = widgets.HTML(theme.css(), layout=widgets.Layout(display="none"))
+        self.picker.widget.layout.flex, self.picker.widget.layout.width = "1 1 0%", "auto"
+        top = widgets.HBox([self.picker.widget, self.projector], layout=widgets.Layout(width="100%"))
+        self.widget = widgets.VBox([style, self.page, top, self.tabs], layout=widgets.Layout(width="100%"))
+        self.widget.add_class(theme.ROOT_CLASS)
+        if projector:
+            self.widget.add_class(theme.PROJECTOR_CLASS)
+
+    # -- projector mode ---------------------------------------------------------------------
+    def set_projector(self, on: bool) -> None:
+        """Switch projector mode: widget text at once (CSS), the tab on show redrawn now and the
+        other built tabs when next opened (training curves at their next update)."""
+        on = bool(on)
+        if self.projector.value != on:
+            self.projector.value = on  # its observer comes back here
+            return
+        if theme.is_projector() == on:
+            return
+        theme.use(on, page_width=self.page.width or None)
+        (self.widget.add_class if on else self.widget.remove_class)(theme.PROJECTOR_CLASS)
+        self._redraw()
+
+    def _redraw(self) -> None:
+        """The theme changed: the tab on show redraws now, the other built tabs when next opened."""
+        self._stale = set(self.panels)
+        self._catch_up(self.tabs_spec[self.tabs.selected_index][0])
+
+    def _on_page(self, change) -> None:
+        if change["name"] == "query":
+            asked = projector_in_query(change["new"])
+            if asked is not None and asked != theme.is_projector():
+                self.set_projector(asked)
+                return
+        if change["name"] == "width" and change["new"] and theme.is_projector():
+            if abs(theme.current().page_width - change["new"]) >= 40:  # the window was resized
+                theme.use(True, page_width=change["new"])
+                self._redraw()
 
     # -- tabs -------------------------------------------------------------------------------
     def open(self, index: int) -> Panel | None:
@@ -133,12 +244,18 @@ class App:
         return out
 
 
+
+
 def build_app(source: str | None = None, tabs: tuple[tuple[str, str], ...] = TABS,
-              first: int = 1) -> App:
-    """Load `source` (None = offline default) and build the dashboard."""
+              first: int = 1, projector: bool | None = None) -> App:
+    """Load `source` (None = offline default) and build the dashboard (torch capped to
+    `BERTLAB_THREADS` first); `projector` None: as the page or `bertlab serve` asks
+    (see `projector_requested`)."""
     from bertlab.loading import load
     from bertlab.panels.state import DEFAULT_NAME
 
+    cap_threads()
     model, tok = load(source)
     state = ModelState(model, tok, name=source or DEFAULT_NAME, source=source)
-    return App(state, tabs=tabs, first=first)
+    return App(state, tabs=tabs, first=first,
+               projector=projector_requested() if projector is None else projector)

@@ -17,7 +17,7 @@ import torch
 
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.analysis.rollout import RolloutResult, rollout_from_attention
-from bertlab.panels.base import Level, Panel, redraw
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, redraw
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention import (
     empty_heatmap,
@@ -33,6 +33,9 @@ MAX_TOKENS = 128  # beyond this a heatmap cell is smaller than a pixel pair; cut
 VIEWS = ("Heatmap", "Head view", "Model view", "Rollout", "bertviz")
 BERTVIZ_KINDS = ("head view", "model view")
 BERTVIZ_MODEL_VIEW_TOKENS = 48  # above this bertviz's model view draws so many lines the browser crawls
+# The panel's sliders each view uses: the head and model views and bertviz have their own controls
+# (a second layer control beside theirs would only confuse), and rollout mixes every head.
+SLIDERS = {"Heatmap": ("layer", "head"), "Head view": (), "Model view": (), "Rollout": ("layer",), "bertviz": ()}
 HELP = {
     "Heatmap": (
         "Rows are the tokens that look (queries), columns the tokens they look at (keys); "
@@ -108,7 +111,7 @@ class AttentionPanel(Panel):
         # The widget is built from a full figure: what plotly changes before the browser
         # shows it is not sent, so a widget filled after creation would show up empty.
         self.result = self._compute()
-        self.figure = go.FigureWidget(
+        self.figure = SyncedFigureWidget(
             plot_attention_heatmap(self.result, 0, 0) if self.result else empty_heatmap()
         )
         if self.result is not None:
@@ -148,7 +151,8 @@ class AttentionPanel(Panel):
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
     def _on_text(self, _=None) -> None:
-        self.update()
+        with self.busy(self.show_button):
+            self.update()
 
     def _on_head(self, _=None) -> None:
         if self._quiet:
@@ -157,7 +161,9 @@ class AttentionPanel(Panel):
             self._sync(self.view.value)
 
     def _on_view(self, _=None) -> None:
-        with self.reporting():
+        view = self.view.value
+        text = "Drawing bertviz's view…" if view == "bertviz" else f"Drawing the {view.lower()}…"
+        with self.busy(self.show_button, self.view, self.bertviz_kind, text=text), self.reporting():
             self._show_view()
 
     def _on_view_widget(self, change: dict) -> None:
@@ -173,12 +179,11 @@ class AttentionPanel(Panel):
                 self.view.value = "Model view" if change["new"] == "model" else "Head view"
 
     def update(self) -> None:
-        """Run the model on the current text (only if it changed) and redraw."""
+        """Run the model on the current text (only if it changed) and redraw; on bad input the old
+        picture goes too (the message says why), so it never sits under a new message."""
         if self.result is not None and (self.result.text_a, self.result.text_b) == self._inputs():
             return
-        result = self._compute()
-        if result is not None:
-            self._set_result(result)
+        self._set_result(self._compute())
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         """Show the same text through another model; the sliders take its layer and head counts."""
@@ -244,6 +249,8 @@ class AttentionPanel(Panel):
     def _show_view(self) -> None:
         """Bring the chosen view up to date and put it on the stage (alone)."""
         name = self.view.value
+        for slider, key in ((self.layer, "layer"), (self.head, "head")):
+            slider.layout.display = None if key in SLIDERS[name] else "none"
         self._sync(name)
         shown = self._view_widget(name)
         if tuple(self.stage.children) != (shown,):
@@ -323,7 +330,7 @@ class AttentionPanel(Panel):
     def _draw_rollout(self, old: tuple | None) -> None:
         rollout, layer = self._rollout_result(), self.layer.value
         if self.rollout_figure is None:
-            self.rollout_figure = go.FigureWidget(plot_rollout(rollout, layer))
+            self.rollout_figure = SyncedFigureWidget(plot_rollout(rollout, layer))
         elif old is None or old[0] != self._version:
             redraw(self.rollout_figure, plot_rollout(rollout, layer))
         else:  # another layer: two grids of weights and the two titles
@@ -376,7 +383,7 @@ def _notes(result: AttentionResult) -> list[tuple[Level, str]]:
     if result.num_unknown:
         notes.append((
             "warning",
-            (f"{result.num_unknown} piece(s) are not in this model's vocabulary and show as [UNK] "
+            (f"{result.num_unknown} piece(s) are not in this model's vocabulary and show as {result.unk_token} "
              "(emoji and rare symbols often are); the model sees them all as the same token."),
         ))
     return notes

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import html
+import json
 import logging
 from collections.abc import Callable, Iterator
 from typing import Literal
@@ -12,6 +14,8 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
+from bertlab.model import MissingHeadError
+from bertlab.settings import plotly_bundle_path
 from bertlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -54,16 +58,41 @@ class Panel:
     def show_messages(self, messages: list[tuple[Level, str]]) -> None:
         """Replace the message line with these (level, plain text) notes; [] clears it."""
         self.messages = list(messages)
-        self.message.value = "".join(note_html(level, text) for level, text in self.messages)
+        sign = busy_html(self._busy_text) if self._busy_text else ""  # stays on top while busy
+        self.message.value = sign + "".join(note_html(level, text) for level, text in self.messages)
 
     def show_message(self, text: str, level: Level = "info") -> None:
         self.show_messages([(level, text)])
+
+    _busy_text: str | None = None  # set while `busy()` runs: the sign on top of the message line
+
+    @contextlib.contextmanager
+    def busy(self, *buttons: widgets.Widget, text: str = "Working…") -> Iterator[None]:
+        """A busy sign (spinner and `text`) on the message line, and `buttons` disabled, while the
+        block runs: for anything that may take more than half a second. Nested calls keep the outer sign."""
+        if self._busy_text is not None:
+            yield
+            return
+        was = [(b, b.disabled) for b in buttons]
+        self._busy_text = text
+        for b, _ in was:
+            b.disabled = True
+        self.show_messages(self.messages)
+        try:
+            yield
+        finally:
+            self._busy_text = None
+            for b, disabled in was:
+                b.disabled = disabled
+            self.show_messages(self.messages)
 
     @contextlib.contextmanager
     def reporting(self) -> Iterator[None]:
         """Turn an exception in a callback into a message in the panel, never a traceback."""
         try:
             yield
+        except MissingHeadError as e:  # the model lacks what was asked: say so plainly, it is no bug
+            self.show_message(str(e), "warning")
         except (ValueError, IndexError) as e:  # bad input: the message is meant for the student
             self.show_message(str(e), "error")
         except Exception as e:  # a bug: say so plainly, keep the traceback in the log
@@ -75,6 +104,44 @@ class Panel:
             )
 
 
+NEEDS = ("mlm", "pair", "segments")
+
+
+def lacks(model: torch.nn.Module, need: str) -> str | None:
+    """What `model` lacks for `need`, in a sentence a student can act on; None when it has it.
+    need: "mlm" (an MLM head, to guess hidden words), "pair" (an NSP or SOP head, to judge a
+    sentence pair), "segments" (segment embeddings, which tell sentence A from B). Every tab says
+    it this one way."""
+    family = model.family
+    if need == "mlm":
+        if model.has_mlm:
+            return None
+        why = (" It is an ELECTRA discriminator: it was trained to spot replaced tokens instead (the Mask tab "
+               "shows that)." if getattr(model, "has_rtd", False) else "")
+        return (f"This {family.name} model has no MLM head, so it cannot guess hidden words.{why} Pick a model "
+                "that has one in the model list, or train one in the Pre-training tab.")
+    if need == "pair":
+        if model.has_nsp:
+            return None
+        return (f"This {family.name} model has no sentence-pair head (neither BERT's next-sentence prediction nor "
+                "ALBERT's sentence order), so it cannot judge whether B follows A; what needs only the encoder "
+                "(the attention) still works. Pick a BERT or ALBERT model, or train an NSP head in the "
+                "Pre-training tab.")
+    if need == "segments":
+        if family.has_segments:
+            return None
+        return (f"This {family.name} model has no segment embeddings: it reads A and B as one text, told apart "
+                "only by the separator token between them (no segment vector is added to any token).")
+    raise ValueError(f"unknown need {need!r}; needs are {', '.join(NEEDS)}.")
+
+
+def pair_task(model: torch.nn.Module) -> str | None:
+    """"sop" (ALBERT's sentence order: is A before B?), "nsp" (does B follow A?), or None."""
+    if not model.has_nsp:
+        return None
+    return "sop" if "sop" in model.config.pretraining_heads else "nsp"
+
+
 def note_html(level: Level, text: str) -> str:
     return (
         f'<div class="bertlab-note bertlab-{level}" style="{_STYLE[level]};'
@@ -83,6 +150,77 @@ def note_html(level: Level, text: str) -> str:
 
 
 # -- figures in widgets -------------------------------------------------------------------------
+# The ES module each figure widget sends when the page's server serves plotly's widget code
+# (`bertlab serve`): it imports that code from one URL, which the browser fetches and evaluates
+# once per page, instead of every figure carrying the 5 MB bundle as text (anywidget turns each
+# copy into a new module and evaluates it again).
+_BUNDLE_SHIM = """const config = document.getElementById("jupyter-config-data");
+const base = (config && JSON.parse(config.textContent).baseUrl) || "/";
+const bundle = await import(new URL(base.replace(/\\/?$/, "/") + %s, document.baseURI).href);
+export default bundle.default;
+export const FigureModel = bundle.FigureModel;
+export const FigureView = bundle.FigureView;
+"""
+
+
+def bundle_shim(path: str | None) -> str | None:
+    """The figure widgets' ES module that imports plotly's code from `path` (under the page's base
+    URL), or None to send the code itself (no server serves it)."""
+    return None if not path else _BUNDLE_SHIM % json.dumps(path)
+
+
+class SyncedFigureWidget(go.FigureWidget):
+    """A plotly FigureWidget whose synced state follows its edits, so that a browser view made at
+    any time draws the figure as the kernel has it. Every panel makes its figure widgets with it.
+
+    plotly's FigureWidget syncs the whole figure (`_widget_data`, `_widget_layout`) only when it is
+    built; each later edit goes out as a one-off `_py2js_*` message that only the views alive at that
+    moment apply (the browser-side model keeps the figure as built). A view made after an edit (a
+    figure filled before it was shown, a tab drawn late, a page still loading) drew the figure as
+    built and never caught up. Here each edit first re-syncs the whole figure, then sends its
+    message: a view made before applies the message, a view made after draws the synced figure.
+    (The charts that stayed stale under load had a second cause, in anywidget's front end: see
+    the anywidget pin in pyproject.toml and tests/browser/test_stale_charts.py.)"""
+
+    def __init__(self, *args, **kwargs) -> None:
+        shim = bundle_shim(plotly_bundle_path())
+        if shim is not None:  # read by anywidget's __init__ instead of the class's 5 MB bundle
+            self._esm = shim
+        super().__init__(*args, **kwargs)
+
+    def _sync_state(self) -> None:
+        self._widget_layout = copy.deepcopy(self._layout_obj._props)
+        self._widget_data = copy.deepcopy(self._data)
+
+    def _send_update_msg(self, *args, **kwargs) -> None:
+        self._sync_state()
+        super()._send_update_msg(*args, **kwargs)
+
+    def _send_restyle_msg(self, *args, **kwargs) -> None:
+        self._sync_state()
+        super()._send_restyle_msg(*args, **kwargs)
+
+    def _send_relayout_msg(self, *args, **kwargs) -> None:
+        self._sync_state()
+        super()._send_relayout_msg(*args, **kwargs)
+
+    def _send_addTraces_msg(self, *args, **kwargs) -> None:
+        self._sync_state()
+        super()._send_addTraces_msg(*args, **kwargs)
+
+    def _send_deleteTraces_msg(self, *args, **kwargs) -> None:
+        self._sync_state()
+        super()._send_deleteTraces_msg(*args, **kwargs)
+
+    def _send_moveTraces_msg(self, *args, **kwargs) -> None:
+        self._sync_state()
+        super()._send_moveTraces_msg(*args, **kwargs)
+
+    def _send_animate_msg(self, *args, **kwargs) -> None:
+        self._sync_state()
+        super()._send_animate_msg(*args, **kwargs)
+
+
 def _changed(old: dict, new: dict) -> dict:
     """The entries of `new` that differ from `old`. plotly validates every property it is given,
     which is most of a redraw's time: giving it only what changed keeps slider moves cheap."""
@@ -125,9 +263,23 @@ def show_figure(box: widgets.Box, fig: go.Figure) -> go.FigureWidget:
     if old is not None and fig.data and [t.type for t in old.data] == [t.type for t in fig.data]:
         redraw(old, fig)
         return old
-    widget = go.FigureWidget(fig)
+    widget = SyncedFigureWidget(fig)
     box.children = (widget,)
     if old is not None:
         old.close()
     return widget
 
+
+# -- the busy sign ------------------------------------------------------------------------------
+_SPIN = "bertlab-spin"
+
+
+def busy_html(text: str = "Working…") -> str:
+    """A spinner (CSS only: no icon font, nothing fetched) and `text`, for anything that takes a while."""
+    return (
+        f"<style>@keyframes {_SPIN}{{to{{transform:rotate(360deg)}}}}</style>"
+        f'<div class="bertlab-busy" style="color:#1f3b57;padding:4px 10px;margin:3px 0">'
+        f'<span style="display:inline-block;width:0.9em;height:0.9em;margin-right:0.5em;vertical-align:-0.1em;'
+        f"border:2px solid #4a90d9;border-right-color:transparent;border-radius:50%;"
+        f'animation:{_SPIN} 0.8s linear infinite"></span>{html.escape(text)}</div>'
+    )

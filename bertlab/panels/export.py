@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from bertlab.viz.export import (
     save_export,
     static_export_problem,
 )
+from bertlab.workspace import Workspace
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
 MAX_TOKENS = 128  # the offline page stays well under 2 MB of attention data
@@ -33,6 +37,8 @@ HELP = (
     "interactive and open offline. The attention view export makes one page with the head view "
     "and model view of a sentence (pair)."
 )
+CLASS_HELP = HELP.replace(" the link downloads the file, and a copy goes to the folder.",
+                          " the link downloads the file to your computer.")
 FigureSource = Callable[[], dict[str, go.Figure]]
 
 
@@ -48,12 +54,17 @@ class ExportPanel(Panel):
         model: torch.nn.Module,
         tok: Tokenizer,
         figures: FigureSource | None = None,
-        folder: str | Path = DEFAULT_FOLDER,
+        folder: str | Path | None = None,
         text: str = DEFAULT_TEXT,
         max_length: int = MAX_TOKENS,
+        workspace: Workspace | None = None,
     ) -> None:
+        """`folder`: where copies of the files go (default: DEFAULT_FOLDER; in class mode the session's
+        workspace, and the tab shows no folder field: files reach the student as downloads only)."""
         super().__init__()
         self.model, self.tok, self.source, self.max_length = model, tok, figures, max_length
+        self.workspace = workspace or Workspace.for_session()
+        self._folder = Path(folder) if folder is not None else None
         wide = widgets.Layout(width="min(100%, 720px)")
         self.choice = widgets.Dropdown(options=[], description="Figure", layout=wide)
         self.refresh_button = widgets.Button(description="Refresh", tooltip="List the figures on show now")
@@ -71,9 +82,11 @@ class ExportPanel(Panel):
                                    continuous_update=False, layout=wide)
         self.view_button = widgets.Button(description="Export attention view", button_style="primary",
                                           layout=widgets.Layout(width="auto"))
-        self.folder = widgets.Text(value=str(folder), description="Folder", layout=wide)
+        self.folder = widgets.Text(value=str(folder if folder is not None else DEFAULT_FOLDER), description="Folder",
+                                   layout=wide)
         self.link = widgets.HTML(value="")
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP}</div>')
+        classroom = self.workspace.confined
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{CLASS_HELP if classroom else HELP}</div>')
         self.refresh_button.on_click(self._on_refresh)
         self.export_button.on_click(self._on_export)
         self.view_button.on_click(self._on_export_view)
@@ -86,7 +99,7 @@ class ExportPanel(Panel):
                 widgets.HTML("<b>Attention view</b>"),
                 self.text_a,
                 widgets.HBox([self.text_b, self.view_button]),
-                self.folder,
+                *([] if classroom else [self.folder]),  # class mode: no server folder, downloads only
                 self.message,
                 self.link,
             ],
@@ -167,8 +180,15 @@ class ExportPanel(Panel):
         return notes
 
     def _deliver(self, data: bytes, filename: str) -> list[tuple[Level, str]]:
-        """Show a download link for `data` and save a copy to the folder; notes saying where it went."""
+        """Show a download link for `data` and save a copy to the folder; notes saying where it went.
+        Class mode: the copy goes to the workspace (never named to the student, never served)."""
         self.link.value = download_link(data, filename)
+        if self.workspace.confined:
+            try:
+                save_export(data, self._folder or self.workspace.exports, filename)
+            except OSError:
+                log.warning("could not keep a copy of %s in the workspace", filename, exc_info=True)
+            return [("info", f"Made {filename}: the link below downloads it to your computer.")]
         try:
             path = save_export(data, self.folder.value.strip() or DEFAULT_FOLDER, filename)
         except OSError as e:
@@ -196,7 +216,7 @@ def _view_notes(result: AttentionResult) -> list[tuple[Level, str]]:
     if result.warning:
         notes.append(("warning", result.warning))
     if result.num_unknown:
-        unknown = (f"{result.num_unknown} piece(s) are not in this model's vocabulary and show as [UNK] "
+        unknown = (f"{result.num_unknown} piece(s) are not in this model's vocabulary and show as {result.unk_token} "
                    "(emoji and rare symbols often are).")
         notes.append(("warning", unknown))
     return notes

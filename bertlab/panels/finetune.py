@@ -15,7 +15,6 @@ import html
 import logging
 import math
 import re
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -30,12 +29,22 @@ import torch
 from bertlab.analysis import InputError, max_tokens
 from bertlab.analysis.predict import answer, classify, cls_vectors, entail, entities, pca_2d
 from bertlab.model import Bert
-from bertlab.panels.base import Level, Panel, show_figure
-from bertlab.settings import DataNotFoundError, data_dir
-from bertlab.tokenizer import Tokenizer
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, show_figure
+from bertlab.settings import DataNotFoundError, data_dir, upload_max_bytes
+from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
 from bertlab.training.finetune import DEFAULT_LR, DEFAULT_MAX_LENGTH, MODES, FinetuneConfig, finetune, subset
 from bertlab.training.loop import TrainEvent
-from bertlab.training.tasks import NLI_LABELS, SST2_LABELS, TASKS, DataSourceError, Task, get_task
+from bertlab.training.queue import turn as queue_turn
+from bertlab.training.queue import waiting_text
+from bertlab.training.tasks import (
+    NLI_LABELS,
+    SST2_LABELS,
+    TASKS,
+    DataSourceError,
+    DataSplit,
+    get_task,
+    read_train_dev,
+)
 from bertlab.viz.finetune import (
     answer_html,
     entities_html,
@@ -45,14 +54,13 @@ from bertlab.viz.finetune import (
     plot_span_probabilities,
     plot_training_curves,
 )
+from bertlab.workspace import UploadTooLarge, Workspace
 
 log = logging.getLogger(__name__)
 
 STUDENT_ERRORS = (ValueError, KeyError, DataNotFoundError, DataSourceError)  # their message says what to change
 
-RUNS_DIR = "bertlab-runs"  # one folder per run: checkpoints/, the final model, finetune_results.json
 CPU_MAX_TRAIN, CPU_MAX_DEV = 2000, 500  # CPU runs must stay small (0 = all, the default on a GPU)
-DEV_SHARE = 0.1  # held out as dev when the data is a single file without a dev part
 EVALS_PER_EPOCH = 4  # dev evaluations per epoch: enough points for a live curve
 PCA_SAMPLE = 200  # dev examples in the [CLS] picture
 REDRAW_EVERY_S = 0.5  # the curves redraw at most this often while training
@@ -68,7 +76,7 @@ HELP = (
 )
 USE_HELP = (
     "Try the model just made (or a fine-tuned model picked above) on your own text. "
-    "The [CLS] picture projects dev examples onto 2 axes before and after fine-tuning."
+    "The {cls} picture projects dev examples onto 2 axes before and after fine-tuning."  # the model's {cls}
 )
 DEFAULT_SENTENCE = "A gripping, funny and beautifully acted film."
 DEFAULT_PREMISE, DEFAULT_HYPOTHESIS = "A man is playing a guitar on a stage.", "A person is playing an instrument."
@@ -83,58 +91,6 @@ DEFAULT_PARAGRAPH = (
 # ---------------------------------------------------------------------------------------------
 # Pure helpers: data, models, failures
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class DataSplit:
-    """Train and dev examples of one task, and a sentence saying where they came from."""
-
-    train: list[Any]
-    dev: list[Any]
-    note: str
-
-
-def read_examples(task: Task, source: str | Path | None = None, seed: int = 0) -> DataSplit:
-    """The task's train and dev examples from BERTLAB_DATA (source None), a folder, or one file.
-    A single file without its own dev part gives up a seeded DEV_SHARE of its examples as dev."""
-    where = str(source) if source is not None else f"BERTLAB_DATA ({data_dir()})"
-    if source is not None and Path(source).expanduser().is_file():
-        return _read_file(task, Path(source).expanduser(), seed)
-    train = task.read("train", path=source)
-    try:
-        dev = task.read("dev", path=source)
-    except DataNotFoundError:  # a folder with a train file only
-        return _hold_out(train, seed, f"{where}: no dev file")
-    return DataSplit(train, dev, f"{len(train):,} training and {len(dev):,} dev examples from {where}.")
-
-
-def _read_file(task: Task, file: Path, seed: int) -> DataSplit:
-    if task.name == "qa":  # SQuAD: split by article when the file has enough of them
-        everything = task.read("all", path=file)
-        if len({e.title for e in everything}) > 7:
-            train, dev = task.read("train", path=file), task.read("dev", path=file)
-            return DataSplit(train, dev, f"{len(train):,} training and {len(dev):,} dev questions "
-                                         f"(7 articles held out) from {file.name}.")
-        return _hold_out(everything, seed, f"{file.name}: too few articles to hold some out")
-    if task.name == "nli":  # SICK: TRAIN and TRIAL parts in one file
-        train, dev = task.read("train", path=file), task.read("dev", path=file)
-        if dev and train:
-            return DataSplit(train, dev, f"{len(train):,} training and {len(dev):,} dev pairs "
-                                         f"(the TRAIN and TRIAL parts) from {file.name}.")
-        return _hold_out(train + dev, seed, f"{file.name}: no TRIAL part")
-    return _hold_out(task.read("train", path=file), seed, file.name)
-
-
-def _hold_out(examples: list[Any], seed: int, where: str) -> DataSplit:
-    """A seeded DEV_SHARE of `examples` as dev (at least one), the rest as train."""
-    if len(examples) < 2:
-        raise InputError(f"{where}: {len(examples)} example(s); at least 2 are needed (one to train, one to test).")
-    n_dev = max(1, round(DEV_SHARE * len(examples)))
-    held = set(subset(range(len(examples)), n_dev, seed, "held-out dev"))
-    train = [e for i, e in enumerate(examples) if i not in held]
-    dev = [e for i, e in enumerate(examples) if i in held]
-    return DataSplit(train, dev, f"{where}: {len(train):,} training examples, {len(dev):,} held out as dev "
-                                 f"({DEV_SHARE:.0%}).")
-
-
 def save_upload(upload: dict[str, Any], folder: Path) -> Path:
     """Write one ipywidgets.FileUpload entry (name, content) into `folder`; returns the file."""
     name = Path(str(upload.get("name") or "")).name  # no folders: only the file's own name
@@ -219,10 +175,13 @@ class FinetunePanel(Panel):
     teaches = ("Fine-tuning adapts a pre-trained encoder to a task: training every weight, only a head "
                "on frozen features, or small adapters, compared on the same dev metric.")
 
-    def __init__(self, model: Bert, tok: Tokenizer, runs_dir: str | Path = RUNS_DIR, device: str = "auto") -> None:
+    def __init__(self, model: Bert, tok: Tokenizer, runs_dir: str | Path | None = None, device: str = "auto",
+                 workspace: Workspace | None = None) -> None:
+        """`runs_dir`: where run folders go (default: the session's workspace, see bertlab.workspace)."""
         super().__init__()
         self.model, self.tok = model, tok
-        self.runs_dir = Path(runs_dir)
+        self.workspace = workspace or Workspace.for_session()
+        self.runs_dir = Path(runs_dir) if runs_dir is not None else None
         self.device = device
         self.runs: list[Run] = []
         self._thread: threading.Thread | None = None
@@ -230,7 +189,6 @@ class FinetunePanel(Panel):
         self._draw_lock = threading.Lock()
         self._last_draw = 0.0
         self._data_cache: dict[tuple[str, str], DataSplit] = {}
-        self._upload_dir: Path | None = None  # a temporary folder, made at the first upload
         self._upload_path: Path | None = None
         self._upload_name = ""  # the file's name on the student's machine
         on_gpu = self._device_name().startswith("cuda")
@@ -278,7 +236,7 @@ class FinetunePanel(Panel):
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
         self.progress_text = widgets.HTML('<span style="color:#777">No run yet.</span>')
         self._curves_fig = plot_training_curves({}, "accuracy")
-        self.curves = go.FigureWidget(self._curves_fig)
+        self.curves = SyncedFigureWidget(self._curves_fig)
         self._curves_key: tuple = ()
         self.curves_box = widgets.Box([self.curves])
         self.runs_table = widgets.HTML()
@@ -354,6 +312,8 @@ class FinetunePanel(Panel):
 
     # -- settings callbacks ---------------------------------------------------------------------
     def _on_task(self, change) -> None:
+        if not self.running:  # a message about the previous task's data or run no longer applies
+            self.show_messages([])
         head = get_task(change["new"]).head
         self.max_length.value = min(DEFAULT_MAX_LENGTH[head], self.max_length.max)
         if self.data.value == "upload":
@@ -371,6 +331,10 @@ class FinetunePanel(Panel):
             "upload": (f"Uploaded: {html.escape(self._upload_name)}" if self._upload_path
                        else "Upload a file in the task's format (SST-2 TSV, SICK TSV, CoNLL text, SQuAD JSON)."),
         }
+        if self.workspace.confined:  # class mode: say what the path field and uploads accept
+            notes["path"] += " In class: a path inside the class data folder (e.g. sst2) or your workspace."
+            if not self._upload_path:
+                notes["upload"] += f" Up to {upload_max_bytes() / 2**20:g} MB."
         self.data_note.value = f'<span style="color:#555;font-size:0.9em">{notes[self.data.value]}</span>'
 
     def _on_path(self, change) -> None:
@@ -383,8 +347,12 @@ class FinetunePanel(Panel):
             if not change["new"]:
                 return
             entry = change["new"][0]
-            self._upload_dir = self._upload_dir or Path(tempfile.mkdtemp(prefix="bertlab-upload-"))
-            self._upload_path = save_upload(entry, self._upload_dir)
+            try:
+                self.workspace.check_upload(memoryview(entry["content"]).nbytes)  # class mode: size-limited
+            except UploadTooLarge:
+                self.upload.value = ()  # do not keep the refused bytes in the kernel
+                raise
+            self._upload_path = save_upload(entry, self.workspace.uploads)
             self._upload_name = str(entry.get("name") or self._upload_path.name)
             self._data_cache = {k: v for k, v in self._data_cache.items() if k[1] != str(self._upload_path)}
             self.data.value = "upload"
@@ -404,7 +372,7 @@ class FinetunePanel(Panel):
             path = self.path.value.strip()
             if not path:
                 raise InputError("Type the path of a data file or folder (or pick BERTLAB_DATA).")
-            return path
+            return str(self.workspace.resolve(path, "data"))  # class mode: the workspace and BERTLAB_DATA only
         if kind == "upload":
             if self._upload_path is None:
                 raise InputError("Upload a data file first (the Upload button), or pick another data source.")
@@ -417,11 +385,12 @@ class FinetunePanel(Panel):
         key = (task, source or "")
         if key not in self._data_cache:
             try:
-                self._data_cache[key] = read_examples(get_task(task), source)
+                self._data_cache[key] = read_train_dev(get_task(task), source)
             except (ValueError, DataNotFoundError, DataSourceError) as e:
                 text = str(e)
                 if self._upload_path is not None:
                     text = text.replace(str(self._upload_path), self._upload_name)
+                text = self.workspace.hide_root(text)
                 raise InputError(text) from e
         return self._data_cache[key]
 
@@ -464,8 +433,17 @@ class FinetunePanel(Panel):
 
     def _train(self, run: Run, cfg: FinetuneConfig, tok: Tokenizer, source: str | None,
                on_event: Callable[[TrainEvent], None]) -> None:
-        """The background thread: read the data, fine-tune, report; never raises."""
+        """The background thread: wait for a slot in the class queue, read the data, fine-tune,
+        report; never raises."""
+        turn = None
         try:
+            turn = queue_turn(run.label)
+            if not turn.wait(self._cancel, lambda ahead: self.show_message(f"{run.label}: {waiting_text(ahead)}")):
+                run.status = "cancelled"
+                self.progress_text.value = ""
+                self.show_message(f"{run.label}: you left the class queue before the run started; nothing ran.",
+                                  "warning")
+                return
             data = self._read(run.task, source)
             cfg = self._cadence(cfg, len(data.train))
             run.dev = subset(data.dev, cfg.max_eval_examples, cfg.seed, "dev")  # what finetune scores
@@ -477,10 +455,14 @@ class FinetunePanel(Panel):
             if not isinstance(e, STUDENT_ERRORS) and not is_out_of_memory(e):
                 log.exception("fine-tuning run %s failed", run.label)
             self.show_message(f"{run.label}: {run.error}", "error")
+            if run.total_steps == 0 and not run.history:  # it never started: no row, no run number, no curve
+                self.runs.remove(run)
         else:
             self._finished(run, result, cfg)
             del result
         finally:
+            if turn is not None:
+                turn.leave()  # the next student's run may start
             if run.status == "failed":
                 _free_gpu_memory()  # outside the except block: the traceback no longer holds the tensors
             self._set_running(False)
@@ -523,7 +505,7 @@ class FinetunePanel(Panel):
         done = result.status == "completed"
         ended = "finished" if done else f"cancelled at step {run.step} of {run.total_steps}"
         scored = f", dev {run.metric} {score:.3g}" if score is not None else ""
-        saved = f"; saved in {result.saved_to}" if result.saved_to else ""
+        saved = f"; saved in {self.workspace.shown(result.saved_to)}" if result.saved_to else ""
         notes: list[tuple[Level, str]] = [(
             "info" if done else "warning",
             f"{run.label}: {ended}{scored}{saved}. It joins the model list as “{name}”.",
@@ -579,7 +561,7 @@ class FinetunePanel(Panel):
                     for old, new in zip(self.curves.data, fig.data):
                         old.x, old.y = new.x, new.y
             else:
-                old, self.curves = self.curves, go.FigureWidget(fig)
+                old, self.curves = self.curves, SyncedFigureWidget(fig)
                 self.curves_box.children = (self.curves,)
                 old.close()
                 self._curves_key = key
@@ -597,7 +579,7 @@ class FinetunePanel(Panel):
         return name, curves
 
     def _draw_table(self) -> None:
-        self.runs_table.value = runs_html(self.runs)
+        self.runs_table.value = runs_html(self.runs, self.workspace.shown)
 
     def _draw_confusion(self, run: Run, metrics: dict[str, Any]) -> None:
         matrix = metrics.get("confusion_matrix")
@@ -620,11 +602,8 @@ class FinetunePanel(Panel):
         return label if n == 0 else f"{label} #{n + 1}"
 
     def _out_dir(self, task: str, mode: str) -> Path:
-        base = self.runs_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-{task}-{mode}"
-        path, n = base, 2
-        while path.exists() or any(r.out_dir == path for r in self.runs):
-            path, n = Path(f"{base}-{n}"), n + 1
-        return path
+        """A new folder for a run, made now: no other run (of any session) can get the same one."""
+        return self.workspace.new_run_dir(f"{task}-{mode}", parent=self.runs_dir)
 
     def _device_name(self) -> str:
         if self.device != "auto":
@@ -669,7 +648,7 @@ def _progress_html(run: Run, event: TrainEvent) -> str:
     return " · ".join(parts)
 
 
-def runs_html(runs: Sequence[Run]) -> str:
+def runs_html(runs: Sequence[Run], shown: Callable[[str], str] = str) -> str:
     """A table of this session's runs: how each ended, its dev score, what it trained, where it is."""
     if not runs:
         return ""
@@ -682,7 +661,7 @@ def runs_html(runs: Sequence[Run]) -> str:
         trained = (f"{s['trainable_parameters'] / 1e6:.2f}M of {s['total_parameters'] / 1e6:.1f}M "
                    f"({100 * s['trainable_parameters'] / max(1, s['total_parameters']):.1f}%)" if s else "–")
         cells = (r.label, r.status, f"{r.step}/{r.total_steps or '?'}", score, trained,
-                 f"{s['wall_time_s']:.0f} s" if s else "–", s.get("saved_to") or r.checkpoint or "–")
+                 f"{s['wall_time_s']:.0f} s" if s else "–", shown(s.get("saved_to") or r.checkpoint or "–"))
         rows.append("<tr>" + "".join(f'<td style="padding:2px 10px">{html.escape(str(c))}</td>' for c in cells)
                     + "</tr>")
     return (f'<table style="border-collapse:collapse;font-size:0.9em;margin:6px 0"><tr>{head}</tr>'
@@ -742,9 +721,11 @@ class UsePanel(Panel):
         self.answer_out = widgets.HTML(layout=wide)
         self.spans_box = widgets.Box([])
         self.top_spans = widgets.HTML()
+        classify_button = button("Classify", "Class probabilities")
         self.views: dict[str, widgets.VBox] = {
-            "sst2": widgets.VBox([self.sentence, self.sentence_b, button("Classify", "Class probabilities"),
-                                  self.probs_box]),
+            "sst2": widgets.VBox([self.sentence, classify_button, self.probs_box]),  # SST-2 reads one sentence
+            # another sentence classifier may have been trained on pairs: it gets a sentence B field
+            "classification": widgets.VBox([self.sentence, self.sentence_b, classify_button, self.probs_box]),
             "nli": widgets.VBox([self.premise, self.hypothesis, button("Infer", "Entailment probabilities"),
                                  self.probs_box]),
             "ner": widgets.VBox([self.ner_text, button("Find entities", "Tag each word"), self.entities_out]),
@@ -752,13 +733,12 @@ class UsePanel(Panel):
                                                                             self.top_k]),
                                 self.answer_out, self.top_spans, self.spans_box]),
         }
-        self.views["classification"] = self.views["sst2"]
         self.view = widgets.Box([])
-        self.pca_button = widgets.Button(description="[CLS] before / after", icon="braille",
-                                         tooltip=f"PCA of the [CLS] vectors of {PCA_SAMPLE} dev examples")
+        self.pca_button = widgets.Button(icon="braille")
         self.pca_button.on_click(self._on_pca)
         self.pca_box = widgets.Box([])
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{USE_HELP}</div>')
+        self.help = widgets.HTML()
+        self._label_cls(tok.cls_token if tok is not None else DEFAULT_SPECIALS["cls"])
         self._widget = widgets.VBox([self.help, self.header, self.view, self.message, self.pca_button, self.pca_box],
                                     layout=widgets.Layout(width="100%"))
         if model is not None and model_task(model):
@@ -774,13 +754,21 @@ class UsePanel(Panel):
         if model_task(model):
             self.show_model(model, tok, "the model picked above")
 
+    def _label_cls(self, cls: str) -> None:
+        """Name the [CLS] picture after the tokenizer's own first token."""
+        self.pca_button.description = f"{cls} before / after"
+        self.pca_button.tooltip = f"PCA of the {cls} vectors of {PCA_SAMPLE} dev examples"
+        self.help.value = f'<div style="color:#555;font-size:0.9em">{USE_HELP.format(cls=html.escape(cls))}</div>'
+
     def figures(self) -> dict[str, go.Figure]:
-        return {**self._figures, **({"[CLS] PCA": self._pca_figure} if self._pca_figure is not None else {})}
+        pca = {f"{self.tok.cls_token} PCA": self._pca_figure} if self._pca_figure is not None else {}
+        return {**self._figures, **pca}
 
     def show_model(self, model: Bert, tok: Tokenizer, name: str, before: Bert | None = None,
             dev: list[Any] | None = None, task: str | None = None) -> None:
         """Show the view for `model`'s head and run it on the text already typed."""
         self.model, self.tok, self.name = model, tok, name
+        self._label_cls(tok.cls_token)
         self.kind = model_task(model)
         self.task = task or (self.kind if self.kind in ("sst2", "nli") else None)
         self.before, self.dev = before, dev
@@ -809,7 +797,7 @@ class UsePanel(Panel):
 
     def _on_input(self, view: str) -> None:
         """An input of `view` changed: rerun only if that view is on show."""
-        if self.views.get(self.kind or "") is self.views[view]:
+        if {"classification": "sst2"}.get(self.kind or "", self.kind) == view:
             self.update()
 
     def update(self) -> None:
@@ -822,7 +810,8 @@ class UsePanel(Panel):
             self.show_messages(notes)
 
     def _classify(self) -> list[tuple[Level, str]]:
-        pred = classify(self.model, self.tok, self.sentence.value, self.sentence_b.value.strip() or None)
+        text_b = self.sentence_b.value if self.kind == "classification" else None  # not on show for SST-2
+        pred = classify(self.model, self.tok, self.sentence.value, text_b)
         return self._show_probabilities(pred)
 
     def _entail(self) -> list[tuple[Level, str]]:
@@ -832,7 +821,7 @@ class UsePanel(Panel):
         fig = plot_class_probabilities(pred)
         self._figures = {"class probabilities": fig}
         show_figure(self.probs_box, fig)
-        return _cut_notes(pred.warning, pred.tokens)
+        return _cut_notes(pred.warning, pred.tokens, self.tok.unk_token)
 
     def _entities(self) -> list[tuple[Level, str]]:
         text = self.ner_text.value
@@ -840,7 +829,8 @@ class UsePanel(Panel):
         self.entities_out.value = entities_html(text, found)
         self._figures = {}
         enc = self.tok.encode(text, max_length=min(self.tok.model_max_length, max_tokens(self.model)))
-        notes = _cut_notes(enc.warning and (enc.warning + " Words after the cut are not tagged."), enc.tokens)
+        notes = _cut_notes(enc.warning and (enc.warning + " Words after the cut are not tagged."), enc.tokens,
+                           self.tok.unk_token)
         return notes or [("info", f"{len(found)} entit{'y' if len(found) == 1 else 'ies'} found.")]
 
     def _answer(self) -> list[tuple[Level, str]]:
@@ -854,7 +844,7 @@ class UsePanel(Panel):
         if result.windows > 1:
             notes.append(("info", (f"The paragraph is long: the model read it in {result.windows} overlapping "
                                   "windows and kept the best span of all.")))
-        return notes + _cut_notes(None, result.tokens)
+        return notes + _cut_notes(None, result.tokens, self.tok.unk_token)
 
     # -- [CLS] before and after -------------------------------------------------------------------
     def _on_pca(self, _=None) -> None:
@@ -864,10 +854,11 @@ class UsePanel(Panel):
     def show_cls_pca(self) -> None:
         """PCA of the last layer's [CLS] of PCA_SAMPLE dev examples, before and after fine-tuning."""
         if self.model is None or self.kind is None:
-            raise InputError("Fine-tune a model first: the picture compares [CLS] before and after.")
+            raise InputError("Fine-tune a model first: the picture compares the sentence vectors before and after.")
         if self.kind not in ("sst2", "nli") or self.task not in ("sst2", "nli"):
-            raise InputError("The [CLS] picture is for sentence classification (SST-2 or NLI), where the head "
-                             "reads [CLS]; NER and QA read every token.")
+            cls = self.tok.cls_token
+            raise InputError(f"The {cls} picture is for sentence classification (SST-2 or NLI), where the head "
+                             f"reads {cls}; NER and QA read every token.")
         examples = self.dev if self.dev else (self.dev_examples(self.task) if self.dev_examples else [])
         if not examples:
             raise InputError(f"No {self.task} dev examples to project: check the data source above.")
@@ -881,20 +872,20 @@ class UsePanel(Panel):
         for name, model in models.items():
             points[name], explained[name] = pca_2d(cls_vectors(model, self.tok, texts, texts_b))
         fig = plot_cls_pca(points, labels, [t if b is None else f"{t} / {b}" for t, b in zip(texts, texts_b)],
-                           explained)
+                           explained, cls_token=self.tok.cls_token)
         self._pca_figure = fig
         show_figure(self.pca_box, fig)
         note = "" if self.before is not None else " Fine-tune here to see it before and after."
-        self.show_message(f"[CLS] of {len(sample)} dev examples, coloured by their gold label.{note}")
+        self.show_message(f"{self.tok.cls_token} of {len(sample)} dev examples, coloured by their gold label.{note}")
 
 
-def _cut_notes(warning: str | None, tokens: Sequence[str]) -> list[tuple[Level, str]]:
+def _cut_notes(warning: str | None, tokens: Sequence[str], unk_token: str) -> list[tuple[Level, str]]:
     notes: list[tuple[Level, str]] = []
     if warning:
         notes.append(("warning", warning))
-    unknown = sum(1 for t in tokens if t == "[UNK]")
+    unknown = sum(1 for t in tokens if t == unk_token)
     if unknown:
-        notes.append(("warning", (f"{unknown} piece(s) are not in this model's vocabulary and show as [UNK] "
+        notes.append(("warning", (f"{unknown} piece(s) are not in this model's vocabulary and show as {unk_token} "
                                  "(emoji and rare symbols often are).")))
     return notes
 

@@ -10,7 +10,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError, max_tokens
+from bertlab.analysis import InputError, echo, max_tokens
 from bertlab.analysis.mask import (
     MaskPrediction,
     WordScore,
@@ -18,28 +18,34 @@ from bertlab.analysis.mask import (
     mask_each_word,
     text_words,
 )
-from bertlab.panels.base import Level, Panel, show_figure
-from bertlab.tokenizer import Tokenizer
+from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
+from bertlab.classroom.store import ClassStore
+from bertlab.panels.base import Level, Panel, lacks, show_figure
+from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
+from bertlab.tokenizer import DEFAULT_SPECIALS, WORDPIECE_PREFIX, Tokenizer, join_wordpieces, spell_specials
 from bertlab.viz.mask import empty_figure, plot_fill_mask, plot_word_predictability
+from bertlab.viz.replaced import plot_replaced
 
-DEFAULT_TEXT = "The man went to the [MASK] to buy a gallon of milk."
+DEFAULT_TEMPLATE = "The man went to the {mask} to buy a gallon of milk."  # spelled with the model's mask token
+DEFAULT_TEXT = spell_specials(DEFAULT_TEMPLATE)  # as the offline default (WordPiece) spells it
 K_MAX = 20  # guesses computed per [MASK]; the slider shows the first k (moving it never re-runs the model)
 MAX_WORD_BUTTONS = 120  # one toggle per word up to here; later words can still be hidden by typing [MASK]
 MAX_EACH_WORDS = 64  # "mask each word in turn" runs the model once per word: longer texts are cut here
 CACHE_SIZE = 64  # remembered fill-mask results (text, hidden words, whole-word) per model
-NOTHING_HIDDEN = (
-    "Nothing is hidden yet: click a word above to hide it, or type [MASK] in the text "
-    "(e.g. 'The cat sat on the [MASK].')."
+NOTHING_HIDDEN_TEMPLATE = (
+    "Nothing is hidden yet: click a word above to hide it, or type {mask} in the text "
+    "(e.g. 'The cat sat on the {mask}.')."
 )
-NO_MLM = (
-    "This model has no MLM head, so it cannot guess hidden words. Train one in the Pre-training tab "
-    "(it puts MLM and NSP heads on this encoder), or pick a model that has one in the model list "
-    "(the offline default does)."
+NOTHING_HIDDEN = spell_specials(NOTHING_HIDDEN_TEMPLATE)
+REPLACED_HELP = (
+    "Replaced? ELECTRA's discriminator was trained to spot words that a small generator swapped in. Each bar "
+    "is, for one word of the text, the probability that it was replaced (red above 50%). Change a word to a "
+    "plausible wrong one (e.g. 'bought' to 'ate') and see whether the discriminator notices."
 )
-HELP = (
-    "Click words to hide them (click again to show them), or type [MASK] in the text and press Predict. "
+HELP = (  # {mask} and {pieces} are spelled by the model's tokenizer (`help_text`)
+    "Click words to hide them (click again to show them), or type {mask} in the text and press Predict. "
     "Each chart lists the model's top guesses for one hidden piece; green is the piece that was really "
-    "there. A word split into pieces (token ##ization) has only its first piece hidden unless "
+    "there. A word split into pieces ({pieces}) has only its first piece hidden unless "
     "whole-word masking is on. 'Mask each word in turn' hides every word once and colours it by how "
     "likely the model finds the true word (green: easy to guess back, red: hard)."
 )
@@ -54,12 +60,16 @@ class MaskPanel(Panel):
         "guesses, or hide each word in turn to see which words the context gives away."
     )
 
-    def __init__(self, model: torch.nn.Module, tok: Tokenizer, text: str = DEFAULT_TEXT, k: int = 5) -> None:
+    def __init__(self, model: torch.nn.Module, tok: Tokenizer, text: str | None = None, k: int = 5,
+                 classroom: ClassStore | None = None, class_poll_s: float | None = POLL_LIVE_S) -> None:
+        """`classroom`: the class store whose questions this tab shows (default: the kernel's own,
+        `BERTLAB_CLASS_STORE`, in class mode; none otherwise)."""
         super().__init__()
         self._read_text: str | None = None  # the text the word buttons were made from
         self.model, self.tok = model, tok
+        text = tok.spell(DEFAULT_TEMPLATE) if text is None else text
         self.text = widgets.Textarea(
-            value=text, description="Text", placeholder="Type a sentence; put [MASK] where a word should go",
+            value=text, description="Text", placeholder=f"Type a sentence; put {tok.mask_token} where a word should go",
             continuous_update=False, layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"),
         )
         self.predict_button = widgets.Button(description="Predict", button_style="primary",
@@ -76,12 +86,13 @@ class MaskPanel(Panel):
                                             layout=widgets.Layout(display="none"))
         self.word_buttons = widgets.Box(layout=widgets.Layout(display="flex", flex_flow="row wrap", width="100%"))
         self.reads = widgets.HTML()  # the text as the model reads it, hidden pieces marked
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(HELP)}</div>')
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(help_text(tok))}</div>')
 
         self.words: list[str] = []
         self.hidden: set[int] = set()  # words hidden by clicking, indices as in text_words
         self.predictions: list[MaskPrediction] = []  # K_MAX guesses per [MASK]; [] when there is nothing to show
         self.scores: list[WordScore] | None = None  # "mask each word in turn"; None when not on show
+        self.replaced: ReplacedTokens | None = None  # ELECTRA's discriminator: P(replaced) per word
         self.scoring = False  # the student asked for the word scores: keep them in step with the text
         self._word_notes: list[tuple[Level, str]] = []
         self._cut = False  # the text is longer than the model reads
@@ -90,7 +101,11 @@ class MaskPanel(Panel):
         self._cache: dict[tuple[str, tuple[int, ...], bool], list[MaskPrediction]] = {}
 
         self.fill_box = widgets.VBox([])
+        self.fill_box.add_class("bertlab-mask-guesses")  # for the browser tests
         self.each_box = widgets.VBox([])  # filled when the student asks for it
+        store = classroom if classroom is not None else class_store()
+        self.class_box = None if store is None else ClassQuestionBox(  # the teacher's question, in class mode
+            store, "mask", on_hide=self._hide_results, poll_s=class_poll_s, mask_token=tok.mask_token)
         self._on_text()
 
         self.text.observe(self._on_text, names="value")
@@ -100,7 +115,7 @@ class MaskPanel(Panel):
         self.each_button.on_click(self._on_each)
         self.scale.observe(self._on_scale, names="value")
         self._widget = widgets.VBox(
-            [
+            ([self.class_box.widget] if self.class_box else []) + [
                 widgets.HBox([self.text, self.predict_button]),
                 self.word_buttons,
                 self.reads,
@@ -126,12 +141,21 @@ class MaskPanel(Panel):
         self._on_text()
 
     def figures(self) -> dict[str, go.Figure]:
+        if self.class_box is not None and self.class_box.hiding:  # not even through Export before the guess
+            return {}
         out = {}
         if self.predictions:
             out["guesses for the hidden words"] = go.Figure(self.fill_box.children[0])
         if self.scores:
             out["how predictable each word is"] = go.Figure(self.each_box.children[0])
+        if self.replaced is not None:
+            out["replaced? per word"] = go.Figure(self.fill_box.children[0])
         return out
+
+    def _hide_results(self, hide: bool) -> None:
+        """While a class question waits for this student's guess, the tab's own guesses stay hidden."""
+        for box in (self.fill_box, self.each_box):
+            box.layout.display = "none" if hide else None
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
     def _on_predict(self, _=None) -> None:
@@ -142,7 +166,7 @@ class MaskPanel(Panel):
 
     def _on_text(self, _=None) -> None:
         self._read_text = self.text.value
-        with self.reporting():
+        with self.busy(self.predict_button, self.each_button), self.reporting():
             self._read_words()
             self._refresh(rescore=self.scoring)
 
@@ -163,7 +187,7 @@ class MaskPanel(Panel):
                 self._draw_fill()
 
     def _on_each(self, _=None) -> None:
-        with self.reporting():
+        with self.busy(self.predict_button, self.each_button, text="Hiding each word in turn…"), self.reporting():
             self.scoring = True
             self._refresh(rescore=True)
 
@@ -185,7 +209,10 @@ class MaskPanel(Panel):
         """Split the text into words and rebuild the toggles; a word stays hidden if it is still
         the same word at the same place."""
         old, text = self.words, self.text.value
-        self.words = text_words(self.tok, text) if text.strip() else []
+        try:
+            self.words = text_words(self.tok, text) if text.strip() else []
+        except InputError:  # fill_mask says why, in place of the guesses
+            self.words = []
         self._word_notes, self._cut = [], False
         if self.words:
             enc = self.tok.encode(text, max_length=min(self.tok.model_max_length, max_tokens(self.model)))
@@ -193,7 +220,8 @@ class MaskPanel(Panel):
             self._cut = enc.truncated
         if len(self.words) > MAX_WORD_BUTTONS:
             self._word_notes.append((
-                "info", f"Only the first {MAX_WORD_BUTTONS} words have a button: type [MASK] to hide a later word.",
+                "info", f"Only the first {MAX_WORD_BUTTONS} words have a button: type {self.tok.mask_token} to hide "
+                "a later word.",
             ))
         self.hidden = {i for i in self.hidden if i < len(self.words) and i < len(old) and old[i] == self.words[i]}
         for button in self.word_buttons.children:
@@ -202,14 +230,21 @@ class MaskPanel(Panel):
 
     def _word_button(self, index: int, word: str) -> widgets.ToggleButton:
         typed = word == self.tok.mask_token
+        special = not typed and self.tok.token_to_id(word) in self.tok.special_ids  # e.g. [CLS] typed in the text
+        unknown = not (typed or special) and self.tok.unk_token_id in self.tok.encode_ids([word])[0]
         hidden = typed or index in self.hidden
+        tip = ("typed in the text: edit the text to remove it" if typed
+               else f"{word} is a special token typed in the text, not a word: it cannot be hidden" if special
+               else (f"not in this model's vocabulary (it reads as {self.tok.id_to_token(self.tok.unk_token_id)}): "
+                     "the model cannot guess it") if unknown
+               else f"hide or show '{word}'")
+        fixed = typed or special or unknown  # nothing to hide: the button only shows the word
         button = widgets.ToggleButton(
             value=hidden, description=word if len(word) <= 18 else word[:17] + "…",
-            disabled=typed, button_style="warning" if hidden else "",
-            tooltip="typed in the text: edit the text to remove it" if typed else f"hide or show '{word}'",
+            disabled=fixed, button_style="warning" if hidden else "", tooltip=tip,
             layout=widgets.Layout(width="auto", margin="1px"),
         )
-        if not typed:
+        if not fixed:
             button.observe(lambda change: self._on_word(index, change), names="value")
         return button
 
@@ -217,9 +252,18 @@ class MaskPanel(Panel):
     def _predict(self) -> bool:
         """K_MAX guesses for the current text and hidden words (cached), or [] and a note saying why
         not. False when the model or the text cannot be used at all."""
-        self.predictions, self._fill_notes = [], []
+        self.predictions, self._fill_notes, self.replaced = [], [], None
         if not self.model.has_mlm:
-            self._fill_notes = [("warning", NO_MLM)]
+            self._fill_notes = [("warning", lacks(self.model, "mlm"))]
+            if getattr(self.model, "has_rtd", False) and self.text.value.strip():
+                try:
+                    self.replaced = replaced_tokens(self.model, self.tok, self.text.value)
+                except InputError as e:
+                    self._fill_notes.append(("error", str(e)))
+                else:
+                    self._fill_notes = [("info", f"This {self.model.family.name} model has no MLM head, so it "
+                                                 f"guesses no hidden words. {REPLACED_HELP}")] + (
+                        [("warning", self.replaced.warning)] if self.replaced.warning else [])
             return False
         if self.words and not self.hidden and self.tok.mask_token not in self.words and not self._cut:
             self._fill_notes = [("info", NOTHING_HIDDEN)]
@@ -256,12 +300,7 @@ class MaskPanel(Panel):
             return
         finally:
             self.progress.layout.display = "none"
-        right = sum(s.correct for s in self.scores)
-        self._each_notes = [(
-            "info",
-            (f"Each of the {len(self.scores)} words was hidden once (all of its pieces); the model's top guess "
-             f"was the true word for {right} of them. Hover over a word to see its probability and the guess."),
-        )]
+        self._each_notes = score_notes(self.scores, self.tok)
         if cut:
             self._each_notes.append((
                 "warning",
@@ -287,46 +326,92 @@ class MaskPanel(Panel):
                     (f"'{self.words[split[0]]}' is several pieces ({pieces}): only the first is hidden, so the "
                      "model still sees the rest. Tick whole-word masking to hide them all."),
                 ))
-        unknown = predictions[0].tokens.count("[UNK]")
+        unknown = predictions[0].tokens.count(self.tok.id_to_token(self.tok.unk_token_id))
         if unknown:
             notes.append((
                 "warning",
-                (f"{unknown} piece(s) are not in this model's vocabulary and read as [UNK] (emoji and rare "
-                 "symbols often are): the model cannot guess them, nor use them as context."),
+                (f"{unknown} piece(s) are not in this model's vocabulary and read as {self.tok.unk_token} (emoji and "
+                 "rare symbols often are): the model cannot guess them, nor use them as context."),
             ))
         return notes
 
     # -- drawing ---------------------------------------------------------------------------------
     def _draw_fill(self) -> None:
         """The guesses (top k of each) and the text as the model reads it; a hint when there are none."""
+        rtd = self.replaced is not None  # a discriminator hides nothing: no word buttons, top k or whole words
+        for w in (self.word_buttons, self.k, self.whole_word):
+            w.layout.display = "none" if rtd else None
+        if rtd:
+            self.reads.value = ""
+            show_figure(self.fill_box, plot_replaced(self.replaced))
+            return
         if not self.predictions:
             self.reads.value = ""
             hint = "This model cannot guess hidden words." if not self.model.has_mlm else (
-                "Click a word above, or type [MASK] in the text, to see the model's guesses.")
+                f"Click a word above, or type {self.tok.mask_token} in the text, to see the model's guesses.")
             show_figure(self.fill_box, empty_figure(hint))
             return
-        self.reads.value = reads_html(self.predictions[0].tokens, self.tok.mask_token)
+        self.reads.value = reads_html(self.predictions[0].tokens, self.tok)
         k = self.k.value
-        show_figure(self.fill_box, plot_fill_mask([replace(p, candidates=p.candidates[:k]) for p in self.predictions]))
+        show_figure(self.fill_box, plot_fill_mask([replace(p, candidates=p.candidates[:k]) for p in self.predictions],
+                                                     mask_token=self.tok.mask_token))
 
     def _draw_scores(self) -> None:
         if self.scores is None:
             self.each_box.children = []
             return
-        show_figure(self.each_box, plot_word_predictability(self.scores, scale=self.scale.value))
+        show_figure(self.each_box, plot_word_predictability(self.scores, scale=self.scale.value,
+                                                                           unk_token=self.tok.unk_token))
 
     def _show_notes(self) -> None:
         self.show_messages(self._fill_notes + self._each_notes + self._word_notes)
 
 
-def reads_html(tokens: list[str], mask_token: str = "[MASK]") -> str:
-    """The input as the model reads it ([CLS]/[SEP] left out, pieces joined), hidden pieces marked."""
+def score_notes(scores: list[WordScore], tok: Tokenizer) -> list[tuple[Level, str]]:
+    """What "mask each word in turn" found, and which words it could not score (and why)."""
+    scored = [s for s in scores if s.scored]
+    right = sum(s.correct for s in scored)
+    notes: list[tuple[Level, str]] = [(
+        "info",
+        (f"Each of the {len(scored)} words was hidden once (all of its pieces); the model's top guess "
+         f"was the true word for {right} of them. Hover over a word to see its probability and the guess."),
+    )]
+    unknown = [s.word for s in scores if s.skipped == "unknown"]
+    if unknown:
+        shown = ", ".join(echo(w, 20) for w in unknown[:5]) + (", …" if len(unknown) > 5 else "")
+        notes.append((
+            "warning",
+            (f"{len(unknown)} word(s) are not in this model's vocabulary ({shown}): the model reads each as "
+             f"{tok.id_to_token(tok.unk_token_id)}, so they are unknown, not scored (grey)."),
+        ))
+    special = [s.word for s in scores if s.skipped == "special"]
+    if special:
+        notes.append((
+            "info",
+            (f"{', '.join(dict.fromkeys(special))} typed in the text are special tokens, not words: the model reads "
+             "them as such, and they are not scored (grey)."),
+        ))
+    return notes
+
+
+def help_text(tok: Tokenizer) -> str:
+    """HELP spelled with `tok`: its mask token, and how it cuts a long word into pieces."""
+    return HELP.format(mask=tok.mask_token, pieces=" ".join(tok.tokenize("tokenization")))
+
+
+def reads_html(tokens: list[str], tok: Tokenizer | None = None) -> str:
+    """The input as the model reads it ([CLS]/[SEP] left out, pieces joined), hidden pieces marked.
+    `tok` says which tokens are special and which pieces continue a word (default: WordPiece's)."""
+    specials = dict(tok.special_tokens) if tok is not None else dict(DEFAULT_SPECIALS)
+    mask_token, skipped = specials["mask"], {specials["cls"], specials["sep"], specials["pad"]}
+    continues = tok.is_continuation if tok is not None else (lambda t: t.startswith(WORDPIECE_PREFIX))
+    join = tok.join_pieces if tok is not None else join_wordpieces
     words: list[str] = []
     for t in tokens:
-        if t in ("[CLS]", "[SEP]", "[PAD]"):
+        if t in skipped:
             continue
-        glue = t.startswith("##") and bool(words)
-        t = t[2:] if glue else t
+        glue = continues(t) and bool(words)
+        t = join(["_", t])[1:] if glue else t
         piece = (
             f'<span style="background:#ffe08a;border-radius:3px;padding:0 2px;font-weight:600">{html.escape(t)}</span>'
             if t == mask_token else html.escape(t)

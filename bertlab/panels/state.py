@@ -7,6 +7,7 @@ Models made in the training tabs join with `ModelState.add`.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,6 +65,7 @@ class ModelState:
         while unique in self.entries and self.entries[unique].model is not model:
             unique, n = f"{name} ({n})", n + 1
         self.entries[unique] = ModelEntry(unique, source, model, tok)
+        release_free_memory()  # the run that made it has ended: give back what its training freed
         if switch:
             self.switch(unique)
         else:
@@ -83,3 +85,13 @@ class ModelState:
     def _tell(self) -> None:
         for fn in list(self._listeners):
             fn(self)
+
+
+def release_free_memory() -> None:
+    """Give the memory this process has freed back to the OS. glibc keeps what a finished training
+    thread freed (its optimizer state, activations) in that thread's arena until asked;
+    `malloc_trim` asks. Does nothing where there is no glibc."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError, TypeError):  # macOS, Windows, musl: nothing to ask
+        pass

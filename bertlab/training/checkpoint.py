@@ -10,11 +10,14 @@ A checkpoint is a folder `out_dir/checkpoint-<step>` holding
 
 Every checkpoint is first written into a hidden temp folder next to its target, fsynced, then
 renamed into place, so a crash mid-write never leaves a half-written `checkpoint-<step>`.
+`save_model_atomically` writes a final model the same way. A full disk is reported as
+`DiskFullError` ("the disk is full while writing <folder>"), whichever writer noticed it.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import logging
 import os
@@ -45,6 +48,49 @@ _CHECKPOINT_RE = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 
 class TrainingStateError(RuntimeError):
     """A checkpoint that cannot be written or read back."""
+
+
+class DiskFullError(TrainingStateError):
+    """The disk filled up while a checkpoint or a model was being written."""
+
+    def __init__(self, folder: str | Path) -> None:
+        super().__init__(
+            f"the disk is full while writing {folder}: free some space (or write to a folder on another disk, "
+            f"e.g. --out elsewhere) and run again."
+        )
+        self.folder = Path(folder)
+
+
+_DISK_FULL_ERRNOS = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+# How the writers word a full disk: the OS, safetensors (Rust's io::Error), torch.save's zip writer.
+_DISK_FULL_TEXT = ("no space left on device", "disk quota exceeded", "os error 28", "storagefull")
+_TORCH_ZIP_FULL = ("unexpected pos", "file write failed")  # "[enforce fail at inline_container.cc:672] ..."
+
+
+def is_disk_full(error: BaseException) -> bool:
+    """Whether `error` (or an error it was raised from) is the disk filling up: OSError ENOSPC,
+    torch's "[enforce fail at inline_container.cc:...] unexpected pos" RuntimeError, or the same
+    from safetensors."""
+    seen: set[int] = set()
+    e: BaseException | None = error
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, DiskFullError) or (isinstance(e, OSError) and e.errno in _DISK_FULL_ERRNOS):
+            return True
+        text = str(e).lower()
+        if any(t in text for t in _DISK_FULL_TEXT):
+            return True
+        if "inline_container" in text and any(t in text for t in _TORCH_ZIP_FULL):
+            return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def write_error(error: Exception, folder: str | Path, what: str = "write") -> TrainingStateError:
+    """The error to raise when writing `folder` failed: DiskFullError for a full disk."""
+    if is_disk_full(error):
+        return DiskFullError(folder)
+    return TrainingStateError(f"could not {what} {folder}: {error}")
 
 
 @dataclass
@@ -154,7 +200,7 @@ def save_checkpoint(
     except BaseException as e:
         _remove_tree(tmp)
         if isinstance(e, Exception):
-            raise TrainingStateError(f"could not write checkpoint {target}: {e}") from e
+            raise write_error(e, target, "write checkpoint") from e
         raise
     _swap_into_place(tmp, target)
     log.info("checkpoint written: %s", target)
@@ -173,6 +219,96 @@ def save_model_files(model: torch.nn.Module, tokenizer: Tokenizer | None, folder
     _st_save_model(model, str(folder / WEIGHTS_FILE))
     if tokenizer is not None:
         tokenizer.save(folder)
+
+
+# Files of a model folder that a new save replaces (never carried over from the old folder).
+_MODEL_FILES = ("config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+                "added_tokens.json", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+
+
+def _is_model_file(name: str) -> bool:
+    """A file of the old model (replaced), or a writer's leftover temp file (dropped)."""
+    return (name in _MODEL_FILES or name.endswith(".safetensors") or (name.startswith(".") and name.endswith(".tmp"))
+            or (name.startswith("pytorch_model-") and name.endswith(".bin")))
+
+
+def save_model_atomically(model: torch.nn.Module, tokenizer: Tokenizer | None, folder: str | Path) -> Path:
+    """Write a model (HF layout, see `save_model_files`) into `folder` all at once: into a hidden
+    temp folder beside it, fsynced, then renamed into place. What else `folder` holds (checkpoints/,
+    a results file) is carried over as hard links; its old model files are replaced. A crash leaves
+    `folder` as it was (or, in the instant between two renames, absent: the old folder then sits
+    beside it as `.trash-<name>-...`); never a folder that half-loads. A full disk raises DiskFullError."""
+    folder = Path(folder)
+    parent = folder.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_beside(folder)
+    tmp = parent / f"{_TMP_PREFIX}{folder.name}-{uuid.uuid4().hex[:8]}"
+    try:
+        tmp.mkdir()
+        save_model_files(model, tokenizer, tmp)
+        written = {p.name for p in tmp.iterdir()}
+        if folder.is_dir():
+            for entry in folder.iterdir():
+                if entry.name not in written and not _is_model_file(entry.name):
+                    _link(entry, tmp / entry.name)
+        _fsync_tree(tmp)
+    except BaseException as e:
+        _remove_tree(tmp)
+        if isinstance(e, Exception):
+            raise write_error(e, folder, "write the model to") from e
+        raise
+    _swap_into_place(tmp, folder)
+    log.info("model written: %s", folder)
+    return folder
+
+
+def write_text_atomically(path: str | Path, text: str) -> None:
+    """Write a small text file through a temp file and a rename: never half there."""
+    path = Path(path)
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}-{uuid.uuid4().hex[:8]}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except Exception as e:
+        tmp.unlink(missing_ok=True)
+        raise write_error(e, path) from e
+
+
+def _link(src: Path, dst: Path) -> None:
+    """Hard-link a file, or a folder's files (no data copied); copy where links are refused."""
+    def link_or_copy(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:
+            shutil.copy2(a, b)
+
+    if src.is_dir() and not src.is_symlink():
+        shutil.copytree(src, dst, symlinks=True, copy_function=link_or_copy)
+    elif src.is_symlink():
+        os.symlink(os.readlink(src), dst)
+    else:
+        link_or_copy(str(src), str(dst))
+
+
+def _remove_stale_beside(folder: Path) -> None:
+    """Temp folders of `folder` left by a crash; its trash folders too when `folder` is there
+    (when it is not, the newest trash folder is the last complete save: kept, and named)."""
+    if not folder.parent.is_dir():
+        return
+    tmp, trash = f"{_TMP_PREFIX}{folder.name}-", f"{_TRASH_PREFIX}{folder.name}-"
+    for p in folder.parent.iterdir():
+        if not p.is_dir():
+            continue
+        if p.name.startswith(tmp) or (p.name.startswith(trash) and folder.exists()):
+            log.info("removing %s left by an interrupted save", p)
+            _remove_tree(p)
+        elif p.name.startswith(trash):
+            log.warning("%s is missing but %s holds the model saved before an interrupted save: "
+                        "rename it back to keep it.", folder, p)
 
 
 def prune_checkpoints(out_dir: str | Path, keep_last: int) -> None:

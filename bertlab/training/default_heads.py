@@ -13,13 +13,14 @@ import logging
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from bertlab.analysis.mask import fill_mask
+from bertlab.default_heads_file import default_family, heads_path, retrained_layers  # noqa: F401 (re-exported)
 from bertlab.model import Bert
 from bertlab.training.corpora import load_corpus
 from bertlab.training.loop import TrainEvent
@@ -27,9 +28,9 @@ from bertlab.training.pretrain import PretrainConfig, evaluate_mlm, evaluate_nsp
 
 log = logging.getLogger(__name__)
 
-HEAD_PREFIXES = ("cls.", "bert.pooler.")  # what the heads file holds (the pooler feeds the NSP head)
 # The seeds' sentences, filled in by every evaluation (their top 5 go into the figures and the README).
-FILL_IN_SENTENCES = ("the man went to the [MASK] store.", "he bought a gallon [MASK] milk.", "my dog is [MASK].")
+# {mask} is spelled by the model's tokenizer.
+FILL_IN_SENTENCES = ("the man went to the {mask} store.", "he bought a gallon {mask} milk.", "my dog is {mask}.")
 # Short everyday pairs, the kind a student types into the Next-sentence tab (the training text is Wikipedia):
 # (A, B, B really follows A). Every evaluation reports P(IsNext) for each.
 EVERYDAY_PAIRS = (
@@ -49,15 +50,12 @@ EVERYDAY_PAIRS = (
 
 
 PACKAGE = Path(__file__).resolve().parents[1]
+HEAD_PREFIXES = default_family().head_prefixes + (default_family().pooler_prefix,)  # the heads file holds
+# the pre-training heads and the pooler (which feeds the NSP head)
 
 
 def recipe_path() -> Path:
     return PACKAGE / "recipes" / "default_heads.json"
-
-
-def heads_path() -> Path:
-    """The shipped heads (`BERTLAB_DEFAULT_HEADS` overrides; an empty value disables them)."""
-    return Path(os.environ.get("BERTLAB_DEFAULT_HEADS", str(PACKAGE / "assets" / "default_heads.safetensors")))
 
 
 def read_recipe(path: str | Path | None = None, **overrides: Any) -> PretrainConfig:
@@ -168,11 +166,6 @@ def describe_history(runs: Sequence[dict[str, Any]]) -> str:
     return text + f" ({sum(r['steps'] for r in runs):,} steps in all)".replace(",", " ")
 
 
-def retrained_layers(keys: Iterable[str]) -> list[int]:
-    """The encoder layers a heads file's keys hold (the ones its runs re-trained), in order."""
-    return sorted({int(k.split(".")[3]) for k in keys if k.startswith("bert.encoder.layer.")})
-
-
 def start_prefixes(init_heads: str | Path | None) -> tuple[str, ...]:
     """The encoder layers a heads file re-trained (`bert.encoder.layer.N.`): a continuation keeps them
     in its file even when it trains fewer."""
@@ -180,7 +173,7 @@ def start_prefixes(init_heads: str | Path | None) -> tuple[str, ...]:
         return ()
     with safe_open(str(init_heads), "pt") as f:
         layers = retrained_layers(f.keys())
-    return tuple(f"bert.encoder.layer.{i}." for i in layers)
+    return tuple(default_family().layer_prefix(i) for i in layers)
 
 
 def steps_so_far(init_heads: str | Path | None) -> int:
@@ -247,5 +240,6 @@ def evaluate_default_heads(model: Bert, tok, held_out_wiki=None, max_tokens: int
         figures["mlm_wikitext2_valid"] = evaluate_mlm(model, tok, wt2, max_tokens=max_tokens)
     except Exception as e:  # data folder not configured: say so in the figures
         figures["mlm_wikitext2_valid"] = f"not measured: {e}"
-    figures["fill_ins"] = {s: [c.token for c in fill_mask(model, tok, s, k=5)[0].candidates] for s in FILL_IN_SENTENCES}
+    figures["fill_ins"] = {tok.spell(s): [c.token for c in fill_mask(model, tok, tok.spell(s), k=5)[0].candidates]
+                           for s in FILL_IN_SENTENCES}
     return figures

@@ -31,10 +31,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from bertlab.analysis import eval_mode, max_tokens, model_device
+from bertlab.config import BertConfig
+from bertlab.families import ModelFamily, family_for
 from bertlab.model import Bert, ModelOutput
+from bertlab.runtime import eval_mode, max_tokens, model_device
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, derive_seed, train
+from bertlab.training.checkpoint import save_model_atomically, write_error, write_text_atomically
+from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, train
 from bertlab.training.tasks import (
     CONLL_LABELS,
     IGNORE_INDEX,
@@ -48,6 +51,8 @@ from bertlab.training.tasks import (
     get_task,
     ner_labels,
     predict_spans,
+    read_train_dev,
+    subset,
     word_predictions,
 )
 
@@ -60,7 +65,7 @@ DEFAULT_MAX_LENGTH: dict[str, int] = {
     "token_classification": 128,
     "question_answering": 384,
 }
-HEAD_PREFIXES = ("classifier.", "qa_outputs.", "bert.pooler.")  # what "the head" trains in feature mode
+HEAD_PREFIXES = ("classifier.", "qa_outputs.")  # what "the head" trains in feature mode (with the family's pooler)
 RESULTS_FILE = "finetune_results.json"
 CHECKPOINTS = "checkpoints"  # sub-folder of out_dir for the loop's checkpoints
 
@@ -78,7 +83,8 @@ class FinetuneConfig:
 
     task: str = "sst2"  # sst2 | nli | ner | qa (bertlab.training.tasks.TASKS)
     data: str | os.PathLike | None = None  # the reader's path (file or folder); None = the copy under BERTLAB_DATA
-    eval_data: str | os.PathLike | None = None  # a separate dev file/folder; None = `data` (its dev split)
+    # A separate dev file/folder; None = `data`'s dev part, or (a data file without one) a seeded 10 % held out.
+    eval_data: str | os.PathLike | None = None
     model: str | os.PathLike | Bert | None = None  # a `bertlab.load` source (None = offline default) or a Bert
     mode: str = "full"  # "full", "feature" (frozen encoder) or "adapter" (Houlsby adapters)
     adapter_size: int = 64  # bottleneck width in adapter mode
@@ -164,6 +170,8 @@ class FinetuneResult:
     train_examples: int
     eval_examples: int
     saved_to: Path | None = None  # the final model folder (or the last checkpoint of a cancelled run)
+    data_note: str = ""  # where the train and dev examples came from
+    dev_held_out: bool = False  # the dev examples were held out of the training data (no dev part given)
 
     @property
     def status(self) -> str:
@@ -187,6 +195,7 @@ class FinetuneResult:
             "wall_time_s": round(self.wall_time_s, 2), "device": self.device, "mode": self.mode,
             "trainable_parameters": self.trainable_parameters, "total_parameters": self.total_parameters,
             "train_examples": self.train_examples, "eval_examples": self.eval_examples,
+            "data": self.data_note, "dev_held_out": self.dev_held_out,
             "saved_to": str(self.saved_to) if self.saved_to else None,
         }
 
@@ -212,23 +221,27 @@ def with_task_head(model: Bert, task: Task, id2label: Mapping[int, str] | None =
     return model.with_heads((), task.head, id2label if task.head != "question_answering" else None, adapters)
 
 
-def is_trainable(name: str, mode: str) -> bool:
-    """Whether parameter `name` learns in `mode` (see the module docstring)."""
+def is_trainable(name: str, mode: str, family: ModelFamily | None = None) -> bool:
+    """Whether parameter `name` of a model of `family` (`model.family`; default: the neutral spec's family)
+    learns in `mode` (see the module docstring)."""
     if mode == "full":
         return True
-    head = name.startswith(HEAD_PREFIXES)
+    if family is None:
+        family = ModelFamily(family_for(BertConfig().model_type), BertConfig())
+    head = name.startswith(HEAD_PREFIXES + ((family.pooler_prefix,) if family.pooler_prefix else ()))
     if mode == "feature":
         return head
     if mode == "adapter":
-        return head or ".adapter." in name or ("LayerNorm" in name and name.startswith("bert."))
+        return head or ".adapter." in name or ("LayerNorm" in name and name.startswith(family.prefix + "."))
     raise ValueError(f"mode must be one of {MODES}; got {mode!r}.")
 
 
 def set_trainable(model: Bert, mode: str) -> tuple[int, int]:
     """Freeze what `mode` keeps fixed; returns (trainable, total) parameter counts."""
     trainable = total = 0
+    family = model.family
     for name, p in model.named_parameters():
-        p.requires_grad = is_trainable(name, mode)
+        p.requires_grad = is_trainable(name, mode, family)
         total += p.numel()
         trainable += p.numel() if p.requires_grad else 0
     return trainable, total
@@ -286,15 +299,6 @@ def featurize(task: Task, examples: Sequence[Any], tokenizer: Tokenizer, max_len
         return featurize_ner(examples, tokenizer, max_length=max_length, id2label=id2label or task.id2label,
                              label_all_pieces=label_all_pieces)
     return featurize_qa(examples, tokenizer, max_length=max_length, doc_stride=doc_stride)
-
-
-def subset(items: Sequence[Any], n: int | None, seed: int, what: str = "") -> list[Any]:
-    """A seeded random `n` of `items`, kept in their original order (all of them when n is None)."""
-    if n is None or n >= len(items):
-        return list(items)
-    g = torch.Generator().manual_seed(derive_seed(seed, "subset", what))
-    keep = sorted(torch.randperm(len(items), generator=g)[:n].tolist())
-    return [items[i] for i in keep]
 
 
 def read_split(task: Task, split: str, path: str | os.PathLike | None) -> list[Any]:
@@ -446,16 +450,25 @@ def _load_model(cfg: FinetuneConfig, tokenizer: Tokenizer | None) -> tuple[Bert,
 
 
 def _examples(cfg: FinetuneConfig, task: Task, train_examples: Sequence[Any] | None,
-              eval_examples: Sequence[Any] | None) -> tuple[list[Any], list[Any]]:
-    """(train, dev) examples: given, or read from cfg.data / BERTLAB_DATA; subsets when asked."""
+              eval_examples: Sequence[Any] | None) -> tuple[list[Any], list[Any], str, bool]:
+    """(train, dev, where they came from, whether dev was held out of the training data): given,
+    or read from cfg.data / BERTLAB_DATA (see `read_train_dev`); subsets when asked."""
+    note, held_out = "examples given by the caller", False
+    if train_examples is None and eval_examples is None:
+        split = read_train_dev(task, cfg.data, cfg.eval_data, cfg.seed)
+        train_examples, eval_examples, note, held_out = split.train, split.dev, split.note, split.held_out
     if train_examples is None:
         train_examples = read_split(task, "train", cfg.data)
     if eval_examples is None:
         eval_examples = read_split(task, "dev", cfg.eval_data or cfg.data)
+    if held_out:
+        log.warning("no dev part in the data: %s Give a dev file of your own with eval_data (--eval-data).", note)
+    else:
+        log.info("data: %s", note)
     train_ex = subset(train_examples, cfg.max_train_examples, cfg.seed, "train")
     if not train_ex:
         raise FinetuneError(f"no {task.name} training examples: check the data ({cfg.data or 'BERTLAB_DATA'}).")
-    return train_ex, subset(eval_examples, cfg.max_eval_examples, cfg.seed, "dev")
+    return train_ex, subset(eval_examples, cfg.max_eval_examples, cfg.seed, "dev"), note, held_out
 
 
 def _sequence_length(cfg: FinetuneConfig, task: Task, model: Bert) -> int:
@@ -481,15 +494,17 @@ def finetune(
 ) -> FinetuneResult:
     """Fine-tune `cfg.model` on `cfg.task` and score it on the dev split.
 
-    Examples default to the task's train/dev splits (from `cfg.data`, else BERTLAB_DATA); pass
-    your own lists to use other data. The model given is not changed: a copy gets the head.
+    Examples default to the task's train/dev splits (from `cfg.data`, else BERTLAB_DATA; dev from
+    `cfg.eval_data` when given); data without a dev part gives up a seeded 10 % as dev, logged and
+    in the result (`dev_held_out`, see `tasks.read_train_dev`). Pass your own lists to use other data.
+    The model given is not changed: a copy gets the head.
     A failed run (e.g. out of GPU memory) returns with status "failed" and `error` set (see
     `result.train.raise_for_status()`); setup errors (no data, a bad config) raise at once.
     """
     t0 = time.perf_counter()
     task = get_task(cfg.task)
     base, tok = _load_model(cfg, tokenizer)
-    train_ex, dev_ex = _examples(cfg, task, train_examples, eval_examples)
+    train_ex, dev_ex, data_note, held_out = _examples(cfg, task, train_examples, eval_examples)
     id2label = task_labels(task, train_ex)
     model = with_task_head(base, task, id2label, cfg.adapter_size if cfg.mode == "adapter" else None)
     trainable, total = set_trainable(model, cfg.mode)
@@ -512,30 +527,33 @@ def finetune(
     out = FinetuneResult(
         model, tok, result, dict(result.eval_metrics), history, task.main_metric, time.perf_counter() - t0,
         str(next(model.parameters()).device), cfg.mode, trainable, total, len(train_ex), len(dev_ex),
+        data_note=data_note, dev_held_out=held_out,
     )
     _finish(out, cfg)
     return out
 
 
 def _finish(result: FinetuneResult, cfg: FinetuneConfig) -> None:
-    """Save the model (completed runs) and the summary, and log how the run ended."""
+    """Save the model (completed runs only, atomically) and the summary, and log how the run ended.
+    A full disk raises DiskFullError naming the folder."""
     if result.status == "failed":
         log.error("fine-tuning failed: %s", result.error)
     if cfg.out_dir is None or (dist.is_initialized() and dist.get_rank() != 0):
         return  # under torchrun, process 0 writes
-    from bertlab.loading import save_pretrained
-
     folder = Path(cfg.out_dir)
     if result.status == "completed":
-        result.saved_to = save_pretrained(result.model, result.tokenizer, folder)
+        result.saved_to = save_model_atomically(result.model, result.tokenizer, folder)
         log.info("fine-tuned model saved to %s (load it with bertlab.load(%r))", folder, str(folder))
-    else:
+    else:  # a failed or cancelled run writes no final model: its last checkpoint stays
         result.saved_to = result.train.last_checkpoint
         if result.saved_to is not None:
             log.info("run %s: the last checkpoint is %s", result.status, result.saved_to)
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise write_error(e, folder) from e
     summary = {**result.summary(), "config": cfg.to_dict()}
-    (folder / RESULTS_FILE).write_text(json.dumps(summary, indent=2, default=str) + "\n", encoding="utf-8")
+    write_text_atomically(folder / RESULTS_FILE, json.dumps(summary, indent=2, default=str) + "\n")
 
 
 def read_results(folder: str | Path) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
     bertlab finetune --task sst2 --out runs/sst2 --max-train-examples 8000 --epochs 2
     bertlab evaluate --task sst2 --model runs/sst2 --data ../shared/data/sst2/dev.tsv
+    bertlab evaluate --task nli --model runs/nli --data SICK.txt --split test
 
 Both print one JSON line on stdout (progress and logs go to stderr).
 """
@@ -23,12 +24,13 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message is for the user (no traceback): bad data, model, or settings."""
     from bertlab.loading import CheckpointError
     from bertlab.settings import DataNotFoundError
+    from bertlab.training.checkpoint import TrainingStateError
     from bertlab.training.finetune import FinetuneError
     from bertlab.training.metrics import MetricError
     from bertlab.training.tasks import DataFormatError, DataSourceError, FeatureError
 
     return (CheckpointError, DataNotFoundError, DataFormatError, DataSourceError, FeatureError, FinetuneError,
-            MetricError, KeyError, ValueError)
+            MetricError, TrainingStateError, KeyError, ValueError)
 
 
 def _fail(command: str, error: BaseException | str) -> int:
@@ -47,12 +49,18 @@ def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p = sub.add_parser(
         "finetune", help="fine-tune a model on sst2, nli, ner or qa",
         description="Put a task head on an encoder, fine-tune it (full, frozen-encoder 'feature', or adapters), "
-                    "score it on the dev split, and save it (Hugging Face layout) to --out.",
+                    "score it on the dev split, and save it (Hugging Face layout) to --out. Data without a dev "
+                    "part of its own (one SST-2 or CoNLL file, a folder without a dev file, a SICK file without "
+                    "a TRIAL part, one SQuAD article) gives up a seeded 10% of its examples as dev, never "
+                    "trained on: the log and the results JSON (\"dev_held_out\": true) say so. Give "
+                    "--eval-data to score on a dev file of your own instead.",
     )
     p.add_argument("--task", required=True, choices=list(TASKS))
     p.add_argument("--data", default=None,
                    help="the task's data: a folder or file in its format (default: BERTLAB_DATA's copy)")
-    p.add_argument("--eval-data", default=None, help="a separate dev file or folder (default: --data's dev split)")
+    p.add_argument("--eval-data", default=None,
+                   help="a separate dev file or folder (default: --data's dev part; when it has none, a seeded "
+                        "10%% of --data held out)")
     p.add_argument("--model", default=None, help="a folder or hub name (default: the offline MiniLM)")
     p.add_argument("--out", required=True, help="output folder: the fine-tuned model, results, checkpoints/")
     p.add_argument("--mode", default=d.mode, choices=list(MODES),
@@ -97,11 +105,13 @@ def config_from_args(args: argparse.Namespace) -> Any:
 def cmd_finetune(args: argparse.Namespace) -> int:
     from bertlab.training.finetune import finetune
     from bertlab.training.loop import TqdmCallback
+    from bertlab.training.queue import queued
 
     try:
         cfg = config_from_args(args)
         callbacks = [] if args.no_progress else [TqdmCallback(desc=f"fine-tuning {args.task}", file=sys.stderr)]
-        result = finetune(cfg, callbacks=callbacks, resume_from=args.resume)
+        with queued(f"bertlab finetune {args.task}"):  # the class queue, when BERTLAB_QUEUE is set
+            result = finetune(cfg, callbacks=callbacks, resume_from=args.resume)
     except _user_errors() as e:
         return _fail("finetune", e)
     print(json.dumps({"task": args.task, **result.summary()}, default=str))
@@ -123,9 +133,11 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p.add_argument("--task", required=True, choices=list(TASKS))
     p.add_argument("--model", required=True, help="the fine-tuned model's folder (or hub name)")
     p.add_argument("--data", default=None, help="a data file or folder in the task's format (default: BERTLAB_DATA's)")
-    p.add_argument("--split", default="dev", choices=["train", "dev", "all"],
-                   help="which part of --data: SICK's TRAIN/TRIAL part, SQuAD's article split; a single SST-2 "
-                        "or CoNLL file is read whole (default %(default)s)")
+    p.add_argument("--split", default="dev", choices=["train", "dev", "test", "all"],
+                   help="which part of --data: SICK's TRAIN, TRIAL (dev) or TEST part; SQuAD's article split "
+                        "(train/dev); a folder's train/dev/test file (SST-2, CoNLL). 'all' scores every example "
+                        "(a whole SQuAD or SICK file, every file of a folder); a single SST-2 or CoNLL file is "
+                        "always read whole (default %(default)s)")
     p.add_argument("--max-examples", type=int, default=None, help="score only the first N examples")
     p.add_argument("--max-length", type=int, default=None)
     p.add_argument("--doc-stride", type=int, default=None)
@@ -143,9 +155,10 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     try:
         task = get_task(args.task)
-        if args.split == "all" and task.name != "qa":
-            raise ValueError("--split all is for SQuAD files (qa); other tasks read train or dev.")
         examples = task.read(args.split, path=args.data)
+        if not examples:
+            raise ValueError(f"no {task.name} examples in the {args.split} part of {args.data or 'BERTLAB_DATA'}: "
+                             f"choose another --split (train, dev, test or all).")
         if args.max_examples is not None:
             examples = examples[: args.max_examples]
         model, tok = load(args.model)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import hashlib
 import inspect
 import logging
 import math
@@ -31,8 +30,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bertlab.runtime import derive_seed  # noqa: F401 (re-exported: moved down for masking and viz)
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import (
+    DiskFullError,
     TrainerState,
     list_checkpoints,
     load_checkpoint,
@@ -182,12 +183,6 @@ class TrainResult:
 
 
 # -- helpers: seeds, devices, batches --------------------------------------------------------
-def derive_seed(*parts: Any) -> int:
-    """A 63-bit seed from any tuple of ints/strings: independent streams from one run seed."""
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & (2**63 - 1)
-
-
 def move_to_device(batch: Any, device: torch.device) -> Any:
     """Tensors in (nested) dicts, lists, tuples and dataclasses moved to `device`."""
     if isinstance(batch, torch.Tensor):
@@ -610,11 +605,15 @@ class _Run:
             self._free_memory()
         except Exception as e:  # noqa: BLE001 - reported in the result, never swallowed silently
             status, exc = "failed", e
-            error = e.args[0] if isinstance(e, TrainingError) else (
+            error = e.args[0] if isinstance(e, (TrainingError, DiskFullError)) else (
                 f"{type(e).__name__} at step {self.step + 1}: {e}"
             )
-        if exc is not None:
+        if isinstance(exc, DiskFullError):  # one line; the traceback only with debug logging
+            log.error("training failed: %s", error)
+            log.debug("the error in full:", exc_info=exc)
+        elif exc is not None:
             log.error("training failed: %s", error, exc_info=exc)
+        if exc is not None:
             self._emit_safely("error", message=error)
         self.model.train(self.was_training)
         msg = {"completed": "training finished", "cancelled": "training cancelled"}.get(status, error)

@@ -39,8 +39,8 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor
 
+from bertlab.runtime import derive_seed
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.loop import derive_seed
 
 log = logging.getLogger(__name__)
 
@@ -373,10 +373,10 @@ def _apply(
 
 
 def continuation_table(tokenizer: Tokenizer) -> Tensor:
-    """[vocab] bool: True for WordPiece continuation pieces (``##...``)."""
+    """[vocab] bool: True for pieces that continue a word (WordPiece's ``##...``; the tokenizer says which)."""
     table = torch.zeros(tokenizer.vocab_size, dtype=torch.bool)
     for token, i in tokenizer.get_vocab().items():
-        if token.startswith("##") and len(token) > 2:
+        if tokenizer.is_continuation(token):
             table[i] = True
     return table
 

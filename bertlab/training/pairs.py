@@ -90,7 +90,8 @@ def build_pairs(
     if task not in TASKS:
         raise PairError(f"task {task!r} is not one of {TASKS}.")
     if max_seq_length < 5:
-        raise PairError(f"max_seq_length must be at least 5 ([CLS] a [SEP] b [SEP]), got {max_seq_length}.")
+        raise PairError(f"max_seq_length must be at least 5 (three special tokens, a piece of A and one of B), "
+                        f"got {max_seq_length}.")
     for name, p in (("short_seq_prob", short_seq_prob), ("sentence_pair_prob", sentence_pair_prob)):
         if not 0.0 <= p <= 1.0:
             raise PairError(f"{name} must be in [0, 1], got {p}.")

@@ -119,10 +119,12 @@ def mlm_nsp_loss(model: torch.nn.Module, batch: MLMBatch) -> tuple[torch.Tensor,
 
 def trainable_prefixes(model: Bert, top_layers: int = 0) -> tuple[str, ...]:
     """Parameter-name prefixes that learn when the encoder is frozen: heads, pooler, the last `top_layers` layers."""
-    n = model.config.num_hidden_layers
+    family = model.family
+    n = family.num_layers
     if not 0 <= top_layers <= n:
         raise ValueError(f"train_top_layers must be between 0 and {n}; got {top_layers}.")
-    return ("cls.", "bert.pooler.") + tuple(f"bert.encoder.layer.{i}." for i in range(n - top_layers, n))
+    pooler = (family.pooler_prefix,) if family.pooler_prefix else ()
+    return family.head_prefixes + pooler + tuple(family.layer_prefix(i) for i in range(n - top_layers, n))
 
 
 def freeze_for_heads(model: Bert, train_layernorms: bool = False, top_layers: int = 0) -> int:
@@ -130,9 +132,10 @@ def freeze_for_heads(model: Bert, train_layernorms: bool = False, top_layers: in
     learn; returns the trainable count. The word embeddings stay frozen, so the tied MLM decoder keeps the
     encoder's vocabulary, and gradients stop at the first trainable layer (cheap on a CPU)."""
     keep = trainable_prefixes(model, top_layers)
+    encoder = model.family.prefix + "."
     for name, p in model.named_parameters():
         p.requires_grad = name.startswith(keep) or (
-            train_layernorms and "LayerNorm" in name and name.startswith("bert."))
+            train_layernorms and "LayerNorm" in name and name.startswith(encoder))
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 

@@ -32,11 +32,13 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", default=None, help="a checkpoint folder of an earlier run to go on from")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    p.add_argument("--out", required=True, help="output folder (checkpoints, and the final model in OUT/final)")
+    p.add_argument("--out", required=True,
+                   help="output folder: checkpoints, and the final model in OUT/final (written only when the run "
+                        "completes)")
     p.set_defaults(func=cmd_pretrain)
 
     e = sub.add_parser("evaluate-mlm", help="masked-token top-1/top-5 accuracy of a model on a text file",
-                       description="Choose 15%% of the tokens with a fixed seed, replace them by [MASK] and "
+                       description="Choose 15%% of the tokens with a fixed seed, replace them by the mask token and "
                                    "print the model's top-1 and top-5 accuracy as one JSON line.")
     e.add_argument("--model", default=None, help="folder or hub name (default: the offline default)")
     e.add_argument("--text", required=True, help="a plain-text file (blank lines between documents)")
@@ -62,10 +64,14 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
-    from bertlab.loading import load, save_pretrained
+    """Pre-train; only a completed run writes OUT/final (atomically). Errors reach `bertlab.cli.main`,
+    which prints them as one line."""
+    from bertlab.loading import load
+    from bertlab.training.checkpoint import save_model_atomically
     from bertlab.training.corpora import load_corpus
     from bertlab.training.loop import TqdmCallback
     from bertlab.training.pretrain import PretrainConfig, pretrain
+    from bertlab.training.queue import queued
 
     out = Path(args.out)
     cfg = PretrainConfig(
@@ -77,12 +83,15 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     if args.model:
         model, tok = load(args.model)
     held = load_corpus(args.corpus, split="held_out") if not Path(args.corpus).exists() else None
-    model, tok, result = pretrain(cfg, model=model, tokenizer=tok, callbacks=[TqdmCallback(desc="pre-training")],
-                                  eval_documents=held[:50] if held else None, resume_from=args.resume)
-    final = save_pretrained(model, tok, out / "final")
-    print(json.dumps({"status": result.status, "step": result.step, "model": str(final), **result.eval_metrics}))
+    with queued(f"bertlab pretrain {args.size}"):  # the class queue, when BERTLAB_QUEUE is set
+        model, tok, result = pretrain(cfg, model=model, tokenizer=tok, callbacks=[TqdmCallback(desc="pre-training")],
+                                      eval_documents=held[:50] if held else None, resume_from=args.resume)
+    final = save_model_atomically(model, tok, out / "final") if result.status == "completed" else None
+    last = result.last_checkpoint
+    print(json.dumps({"status": result.status, "step": result.step, "model": str(final) if final else None,
+                      "last_checkpoint": str(last) if last else None, **result.eval_metrics}))
     if not result.ok:
-        print(result.error, file=sys.stderr)
+        print(f"bertlab pretrain: {result.error}", file=sys.stderr)
         return 1
     return 0
 

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import plotly.graph_objects as go
 
 from bertlab.analysis.ablation import HeadEffects, LogitLens
+from bertlab.viz.theme import Theme, current, finish
 
 DECIMALS = 4
 
 
-def plot_head_effects(effects: HeadEffects) -> go.Figure:
+def plot_head_effects(effects: HeadEffects, style: Theme | None = None) -> go.Figure:
     """Layer x head heatmap of the change in the target's log-probability when that head alone is
     switched off (red = the head helped: switching it off lowers the target)."""
+    t = style or current()
     z = np.round(effects.effects.numpy(), DECIMALS)  # [layer, head]
     layers, heads = z.shape
     bound = float(max(np.abs(z).max(), 1e-6))
@@ -22,7 +26,7 @@ def plot_head_effects(effects: HeadEffects) -> go.Figure:
     fig = go.Figure(
         go.Heatmap(
             z=z, x=list(range(heads)), y=list(range(layers)), customdata=custom,
-            colorscale="RdBu", zmin=-bound, zmax=bound, zmid=0.0,
+            colorscale=t.diverging, zmin=-bound, zmax=bound, zmid=0.0,
             hovertemplate=(
                 "layer %{y}, head %{x} off<br>change %{z:+.3f} nats<br>"
                 "log-prob %{customdata[0]:.3f}, rank %{customdata[1]}<extra></extra>"
@@ -33,7 +37,7 @@ def plot_head_effects(effects: HeadEffects) -> go.Figure:
     )
     fig.update_layout(
         title=dict(
-            text=f"Switching off one head: change in log P(“{q.target}”) at [MASK] "
+            text=f"Switching off one head: change in log P(“{q.target}”) at {html.escape(q.mask_token)} "
                  f"(now {effects.base_log_prob:.2f})",
             font=dict(size=14),
         ),
@@ -43,7 +47,7 @@ def plot_head_effects(effects: HeadEffects) -> go.Figure:
         width=int(min(900, 220 + 40 * heads)), height=int(min(700, 160 + 40 * layers)),
         margin=dict(l=60, r=20, t=60, b=50), plot_bgcolor="white",
     )
-    return fig
+    return finish(fig, t)
 
 
 def lens_row_labels(lens: LogitLens) -> list[str]:
@@ -51,9 +55,10 @@ def lens_row_labels(lens: LogitLens) -> list[str]:
     return [f"{name} · “{lens.query.target}” #{int(r)}" for name, r in zip(lens.stage_names, lens.target_ranks)]
 
 
-def plot_logit_lens(lens: LogitLens) -> go.Figure:
+def plot_logit_lens(lens: LogitLens, style: Theme | None = None) -> go.Figure:
     """Stage x top-k table as a heatmap: each cell is a predicted piece, coloured by its probability;
     each row label gives the target's rank at that stage."""
+    t = style or current()
     probs = np.round(lens.top_probs.numpy(), DECIMALS)  # [stage, k]
     stages, k = probs.shape
     rows = lens_row_labels(lens)
@@ -65,7 +70,7 @@ def plot_logit_lens(lens: LogitLens) -> go.Figure:
         go.Heatmap(
             z=probs, x=[f"#{i + 1}" for i in range(k)], y=list(range(stages)),
             text=lens.top_tokens, texttemplate="%{text}", textfont=dict(size=12),
-            customdata=custom, colorscale="Blues", zmin=0.0, zmax=float(max(probs.max(), 1e-6)),
+            customdata=custom, colorscale=t.sequential, zmin=0.0, zmax=float(max(probs.max(), 1e-6)),
             hovertemplate=(
                 "%{customdata[0]}<br><b>%{text}</b>: p = %{z:.3f}<br>"
                 "target p = %{customdata[1]:.4f}<extra></extra>"
@@ -75,10 +80,11 @@ def plot_logit_lens(lens: LogitLens) -> go.Figure:
         )
     )
     fig.update_layout(
-        title=dict(text="Logit lens at [MASK]: the MLM head's top predictions after each stage", font=dict(size=14)),
+        title=dict(text=f"Logit lens at {html.escape(lens.query.mask_token)}: the MLM head's top predictions after "
+                        "each stage", font=dict(size=14)),
         xaxis=dict(side="top"),  # no axis title: it would sit on the figure title
         yaxis=dict(tickmode="array", tickvals=list(range(stages)), ticktext=rows, autorange="reversed"),
         width=int(min(1100, 320 + 110 * k)), height=int(160 + 42 * stages),
         margin=dict(l=260, r=20, t=80, b=30), plot_bgcolor="white",
     )
-    return fig
+    return finish(fig, t)

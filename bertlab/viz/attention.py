@@ -6,12 +6,13 @@ import numpy as np
 import plotly.graph_objects as go
 
 from bertlab.analysis.attention import AttentionResult
+from bertlab.viz.theme import Theme, current, finish, matrix_ticks
 
 HOVER = (
     "query %{y} <b>%{customdata[0]}</b> → key %{x} <b>%{customdata[1]}</b>"
     "<br>weight %{z:.3f}<extra></extra>"
 )
-COLORSCALE = "Blues"
+COLORSCALE = "Blues"  # the normal theme's sequential scale (Theme.sequential draws)
 
 
 def heatmap_title(layer: int, head: int) -> str:
@@ -24,12 +25,15 @@ def heatmap_z(result: AttentionResult, layer: int, head: int) -> np.ndarray:
     return np.round(result.pattern(layer, head).numpy(), 4).astype(np.float32)
 
 
-def plot_attention_heatmap(result: AttentionResult, layer: int, head: int) -> go.Figure:
+def plot_attention_heatmap(result: AttentionResult, layer: int, head: int,
+                           style: Theme | None = None) -> go.Figure:
     """Heatmap of one head: query tokens on y (top to bottom), key tokens on x.
 
     Positions, not token strings, are the coordinates (a sentence may hold the same token
-    twice); the tick labels show the tokens and the hover shows both tokens and the weight.
+    twice); the tick labels show the tokens (every k-th when they would overlap) and the hover
+    shows both tokens and the weight. `style`: the theme (default: the one in use).
     """
+    t = style or current()
     n = len(result.tokens)
     labels = _labels(result.tokens)
     pairs = np.empty((n, n, 2), dtype=object)  # [query, key, (query label, key label)]
@@ -42,7 +46,7 @@ def plot_attention_heatmap(result: AttentionResult, layer: int, head: int) -> go
             y=list(range(n)),
             customdata=pairs,
             hovertemplate=HOVER,
-            colorscale=COLORSCALE,
+            colorscale=t.sequential,
             zmin=0.0,
             showscale=True,
             colorbar=dict(title=dict(text="weight"), thickness=12),
@@ -50,19 +54,19 @@ def plot_attention_heatmap(result: AttentionResult, layer: int, head: int) -> go
             ygap=1 if n <= 40 else 0,
         )
     )
-    fig.update_layout(_layout(result, labels, layer, head))
-    return fig
+    fig.update_layout(_layout(result, labels, layer, head, t))
+    return finish(fig, t)
 
 
-def _layout(result: AttentionResult, labels: list[str], layer: int, head: int) -> dict:
+def _layout(result: AttentionResult, labels: list[str], layer: int, head: int, t: Theme) -> dict:
     n = len(labels)
-    font = 13 if n <= 20 else 11 if n <= 40 else 9 if n <= 70 else 7
-    side = int(min(760, max(480, 200 + 12 * n)))  # px; grows with the tokens, capped
+    side = int(min(760, max(480, 200 + 12 * n)))  # px (normal page); grows with the tokens, capped
+    vals, text, font = matrix_ticks(labels, side, t)
     axis = dict(
         tickmode="array",
-        tickvals=list(range(n)),
-        ticktext=labels,
-        tickfont=dict(size=font),
+        tickvals=vals,
+        ticktext=text,
+        tickfont=dict(size=font),  # normal-page sizes here and below: finish() scales them
         showgrid=False,
         zeroline=False,
         visible=True,
@@ -82,15 +86,16 @@ def _layout(result: AttentionResult, labels: list[str], layer: int, head: int) -
     )
 
 
-def empty_heatmap(note: str = "Type a sentence and press Show.") -> go.Figure:
+def empty_heatmap(note: str = "Type a sentence and press Show.", style: Theme | None = None) -> go.Figure:
     """A placeholder with the same single heatmap trace, for before the first result."""
-    fig = go.Figure(go.Heatmap(z=[[]], colorscale=COLORSCALE, showscale=False))
+    t = style or current()
+    fig = go.Figure(go.Heatmap(z=[[]], colorscale=t.sequential, showscale=False))
     fig.update_layout(
         width=580, height=300, plot_bgcolor="white",
         xaxis=dict(visible=False), yaxis=dict(visible=False),
         annotations=[dict(text=note, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")],
     )
-    return fig
+    return finish(fig, t)
 
 
 def _segment_lines(result: AttentionResult, n: int) -> list[dict]:

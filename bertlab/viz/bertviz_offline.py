@@ -138,13 +138,40 @@ def _inline_libraries(page: str, libraries: dict[str, str]) -> str:
 
 
 _FIT_FRAME = """<script>
-(function () {  // grow the iframe that holds this page to the page's height
+(function () {  // shrink a page wider than its iframe to fit (bertviz's model view is ~970 px wide),
+  // then grow the iframe to the page's height
   function fit() {
-    var frame = window.frameElement;
-    if (frame) frame.style.height = (document.documentElement.scrollHeight + 4) + "px";
+    var frame = window.frameElement, root = document.documentElement, body = document.body;
+    if (!frame) return;
+    body.style.zoom = "";
+    var wide = root.scrollWidth, room = root.clientWidth;
+    if (wide > room + 1) body.style.zoom = String(Math.max(0.5, (room - 2) / wide));
+    frame.style.height = (root.scrollHeight + 4) + "px";
   }
   if (window.ResizeObserver) new ResizeObserver(fit).observe(document.body);
   window.addEventListener("load", fit);
+})();
+</script>"""
+
+
+# bertviz draws a few seconds after the page arrives (longer on 128 tokens): a sign says it is coming,
+# until its first drawing (an SVG with content) appears. First in the body, so it shows before the
+# libraries are parsed.
+_LOADING = """<div id="bertlab-loading" style="position:absolute;top:8px;left:8px;font:14px sans-serif;color:#1f3b57">
+<style>@keyframes bertlab-spin{to{transform:rotate(360deg)}}</style>
+<span style="display:inline-block;width:0.9em;height:0.9em;margin-right:0.5em;vertical-align:-0.1em;
+border:2px solid #4a90d9;border-right-color:transparent;border-radius:50%;animation:bertlab-spin 0.8s linear infinite">
+</span>Drawing bertviz's view…</div>
+<script>
+(function () {  // take the sign away once bertviz has drawn (or after a minute)
+  var started = Date.now();
+  var timer = setInterval(function () {
+    if (document.querySelector("svg *") || Date.now() - started > 60000) {
+      var sign = document.getElementById("bertlab-loading");
+      if (sign) sign.remove();
+      clearInterval(timer);
+    }
+  }, 100);
 })();
 </script>"""
 
@@ -185,7 +212,7 @@ def bertviz_html(
     body = _inline_libraries(_compact_params(page, decimals), libraries)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f"<title>{html.escape(title)}</title>\n</head>\n<body>\n{body}\n{_FIT_FRAME}\n</body>\n</html>\n"
+        f"<title>{html.escape(title)}</title>\n</head>\n<body>\n{_LOADING}\n{body}\n{_FIT_FRAME}\n</body>\n</html>\n"
     )
 
 

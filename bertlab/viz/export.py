@@ -136,14 +136,26 @@ def download_link(data: bytes, filename: str, label: str | None = None) -> str:
 
 
 def save_export(data: bytes, folder: str | Path, filename: str) -> Path:
-    """Write `data` to `folder/filename` (folder made if needed); never overwrites: adds -2, -3, ..."""
+    """Write `data` to `folder/filename` (folder made if needed); never overwrites: adds -2, -3, ...
+    Each name is claimed with an exclusive create, so two exports at once never share a file."""
     folder = Path(folder).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
-    path, stem, suffix, n = folder / filename, Path(filename).stem, Path(filename).suffix, 2
-    while path.exists():
-        path, n = folder / f"{stem}-{n}{suffix}", n + 1
-    path.write_bytes(data)
-    return path.resolve()
+    name = Path(filename).name  # a file name, never a path into another folder
+    stem, suffix, n = Path(name).stem, Path(name).suffix, 1
+    while True:
+        path = folder / (name if n == 1 else f"{stem}-{n}{suffix}")
+        try:
+            f = path.open("xb")
+        except FileExistsError:
+            n += 1
+            continue
+        try:
+            with f:
+                f.write(data)
+        except OSError:  # disk full: leave no half-written file behind
+            path.unlink(missing_ok=True)
+            raise
+        return path.resolve()
 
 
 def _size(n: int) -> str:

@@ -16,13 +16,15 @@ import torch
 from plotly.subplots import make_subplots
 
 from bertlab.analysis.predict import AnswerResult, ClassPrediction, EntityPrediction
+from bertlab.tokenizer import DEFAULT_SPECIALS
 from bertlab.viz.mask import empty_figure
+from bertlab.viz.theme import OKABE_ITO, Theme, current, finish, labelled_points, point_text
 
-RUN_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
+RUN_COLORS = OKABE_ITO  # colour-blind safe (bertlab.viz.theme)
 ENTITY_COLORS: dict[str, str] = {"PER": "#fdd49e", "ORG": "#a6cee3", "LOC": "#b2df8a", "MISC": "#d9c2e9"}
 OTHER_ENTITY = "#e0e0e0"
 ANSWER_COLOR, ALTERNATIVE_COLOR = "#ffd54f", "#fff3c4"
-START_COLOR, END_COLOR = "#4a90d9", "#e6842a"
+START_COLOR, END_COLOR = OKABE_ITO[0], OKABE_ITO[4]
 DECIMALS = 4
 
 
@@ -38,17 +40,19 @@ def _history(run: Any) -> list[Mapping[str, Any]]:
 # ---------------------------------------------------------------------------------------------
 # Curves and confusion
 # ---------------------------------------------------------------------------------------------
-def plot_training_curves(runs: Mapping[str, Any], metric: str, x: str = "step") -> go.Figure:
+def plot_training_curves(runs: Mapping[str, Any], metric: str, x: str = "step",
+                         style: Theme | None = None) -> go.Figure:
     """Training loss (left) and dev `metric` (right) against `x` ("step" or "epoch"), one
     colour per run: e.g. {"full": result_a, "feature": result_b, "adapter": result_c}.
     A run is a FinetuneResult, a TrainResult, or a loop history (dicts with kind train/eval)."""
+    t = style or current()
     if not runs:
-        return empty_figure("Fine-tune a model to see its curves.")
+        return empty_figure("Fine-tune a model to see its curves.", t)
     if x not in ("step", "epoch"):
         raise ValueError(f"x must be 'step' or 'epoch'; got {x!r}.")
     fig = make_subplots(rows=1, cols=2, subplot_titles=["training loss", f"dev {metric}"], horizontal_spacing=0.1)
     for n, (name, run) in enumerate(runs.items()):
-        color = RUN_COLORS[n % len(RUN_COLORS)]
+        color = t.color(n)
         history = _history(run)
         train = [h for h in history if h.get("kind") == "train"]
         evals = [h for h in history if h.get("kind") == "eval" and metric in h]
@@ -67,12 +71,14 @@ def plot_training_curves(runs: Mapping[str, Any], metric: str, x: str = "step") 
     fig.update_yaxes(title_text=metric, row=1, col=2)
     fig.update_layout(height=380, width=900, plot_bgcolor="white", margin=dict(l=60, r=20, t=50, b=50),
                       legend=dict(title=dict(text="run")))
-    return fig
+    return finish(fig, t)
 
 
-def plot_confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str], normalize: bool = True) -> go.Figure:
+def plot_confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str], normalize: bool = True,
+                          style: Theme | None = None) -> go.Figure:
     """Heatmap of counts (rows = gold label, columns = predicted); colour = share of each gold
     row when `normalize`, so that classes of different sizes compare. Cells show the counts."""
+    t = style or current()
     counts = torch.tensor([list(r) for r in matrix], dtype=torch.float64)  # [gold, predicted]
     if counts.dim() != 2 or counts.shape[0] != counts.shape[1] or counts.shape[0] != len(labels):
         raise ValueError(f"a {len(labels)}x{len(labels)} matrix is needed for {len(labels)} labels; "
@@ -82,7 +88,7 @@ def plot_confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str]
     accuracy = float(counts.diagonal().sum() / counts.sum().clamp(min=1))
     fig = go.Figure(go.Heatmap(
         z=[[round(float(v), DECIMALS) for v in row] for row in z], x=list(labels), y=list(labels),
-        text=[[str(int(v)) for v in row] for row in counts], texttemplate="%{text}", colorscale="Blues",
+        text=[[str(int(v)) for v in row] for row in counts], texttemplate="%{text}", colorscale=t.sequential,
         zmin=0, zmax=1 if normalize else None,
         customdata=[[round(float(v), DECIMALS) for v in row] for row in shares],
         hovertemplate="gold %{y}, predicted %{x}: %{text} (%{customdata:.1%} of the gold row)<extra></extra>",
@@ -94,11 +100,12 @@ def plot_confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str]
         yaxis=dict(title=dict(text="gold"), autorange="reversed", type="category"),
         height=120 + 60 * len(labels), width=220 + 80 * len(labels), margin=dict(l=100, r=20, t=50, b=60),
     )
-    return fig
+    return finish(fig, t)
 
 
-def plot_class_probabilities(pred: ClassPrediction) -> go.Figure:
+def plot_class_probabilities(pred: ClassPrediction, style: Theme | None = None) -> go.Figure:
     """Horizontal bars: the probability of each label, the chosen one highlighted."""
+    t = style or current()
     colors = [START_COLOR if label == pred.label else "#bbbbbb" for label in pred.labels]
     fig = go.Figure(go.Bar(
         x=[round(p, DECIMALS) for p in pred.probabilities], y=pred.labels, orientation="h", marker_color=colors,
@@ -111,7 +118,7 @@ def plot_class_probabilities(pred: ClassPrediction) -> go.Figure:
         yaxis=dict(autorange="reversed", type="category"),
         height=110 + 40 * len(pred.labels), width=620, plot_bgcolor="white", margin=dict(l=120, r=20, t=50, b=50),
     )
-    return fig
+    return finish(fig, t)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -149,8 +156,8 @@ def entities_html(text: str, found: Sequence[EntityPrediction]) -> str:
     types = list(ENTITY_COLORS) + sorted({e.type for e in found} - set(ENTITY_COLORS))
     legend = " ".join(_mark(t, entity_color(t), t) for t in types)
     note = "" if found else '<p style="color:#777">No entities found.</p>'
-    return (f'<div class="bertlab-entities" style="line-height:2;font-size:15px">{_highlight(text, spans)}</div>'
-            f'{note}<div style="font-size:12px;margin-top:6px">{legend}</div>')
+    return (f'<div class="bertlab-entities" style="line-height:2;font-size:1.15em">{_highlight(text, spans)}</div>'
+            f'{note}<div style="font-size:0.92em;margin-top:6px">{legend}</div>')
 
 
 def answer_html(result: AnswerResult, alternatives: int = 2) -> str:
@@ -166,14 +173,16 @@ def answer_html(result: AnswerResult, alternatives: int = 2) -> str:
                           _mark(span.text, ALTERNATIVE_COLOR, f"answer #{rank} ({100 * span.probability:.0f}%)")))
     verdict = (f"<b>Answer:</b> {html.escape(result.text)} ({100 * result.probability:.0f}%)" if result.text
                else "<b>No answer span found.</b>")
-    return (f'<div class="bertlab-answer" style="font-size:15px;line-height:1.7">'
+    return (f'<div class="bertlab-answer" style="font-size:1.15em;line-height:1.7">'
             f'<p><b>Q:</b> {html.escape(result.question)}</p><p>{verdict}</p>'
             f'<p>{_highlight(result.context, spans)}</p></div>')
 
 
-def plot_span_probabilities(result: AnswerResult, max_tokens: int = 120) -> go.Figure:
+def plot_span_probabilities(result: AnswerResult, max_tokens: int = 120, style: Theme | None = None) -> go.Figure:
     """Bars over the context tokens: P(start) above, P(end) below; the answer's tokens outlined.
-    Long paragraphs show the `max_tokens` tokens around the answer."""
+    Long paragraphs show the `max_tokens` tokens around the answer. As wide as its tokens: its box
+    scrolls when the tab is narrower."""
+    t = style or current()
     n = len(result.tokens)
     inside = [i for i, (a, b) in enumerate(result.offsets)
               if result.text and a < result.end_char and b > result.start_char]  # the answer's tokens
@@ -194,7 +203,7 @@ def plot_span_probabilities(result: AnswerResult, max_tokens: int = 120) -> go.F
     fig.update_xaxes(type="category", tickangle=-60, row=2, col=1)
     fig.update_layout(height=460, width=max(620, 14 * len(idx)), plot_bgcolor="white", bargap=0.1,
                       margin=dict(l=60, r=20, t=50, b=110))
-    return fig
+    return finish(fig, t, wide=len(idx) > 60)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,11 +214,16 @@ def plot_cls_pca(
     labels: Sequence[str],
     texts: Sequence[str] | None = None,
     explained: Mapping[str, torch.Tensor] | None = None,
+    style: Theme | None = None,
+    cls_token: str = DEFAULT_SPECIALS["cls"],
 ) -> go.Figure:
     """Side-by-side scatters of 2-D [CLS] projections (e.g. {"before": pts, "after": pts},
-    each [n, 2] from `pca_2d`), one colour per gold label; hover shows the text."""
+    each [n, 2] from `pca_2d`), one colour per gold label; hover shows the text, and the theme's
+    `labelled_points` points farthest from the centre of each panel carry the start of theirs.
+    `cls_token`: the tokenizer's, for the titles."""
+    t = style or current()
     if not panels:
-        return empty_figure("Compute [CLS] vectors first.")
+        return empty_figure(f"Compute {html.escape(cls_token)} vectors first.", t)
     names = list(panels)
     titles = [name + (f" (PCA: {100 * float(explained[name].sum()):.0f}% of variance)"
                       if explained and name in explained else "") for name in names]
@@ -219,19 +233,29 @@ def plot_cls_pca(
         pts = panels[name]
         if pts.dim() != 2 or pts.shape[1] != 2 or pts.shape[0] != len(labels):
             raise ValueError(f"{name}: points must be [{len(labels)}, 2]; got {tuple(pts.shape)}.")
+        drawn = (point_text([_cut(x, 18) for x in texts], labelled_points(pts.numpy(), t.labelled_points))
+                 if texts is not None else None)
         for c, cls in enumerate(classes):
             rows = [i for i, label in enumerate(labels) if label == cls]
             fig.add_trace(go.Scatter(
                 x=[round(float(pts[i, 0]), DECIMALS) for i in rows],
                 y=[round(float(pts[i, 1]), DECIMALS) for i in rows],
-                mode="markers", name=str(cls), legendgroup=str(cls), showlegend=col == 1,
-                marker=dict(color=RUN_COLORS[c % len(RUN_COLORS)], size=7, opacity=0.75),
-                text=[texts[i] for i in rows] if texts is not None else None,
-                hovertemplate=f"{cls}<br>%{{text}}<extra></extra>" if texts is not None else f"{cls}<extra></extra>",
+                mode="markers+text" if drawn is not None else "markers", name=str(cls), legendgroup=str(cls),
+                showlegend=col == 1, marker=dict(color=t.color(c), size=7, opacity=0.75),
+                text=[drawn[i] for i in rows] if drawn is not None else None, textposition="top center",
+                textfont=dict(size=10, color=t.color(c)),
+                customdata=[texts[i] for i in rows] if texts is not None else None,
+                hovertemplate=(f"{cls}<br>%{{customdata}}<extra></extra>" if texts is not None
+                               else f"{cls}<extra></extra>"),
             ), row=1, col=col)
         fig.update_xaxes(title_text="PC 1", zeroline=False, row=1, col=col)
         fig.update_yaxes(title_text="PC 2", zeroline=False, row=1, col=col)
     fig.update_layout(height=420, width=max(520, 430 * len(names)), plot_bgcolor="white",
-                      title=dict(text="[CLS] vectors, coloured by gold label", font=dict(size=14)),
+                      title=dict(text=f"{html.escape(cls_token)} vectors, coloured by gold label", font=dict(size=14)),
                       margin=dict(l=60, r=20, t=80, b=50), legend=dict(title=dict(text="label")))
-    return fig
+    return finish(fig, t)
+
+
+def _cut(text: str, n: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"

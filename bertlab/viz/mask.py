@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 from typing import Literal, Sequence
 
@@ -9,19 +10,30 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bertlab.analysis.mask import MaskPrediction, WordScore
+from bertlab.tokenizer import DEFAULT_SPECIALS
+from bertlab.viz.theme import OKABE_ITO, Theme, current, finish
 
-BAR = "#4a90d9"
-TRUE_BAR = "#2ca02c"  # the masked word's own piece, when it is among the guesses
-STRIP_COLORS = "RdYlGn"  # red: hard to guess, green: easy
+BAR = OKABE_ITO[5]  # sky blue
+TRUE_BAR = OKABE_ITO[2]  # bluish green: the masked word's own piece, when it is among the guesses
+# red: hard to guess, green: easy; through yellow, so that red-green colour blindness still sees
+# dark-to-light (a plain red-to-green scale is one colour to a deuteranope)
+STRIP_COLORS = [[0.0, "#b2182b"], [0.25, "#ef8a62"], [0.5, "#fddbc7"], [0.75, "#8fd18f"], [1.0, "#1a7f37"]]
+SKIPPED_COLOR = "#d0d0d0"  # words that are not scored ([UNK], typed special tokens)
+SKIPPED_WHY = {
+    "unknown": "not in this model's vocabulary (reads as {unk}): not scored",  # {unk}: the tokenizer's
+    "special": "a special token typed in the text: not scored",
+}
 Scale = Literal["probability", "log10"]
 LOG10_FLOOR = -6.0  # log10 probabilities below this get the reddest colour
 
 
-def plot_fill_mask(predictions: Sequence[MaskPrediction]) -> go.Figure:
+def plot_fill_mask(predictions: Sequence[MaskPrediction], style: Theme | None = None,
+                   mask_token: str = DEFAULT_SPECIALS["mask"]) -> go.Figure:
     """Horizontal bars of the top-k guesses, one subplot per [MASK], most probable on top.
-    A bar is green when it is the piece that was really there."""
+    A bar is green when it is the piece that was really there. `mask_token`: the tokenizer's, for the hint."""
+    t = style or current()
     if not predictions:
-        return empty_figure("Put [MASK] in the text (or pick a word to hide) and press Predict.")
+        return empty_figure(f"Put {mask_token} in the text (or pick a word to hide) and press Predict.", t)
     n = len(predictions)
     fig = make_subplots(
         rows=n, cols=1, subplot_titles=[fill_mask_title(p) for p in predictions],
@@ -51,7 +63,7 @@ def plot_fill_mask(predictions: Sequence[MaskPrediction]) -> go.Figure:
         height=int(80 + n * (60 + 26 * k)), width=620, plot_bgcolor="white",
         margin=dict(l=120, r=20, t=60, b=50), bargap=0.25,
     )
-    return fig
+    return finish(fig, t)
 
 
 def fill_mask_title(pred: MaskPrediction) -> str:
@@ -65,16 +77,22 @@ def fill_mask_title(pred: MaskPrediction) -> str:
 
 
 def plot_word_predictability(
-    scores: Sequence[WordScore], per_row: int = 12, scale: Scale = "probability"
+    scores: Sequence[WordScore], per_row: int = 12, scale: Scale = "probability", style: Theme | None = None,
+    unk_token: str = DEFAULT_SPECIALS["unk"],
 ) -> go.Figure:
     """A heat strip of the sentence: each word coloured by how well the model guesses it back
-    when it is hidden (green: easy, red: hard). Long sentences wrap every `per_row` words."""
+    when it is hidden (green: easy, red: hard); words that were not scored ([UNK], typed special
+    tokens) in grey. Long sentences wrap every `per_row` words (8 in a full-width theme, whose
+    words are larger). Always two heatmap traces."""
+    t = style or current()
     if not scores:
-        return empty_figure("Type a sentence and press Score.")
+        return empty_figure("Type a sentence and press Score.", t)
     if per_row < 1:
         raise ValueError(f"per_row must be 1 or more, not {per_row}.")
     if scale not in ("probability", "log10"):
         raise ValueError(f"scale must be 'probability' or 'log10', not {scale!r}.")
+    if t.full_width:
+        per_row = min(per_row, 8)
     z, text, custom = strip_grid(scores, per_row, scale)
     log_scale = scale == "log10"
     fig = go.Figure(
@@ -90,14 +108,24 @@ def plot_word_predictability(
             colorbar=dict(title=dict(text="log10 P" if log_scale else "P(word)"), thickness=12),
         )
     )
+    grey, why = skipped_grid(scores, per_row, unk_token)
+    fig.add_trace(go.Heatmap(
+        z=grey, text=text, customdata=why, texttemplate="%{text}", textfont=dict(size=13),
+        colorscale=[[0, SKIPPED_COLOR], [1, SKIPPED_COLOR]], zmin=0, zmax=1, showscale=False,
+        xgap=2, ygap=2, hoverongaps=False, name="not scored",
+        hovertemplate="<b>%{text}</b><br>%{customdata}<extra></extra>",
+    ))
     rows = len(z)
+    title = "How predictable is each word? (each hidden in turn)"
+    if any(not s.scored for s in scores):
+        title += f"<br><sup>grey: not scored ({html.escape(unk_token)} or a typed special token)</sup>"
     fig.update_layout(
-        title=dict(text="How predictable is each word? (each hidden in turn)", font=dict(size=14)),
+        title=dict(text=title, font=dict(size=14)),
         height=int(110 + 46 * rows), width=max(420, 70 * min(per_row, len(scores)) + 120),
         xaxis=dict(visible=False), yaxis=dict(visible=False, autorange="reversed"),
         plot_bgcolor="white", margin=dict(l=10, r=10, t=50, b=10),
     )
-    return fig
+    return finish(fig, t)
 
 
 def strip_grid(
@@ -110,10 +138,25 @@ def strip_grid(
     custom = [[["", "", ""] for _ in range(per_row)] for _ in range(rows)]
     for i, s in enumerate(scores):
         r, c = divmod(i, per_row)
-        z[r][c] = strip_value(s, scale)
         text[r][c] = s.word
-        custom[r][c] = [f"{s.probability:.3g}", str(s.rank), s.guess]
+        if s.scored:
+            z[r][c] = strip_value(s, scale)
+            custom[r][c] = [f"{s.probability:.3g}", str(s.rank), s.guess]
     return z, text, custom
+
+
+def skipped_grid(scores: Sequence[WordScore], per_row: int, unk_token: str = DEFAULT_SPECIALS["unk"]
+                 ) -> tuple[list[list[float | None]], list[list[str]]]:
+    """(z: 1 where a word was not scored, else None; why it was not) in the layout of `strip_grid`."""
+    rows = math.ceil(len(scores) / per_row)
+    z: list[list[float | None]] = [[None] * per_row for _ in range(rows)]
+    why = [[""] * per_row for _ in range(rows)]
+    for i, s in enumerate(scores):
+        if not s.scored:
+            r, c = divmod(i, per_row)
+            why[r][c] = SKIPPED_WHY.get(s.skipped or "", "not scored").format(unk=html.escape(unk_token))
+            z[r][c] = 1.0
+    return z, why
 
 
 def strip_value(score: WordScore, scale: Scale = "probability") -> float:
@@ -123,7 +166,7 @@ def strip_value(score: WordScore, scale: Scale = "probability") -> float:
     return score.probability
 
 
-def empty_figure(note: str) -> go.Figure:
+def empty_figure(note: str, style: Theme | None = None) -> go.Figure:
     """A blank figure with a hint, for before the first result."""
     fig = go.Figure()
     fig.update_layout(
@@ -131,7 +174,7 @@ def empty_figure(note: str) -> go.Figure:
         xaxis=dict(visible=False), yaxis=dict(visible=False),
         annotations=[dict(text=note, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper")],
     )
-    return fig
+    return finish(fig, style)
 
 
 def _percent(p: float) -> str:

@@ -7,40 +7,53 @@ from typing import Sequence
 import plotly.graph_objects as go
 
 from bertlab.analysis.nsp import CLS, SEP, A, AttentionMass, B, NSPResult
+from bertlab.viz.theme import NEUTRAL, OKABE_ITO, Theme, current, finish
 
-IS_NEXT, NOT_NEXT = "#2ca02c", "#bbbbbb"
-GROUP_COLORS = {A: "#4a90d9", B: "#e6842a", CLS: "#7f7f7f", SEP: "#c7c7c7"}
-GROUP_NAMES = {A: "sentence A", B: "sentence B", CLS: "[CLS]", SEP: "[SEP]"}
+IS_NEXT, NOT_NEXT = OKABE_ITO[2], "#bbbbbb"
+GROUP_COLORS = {A: OKABE_ITO[0], B: OKABE_ITO[4], CLS: NEUTRAL, SEP: "#c7c7c7"}  # colour-blind safe
+GROUP_NAMES = {A: "sentence A", B: "sentence B"}  # special tokens are named by their own spelling
 
 
-def plot_nsp_probability(result: NSPResult) -> go.Figure:
-    """One stacked bar: P(B follows A) in green, P(B is random) in grey; a line at 50 %."""
+PAIR_WORDS = {  # pair head -> (bar, yes, no, verdict yes, verdict no, probability)
+    "nsp": ("NSP", "B follows A (IsNext)", "B is random (NotNext)", "B follows A", "B looks random", "P(IsNext)"),
+    "sop": ("sentence order", "A before B (in order)", "B before A (swapped)", "A comes before B",
+            "the order is swapped", "P(A before B)"),
+}
+
+
+def plot_nsp_probability(result: NSPResult, style: Theme | None = None, task: str = "nsp") -> go.Figure:
+    """One stacked bar: P(B follows A) in green, P(B is random) in grey; a line at 50 %.
+    task "sop": ALBERT's sentence order, P(A comes before B) (its head's index 0, as NSP's)."""
+    t = style or current()
     p = result.is_next_probability
+    bar, yes, no, said_yes, said_no, prob = PAIR_WORDS[task]
     fig = go.Figure()
-    for name, value, color in (("B follows A (IsNext)", p, IS_NEXT), ("B is random (NotNext)", 1 - p, NOT_NEXT)):
+    for name, value, color in ((yes, p, IS_NEXT), (no, 1 - p, NOT_NEXT)):
         fig.add_trace(
             go.Bar(
-                x=[value], y=["NSP"], orientation="h", name=name, marker_color=color,
+                x=[value], y=[bar], orientation="h", name=name, marker_color=color,
                 text=[f"{100 * value:.1f}%"], textposition="inside", insidetextanchor="middle",
                 hovertemplate=f"{name}: %{{x:.3f}}<extra></extra>",
             )
         )
-    verdict = "follows A" if result.is_next else "looks random"
+    verdict = said_yes if result.is_next else said_no
     fig.update_layout(
         barmode="stack", height=190, width=620, plot_bgcolor="white",
-        title=dict(text=f"The model thinks B {verdict}: P(IsNext) = {100 * p:.1f}%", font=dict(size=14)),
+        title=dict(text=f"The model thinks {verdict}: {prob} = {100 * p:.1f}%", font=dict(size=14)),
         xaxis=dict(range=[0, 1], tickformat=".0%", title=dict(text="probability")),
         yaxis=dict(visible=False),
         legend=dict(orientation="h", y=-0.6, traceorder="normal"),
         margin=dict(l=20, r=20, t=50, b=20),
         shapes=[dict(type="line", x0=0.5, x1=0.5, y0=0, y1=1, yref="paper", line=dict(dash="dot", width=1))],
     )
-    return fig
+    return finish(fig, t)
 
 
-def plot_attention_mass(mass: AttentionMass, sources: Sequence[str] = (A, B, CLS)) -> go.Figure:
+def plot_attention_mass(mass: AttentionMass, sources: Sequence[str] = (A, B, CLS),
+                        style: Theme | None = None) -> go.Figure:
     """Stacked bars per layer, one panel per group of attending tokens: the share of its
     attention that lands on A, B, [CLS] and [SEP] (mean over heads and over its tokens)."""
+    t = style or current()
     sources = [s for s in sources if s in mass.groups]
     if not sources:
         raise ValueError(f"none of the groups to show are in this result ({', '.join(mass.groups)}).")
@@ -80,4 +93,4 @@ def plot_attention_mass(mass: AttentionMass, sources: Sequence[str] = (A, B, CLS
                                          font=dict(size=14)),
         margin=dict(l=60, r=20, t=70, b=50),
     )
-    return fig
+    return finish(fig, t)

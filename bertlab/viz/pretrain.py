@@ -12,28 +12,26 @@
 from __future__ import annotations
 
 import html
-import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import plotly.graph_objects as go
-import torch
 from plotly.subplots import make_subplots
 
-from bertlab.analysis import InputError, require_text
 from bertlab.analysis.mask import Candidate
-from bertlab.tokenizer import Tokenizer
-from bertlab.training.loop import derive_seed
-from bertlab.training.masking import (
-    STRATEGIES,
-    MaskKind,
-    continuation_table,
-    mask_tokens,
-    never_mask_ids,
-    reserved_ids,
-    word_starts_from_ids,
+from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
+from bertlab.training.masking import MaskKind
+from bertlab.training.pairs import PairExample
+from bertlab.training.preview import (  # noqa: F401 (computed in training; re-exported for the panel)
+    MaskedExample,
+    PairDemo,
+    VocabTables,
+    dynamic_draws,
+    example_pairs,
+    mask_every_strategy,
+    mask_example,
+    vocab_tables,
 )
-from bertlab.training.pairs import PairExample, build_pairs
+from bertlab.viz.theme import OKABE_ITO, Theme, current, finish
 
 KIND_COLORS: dict[MaskKind, str] = {
     MaskKind.MASK: "#cfe2ff",  # blue: replaced by [MASK]
@@ -44,106 +42,18 @@ KIND_NAMES: dict[MaskKind, str] = {
     MaskKind.NOT_CHOSEN: "none", MaskKind.MASK: "mask", MaskKind.RANDOM: "random", MaskKind.KEPT: "kept",
 }
 KIND_LEGEND: dict[MaskKind, str] = {
-    MaskKind.MASK: "→ [MASK] (80%)", MaskKind.RANDOM: "→ random token (10%)", MaskKind.KEPT: "kept as is (10%)",
+    MaskKind.MASK: "→ {mask} (80%)", MaskKind.RANDOM: "→ random token (10%)", MaskKind.KEPT: "kept as is (10%)",
 }
 STRATEGY_NAMES = {"token": "token (BERT)", "whole_word": "whole word", "span": "span (SpanBERT)"}
 SEGMENT_COLORS = ("#eef4fa", "#fdf0e6")  # sentence A, sentence B
 CURVES = (("mlm_loss", "MLM loss"), ("mlm_acc", "MLM accuracy"), ("nsp_acc", "NSP / SOP accuracy"))
-CURVE_COLORS = ("#1f77b4", "#2ca02c", "#d62728")
+CURVE_COLORS = (OKABE_ITO[0], OKABE_ITO[2], OKABE_ITO[1])  # colour-blind safe (bertlab.viz.theme)
 DECIMALS = 4
 
 
 # ---------------------------------------------------------------------------------------------
 # One example, masked
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class VocabTables:
-    """Per-tokenizer lookups that masking needs (built once: ~50 ms for a 30k vocabulary)."""
-
-    continuation: torch.Tensor  # [vocab] bool: True for ## pieces
-    never: torch.Tensor  # ids never chosen: [CLS], [SEP], [PAD], [MASK]
-    reserved: list[int]  # ids never drawn as random replacements ([UNK], [unused0], ...)
-
-
-def vocab_tables(tok: Tokenizer) -> VocabTables:
-    return VocabTables(continuation_table(tok), torch.tensor(never_mask_ids(tok)), reserved_ids(tok))
-
-
-@dataclass
-class MaskedExample:
-    """One text after masking; every list has one entry per token, [CLS] ... [SEP]."""
-
-    tokens: list[str]  # the pieces before masking
-    masked: list[str]  # what the model reads
-    kinds: list[MaskKind]
-    units: list[int]  # token / word / span number of each chosen position, -1 elsewhere
-    strategy: str
-    rate: float
-    seed: int
-    warning: str | None = None  # set when a long text was cut
-
-    @property
-    def labels(self) -> list[str | None]:
-        """What the model must predict at each position (the original piece), None where nothing."""
-        return [t if k != MaskKind.NOT_CHOSEN else None for t, k in zip(self.tokens, self.kinds)]
-
-    def count(self, kind: MaskKind) -> int:
-        return sum(k == kind for k in self.kinds)
-
-    @property
-    def num_chosen(self) -> int:
-        return sum(k != MaskKind.NOT_CHOSEN for k in self.kinds)
-
-
-def mask_example(
-    tok: Tokenizer,
-    text: str,
-    strategy: str = "token",
-    rate: float = 0.15,
-    seed: int = 0,
-    *,
-    tables: VocabTables | None = None,
-    max_length: int = 128,
-) -> MaskedExample:
-    """`text` masked as the training collator masks it (`mask_tokens`, generator seeded by `seed`).
-
-    Raises InputError for an empty text or one with nothing that may be masked."""
-    require_text(text)
-    tables = tables or vocab_tables(tok)
-    enc = tok.encode(text, max_length=max_length)
-    ids = torch.tensor([enc.ids])  # [1, s]
-    special = torch.isin(ids, tables.never)  # [1, s]
-    if bool(special.all()):
-        raise InputError("There is nothing to mask: the text holds only special tokens such as [MASK]. "
-                         "Type a sentence of words.")
-    out = mask_tokens(
-        ids, special, tok.vocab_size, tok.mask_token_id, torch.Generator().manual_seed(seed),
-        strategy=strategy, word_starts=word_starts_from_ids(ids, tables.continuation), mlm_probability=rate,
-        exclude_from_random=tables.reserved,
-    )
-    return MaskedExample(
-        tokens=enc.tokens, masked=tok.convert_ids_to_tokens(out.input_ids[0].tolist()),
-        kinds=[MaskKind(int(k)) for k in out.kind[0]], units=out.unit_ids[0].tolist(),
-        strategy=strategy, rate=rate, seed=seed, warning=enc.warning,
-    )
-
-
-def mask_every_strategy(tok: Tokenizer, text: str, rate: float, seed: int,
-                        tables: VocabTables | None = None) -> dict[str, MaskedExample]:
-    """The same text and seed under each strategy of `masking.STRATEGIES`."""
-    tables = tables or vocab_tables(tok)
-    return {s: mask_example(tok, text, s, rate, seed, tables=tables) for s in STRATEGIES}
-
-
-def dynamic_draws(tok: Tokenizer, text: str, strategy: str, rate: float, seed: int, epochs: int = 3,
-                  tables: VocabTables | None = None) -> list[MaskedExample]:
-    """The masks RoBERTa's dynamic masking would draw for this text in epochs 1..`epochs`
-    (a generator per epoch, as `MLMCollator.set_epoch`); static masking repeats the first."""
-    tables = tables or vocab_tables(tok)
-    return [mask_example(tok, text, strategy, rate, derive_seed(seed, "epoch", e), tables=tables)
-            for e in range(epochs)]
-
-
 # ---------------------------------------------------------------------------------------------
 # ... as HTML
 # ---------------------------------------------------------------------------------------------
@@ -163,17 +73,18 @@ def _tip(ex: MaskedExample, i: int) -> str:
     if kind == MaskKind.NOT_CHOSEN:
         return "not chosen: nothing to predict here"
     unit = {"token": "token", "whole_word": "word", "span": "span"}[ex.strategy]
-    return f"{ex.tokens[i]!r} {KIND_LEGEND[kind]}; {unit} {ex.units[i] + 1}"
+    return f"{ex.tokens[i]!r} {KIND_LEGEND[kind].format(mask=ex.mask_token)}; {unit} {ex.units[i] + 1}"
 
 
 def legend_html(ex: MaskedExample) -> str:
     """The three colours with how many positions got each."""
     items = [
         f'<span style="background:{KIND_COLORS[k]};padding:1px 6px;border-radius:3px;margin-right:8px">'
-        f'{html.escape(KIND_LEGEND[k])}: <b data-count="{KIND_NAMES[k]}">{ex.count(k)}</b></span>'
+        f'{html.escape(KIND_LEGEND[k].format(mask=ex.mask_token))}: '
+        f'<b data-count="{KIND_NAMES[k]}">{ex.count(k)}</b></span>'
         for k in (MaskKind.MASK, MaskKind.RANDOM, MaskKind.KEPT)
     ]
-    eligible = sum(t not in ("[CLS]", "[SEP]") for t in ex.tokens)
+    eligible = ex.num_eligible
     return (f'<div style="margin:4px 0">{"".join(items)}<span style="color:#555">{ex.num_chosen} of {eligible} '
             f'tokens chosen ({100 * ex.rate:.0f}% rate)</span></div>')
 
@@ -236,33 +147,6 @@ def dynamic_html(draws: Sequence[MaskedExample]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Sentence pairs
 # ---------------------------------------------------------------------------------------------
-@dataclass
-class PairDemo:
-    """Example pairs from a few documents: NSP pairs (one of each label when there is one) and a SOP pair."""
-
-    nsp: list[PairExample]
-    sop: list[PairExample]
-    titles: list[str]  # title of each document the pairs' doc_index points at
-
-
-def example_pairs(documents: Sequence, tok: Tokenizer, seed: int = 0, num_documents: int = 8,
-                  max_seq_length: int = 40) -> PairDemo:
-    """NSP and SOP pairs, with `build_pairs`, from `num_documents` documents drawn with `seed`
-    (documents of 3+ sentences preferred, so that both halves of a pair come from one of them)."""
-    rng = random.Random(seed)
-    long = [d for d in documents if len(getattr(d, "sentences", d)) >= 3] or list(documents)
-    if len(long) < 2:
-        raise InputError("Sentence pairs need at least two documents of text.")
-    chosen = rng.sample(long, min(num_documents, len(long)))
-    kwargs = {"max_seq_length": max_seq_length, "short_seq_prob": 0.0, "seed": seed}
-    nsp = build_pairs(chosen, tok, task="nsp", **kwargs)
-    sop = build_pairs(chosen, tok, task="sop", **kwargs)
-    one_each = [next(p for p in nsp if p.label == lab) for lab in (0, 1) if any(p.label == lab for p in nsp)]
-    one_each_sop = [next(p for p in sop if p.label == lab) for lab in (0, 1) if any(p.label == lab for p in sop)]
-    titles = [getattr(d, "title", "") or f"document {i}" for i, d in enumerate(chosen)]
-    return PairDemo(one_each, one_each_sop, titles)
-
-
 def pair_label_text(pair: PairExample, titles: Sequence[str] = ()) -> str:
     """What the label says, in words."""
     def title(i: int) -> str:
@@ -310,11 +194,13 @@ def curve_xy(points: Sequence[Mapping[str, float | None]], key: str) -> tuple[li
     return [int(p["step"]) for p in kept], [round(float(p[key]), DECIMALS) for p in kept]
 
 
-def plot_pretrain_curves(points: Sequence[Mapping[str, float | None]], title: str = "") -> go.Figure:
+def plot_pretrain_curves(points: Sequence[Mapping[str, float | None]], title: str = "",
+                         style: Theme | None = None) -> go.Figure:
     """MLM loss, MLM accuracy and NSP/SOP accuracy against the step, one subplot each.
 
     `points`: dicts with "step" and any of "mlm_loss", "mlm_acc", "nsp_acc" (None or absent = no value).
     Always three traces, so a live figure only needs new x/y."""
+    t = style or current()
     fig = make_subplots(rows=1, cols=3, subplot_titles=[name for _, name in CURVES], horizontal_spacing=0.08)
     for col, ((key, name), color) in enumerate(zip(CURVES, CURVE_COLORS), start=1):
         x, y = curve_xy(points, key)
@@ -330,7 +216,7 @@ def plot_pretrain_curves(points: Sequence[Mapping[str, float | None]], title: st
         title={"text": title or "Press Start: the curves fill in as the model learns", "font": {"size": 14}},
         height=330, width=960, plot_bgcolor="white", margin={"l": 50, "r": 20, "t": 70, "b": 50},
     )
-    return fig
+    return finish(fig, t)
 
 
 def progress_text(step: int, total: int, tokens_per_s: float | None, elapsed_s: float) -> str:
@@ -344,8 +230,14 @@ def progress_text(step: int, total: int, tokens_per_s: float | None, elapsed_s: 
     return " · ".join(parts)
 
 
-def probe_html(probe: str, rows: Sequence[tuple[int, Sequence[Candidate]]], max_rows: int = 8) -> str:
-    """The probe's top guesses at each step it was read, newest first."""
+def ended_text(how: str, step: int, total: int) -> str:
+    """The progress line once a run is over: "stopped at step 87 / 3000" (no time left to show)."""
+    return f"{how} at step {step} / {total}"
+
+
+def probe_html(probe: str, rows: Sequence[tuple[int, Sequence[Candidate]]], max_rows: int = 8,
+               mask_token: str = DEFAULT_SPECIALS["mask"]) -> str:
+    """The probe's top guesses at each step it was read, newest first (`mask_token`: the tokenizer's)."""
     if not rows:
         return ""
     body = "".join(
@@ -355,5 +247,6 @@ def probe_html(probe: str, rows: Sequence[tuple[int, Sequence[Candidate]]], max_
         + "</tr>"
         for step, cands in list(rows)[::-1][:max_rows]
     )
-    return (f'<div style="margin:4px 0"><b>{html.escape(probe)}</b>: the top guesses for the [MASK]</div>'
+    return (f'<div style="margin:4px 0"><b>{html.escape(probe)}</b>: the top guesses for the '
+            f'{html.escape(mask_token)}</div>'
             f'<table class="bl-probe" style="border-collapse:collapse">{body}</table>')

@@ -8,13 +8,14 @@ import numpy as np
 import plotly.graph_objects as go
 
 from bertlab.analysis.representation import Representation
+from bertlab.viz.theme import NEUTRAL, NORMAL, OKABE_ITO, Theme, current, finish, labelled_points, point_text
 
-PART_COLORS: dict[str, str] = {
-    "token": "#1f77b4",
-    "segment": "#ff7f0e",
-    "position": "#2ca02c",
-    "sum": "#7f7f7f",
-    "normalised": "#9467bd",
+PART_COLORS: dict[str, str] = {  # colour-blind safe (bertlab.viz.theme.OKABE_ITO)
+    "token": OKABE_ITO[0],
+    "segment": OKABE_ITO[1],
+    "position": OKABE_ITO[2],
+    "sum": NEUTRAL,
+    "normalised": OKABE_ITO[3],
 }
 PART_LABELS: dict[str, str] = {
     "token": "token embedding",
@@ -23,9 +24,8 @@ PART_LABELS: dict[str, str] = {
     "sum": "sum (before LayerNorm)",
     "normalised": "normalised sum (after LayerNorm)",
 }
-SEGMENT_FILL = ("#e8f1fb", "#fdf0e2")  # sentence A, sentence B
+SEGMENT_FILL = NORMAL.segment_fill  # sentence A, sentence B (the theme in use draws)
 DECIMALS = 4
-LABELLED_TOKENS = 12  # longer inputs label their points on hover only (labels would overlap)
 
 
 def _labels(rep: Representation) -> list[str]:
@@ -44,11 +44,13 @@ def table_rows(rep: Representation) -> dict[str, list[str]]:
     }
 
 
-def plot_input_table(rep: Representation) -> go.Figure:
+def plot_input_table(rep: Representation, style: Theme | None = None) -> go.Figure:
     """The BERT-paper picture as a table: one column per token; rows piece / segment / position /
-    word / id; cells tinted by segment (blue = A, orange = B)."""
+    word / id; cells tinted by segment (blue = A, orange = B). As wide as its tokens: its box
+    scrolls when the tab is narrower."""
+    t = style or current()
     rows = table_rows(rep)
-    fill = [SEGMENT_FILL[min(s, 1)] for s in rep.segment_ids]
+    fill = [t.segment_fill[min(s, 1)] for s in rep.segment_ids]
     columns = [[name for name in rows]] + [[rows[name][i] for name in rows] for i in range(len(rep.tokens))]
     fig = go.Figure(
         go.Table(
@@ -65,11 +67,13 @@ def plot_input_table(rep: Representation) -> go.Figure:
         height=230,
         margin=dict(l=10, r=10, t=40, b=10),
     )
-    return fig
+    return finish(fig, t, wide=True)
 
 
-def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None) -> go.Figure:
-    """Grouped bars: the L2 norm of each part for each token (x = tokens, one colour per part)."""
+def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, style: Theme | None = None) -> go.Figure:
+    """Grouped bars: the L2 norm of each part for each token (x = tokens, one colour per part).
+    As wide as its tokens (at least the tab's width in projector mode): its box scrolls."""
+    t = style or current()
     parts = list(parts or rep.norms)
     for p in parts:
         rep.part(p)  # a clear error for an unknown part
@@ -97,13 +101,15 @@ def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None) -> 
         margin=dict(l=60, r=20, t=80, b=90),
         plot_bgcolor="white",
     )
-    return fig
+    return finish(fig, t, wide=len(x) * len(parts) > 24)
 
 
-def plot_part_projection(rep: Representation) -> go.Figure:
-    """Scatter of the projected parts in their shared 2-D basis, one colour per part, each point
-    labelled with its token. The basis is not centred, so sum = token + segment + position holds in
-    the picture too."""
+def plot_part_projection(rep: Representation, style: Theme | None = None) -> go.Figure:
+    """Scatter of the projected parts in their shared 2-D basis, one colour per part. In each part,
+    the theme's `labelled_points` points farthest from the origin (the longest vectors) carry their
+    token on the picture; hovering shows every point's. The basis is not centred, so
+    sum = token + segment + position holds in the picture too."""
+    t = style or current()
     traces = []
     for i, p in enumerate(rep.projected_parts):
         xy = np.round(rep.projection[i].numpy(), DECIMALS)  # [seq, 2]
@@ -112,13 +118,14 @@ def plot_part_projection(rep: Representation) -> go.Figure:
                 name=PART_LABELS.get(p, p),
                 x=xy[:, 0],
                 y=xy[:, 1],
-                mode="markers+text" if len(rep.tokens) <= LABELLED_TOKENS else "markers",
-                text=list(rep.tokens),
+                mode="markers+text",
+                text=point_text(rep.tokens, labelled_points(xy, t.labelled_points, centre=(0.0, 0.0))),
+                customdata=[[j, tok] for j, tok in enumerate(rep.tokens)],
                 textposition="top center",
                 textfont=dict(size=10, color=PART_COLORS.get(p)),
                 marker=dict(size=8, color=PART_COLORS.get(p)),
-                customdata=list(range(len(rep.tokens))),
-                hovertemplate="%{customdata} <b>%{text}</b><br>(%{x:.2f}, %{y:.2f})<extra>" + p + "</extra>",
+                hovertemplate=("%{customdata[0]} <b>%{customdata[1]}</b><br>(%{x:.2f}, %{y:.2f})<extra>"
+                               + p + "</extra>"),
             )
         )
     e = rep.explained.tolist()
@@ -134,4 +141,4 @@ def plot_part_projection(rep: Representation) -> go.Figure:
         plot_bgcolor="white",
         margin=dict(l=60, r=20, t=80, b=60),
     )
-    return fig
+    return finish(fig, t)

@@ -7,7 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bertlab.analysis.rollout import RolloutResult
-from bertlab.viz.attention import COLORSCALE
+from bertlab.viz.theme import Theme, current, finish, matrix_ticks
 
 HOVER = "query %{y} <b>%{customdata[0]}</b> → key %{x} <b>%{customdata[1]}</b><br>%{z:.3f}<extra></extra>"
 
@@ -19,10 +19,12 @@ def rollout_titles(result: RolloutResult, layer: int) -> tuple[str, str]:
     return left, right
 
 
-def plot_rollout(result: RolloutResult, layer: int) -> go.Figure:
+def plot_rollout(result: RolloutResult, layer: int, style: Theme | None = None) -> go.Figure:
     """Two heatmaps, query tokens on y and key tokens on x: the head-averaged attention of
     `layer` (left) and the rollout from the input tokens up to `layer` (right).
-    Each has its own colour bar (rollout is more spread out than one layer's attention)."""
+    Each has its own colour bar (rollout is more spread out than one layer's attention).
+    `style`: the theme (default: the one in use)."""
+    t = style or current()
     layer = result.check_layer(layer)
     n = len(result.tokens)
     labels = [t if t.strip() else repr(t) for t in result.tokens]
@@ -39,17 +41,18 @@ def plot_rollout(result: RolloutResult, layer: int) -> go.Figure:
             ),
             row=1, col=col,
         )
-    _axes(fig, labels)
     side = int(min(560, max(320, 120 + 10 * n)))  # px per heatmap
+    _axes(fig, labels, side, t)
     colorbar = dict(thickness=10, len=0.9)
     fig.update_layout(
-        coloraxis=dict(colorscale=COLORSCALE, cmin=0.0, colorbar=dict(colorbar, x=0.43, title=dict(text="raw"))),
-        coloraxis2=dict(colorscale=COLORSCALE, cmin=0.0, colorbar=dict(colorbar, x=1.0, title=dict(text="rollout"))),
+        coloraxis=dict(colorscale=t.sequential, cmin=0.0, colorbar=dict(colorbar, x=0.43, title=dict(text="raw"))),
+        coloraxis2=dict(colorscale=t.sequential, cmin=0.0,
+                        colorbar=dict(colorbar, x=1.0, title=dict(text="rollout"))),
         width=2 * side + 260, height=side + 160, plot_bgcolor="white",
         margin=dict(l=90, r=40, t=60, b=100),
         shapes=_segment_lines(result.sentence_b_start, n),
     )
-    return fig
+    return finish(fig, t)
 
 
 def rollout_z(values) -> np.ndarray:
@@ -57,10 +60,10 @@ def rollout_z(values) -> np.ndarray:
     return np.round(np.asarray(values, dtype=np.float32), 4)
 
 
-def _axes(fig: go.Figure, labels: list[str]) -> None:
+def _axes(fig: go.Figure, labels: list[str], side: int, t: Theme) -> None:
     n = len(labels)
-    font = 12 if n <= 20 else 10 if n <= 40 else 8
-    ticks = dict(tickmode="array", tickvals=list(range(n)), ticktext=labels, tickfont=dict(size=font),
+    vals, text, font = matrix_ticks(labels, side, t, margins=160)
+    ticks = dict(tickmode="array", tickvals=vals, ticktext=text, tickfont=dict(size=font),
                  showgrid=False, zeroline=False)
     for col in (1, 2):
         fig.update_xaxes(ticks, tickangle=-60 if n > 8 else 0, title_text="key (attended to)",

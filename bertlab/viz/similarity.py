@@ -6,27 +6,30 @@ import numpy as np
 import plotly.graph_objects as go
 
 from bertlab.analysis.similarity import TokenSimilarity, WordAcrossContexts, WordProjection
+from bertlab.viz.theme import NEUTRAL, Theme, current, finish, labelled_points, matrix_ticks, point_text
 
 DECIMALS = 4
-WORD_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
-               "#7f7f7f", "#bcbd22")
 
 
-def plot_token_similarity(sim: TokenSimilarity, stage: int) -> go.Figure:
-    """Heatmap of token x token cosine similarity at `stage`, on a fixed -1..1 scale so stages compare."""
+def plot_token_similarity(sim: TokenSimilarity, stage: int, style: Theme | None = None) -> go.Figure:
+    """Heatmap of token x token cosine similarity at `stage`, on a fixed -1..1 scale so stages compare;
+    on long inputs every k-th token is labelled (all on hover). `style`: the theme (default: in use)."""
+    t = style or current()
     z = np.round(sim.matrix(stage).numpy(), DECIMALS)  # [seq, seq]
     n = len(sim.tokens)
     labels = [t if t.strip() else repr(t) for t in sim.tokens]
     pairs = np.empty((n, n, 2), dtype=object)
     pairs[:, :, 0] = np.array(labels, dtype=object)[:, None]
     pairs[:, :, 1] = np.array(labels, dtype=object)[None, :]
-    axis = dict(tickmode="array", tickvals=list(range(n)), ticktext=labels, showgrid=False, zeroline=False)
     side = int(min(760, max(420, 200 + 12 * n)))
+    vals, text, font = matrix_ticks(labels, side, t)
+    axis = dict(tickmode="array", tickvals=vals, ticktext=text, tickfont=dict(size=font), showgrid=False,
+                zeroline=False)
     fig = go.Figure(
         go.Heatmap(
             z=z, x=list(range(n)), y=list(range(n)), customdata=pairs,
             hovertemplate="%{customdata[0]} · %{customdata[1]}<br>cosine %{z:.3f}<extra></extra>",
-            colorscale="RdBu", reversescale=True, zmin=-1.0, zmax=1.0, zmid=0.0,
+            colorscale=t.diverging, reversescale=True, zmin=-1.0, zmax=1.0, zmid=0.0,
             colorbar=dict(title=dict(text="cosine"), thickness=12),
         )
     )
@@ -37,7 +40,7 @@ def plot_token_similarity(sim: TokenSimilarity, stage: int) -> go.Figure:
         yaxis=dict(axis, autorange="reversed", scaleanchor="x", constrain="domain"),
         width=side + 160, height=side + 60, margin=dict(l=100, r=20, t=50, b=100), plot_bgcolor="white",
     )
-    return fig
+    return finish(fig, t)
 
 
 def word_lines(result: WordAcrossContexts) -> dict[str, np.ndarray]:
@@ -53,14 +56,15 @@ def word_lines(result: WordAcrossContexts) -> dict[str, np.ndarray]:
     return {k: np.round(v, DECIMALS) for k, v in lines.items()}
 
 
-def plot_word_across_layers(result: WordAcrossContexts) -> go.Figure:
+def plot_word_across_layers(result: WordAcrossContexts, style: Theme | None = None) -> go.Figure:
     """Mean cosine of the word's vectors across contexts, per stage: same-sense pairs,
     different-sense pairs (or all pairs without senses), against the random-pair baseline."""
-    styles = {
-        "same sense": dict(color="#2ca02c"),
-        "different senses": dict(color="#d62728"),
-        "all pairs of contexts": dict(color="#1f77b4"),
-        "random token pairs (baseline)": dict(color="#7f7f7f", dash="dash"),
+    t = style or current()
+    styles = {  # told apart by dash as well as colour
+        "same sense": dict(color=t.color(2), width=3),
+        "different senses": dict(color=t.color(1), width=3, dash="dot"),
+        "all pairs of contexts": dict(color=t.color(0), width=3),
+        "random token pairs (baseline)": dict(color=NEUTRAL, dash="dash", width=2),
     }
     lines = word_lines(result)
     fig = go.Figure(
@@ -81,22 +85,28 @@ def plot_word_across_layers(result: WordAcrossContexts) -> go.Figure:
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
         width=760, height=460, plot_bgcolor="white", margin=dict(l=60, r=20, t=80, b=60),
     )
-    return fig
+    return finish(fig, t)
 
 
-def plot_word_projection(proj: WordProjection, stage: int) -> go.Figure:
+def plot_word_projection(proj: WordProjection, stage: int, style: Theme | None = None) -> go.Figure:
     """Scatter of the words' contextual vectors at `stage` in 2-D (centred PCA), one colour per word;
-    hovering a point shows its sentence."""
+    the theme's `labelled_points` points farthest from the centre carry "word (sentence)" on the
+    picture, and hovering any point shows its sentence."""
+    t = style or current()
     if not 0 <= stage < proj.points.shape[0]:
         raise IndexError(f"stage {stage} does not exist: use 0 (embeddings) to {proj.points.shape[0] - 1}.")
     xy = np.round(proj.points[stage].numpy(), DECIMALS)  # [point, 2]
+    names = [f"{w} ({proj.sentence_index[j] + 1})" for j, w in enumerate(proj.words)]
+    text = point_text(names, labelled_points(xy, t.labelled_points))
     traces = []
     for i, word in enumerate(dict.fromkeys(proj.words)):
         idx = [j for j, w in enumerate(proj.words) if w == word]
         traces.append(
             go.Scatter(
-                name=word, x=xy[idx, 0], y=xy[idx, 1], mode="markers",
-                marker=dict(size=11, color=WORD_COLORS[i % len(WORD_COLORS)], line=dict(width=1, color="white")),
+                name=word, x=xy[idx, 0], y=xy[idx, 1], mode="markers+text",
+                text=[text[j] for j in idx], textposition="top center",
+                textfont=dict(size=11, color=t.color(i)),
+                marker=dict(size=11, color=t.color(i), line=dict(width=1, color="white")),
                 customdata=[[proj.sentence_index[j] + 1, _short(proj.sentences[proj.sentence_index[j]])] for j in idx],
                 hovertemplate="<b>" + word + "</b> in sentence %{customdata[0]}:<br>%{customdata[1]}<extra></extra>",
             )
@@ -109,7 +119,7 @@ def plot_word_projection(proj: WordProjection, stage: int) -> go.Figure:
         yaxis=dict(title=f"PC 2 ({100 * e[1]:.0f}%)", zeroline=False, scaleanchor="x"),
         width=720, height=540, plot_bgcolor="white", margin=dict(l=60, r=20, t=60, b=60),
     )
-    return fig
+    return finish(fig, t)
 
 
 def _stage_title(names: list[str], stage: int) -> str:

@@ -74,7 +74,7 @@ def test_every_tab_opens_and_draws_offline(app, screenshot_dirs):
         for d in screenshot_dirs:
             page.screenshot(path=str(d / f"tab-{_slug(title)}.png"), full_page=True)
     assert not errors, errors
-    assert all(urlparse(u).hostname not in (None, "127.0.0.1") for u in refused)
+    assert not refused, f"the page asked the network for: {refused}"  # e.g. Font Awesome from a CDN
 
 
 def test_a_mask_prediction_appears_after_typing(app, screenshot_dirs):

@@ -45,15 +45,16 @@ from bertlab.training.tasks.readers import (
     ClassificationExample,
     DataFormatError,
     DataSourceError,
+    NoPartsError,
     QAAnswer,
     QAExample,
     TokenExample,
     read_conll,
     read_sick,
-    read_squad,
     read_sst2,
-    split_articles,
 )
+from bertlab.training.tasks.splits import DEV_SHARE, DataSplit, hold_out, read_train_dev, subset
+from bertlab.training.tasks.squad import read_squad, split_articles, squad_article_split
 
 
 @dataclass(frozen=True)
@@ -130,11 +131,12 @@ def get_task(name: str) -> Task:
 
 
 __all__ = [
-    "CONLL_LABELS", "IGNORE_INDEX", "NLI_LABELS", "SST2_LABELS", "TASKS",
-    "BucketBatchSampler", "ClassificationExample", "ClassificationFeature", "DataFormatError",
-    "DataSourceError", "EntitySpan", "FeatureError", "QAAnswer", "QAExample", "QAFeature",
+    "CONLL_LABELS", "DEV_SHARE", "IGNORE_INDEX", "NLI_LABELS", "SST2_LABELS", "TASKS",
+    "BucketBatchSampler", "ClassificationExample", "ClassificationFeature", "DataFormatError", "DataSplit",
+    "DataSourceError", "EntitySpan", "FeatureError", "NoPartsError", "QAAnswer", "QAExample", "QAFeature",
     "SpanPrediction", "Task", "TokenExample", "TokenFeature", "WordPieces",
     "align_labels", "best_answers", "collate", "encode_words", "entity_spans", "featurize_classification",
-    "featurize_ner", "featurize_qa", "get_task", "ner_labels", "predict_spans", "read_conll", "read_sick",
-    "read_squad", "read_sst2", "split_articles", "squad_references", "window_starts", "word_predictions",
+    "featurize_ner", "featurize_qa", "get_task", "hold_out", "ner_labels", "predict_spans", "read_conll",
+    "read_sick", "read_squad", "read_sst2", "read_train_dev", "split_articles", "squad_article_split",
+    "squad_references", "subset", "window_starts", "word_predictions",
 ]  # fmt: skip

@@ -90,7 +90,8 @@ def encode_words(
     """[CLS] pieces of every word [SEP], cut to `max_length` tokens: (ids, word_ids).
     A word with no pieces (e.g. a zero-width space) gets no token."""
     if max_length < 3:
-        raise FeatureError(f"max_length={max_length} leaves no room for a word between [CLS] and [SEP].")
+        raise FeatureError(f"max_length={max_length} leaves no room for a word between {tokenizer.cls_token} and "
+                           f"{tokenizer.sep_token}.")
     pieces = pieces or WordPieces(tokenizer)
     ids, word_ids = [tokenizer.cls_token_id], [None]
     for w, word in enumerate(words):

@@ -1,21 +1,22 @@
-"""Readers for the fine-tuning data sets: SST-2, SICK, CoNLL-2003 and SQuAD v1.1.
+"""Readers for the fine-tuning data sets: SST-2, SICK and CoNLL-2003 (SQuAD v1.1: squad.py),
+and the example types and helpers all readers share.
 
-Each reader takes a split and one of three sources: the local copies under
-`bertlab.settings.data_dir()` (the default); your own file or folder in the same format
-(`path=`: a file is read whole for SST-2 and CoNLL, for SICK the split picks the part, for
-SQuAD the article split); or a Hugging Face hub data set (`hub="name"` or
-`hub="name:config"`, needs the `datasets` package and a network). Malformed files raise
-`DataFormatError` naming the file and the line (or, for JSON, the place inside it)."""
+Each reader takes a split ("train", "dev", "test", or "all": every example of the data) and
+one of three sources: the local copies under `bertlab.settings.data_dir()` (the default); your
+own file or folder in the same format (`path=`: a file is read whole for SST-2 and CoNLL, for
+SICK the split picks the part, for SQuAD the article split); or a Hugging Face hub data set
+(`hub="name"` or `hub="name:config"`, needs the `datasets` package and a network).
+
+Malformed files raise `DataFormatError` naming the file and the line (or, for JSON, the place
+inside it). The messages never quote the file's content: a path may point at any file the
+reader can open, and an error must not show what is in it."""
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
-
-import torch
+from typing import Any, Iterator, Sequence
 
 from bertlab.settings import DataNotFoundError, data_dir, data_path
 
@@ -27,12 +28,16 @@ NLI_LABELS: dict[int, str] = {0: "entailment", 1: "neutral", 2: "contradiction"}
 CONLL_LABELS: dict[int, str] = dict(
     enumerate(("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"))
 )
-SPLITS = ("train", "dev")
+SPLITS = ("train", "dev", "test", "all")  # "all": every example of a file (or of every file of a folder)
 _HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 
 
 class DataFormatError(ValueError):
     """A data file that does not follow its format; the message names the file and line."""
+
+
+class NoPartsError(DataFormatError):
+    """A file asked for one of its parts (e.g. SICK's TRAIN) that has no parts: read it whole (split "all")."""
 
 
 class DataSourceError(RuntimeError):
@@ -88,7 +93,7 @@ class QAExample:
 # -- paths ---------------------------------------------------------------------------------
 
 
-def _display(path: Path) -> str:
+def display_path(path: Path) -> str:
     """The path as a student would look for it: relative to BERTLAB_DATA when inside it."""
     try:
         return str(path.resolve().relative_to(data_dir().resolve()))
@@ -96,12 +101,38 @@ def _display(path: Path) -> str:
         return str(path)
 
 
-def _check_split(split: str, allowed: Sequence[str]) -> None:
+def check_split(split: str, allowed: Sequence[str], hub: str | None = None) -> None:
+    """A ValueError for a split the reader does not know ("all" is for local files only)."""
+    if hub is not None and split == "all":
+        raise ValueError("split 'all' is for local files; the hub has its own train/dev/test splits.")
     if split not in allowed:
         raise ValueError(f"split {split!r} is not one of {tuple(allowed)}.")
 
 
-def _resolve(path: str | Path | None, folder: str, pattern: str) -> list[Path]:
+def _split_files(path: str | Path | None, folder: str, split: str, suffix: str) -> list[Path]:
+    """The files of `split` (a file given as `path` is read whole, whatever the split): in a
+    folder `<split><suffix>`, or for "all" every one of train/dev/test that is there."""
+    if split != "all":
+        return resolve_files(path, folder, f"{split}{suffix}")[:1]
+    base = data_path(folder) if path is None else Path(path).expanduser()
+    if base.is_file():
+        return [base]
+    found = [base / f"{s}{suffix}" for s in ("train", "dev", "test") if (base / f"{s}{suffix}").is_file()]
+    return found or resolve_files(path, folder, f"train{suffix}")  # the error names what is missing
+
+
+def _check_classes(examples: Sequence[ClassificationExample], labels: dict[int, str], name: str) -> None:
+    """A classification file must hold at least two classes (one class gives nothing to learn or to tell apart)."""
+    found = {e.label for e in examples}
+    if len(found) == 1:
+        (only,) = found
+        raise DataFormatError(
+            f"{name}: all {len(examples)} examples are labelled {labels[only]}: a classifier needs at least two "
+            f"classes ({', '.join(labels.values())}). Check the label column, or add examples of the other classes."
+        )
+
+
+def resolve_files(path: str | Path | None, folder: str, pattern: str) -> list[Path]:
     """Files matching `pattern`: in `path` (a file or a folder) or in data_dir()/folder."""
     base = data_path(folder) if path is None else Path(path).expanduser()
     if base.is_file():
@@ -122,7 +153,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
                 line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 raise DataFormatError(
-                    f"{_display(path)} line {n}: not UTF-8 text ({e.reason}); save the file as UTF-8."
+                    f"{display_path(path)} line {n}: not UTF-8 text ({e.reason}); save the file as UTF-8."
                 ) from None
             yield n, line.rstrip("\r\n")
 
@@ -134,12 +165,19 @@ def read_sst2(
     split: str = "train", path: str | Path | None = None, hub: str | None = None
 ) -> list[ClassificationExample]:
     """SST-2 sentences with labels 0 = negative, 1 = positive, from `sentence<TAB>label`
-    TSV (an optional header line) or the hub (e.g. hub="stanfordnlp/sst2")."""
-    _check_split(split, SPLITS)
+    TSV (an optional header line) or the hub (e.g. hub="stanfordnlp/sst2"). A file must hold
+    both labels and no empty sentence."""
+    check_split(split, SPLITS, hub)
     if hub is not None:
-        return [_sst2_row(row, i, hub) for i, row in enumerate(_hub_rows(hub, split))]
-    file = _resolve(path, "sst2", f"{split}.tsv")[0]
-    name = _display(file)
+        return [_sst2_row(row, i, hub) for i, row in enumerate(hub_rows(hub, split))]
+    out: list[ClassificationExample] = []
+    for file in _split_files(path, "sst2", split, ".tsv"):
+        out.extend(_read_sst2_file(file, split, start=len(out)))
+    return out
+
+
+def _read_sst2_file(file: Path, split: str, start: int = 0) -> list[ClassificationExample]:
+    name = display_path(file)
     out: list[ClassificationExample] = []
     for n, line in _lines(file):
         if not line.strip():
@@ -153,8 +191,11 @@ def read_sst2(
         if n == 1 and label == "label":
             continue  # header
         if label not in ("0", "1"):
-            raise DataFormatError(f"{name} line {n}: the label must be 0 or 1, got {label!r}.")
-        out.append(ClassificationExample(f"{split}-{len(out)}", text, None, int(label)))
+            raise DataFormatError(f"{name} line {n}: the label (the 2nd field) must be 0 or 1.")
+        if not text:
+            raise DataFormatError(f"{name} line {n}: the sentence (the 1st field) is empty.")
+        out.append(ClassificationExample(f"{split}-{start + len(out)}", text, None, int(label)))
+    _check_classes(out, SST2_LABELS, name)
     log.info("read %d SST-2 sentences from %s", len(out), name)
     return out
 
@@ -169,53 +210,75 @@ def _sst2_row(row: dict, i: int, hub: str) -> ClassificationExample:
 # -- SICK (NLI) ----------------------------------------------------------------------------
 
 _SICK_PARTS = {"train": "TRAIN", "dev": "TRIAL", "test": "TEST"}
-_SICK_COLUMNS = ("pair_ID", "sentence_A", "sentence_B", "entailment_label", "SemEval_set")
+_SICK_PART_COLUMN = "SemEval_set"
+_SICK_COLUMNS = ("pair_ID", "sentence_A", "sentence_B", "entailment_label")
 
 
 def read_sick(
     split: str = "train", path: str | Path | None = None, hub: str | None = None
 ) -> list[ClassificationExample]:
     """SICK sentence pairs (A = premise, B = hypothesis) with NLI_LABELS ids. Local files are
-    the SICK TSV with a header; split "train" is the TRAIN part, "dev" TRIAL, "test" TEST.
-    From the hub, columns sentence_A/sentence_B or premise/hypothesis are read."""
-    _check_split(split, tuple(_SICK_PARTS))
+    the SICK TSV with a header; split "train" is the TRAIN part, "dev" TRIAL, "test" TEST (of
+    the SemEval_set column) and "all" every pair (a file without that column is read whole
+    this way). From the hub, columns sentence_A/sentence_B or premise/hypothesis are read."""
+    check_split(split, (*_SICK_PARTS, "all"), hub)
     if hub is not None:
         return _nli_hub(hub, split)
-    label_ids = {v.upper(): k for k, v in NLI_LABELS.items()}
     out: list[ClassificationExample] = []
-    for file in _resolve(path, "sick", "SICK*.txt"):
-        name = _display(file)
-        lines = _lines(file)
-        header = next(lines, (1, ""))[1].split("\t")
-        missing = [c for c in _SICK_COLUMNS if c not in header]
-        if missing:
-            raise DataFormatError(f"{name} line 1: the header lacks the column(s) {missing}; found {header}.")
-        col = {c: header.index(c) for c in _SICK_COLUMNS}
-        for n, line in lines:
-            if not line.strip():
-                continue
-            fields = line.split("\t")
-            if len(fields) != len(header):
-                raise DataFormatError(
-                    f"{name} line {n}: expected {len(header)} tab-separated fields like the header, got {len(fields)}."
-                )
-            if fields[col["SemEval_set"]].strip().upper() != _SICK_PARTS[split]:
-                continue
-            label = fields[col["entailment_label"]].strip().upper()
-            if label not in label_ids:
-                raise DataFormatError(
-                    f"{name} line {n}: entailment_label must be one of {list(label_ids)}, got {label!r}."
-                )
-            a, b = fields[col["sentence_A"]].strip(), fields[col["sentence_B"]].strip()
-            out.append(ClassificationExample(fields[col["pair_ID"]].strip(), a, b, label_ids[label]))
+    for file in resolve_files(path, "sick", "SICK*.txt"):
+        out.extend(_read_sick_file(file, split))
+    part = "every part" if split == "all" else f"the {_SICK_PARTS[split]} part"
     if not out:
-        log.warning("no SICK pairs in the %s part (%s)", _SICK_PARTS[split], split)
-    log.info("read %d SICK pairs (%s)", len(out), _SICK_PARTS[split])
+        log.warning("no SICK pairs in %s (%s)", part, split)
+    log.info("read %d SICK pairs (%s)", len(out), part)
     return out
 
 
+def _read_sick_file(file: Path, split: str) -> list[ClassificationExample]:
+    """The pairs of `split` in one SICK file; the whole file is checked (fields, labels, classes)."""
+    name = display_path(file)
+    label_ids = {v.upper(): k for k, v in NLI_LABELS.items()}
+    lines = _lines(file)
+    header = next(lines, (1, ""))[1].split("\t")
+    missing = [c for c in _SICK_COLUMNS if c not in header]
+    if missing:
+        raise DataFormatError(
+            f"{name} line 1: the header lacks the column(s) {', '.join(missing)}; a SICK file starts with a "
+            f"tab-separated header naming {', '.join(_SICK_COLUMNS)} and {_SICK_PART_COLUMN}."
+        )
+    if split != "all" and _SICK_PART_COLUMN not in header:
+        raise NoPartsError(
+            f"{name} line 1: there is no {_SICK_PART_COLUMN} column, so the file has no TRAIN/TRIAL/TEST parts: "
+            f"read it whole (split 'all', bertlab evaluate --split all)."
+        )
+    col = {c: header.index(c) for c in (*_SICK_COLUMNS, _SICK_PART_COLUMN) if c in header}
+    every: list[ClassificationExample] = []
+    keep: list[ClassificationExample] = []
+    for n, line in lines:
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != len(header):
+            raise DataFormatError(
+                f"{name} line {n}: expected {len(header)} tab-separated fields like the header, got {len(fields)}."
+            )
+        label = fields[col["entailment_label"]].strip().upper()
+        if label not in label_ids:
+            raise DataFormatError(f"{name} line {n}: entailment_label must be one of {', '.join(label_ids)}.")
+        a, b = fields[col["sentence_A"]].strip(), fields[col["sentence_B"]].strip()
+        for column, text in (("sentence_A", a), ("sentence_B", b)):
+            if not text:
+                raise DataFormatError(f"{name} line {n}: {column} is empty.")
+        example = ClassificationExample(fields[col["pair_ID"]].strip(), a, b, label_ids[label])
+        every.append(example)
+        if split == "all" or fields[col[_SICK_PART_COLUMN]].strip().upper() == _SICK_PARTS[split]:
+            keep.append(example)
+    _check_classes(every, NLI_LABELS, name)
+    return keep
+
+
 def _nli_hub(hub: str, split: str) -> list[ClassificationExample]:
-    rows = _hub_rows(hub, split)
+    rows = hub_rows(hub, split)
     names = _class_names(rows, "label")
     label_ids = {v: k for k, v in NLI_LABELS.items()}
     out: list[ClassificationExample] = []
@@ -251,18 +314,24 @@ def read_conll(split: str = "train", path: str | Path | None = None, hub: str | 
     """CoNLL-2003 sentences: one `word ... TAG` line a token (the tag is the last column,
     e.g. `word POS chunk NER`), blank lines between sentences, `-DOCSTART-` lines skipped.
     From the hub (e.g. hub="eriktks/conll2003") `tokens` and `ner_tags` are read."""
-    _check_split(split, SPLITS)
+    check_split(split, SPLITS, hub)
     if hub is not None:
         return _conll_hub(hub, split)
-    file = _resolve(path, "conll2003", f"{split}.txt")[0]
-    name = _display(file)
+    out: list[TokenExample] = []
+    for file in _split_files(path, "conll2003", split, ".txt"):
+        out.extend(_read_conll_file(file, split, start=len(out)))
+    return out
+
+
+def _read_conll_file(file: Path, split: str, start: int = 0) -> list[TokenExample]:
+    name = display_path(file)
     out: list[TokenExample] = []
     words: list[str] = []
     tags: list[str] = []
 
     def flush() -> None:
         if words:
-            out.append(TokenExample(f"{split}-{len(out)}", list(words), list(tags)))
+            out.append(TokenExample(f"{split}-{start + len(out)}", list(words), list(tags)))
             words.clear()
             tags.clear()
 
@@ -279,7 +348,7 @@ def read_conll(split: str = "train", path: str | Path | None = None, hub: str | 
                 f"{name} line {n}: expected `word ... TAG` (at least 2 space-separated fields), got 1."
             )
         if not _check_tag(fields[-1]):
-            raise DataFormatError(f"{name} line {n}: {fields[-1]!r} is not a tag like O, B-PER or I-LOC.")
+            raise DataFormatError(f"{name} line {n}: the last field is not a tag like O, B-PER or I-LOC.")
         words.append(fields[0])
         tags.append(fields[-1])
     flush()
@@ -288,7 +357,7 @@ def read_conll(split: str = "train", path: str | Path | None = None, hub: str | 
 
 
 def _conll_hub(hub: str, split: str) -> list[TokenExample]:
-    rows = _hub_rows(hub, split)
+    rows = hub_rows(hub, split)
     names = _class_names(rows, "ner_tags") or [CONLL_LABELS[i] for i in range(len(CONLL_LABELS))]
     out: list[TokenExample] = []
     for i, row in enumerate(rows):
@@ -300,111 +369,10 @@ def _conll_hub(hub: str, split: str) -> list[TokenExample]:
     return out
 
 
-# -- SQuAD v1.1 ----------------------------------------------------------------------------
-
-
-def split_articles(titles: Iterable[str], dev_articles: int = 7, seed: int = 0) -> tuple[list[str], list[str]]:
-    """Deterministic split of article titles into (train, dev): a seeded shuffle of the
-    sorted titles, the first `dev_articles` go to dev. Never split by question: questions
-    about the same article would leak between train and dev."""
-    unique = sorted(set(titles))
-    if not 0 < dev_articles < len(unique):
-        raise ValueError(
-            f"dev_articles={dev_articles} must be between 1 and {len(unique) - 1} ({len(unique)} articles)."
-        )
-    g = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(unique), generator=g).tolist()
-    dev = sorted(unique[i] for i in order[:dev_articles])
-    train = sorted(unique[i] for i in order[dev_articles:])
-    return train, dev
-
-
-def read_squad(
-    split: str = "train",
-    path: str | Path | None = None,
-    hub: str | None = None,
-    dev_articles: int = 7,
-    seed: int = 0,
-) -> list[QAExample]:
-    """SQuAD v1.1 questions. Local JSON files (all *.json in the folder) are split BY
-    ARTICLE into train/dev with `split_articles(dev_articles, seed)`; split "all" keeps
-    every question. From the hub (e.g. hub="rajpurkar/squad") the hub's own splits are used."""
-    _check_split(split, ("train", "dev", "all"))
-    if hub is not None:
-        if split == "all":
-            raise ValueError("split='all' is for local files; the hub has its own train/dev splits.")
-        return _squad_hub(hub, split)
-    examples: list[QAExample] = []
-    for file in _resolve(path, "squad", "*.json"):
-        examples.extend(_read_squad_file(file))
-    if split == "all":
-        return examples
-    train, dev = split_articles((e.title for e in examples), dev_articles, seed)
-    keep = set(train if split == "train" else dev)
-    out = [e for e in examples if e.title in keep]
-    log.info("SQuAD %s: %d questions in %d articles", split, len(out), len(keep))
-    return out
-
-
-def _read_squad_file(file: Path) -> list[QAExample]:
-    name = _display(file)
-    try:
-        doc = json.loads(file.read_text(encoding="utf-8-sig"))
-    except json.JSONDecodeError as e:
-        raise DataFormatError(f"{name} line {e.lineno} column {e.colno}: not valid JSON ({e.msg}).") from e
-    out: list[QAExample] = []
-    for a, article in enumerate(_get(doc, "data", list, name, "")):
-        where = f"data[{a}]"
-        title = _get(article, "title", str, name, where)
-        for p, para in enumerate(_get(article, "paragraphs", list, name, where)):
-            pwhere = f"{where}.paragraphs[{p}]"
-            context = _get(para, "context", str, name, pwhere)
-            for q, qa in enumerate(_get(para, "qas", list, name, pwhere)):
-                qwhere = f"{pwhere}.qas[{q}]"
-                answers = [
-                    _squad_answer(ans, context, name, f"{qwhere}.answers[{k}]")
-                    for k, ans in enumerate(_get(qa, "answers", list, name, qwhere))
-                ]
-                qid, question = _get(qa, "id", str, name, qwhere), _get(qa, "question", str, name, qwhere)
-                out.append(QAExample(qid, title, question, context, answers))
-    return out
-
-
-def _get(obj: Any, key: str, kind: type, name: str, where: str) -> Any:
-    """obj[key], checked to be of `kind`; errors name the file and the JSON path."""
-    here = f"{where}.{key}" if where else key
-    if not isinstance(obj, dict):
-        raise DataFormatError(f"{name}: {where or 'the top level'} should be an object, got {type(obj).__name__}.")
-    if key not in obj:
-        raise DataFormatError(f"{name}: {here} is missing.")
-    if not isinstance(obj[key], kind):
-        raise DataFormatError(f"{name}: {here} should be {kind.__name__}, got {type(obj[key]).__name__}.")
-    return obj[key]
-
-
-def _squad_answer(ans: Any, context: str, name: str, where: str) -> QAAnswer:
-    text = _get(ans, "text", str, name, where)
-    start = _get(ans, "answer_start", int, name, where)
-    if context[start : start + len(text)] != text:
-        raise DataFormatError(
-            f"{name}: {where}: answer_start {start} does not point at the answer text {text!r} in its context."
-        )
-    return QAAnswer(text, start)
-
-
-def _squad_hub(hub: str, split: str) -> list[QAExample]:
-    out: list[QAExample] = []
-    for row in _hub_rows(hub, split):
-        answers = row["answers"]
-        gold = [QAAnswer(t, int(s)) for t, s in zip(answers["text"], answers["answer_start"])]
-        out.append(QAExample(str(row["id"]), row.get("title", ""), row["question"], row["context"], gold))
-    return out
-
-
 # -- Hugging Face hub ----------------------------------------------------------------------
 
 
-def _hub_rows(hub: str, split: str) -> Any:
+def hub_rows(hub: str, split: str) -> Any:
     """A hub data set split (`name` or `name:config`), as loaded by `datasets`."""
     try:
         import datasets  # lazy: an optional dependency that needs a network

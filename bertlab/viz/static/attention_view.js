@@ -261,6 +261,12 @@ function render({ model, el: host }) {
     return col;
   }
 
+  /** The line-opacity gain the page's theme sets (CSS variable --bl-line-gain), else 1.6. */
+  function lineGain() {
+    const gain = parseFloat(getComputedStyle(root).getPropertyValue("--bl-line-gain"));
+    return Number.isFinite(gain) && gain > 0 ? gain : 1.6;
+  }
+
   function setHover(hover) {
     const same = JSON.stringify(hover) === JSON.stringify(state.hover);
     if (same || model.get("view") !== "head" || !state.att) return;
@@ -278,13 +284,15 @@ function render({ model, el: host }) {
     const yR = (j) => TOP + (j - g.sp.cols[0]) * ROW_H + (ROW_H - 2) / 2;
     const group = svg.querySelector(".bl-lines");
     const paths = [];
-    // As in bertviz: opacity = weight / number of heads shown, so overlaid heads add up to their mean.
-    const perHead = 1 / Math.max(heads.length, 1);
+    // Opacity = gain x weight / sqrt(heads shown), at most 1. bertviz's weight / heads leaves
+    // 12 overlaid heads a faint grey; the gain comes from the page's theme (bertlab.viz.theme:
+    // stronger in projector mode, where a washed-out image loses light lines).
+    const perHead = lineGain() / Math.sqrt(Math.max(heads.length, 1));
     for (const h of heads) {
       const buckets = new Array(LEVELS + 1).fill("");
       for (let i = r0; i < r1; i++) {
         for (let j = c0; j < c1; j++) {
-          const level = Math.round(Math.min(w(g.layer, h, i, j), 1) * perHead * LEVELS);
+          const level = Math.round(Math.min(w(g.layer, h, i, j) * perHead, 1) * LEVELS);
           if (level > 0) buckets[level] += `M${g.x1} ${yL(i)}L${g.x2} ${yR(j)}`;
         }
       }

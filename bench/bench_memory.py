@@ -1,0 +1,201 @@
+"""Memory per student: the proportional set size (PSS) of kernels that each run the dashboard.
+
+Starts K kernels at once, as a class server does for K students, runs `build_app()` in each (the offline
+default loaded, the picker and the first tab built: what a student's page holds before any click), lets
+them idle, and reads `/proc/PID/smaps_rollup` of every kernel. PSS charges each page shared between
+processes (the torch libraries, memory-mapped weights) in equal parts to the processes that map it, so
+the PSS of K kernels adds up to what they cost the machine together. The cost of one more student is the
+marginal PSS: (total(K) - total(1)) / (K - 1), for the largest K. Aim: <= 250 MB. Each kernel's private
+memory (USS) is reported too: what the marginal cost tends to as more kernels share the rest. PSS of a
+shared page is also split with any other process on the machine that maps it (another bertlab, torch).
+
+  --mode kernel   Jupyter kernels (ipykernel, started by jupyter_client as Voila starts them); default
+  --mode process  plain Python processes (no Jupyter), for a machine without ipykernel
+
+Each kernel gets BERTLAB_THREADS=--threads (and OMP_NUM_THREADS), as `bertlab serve --class` sets.
+Prints a markdown table and writes bench/results/memory.json.
+
+    python bench/bench_memory.py [--quick] [--kernels 1 4] [--mode kernel|process] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+AIM_MB = 250.0
+BUILD = "from bertlab.panels.app import build_app\napp = build_app()\napp.widget"
+FIELDS = ("Rss", "Pss", "Pss_Anon", "Pss_File", "Private_Clean", "Private_Dirty")
+
+
+def smaps_rollup(pid: int) -> dict[str, float]:
+    """The memory totals of process `pid` in MB, from /proc/PID/smaps_rollup (Linux 4.14+)."""
+    return parse_rollup(Path(f"/proc/{pid}/smaps_rollup").read_text())
+
+
+def parse_rollup(text: str) -> dict[str, float]:
+    """`Name:   1234 kB` lines -> {name: MB}."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0].endswith(":") and parts[2] == "kB":
+            out[parts[0][:-1]] = int(parts[1]) / 1024
+    return out
+
+
+def marginal(totals: dict[int, float]) -> float | None:
+    """MB one more kernel costs: (total at the most kernels - total at the fewest) / the difference in count."""
+    ks = sorted(totals)
+    if len(ks) < 2:
+        return None
+    return (totals[ks[-1]] - totals[ks[0]]) / (ks[-1] - ks[0])
+
+
+def _env(threads: int) -> dict[str, str]:
+    return {**os.environ, "BERTLAB_THREADS": str(threads), "OMP_NUM_THREADS": str(threads)}
+
+
+# -- kernels -----------------------------------------------------------------------------------
+class _Kernels:
+    """K ipykernels that have each built the app; `.pids`; `close()` shuts them down."""
+
+    def __init__(self, k: int, threads: int, timeout: float) -> None:
+        from jupyter_client import KernelManager
+
+        self.managers = []
+        for _ in range(k):
+            km = KernelManager(kernel_name="python3")
+            km.start_kernel(env=_env(threads))
+            self.managers.append(km)
+        self.clients = [km.client() for km in self.managers]
+        for kc in self.clients:
+            kc.start_channels()
+            kc.wait_for_ready(timeout=timeout)
+        msg_ids = [kc.execute(BUILD) for kc in self.clients]  # all at once, as students arriving together
+        for kc, msg_id in zip(self.clients, msg_ids):
+            _wait_reply(kc, msg_id, timeout)
+
+    @property
+    def pids(self) -> list[int]:
+        return [int(getattr(km.provisioner, "pid", None) or km.provisioner.process.pid) for km in self.managers]
+
+    def close(self) -> None:
+        for kc in self.clients:
+            kc.stop_channels()
+        for km in self.managers:
+            km.shutdown_kernel(now=True)
+
+
+def _wait_reply(kc, msg_id: str, timeout: float) -> None:
+    end = time.monotonic() + timeout
+    while True:
+        msg = kc.get_shell_msg(timeout=max(1.0, end - time.monotonic()))
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["content"]["status"] != "ok":
+            raise SystemExit(f"building the app failed in a kernel: {msg['content'].get('ename')}: "
+                             f"{msg['content'].get('evalue')}")
+        return
+
+
+# -- plain processes ---------------------------------------------------------------------------
+class _Processes:
+    """K Python processes that have each built the app and wait on stdin."""
+
+    CODE = BUILD.replace("\napp.widget", "") + "\nimport sys\nprint('ready', flush=True)\nsys.stdin.read()\n"
+
+    def __init__(self, k: int, threads: int, timeout: float) -> None:
+        self.procs = [subprocess.Popen([sys.executable, "-c", self.CODE], stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, text=True, env=_env(threads)) for _ in range(k)]
+        for p in self.procs:
+            line = p.stdout.readline()
+            if line.strip() != "ready":
+                raise SystemExit(f"building the app failed in a process (exit {p.wait(timeout)}).")
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def close(self) -> None:
+        for p in self.procs:
+            p.stdin.close()
+            p.wait(timeout=60)
+
+
+def measure(k: int, mode: str, threads: int, settle: float, timeout: float) -> dict:
+    """Start `k` kernels, build the app in each, idle `settle` s, read their memory (MB)."""
+    t = time.perf_counter()
+    group = (_Kernels if mode == "kernel" else _Processes)(k, threads, timeout)
+    try:
+        ready_s = time.perf_counter() - t
+        time.sleep(settle)
+        per = [smaps_rollup(pid) for pid in group.pids]
+    finally:
+        group.close()
+    row = {"kernels": k, "ready_s": round(ready_s, 1)}
+    for f in FIELDS:
+        row[f"{f.lower()}_mb"] = [round(p.get(f, 0.0), 1) for p in per]
+    row["uss_mb"] = [round(p.get("Private_Clean", 0.0) + p.get("Private_Dirty", 0.0), 1) for p in per]
+    row["pss_total_mb"] = round(sum(p["Pss"] for p in per), 1)
+    row["pss_mean_mb"] = round(row["pss_total_mb"] / k, 1)
+    return row
+
+
+HEADER = ("| kernels | PSS each MB | PSS total MB | PSS anon each MB | PSS file each MB | USS each MB | RSS each MB "
+          "| ready s |\n|---|---|---|---|---|---|---|---|")
+
+
+def _fmt(r: dict) -> str:
+    def mean(key: str) -> float:
+        return round(sum(r[key]) / len(r[key]), 1)
+
+    return (f"| {r['kernels']} | {r['pss_mean_mb']} | {r['pss_total_mb']} | {mean('pss_anon_mb')} | "
+            f"{mean('pss_file_mb')} | {mean('uss_mb')} | {mean('rss_mb')} | {r['ready_s']} |")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kernels", type=int, nargs="+", default=[1, 4], help="group sizes to measure")
+    p.add_argument("--mode", choices=["kernel", "process"], default="kernel")
+    p.add_argument("--threads", type=int, default=1, help="BERTLAB_THREADS for each kernel")
+    p.add_argument("--settle", type=float, default=3.0, help="seconds of idling before reading memory")
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--quick", action="store_true", help="1 and 2 kernels")
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "memory.json"))
+    a = p.parse_args()
+    if not Path("/proc/self/smaps_rollup").is_file():
+        raise SystemExit("this benchmark reads /proc/PID/smaps_rollup: it needs Linux 4.14 or later.")
+    if a.quick:
+        a.kernels = [1, 2]
+    print(HEADER)
+    rows = []
+    for k in sorted(set(a.kernels)):
+        rows.append(measure(k, a.mode, a.threads, a.settle, a.timeout))
+        print(_fmt(rows[-1]), flush=True)
+    m = marginal({r["kernels"]: r["pss_total_mb"] for r in rows})
+    uss = rows[-1]["uss_mb"]
+    summary = {"marginal_pss_mb": None if m is None else round(m, 1), "aim_mb": AIM_MB,
+               "within_aim": None if m is None else m <= AIM_MB,
+               # what each kernel holds alone: the marginal cost once shared pages are split many ways
+               "uss_per_kernel_mb": round(sum(uss) / len(uss), 1)}
+    if m is not None:
+        print(f"\nmarginal PSS per kernel: {summary['marginal_pss_mb']} MB (aim <= {AIM_MB:.0f} MB); "
+              f"private (USS) per kernel: {summary['uss_per_kernel_mb']} MB")
+    import torch  # only for the version in the record
+
+    meta = {"mode": a.mode, "threads": a.threads, "settle_s": a.settle, "torch": torch.__version__,
+            "python": platform.python_version(), "cpu": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "model": "offline default (MiniLM-L6 + bertlab heads)"}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=2) + "\n")
+    print(f"written to {a.out}")
+
+
+if __name__ == "__main__":
+    main()

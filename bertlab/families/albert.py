@@ -1,0 +1,226 @@
+"""ALBERT: factorised embeddings (embedding_size -> hidden_size through
+`albert.encoder.embedding_hidden_mapping_in`), one layer group shared across depth, SOP.
+
+The shared layer holds the weights once; the hook points live in `albert.encoder.layer.{i}`, one set
+per logical depth, so a cache keeps every depth apart. SOP logits come back as `nsp_logits`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertlab.config import BertConfig, ConfigError
+from bertlab.families.bert import BERT_DEFAULTS, BERT_FIELDS
+from bertlab.families.core import Family, FamilyModel
+from bertlab.hooks import HookPoint
+from bertlab.model import (
+    AttentionHooks,
+    BertEmbeddings,
+    ModelOutput,
+    activation_fn,
+    add_task_heads,
+    additive_mask,
+    attend,
+    task_logits,
+    write_heads,
+)
+from bertlab.tokenizer import TOKENIZER_PIPELINES
+
+
+class AlbertDepth(AttentionHooks):
+    """The hook points of one logical layer (no weights): the shared layer runs through them."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__(cfg)
+        self.hook_resid_pre = HookPoint()  # [batch, seq, d_model]
+        self.hook_result = HookPoint()  # [batch, seq, head, d_model] each head's write (no bias)
+        self.hook_attn_out = HookPoint()  # [batch, seq, d_model]
+        self.hook_resid_mid = HookPoint()  # [batch, seq, d_model]
+        self.hook_post = HookPoint()  # [batch, seq, d_mlp]
+        self.hook_mlp_out = HookPoint()  # [batch, seq, d_model]
+        self.hook_resid_post = HookPoint()  # [batch, seq, d_model]
+
+
+class AlbertAttention(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.query = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.key = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.value = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.attention_dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
+        self.output_dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+
+class AlbertLayer(nn.Module):
+    """One post-LN layer; its weights serve every depth of its group."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.full_layer_layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.attention = AlbertAttention(cfg)
+        self.ffn = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.ffn_output = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
+        self.act = activation_fn(cfg.hidden_act)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None,
+                hp: AlbertDepth) -> torch.Tensor:
+        a = self.attention
+        x = hp.hook_resid_pre(x)
+        z = attend(hp, x, a.query, a.key, a.value, mask, head_mask, a.attention_dropout)
+        out = hp.hook_attn_out(a.output_dropout(write_heads(z, a.dense, hp.hook_result, hp.n_heads)))
+        mid = hp.hook_resid_mid(a.LayerNorm(x + out))
+        ffn = hp.hook_mlp_out(self.ffn_output(hp.hook_post(self.act(self.ffn(mid)))))
+        return hp.hook_resid_post(self.full_layer_layer_norm(ffn + mid))
+
+
+class AlbertLayerGroup(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.albert_layers = nn.ModuleList([AlbertLayer(cfg)])  # inner_group_num = 1 (checked)
+
+
+class AlbertTransformer(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.embedding_hidden_mapping_in = nn.Linear(cfg.embedding_size or cfg.hidden_size, cfg.hidden_size)
+        self.albert_layer_groups = nn.ModuleList(AlbertLayerGroup(cfg) for _ in range(cfg.num_hidden_groups))
+        self.layer = nn.ModuleList(AlbertDepth(cfg) for _ in range(cfg.num_hidden_layers))  # hooks per depth
+        self.per_group = cfg.num_hidden_layers // cfg.num_hidden_groups
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.embedding_hidden_mapping_in(x)  # [batch, seq, d_model]
+        for i, hp in enumerate(self.layer):
+            shared = self.albert_layer_groups[i // self.per_group].albert_layers[0]
+            x = shared(x, mask, None if head_mask is None else head_mask[i], hp)
+        return x
+
+
+class AlbertModel(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.embeddings = BertEmbeddings(cfg)
+        self.encoder = AlbertTransformer(cfg)
+        self.pooler = nn.Linear(cfg.hidden_size, cfg.hidden_size) if cfg.add_pooler else None
+
+    def forward(self, input_ids, token_type_ids, attention_mask, head_mask):
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        x = self.embeddings(input_ids, token_type_ids)
+        x = self.encoder(x, additive_mask(attention_mask, x.dtype), head_mask)
+        return x, (torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None)
+
+
+class AlbertMLMHead(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        width = cfg.embedding_size or cfg.hidden_size
+        self.LayerNorm = nn.LayerNorm(width, eps=cfg.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.dense = nn.Linear(cfg.hidden_size, width)
+        self.act = activation_fn(cfg.hidden_act)
+
+    def forward(self, x: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.LayerNorm(self.act(self.dense(x))), word_embeddings, self.bias)  # [..., vocab]
+
+
+class AlbertSOPHead(nn.Module):
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.dropout = nn.Dropout(cfg.extra.get("classifier_dropout_prob", 0.1))
+        # HF sizes it by config.num_labels (2 in every released ALBERT: in order / swapped)
+        self.classifier = nn.Linear(cfg.hidden_size, len(cfg.extra.get("id2label") or (0, 1)))
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(pooled))  # [batch, 2]: 0 = in order, 1 = swapped
+
+
+class Albert(FamilyModel):
+    def __init__(self, config: BertConfig):
+        needs_pooler = "sop" in config.pretraining_heads or config.task == "sequence_classification"
+        super().__init__(config.replace(add_pooler=True) if needs_pooler else config)
+        config = self.config
+        self.albert = AlbertModel(config)
+        self.predictions = AlbertMLMHead(config) if "mlm" in config.pretraining_heads else None
+        self.sop_classifier = AlbertSOPHead(config) if "sop" in config.pretraining_heads else None
+        add_task_heads(self, config, dropout_p=config.extra.get("classifier_dropout_prob", 0.1))
+        self.finish()
+
+    def forward(self, input_ids, token_type_ids=None, attention_mask=None, head_mask=None,
+                mlm_positions=None) -> ModelOutput:
+        self.check_input(input_ids, token_type_ids)
+        seq, pooled = self.albert(input_ids, token_type_ids, attention_mask, head_mask)
+        out = ModelOutput(last_hidden_state=seq, pooler_output=pooled)
+        if self.predictions is not None:
+            picked = seq if mlm_positions is None else seq[mlm_positions]
+            out.mlm_logits = self.predictions(picked, self.albert.embeddings.word_embeddings.weight)
+        if self.sop_classifier is not None:
+            out.nsp_logits = self.sop_classifier(pooled)
+        task_logits(out, self, seq, pooled)
+        return out
+
+
+def sentencepiece_pipeline(tok: dict, cfg: dict) -> dict:
+    """ALBERT's tokenizer as transformers' AlbertTokenizer builds it over tokenizer.json: quotes, accents
+    (unless keep_accents), lower case (do_lower_case), the file's precompiled charsmap; whitespace split
+    then Metaspace."""
+    norms: list[dict] = [{"type": "Replace", "pattern": {"String": "``"}, "content": '"'},
+                         {"type": "Replace", "pattern": {"String": "''"}, "content": '"'}]
+    if not cfg.get("keep_accents", False):
+        norms += [{"type": "NFKD"}, {"type": "StripAccents"}]
+    if cfg.get("do_lower_case", True):
+        norms.append({"type": "Lowercase"})
+    old = tok.get("normalizer") or {}
+    norms += [n for n in [old, *old.get("normalizers", [])] if n.get("type") == "Precompiled"]
+    scheme = "always" if cfg.get("add_prefix_space", True) else "never"
+    meta = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": scheme, "split": True}
+    return {**tok, "normalizer": {"type": "Sequence", "normalizers": norms},
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, meta]},
+            "decoder": meta}
+
+
+TOKENIZER_PIPELINES["AlbertTokenizer"] = sentencepiece_pipeline
+
+
+def _check(d: dict) -> None:
+    if d.get("inner_group_num", 1) != 1:
+        raise ConfigError(f"inner_group_num {str(d.get('inner_group_num'))[:20]} is not supported: bertlab "
+                          f"builds ALBERTs with one layer per group (inner_group_num 1, as every released ALBERT).")
+
+
+def _spec(d: dict, kwargs: dict) -> None:
+    kwargs["embedding_size"] = d.get("embedding_size", 128)
+    kwargs["num_hidden_groups"] = d.get("num_hidden_groups", 1)
+
+
+FAMILY = Family(
+    name="albert",
+    prefix="albert",
+    model_class=Albert,
+    fields=BERT_FIELDS,
+    defaults={**BERT_DEFAULTS, "hidden_act": "gelu_new", "pad_token_id": 0},
+    architectures={
+        "AlbertModel": ((), None),
+        "AlbertForPreTraining": (("mlm", "sop"), None),
+        "AlbertForMaskedLM": (("mlm",), None),
+        "AlbertForSequenceClassification": ((), "sequence_classification"),
+        "AlbertForTokenClassification": ((), "token_classification"),
+        "AlbertForQuestionAnswering": ((), "question_answering"),
+    },
+    hook_paths={short: "albert.encoder.layer.{i}." for short in (
+        "hook_resid_pre", "hook_q", "hook_k", "hook_v", "hook_scores", "hook_pattern", "hook_z", "hook_result",
+        "hook_attn_out", "hook_resid_mid", "hook_post", "hook_mlp_out", "hook_resid_post")},
+    head_keys={"mlm": "predictions.dense.weight", "sop": "sop_classifier.classifier.weight"},
+    pooler_key="albert.pooler.weight",
+    tokenizer_kind="unigram",
+    special_tokens={"cls": "[CLS]", "sep": "[SEP]", "pad": "<pad>", "unk": "<unk>", "mask": "[MASK]"},
+    base_keys=("embeddings.", "encoder.", "pooler."),
+    tied=("predictions.decoder.weight", "predictions.decoder.bias"),
+    check=_check,
+    spec_hook=_spec,
+)
+Albert.FAMILY = FAMILY

@@ -1,0 +1,424 @@
+"""What every family shares: the `Family` record a family module fills in, the `ModelFamily`
+protocol that code above the model core speaks, the base of the family models, and the strict
+assembly of a model from a state dict (keys and shapes checked, nothing renamed but the table).
+
+The neutral encoder spec is `BertConfig` with the family's `model_type`: each family maps its own
+config.json names onto it (`Family.fields`) and back.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from bertlab.config import PRETRAINING_HEADS, BertConfig, ConfigError
+from bertlab.hooks import name_hook_points
+from bertlab.model import HookedModel, MissingHeadError
+
+# The hook points of one logical layer, by short name, the same in every family.
+LAYER_HOOKS = (
+    "hook_resid_pre", "hook_q", "hook_k", "hook_v", "hook_scores", "hook_pattern", "hook_z",
+    "hook_result", "hook_attn_out", "hook_resid_mid", "hook_post", "hook_mlp_out", "hook_resid_post",
+)
+EMBEDDING_HOOKS = ("hook_word", "hook_token_type", "hook_position", "hook_sum", "hook_out")
+SPECIAL_ROLES = ("cls", "sep", "pad", "unk", "mask")
+HEAD_WORDS = {"mlm": "masked-word prediction (MLM)", "nsp": "next-sentence prediction (NSP)",
+              "sop": "sentence-order prediction (SOP)", "rtd": "replaced-token detection (ELECTRA's discriminator)"}
+# Checkpoint keys that are never weights: position/segment id buffers of older HF versions.
+BUFFER_KEYS = (r"(^|\.)embeddings\.position_ids$", r"(^|\.)embeddings\.token_type_ids$")
+RENAMES = ((r"LayerNorm\.gamma$", "LayerNorm.weight"), (r"LayerNorm\.beta$", "LayerNorm.bias"))
+
+
+class FamilyError(ValueError):
+    """A checkpoint or config that its family cannot build; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything bertlab knows about one architecture, in one place.
+
+    fields: HF config.json name -> BertConfig name (both directions); defaults: HF defaults for keys
+    a config.json may leave out; architectures: HF class name -> (pre-training heads, task);
+    hook_paths: short hook name -> module path of layer {i} holding it; tied: checkpoint keys that
+    repeat the word embeddings (never stored by HF, ignored when present); head_keys: a key that
+    shows each pre-training head is in the file.
+    """
+
+    name: str  # model_type
+    prefix: str  # the encoder's attribute and key prefix ("roberta")
+    model_class: type
+    fields: dict[str, str]
+    architectures: dict[str, tuple[tuple[str, ...], str | None]]
+    hook_paths: dict[str, str]
+    head_keys: dict[str, str]
+    pooler_key: str | None
+    tokenizer_kind: str  # "wordpiece", "bpe" (byte-level) or "unigram"
+    special_tokens: dict[str, str]  # role -> the family's usual token ("mask" -> "<mask>")
+    base_keys: tuple[str, ...]  # first parts of a bare encoder's keys (saved without the prefix)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    fixed: dict[str, Any] = field(default_factory=dict)  # spec values the family always has
+    tied: tuple[str, ...] = ()
+    check: Callable[[dict], None] | None = None  # family-specific refusals on the raw config
+    spec_hook: Callable[[dict, dict], None] | None = None  # fills spec kwargs the table cannot
+    head_prefixes: tuple[str, ...] = ()  # parameter-name prefixes of the pre-training heads ("cls.")
+
+    # -- config.json <-> neutral spec -----------------------------------------------------------
+    def spec_from_hf(self, d: dict[str, Any]) -> BertConfig:
+        """The neutral spec of a config.json dict (unknown keys kept in `extra` for saving)."""
+        if self.check is not None:
+            self.check(d)
+        archs = d.get("architectures") or [self.bare_architecture]
+        if not isinstance(archs, list) or not archs or archs[0] not in self.architectures:
+            name = archs[0] if isinstance(archs, list) and archs else archs
+            raise ConfigError(
+                f"architectures names {str(name)[:60]!r}, which bertlab does not build for model_type "
+                f"{self.name!r}; it builds {', '.join(self.architectures)}."
+            )
+        heads, task = self.architectures[archs[0]]
+        kwargs: dict[str, Any] = {}
+        for hf_name, ours in self.fields.items():
+            if hf_name in d:
+                kwargs[ours] = d[hf_name]
+            elif hf_name in self.defaults:
+                kwargs[ours] = self.defaults[hf_name]
+        kwargs.update(self.fixed)
+        if self.spec_hook is not None:
+            self.spec_hook(d, kwargs)
+        id2label = d.get("id2label") if task in ("sequence_classification", "token_classification") else None
+        return BertConfig(**kwargs, model_type=self.name, pretraining_heads=heads, task=task,
+                          id2label=id2label or {}, extra=dict(d))
+
+    def hf_from_spec(self, spec: BertConfig) -> dict[str, Any]:
+        """The config.json dict of `spec` (what transformers reads back)."""
+        d = {k: v for k, v in spec.extra.items() if k != "architectures"}  # id2label kept unless ours differ
+        for hf_name, ours in self.fields.items():
+            d[hf_name] = getattr(spec, ours)
+        d["model_type"] = self.name
+        d["architectures"] = [self.architecture_of(spec)]
+        if spec.id2label:
+            d["id2label"] = {str(k): v for k, v in spec.id2label.items()}
+            d["label2id"] = {v: k for k, v in spec.id2label.items()}
+        elif spec.task == "question_answering" and "id2label" not in d:
+            d["id2label"], d["label2id"] = {"0": "LABEL_0", "1": "LABEL_1"}, {"LABEL_0": 0, "LABEL_1": 1}
+        return d
+
+    @property
+    def bare_architecture(self) -> str:
+        return next(a for a, (h, t) in self.architectures.items() if not h and t is None)
+
+    def architecture_of(self, spec: BertConfig) -> str:
+        for name, (heads, task) in self.architectures.items():
+            if heads == spec.pretraining_heads and task == spec.task:
+                return name
+        raise FamilyError(f"no {self.name} architecture has heads {spec.pretraining_heads} and task {spec.task}.")
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def hook_name(self, layer: int, short: str) -> str:
+        if short not in self.hook_paths:
+            raise KeyError(f"no per-layer hook {short!r}; the names are {', '.join(LAYER_HOOKS)}.")
+        return self.hook_paths[short].format(i=layer) + short
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """The protocol analysis, training and panels use instead of family names and literal tokens."""
+
+    family: Family
+    config: BertConfig
+
+    @property
+    def name(self) -> str:
+        return self.family.name
+
+    @property
+    def num_layers(self) -> int:
+        """Logical layers: ALBERT's shared layer counts once per depth."""
+        return self.config.num_hidden_layers
+
+    @property
+    def has_segments(self) -> bool:
+        """Whether token_type_ids mean anything (DistilBERT has no segment embeddings)."""
+        return self.config.type_vocab_size > 1
+
+    @property
+    def tokenizer_kind(self) -> str:
+        return self.family.tokenizer_kind
+
+    def hook_name(self, layer: int, short: str) -> str:
+        """Full hook name of `short` (e.g. "hook_pattern") in logical layer `layer`."""
+        if not 0 <= layer < self.num_layers:
+            raise IndexError(f"layer {layer} does not exist: the model has {self.num_layers} layers "
+                             f"(0..{self.num_layers - 1}).")
+        return self.family.hook_name(layer, short)
+
+    def layer_hook_names(self, short: str) -> list[str]:
+        return [self.hook_name(i, short) for i in range(self.num_layers)]
+
+    @property
+    def prefix(self) -> str:
+        """The encoder's attribute and parameter-name prefix ("bert", "roberta", ...)."""
+        return self.family.prefix
+
+    def layer_prefix(self, layer: int) -> str:
+        """Parameter/module-name prefix of logical layer `layer` ("bert.encoder.layer.3.")."""
+        return self.hook_name(layer, "hook_resid_pre").removesuffix("hook_resid_pre")
+
+    def layer_of(self, name: str) -> int | None:
+        """The layer a parameter or hook name belongs to (None outside the layers)."""
+        pattern = re.escape(self.family.hook_paths["hook_resid_pre"]).replace(re.escape("{i}"), r"(\d+)")
+        m = re.match(pattern, name)
+        return int(m.group(1)) if m else None
+
+    @property
+    def pooler_prefix(self) -> str | None:
+        """Prefix of the pooler's parameters ("bert.pooler."), None for a family without one."""
+        key = self.family.pooler_key
+        return None if key is None else key[: key.index(".pooler.") + len(".pooler.")]
+
+    @property
+    def head_prefixes(self) -> tuple[str, ...]:
+        """Parameter-name prefixes of the pre-training heads (BERT: ("cls.",))."""
+        keys = self.family.head_keys.values()
+        return self.family.head_prefixes or tuple(dict.fromkeys(k.split(".")[0] + "." for k in keys))
+
+    def embedding_part_hook(self, short: str) -> str:
+        """Hook name of a part of the embeddings: hook_word, hook_token_type, hook_position, hook_sum, hook_out."""
+        if short not in EMBEDDING_HOOKS:
+            raise KeyError(f"no embedding hook {short!r}; the names are {', '.join(EMBEDDING_HOOKS)}.")
+        return f"{self.family.prefix}.embeddings.{short}"
+
+    def embeddings(self, model: nn.Module) -> nn.Module:
+        """The model's embeddings module: `embeddings(model)(input_ids, token_type_ids)`."""
+        return getattr(model, self.family.prefix).embeddings
+
+    @property
+    def embedding_hook(self) -> str:
+        """The residual stream entering the first layer (HF's hidden_states[0])."""
+        return self.hook_name(0, "hook_resid_pre")
+
+    def special_tokens(self, tokenizer) -> dict[str, tuple[str, int]]:
+        """role -> (token, id) read from the tokenizer: {"mask": ("<mask>", 4), ...}."""
+        return {role: (tok, tokenizer.token_to_id(tok)) for role, tok in tokenizer.special_tokens.items()}
+
+    @staticmethod
+    def word_spans(word_ids: Sequence[int | None], sequence_ids: Sequence[int | None] | None = None
+                   ) -> list[tuple[int, int]]:
+        """(first token, end token) of each word, from the tokenizer's word ids: no "##" or "Ġ" test."""
+        seqs = sequence_ids if sequence_ids is not None else [0 if w is not None else None for w in word_ids]
+        spans: list[tuple[int, int]] = []
+        prev = None
+        for i, (s, w) in enumerate(zip(seqs, word_ids)):
+            key = None if w is None else (s, w)
+            if key is not None and key == prev:
+                spans[-1] = (spans[-1][0], i + 1)
+            elif key is not None:
+                spans.append((i, i + 1))
+            prev = key
+        return spans
+
+    @staticmethod
+    def word_starts(word_ids: Sequence[int | None]) -> list[bool]:
+        """True where a token begins a word (False for continuations and special tokens)."""
+        return [w is not None and (i == 0 or word_ids[i - 1] != w) for i, w in enumerate(word_ids)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Base of the family models (BERT's own `Bert` lives in bertlab.model)
+# ---------------------------------------------------------------------------------------------
+class FamilyModel(HookedModel):
+    """A family's whole model: `model(input_ids, token_type_ids, attention_mask)` -> ModelOutput."""
+
+    FAMILY: Family  # set by each family module
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+
+    def finish(self) -> None:
+        """Initialise (unless on the meta device) and name the hook points; call last in __init__."""
+        if not any(p.is_meta for p in self.parameters()):
+            self.apply(self._init_weights)
+        self.hook_points = name_hook_points(self)
+
+    # -- what it has ------------------------------------------------------------------------
+    @property
+    def heads(self) -> tuple[str, ...]:
+        return self.config.pretraining_heads
+
+    @property
+    def has_mlm(self) -> bool:
+        return "mlm" in self.heads
+
+    @property
+    def has_nsp(self) -> bool:
+        """A sentence-pair head (NSP, or ALBERT's SOP): its logits come back as `nsp_logits`."""
+        return "nsp" in self.heads or "sop" in self.heads
+
+    @property
+    def has_rtd(self) -> bool:
+        return "rtd" in self.heads
+
+    def require(self, head: str) -> None:
+        has = {"mlm": self.has_mlm, "nsp": self.has_nsp, "sop": self.has_nsp, "rtd": self.has_rtd}.get(head)
+        if has is None:
+            raise ValueError(f"unknown head {head!r}; heads are {', '.join(PRETRAINING_HEADS)}.")
+        if not has:
+            raise MissingHeadError(
+                f"this {self.FAMILY.name} model has no {head.upper()} head, so {HEAD_WORDS[head]} is not "
+                f"available. Load a checkpoint that has it."
+            )
+
+    def describe(self) -> str:
+        c = self.config
+        heads = [h.upper() for h in c.pretraining_heads] + ([c.task.replace("_", " ")] if c.task else [])
+        n = sum(p.numel() for p in self.parameters()) / 1e6
+        return (f"{self.FAMILY.name}: {c.num_hidden_layers} layers, {c.hidden_size} wide, {c.num_attention_heads} "
+                f"heads, {n:.1f}M parameters; heads: {', '.join(heads) if heads else 'none (encoder only)'}")
+
+    def check_input(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> None:
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids must be [batch, seq]; got shape {tuple(input_ids.shape)}.")
+        limit = self.config.max_position_embeddings - self.config.position_offset
+        if input_ids.shape[1] > limit:
+            raise ValueError(f"the input is {input_ids.shape[1]} tokens long; this model reads at most {limit}.")
+        types = max(self.config.type_vocab_size, 1)
+        if token_type_ids is not None and token_type_ids.numel() and int(token_type_ids.max()) >= types:
+            raise ValueError(f"this model has {types} segment type(s); got a segment id {int(token_type_ids.max())}.")
+
+    def with_heads(self, pretraining_heads: Sequence[str] = (), task: str | None = None,
+                   id2label: dict[int, str] | None = None) -> "FamilyModel":
+        """A new model of this family with this one's encoder weights (copied) and fresh heads where new.
+        Only head sets the family has an HF architecture for (so that transformers can read the save)."""
+        cfg = self.config.replace(pretraining_heads=tuple(pretraining_heads), task=task, id2label=dict(id2label or {}))
+        self.FAMILY.architecture_of(cfg)  # refuses a combination no HF class holds
+        new = type(self)(cfg)
+        ours, theirs = self.state_dict(), new.state_dict()
+        kept = {k: v for k, v in ours.items() if k in theirs and v.shape == theirs[k].shape}
+        pooler = (self.FAMILY.pooler_key or "<none>").rsplit(".", 2)[0]
+        lost = [k for k in theirs if k.startswith(f"{self.FAMILY.prefix}.") and k not in kept and pooler not in k]
+        if lost:
+            raise FamilyError(f"with_heads lost encoder weights: {few(lost)}")
+        theirs.update(kept)  # the encoder and any heads both have; new heads stay freshly initialised
+        new.load_state_dict(theirs)
+        return new.train(self.training)
+
+    # -- saving -----------------------------------------------------------------------------
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights under the names transformers writes (a bare encoder without its prefix)."""
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        if self.FAMILY.architecture_of(self.config) == self.FAMILY.bare_architecture:
+            state = {k.removeprefix(self.FAMILY.prefix + "."): v for k, v in state.items()}
+        return state
+
+    def hf_config(self) -> dict[str, Any]:
+        return self.FAMILY.hf_from_spec(self.config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Strict assembly from a state dict
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Assembly:
+    """What `assemble` found (loading turns it into its LoadReport)."""
+
+    heads: tuple[str, ...]
+    task: str | None
+    missing_heads: tuple[str, ...]
+
+
+def normalise_keys(family: Family, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Drop buffers and tied copies, rename TF-era LayerNorm names, prefix a bare encoder's keys."""
+    out: dict[str, torch.Tensor] = {}
+    for key, value in state.items():
+        if any(re.search(p, key) for p in BUFFER_KEYS) or key in family.tied:
+            continue
+        new = key
+        for pattern, repl in RENAMES:
+            new = re.sub(pattern, repl, new)
+        if new.startswith(family.base_keys):
+            new = f"{family.prefix}.{new}"
+        if new in out:
+            raise FamilyError(f"two checkpoint keys map to {new!r} (one is {key!r}).")
+        out[new] = value
+    return out
+
+
+def assemble(family: Family, spec: BertConfig, state: dict[str, torch.Tensor], weights_file: Path,
+             share: bool = False) -> tuple[FamilyModel, Assembly]:
+    """The model `state` holds, built on the meta device and checked strictly: equal key sets after
+    the family's table, equal shapes, floating-point weights. Pre-training heads the config names
+    but the file lacks are reported, not guessed."""
+    state = normalise_keys(family, state)
+    check_dtypes(state, weights_file)
+    heads = tuple(h for h in PRETRAINING_HEADS if family.head_keys.get(h) in state)
+    missing_heads = tuple(h for h in spec.pretraining_heads if h not in heads)
+    id2label = spec.id2label
+    if spec.task in ("sequence_classification", "token_classification") and not id2label:
+        key = next((k for k in state if k.endswith(("classifier.weight", "out_proj.weight"))), None)
+        n = state[key].shape[0] if key else 0
+        id2label = {i: f"LABEL_{i}" for i in range(n)}
+    add_pooler = family.pooler_key is not None and family.pooler_key in state
+    spec = spec.replace(pretraining_heads=heads, id2label=id2label, add_pooler=add_pooler)
+    with torch.device("meta"):
+        model = family.model_class(spec)
+    check_state(family, model, state, weights_file)
+    expected = model.state_dict()
+    owned = {}
+    for k, v in state.items():
+        if v.dtype != expected[k].dtype:
+            owned[k] = v.to(expected[k].dtype)
+        else:
+            owned[k] = v if share else v.clone(memory_format=torch.contiguous_format)
+    model.load_state_dict(owned, strict=True, assign=True)
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise FamilyError(f"{weights_file}: {few(left)} got no value from the file.")
+    model.eval()
+    return model, Assembly(heads, spec.task, missing_heads)
+
+
+def check_dtypes(state: dict[str, torch.Tensor], weights_file: Path) -> None:
+    """Weights must be floating point: integer or bool tensors would load as garbage floats."""
+    bad = [f"{k} ({str(v.dtype).removeprefix('torch.')})" for k, v in state.items() if not v.is_floating_point()]
+    if bad:
+        raise FamilyError(
+            f"{weights_file} holds non-floating-point weights: {few(bad)}. A model's weights are floats "
+            f"(float32/16, bfloat16); the file is damaged or not a model checkpoint."
+        )
+
+
+def check_state(family: Family, model: nn.Module, state: dict[str, torch.Tensor], weights_file: Path) -> None:
+    expected = {k: v.shape for k, v in model.state_dict().items()}
+    if not any(k.startswith(f"{family.prefix}.") for k in state):
+        problems = [f"it holds no {family.name} encoder weights (keys such as {few(list(state))}); "
+                    f"is config.json's model_type right?"]
+    else:
+        problems = key_problems(expected, state)
+    if problems:
+        raise FamilyError(f"{weights_file} does not fit its config.json: " + "; ".join(problems) + ".")
+
+
+def key_problems(expected: dict[str, torch.Size], state: dict[str, torch.Tensor]) -> list[str]:
+    """What keeps `state` from loading into a model whose state dict has `expected` (name -> shape):
+    missing weights, unexpected ones, shape mismatches; one line each, empty when it fits."""
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = [f"{k} (file {tuple(state[k].shape)}, config {tuple(expected[k])})"
+             for k in expected if k in state and state[k].shape != expected[k]]
+    problems = []
+    if missing:
+        problems.append(f"{len(missing)} weight(s) missing: {few(missing)}")
+    if unexpected:
+        problems.append(f"{len(unexpected)} unexpected weight(s): {few(unexpected)}")
+    if wrong:
+        problems.append(f"{len(wrong)} shape mismatch(es) with config.json: {few(wrong)}")
+    return problems
+
+
+def few(items: list[str], n: int = 5) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")

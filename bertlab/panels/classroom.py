@@ -1,0 +1,188 @@
+"""The class question on a student's tab ("predict, then reveal"), and how a kernel finds the class store.
+
+The teacher pushes a question (bertlab.panels.teacher); each student's Mask tab (or Next sentence
+tab) shows it in a `ClassQuestionBox`: the student sends a guess, and only when the teacher reveals
+does the box show the model's answer beside the class's guesses. Until the student has sent a
+guess, the tab's own results are hidden (`on_hide`), so the tab cannot give the answer away.
+
+The box looks at the store in a background thread: one cheap `PRAGMA data_version` a second while a
+question is live, every few seconds otherwise; it reads the question only when something changed.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+
+import ipywidgets as widgets
+
+from bertlab import settings
+from bertlab.classroom.questions import NSP_CHOICES, tally, verdict
+from bertlab.classroom.store import ClassStore, GuessError, Kind, Question
+from bertlab.panels.base import note_html, show_figure
+from bertlab.viz.classroom import plot_class_guesses
+
+log = logging.getLogger(__name__)
+
+POLL_LIVE_S = 1.0  # while a question is live
+POLL_IDLE_S = 3.0  # while there is none: a push reaches the students within this
+TAB_OF: dict[Kind, str] = {"mask": "Mask", "nsp": "Next sentence"}
+
+
+def class_store() -> ClassStore | None:
+    """The class store of this kernel (`BERTLAB_CLASS_STORE`), or None outside class mode or when it
+    cannot be opened (logged: the tab still works, without class questions)."""
+    path = settings.class_store_path()
+    if path is None:
+        return None
+    try:
+        return ClassStore(path)
+    except Exception:
+        log.exception("could not open the class store at %s: no class questions in this page", path)
+        return None
+
+
+class ClassQuestionBox:
+    """The live class question of one kind, a guess to send, and the reveal. Hidden when there is none.
+
+    `on_hide(True)` asks the tab to hide its own results (a question is open and this student has
+    not answered), `on_hide(False)` to show them again. `poll_s=None` starts no thread: call `poll()`."""
+
+    def __init__(self, store: ClassStore, kind: Kind, on_hide: Callable[[bool], None] | None = None,
+                 poll_s: float | None = POLL_LIVE_S, idle_s: float = POLL_IDLE_S,
+                 mask_token: str | None = None) -> None:
+        self.store, self.kind, self.on_hide, self.mask_token = store, kind, on_hide, mask_token
+        self.student = uuid.uuid4().hex  # anonymous: one id per page
+        self.question: Question | None = None  # the live question of this kind
+        self.elsewhere: Question | None = None  # a live question of the other kind
+        self.guess: str | None = None  # this student's guess to `question`, as counted
+        self.hiding = False
+        self._lock = threading.RLock()
+
+        self.title = widgets.HTML()
+        self.prompt = widgets.HTML()
+        if kind == "mask":
+            self.input: widgets.ValueWidget = widgets.Text(
+                placeholder="the hidden word", description="Your guess",
+                layout=widgets.Layout(width="min(100%, 320px)"), continuous_update=True)
+        else:
+            self.input = widgets.ToggleButtons(options=list(NSP_CHOICES), value=None, description="Your guess",
+                                               style=widgets.ToggleButtonsStyle(button_width="auto"))
+        self.send_button = widgets.Button(description="Send", button_style="primary",
+                                          tooltip="Send your guess to the teacher (you can change it until the reveal)")
+        self.send_button.on_click(lambda _: self.send())
+        self.status = widgets.HTML()
+        self.figure_box = widgets.VBox([])
+        self.widget = widgets.VBox(
+            [self.title, self.prompt, widgets.HBox([self.input, self.send_button],
+                                                   layout=widgets.Layout(flex_flow="row wrap", align_items="center")),
+             self.status, self.figure_box],
+            layout=widgets.Layout(display="none", border="2px solid #e0a100", padding="6px 10px", margin="0 0 8px 0"),
+        )
+        self.widget.add_class("bertlab-class-question")
+
+        self._stop = threading.Event()
+        self._idle_s = idle_s
+        if poll_s:
+            self._poll_s = poll_s
+            threading.Thread(target=self._run, name=f"bertlab-class-{kind}", daemon=True).start()
+
+    # -- looking at the store ----------------------------------------------------------------------
+    def poll(self) -> None:
+        """Read the store if it changed, and show what it holds."""
+        if self.store.changed():
+            self.show(self.store.current())
+
+    def stop(self) -> None:
+        """Stop looking at the store (the page went away)."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._poll_s if (self.question or self.elsewhere) else self._idle_s):
+            try:
+                self.poll()
+            except Exception:  # a locked or vanished store must not end the loop: try again next time
+                log.exception("reading the class store failed")
+
+    # -- what the student sees -----------------------------------------------------------------------
+    def show(self, current: Question | None) -> None:
+        """Show `current` (the store's live question, or None)."""
+        with self._lock:
+            mine = current if current is not None and current.kind == self.kind else None
+            self.elsewhere = current if current is not None and mine is None else None
+            if mine is None or self.question is None or mine.id != self.question.id:
+                self.guess = None  # a new question (or none): nothing sent yet
+                self.figure_box.children = []
+            self.question = mine
+            if mine is None:
+                self._show_elsewhere()
+            else:
+                self._show_question(mine)
+            self._hide_results(mine is not None and not mine.revealed and self.guess is None)
+
+    def send(self) -> None:
+        """Send the guess in the input (or change the one sent)."""
+        with self._lock:
+            if self.question is None or self.question.revealed:
+                return
+            try:
+                if self.input.value is None:
+                    raise GuessError("Pick one of the two answers, then press Send.")
+                self.guess = self.store.answer(self.question.id, self.student, self.input.value)
+            except GuessError as e:
+                self.status.value = note_html("warning", str(e))
+                if self.store.changed():  # closed meanwhile: show the reveal now
+                    self.show(self.store.current())
+                return
+            self.send_button.description = "Change"
+            self.status.value = note_html(
+                "info", f"Sent: '{self.guess}'. You can change it until the teacher reveals the model's answer.")
+            self._hide_results(False)
+
+    def _show_question(self, q: Question) -> None:
+        self.widget.layout.display = None
+        state = "revealed" if q.revealed else "guess first, then the teacher reveals the model's answer"
+        self.title.value = f'<b style="font-size:1.1em">Class question</b> — {state}'
+        self.prompt.value = _prompt_html(q, self.mask_token)
+        self.input.disabled = self.send_button.disabled = q.revealed
+        self.send_button.description = "Change" if self.guess else "Send"
+        if not q.revealed:
+            if self.guess is None:
+                ask = ("What will the model say? Type your guess and press Send." if q.kind == "mask"
+                       else "Does B follow A, for the model? Pick one and press Send.")
+                self.status.value = note_html("info", f"{ask} This tab's own results come back once you have sent it.")
+            return
+        counts = tally(self.store.answers(q.id))
+        self.status.value = note_html("info", verdict(q, self.guess))
+        show_figure(self.figure_box, plot_class_guesses(counts, q.model))
+
+    def _show_elsewhere(self) -> None:
+        if self.elsewhere is None:
+            self.widget.layout.display = "none"
+            return
+        self.widget.layout.display = None
+        self.title.value = "<b>Class question</b>"
+        self.prompt.value = ""
+        self.status.value = note_html("info", f"The teacher's question is on the {TAB_OF[self.elsewhere.kind]} tab.")
+        self.input.disabled = self.send_button.disabled = True
+
+    def _hide_results(self, hide: bool) -> None:
+        if hide != self.hiding:
+            self.hiding = hide
+            if self.on_hide is not None:
+                self.on_hide(hide)
+
+
+def _prompt_html(q: Question, mask_token: str | None) -> str:
+    style = "font-size:1.15em;margin:4px 0"
+    if q.kind == "nsp":
+        return (f'<div style="{style}"><b>A:</b> {html.escape(q.text)}<br><b>B:</b> {html.escape(q.text_b or "")}'
+                "</div><div>Does the model think B follows A?</div>")
+    if not mask_token:
+        return f'<div style="{style}">{html.escape(q.text)}</div>'
+    mark = ('<span style="background:#ffe08a;border-radius:3px;padding:0 3px;font-weight:600">'
+            f'{html.escape(mask_token)}</span>')
+    return f'<div style="{style}">{mark.join(html.escape(p) for p in q.text.split(mask_token))}</div>'

@@ -1,0 +1,147 @@
+"""What `bertlab serve` runs: the server's command line and environment, from its options.
+
+Pure (no server is started here), so the rules are easy to test:
+- culling is always on: a kernel with no page connected and idle `cull_idle` s is shut down;
+- class mode (`class_size`): a pool of `class_size` pre-heated kernels, at most
+  `class_size + max(2, class_size // 10)` live kernels, and the class environment for kernels;
+- beyond loopback a token is required (generated here unless a token or password is given);
+- secrets travel in the environment, which `ps` does not show, and the server removes them.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bertlab.serving import PASSWORD_HASH_ENV, TEMPLATE, TOKEN_ENV
+from bertlab.serving.guard import is_loopback
+from bertlab.settings import PLOTLY_BUNDLE_ENV, PLOTLY_BUNDLE_PATH
+
+DEFAULT_CULL_IDLE_S = 40
+REFILL_DELAY_S = 20  # class mode: seconds between handing out a pooled kernel and starting its successor
+CLASS_DIR = Path("~/.cache/bertlab/class")
+
+
+class PlanError(ValueError):
+    """Options that cannot work together; the message says what to give instead."""
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """Everything `bertlab serve` decided; `argv()` and `env()` turn it into a process."""
+
+    app: Path
+    port: int
+    host: str = "127.0.0.1"
+    open_browser: bool = True
+    class_size: int | None = None
+    pool_size: int = 1
+    max_kernels: int | None = None
+    cull_idle: int = DEFAULT_CULL_IDLE_S
+    token: str = ""
+    password_hash: str = ""
+    allow_hosts: tuple[str, ...] = ()
+    class_dir: Path | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cull_interval(self) -> int:
+        """How often idle kernels are looked for: a closed tab's kernel goes within cull_idle + this."""
+        return max(2, min(10, self.cull_idle // 4))
+
+    @property
+    def needs_door(self) -> bool:
+        return not is_loopback(self.host)
+
+    def argv(self) -> list[str]:
+        """The server's command line (no secrets in it)."""
+        cmd = [
+            sys.executable, "-m", "bertlab.serving", str(self.app),
+            f"--port={self.port}",
+            f"--Voila.ip={self.host}",
+            "--Voila.port_retries=0",  # a class is told one address: fail rather than move
+            f"--template={TEMPLATE}",
+            f"--MappingKernelManager.cull_idle_timeout={self.cull_idle}",
+            f"--MappingKernelManager.cull_interval={self.cull_interval}",
+            "--MappingKernelManager.cull_connected=False",  # an open page keeps its kernel
+        ]
+        if self.pool_size > 0:
+            # Kernels run the notebook before anyone asks: ~6 s to a page instead of ~15 s.
+            cmd += ["--preheat_kernel=True", f"--pool_size={self.pool_size}"]
+            if self.class_size:  # refill after the rush, not while students' pages load
+                cmd.append(f"--VoilaKernelManager.fill_delay={REFILL_DELAY_S}")
+        if self.max_kernels:
+            cmd.append(f"--BertlabVoila.max_kernels={self.max_kernels}")
+        if self.class_size:
+            cmd.append(f"--BertlabVoila.class_size={self.class_size}")
+        if self.allow_hosts:
+            cmd.append("--BertlabVoila.allowed_hosts=" + repr(list(self.allow_hosts)))
+        if not self.open_browser:
+            cmd.append("--no-browser")
+        return cmd
+
+    def env(self, base: dict[str, str]) -> dict[str, str]:
+        """The server's environment (its kernels inherit it, less the secrets)."""
+        env = {**base, **self.extra_env}
+        env[PLOTLY_BUNDLE_ENV] = PLOTLY_BUNDLE_PATH  # figures load plotly's code from the server, once
+        if self.token:
+            env[TOKEN_ENV] = self.token
+        if self.password_hash:
+            env[PASSWORD_HASH_ENV] = self.password_hash
+        if self.class_size:
+            env.update(class_env(self.class_dir or CLASS_DIR.expanduser(), base))
+        return env
+
+
+def class_env(class_dir: Path, base: dict[str, str]) -> dict[str, str]:
+    """Class-mode variables for the kernels (what the environment already sets wins, but
+    class mode itself is always on)."""
+    wanted = {
+        "BERTLAB_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "BERTLAB_WORKSPACES": str(class_dir / "workspaces"),
+        "BERTLAB_QUEUE": str(class_dir / "queue.sqlite"),
+        "BERTLAB_CLASS_STORE": str(class_dir / "class.sqlite"),  # the teacher's questions (bertlab.classroom)
+    }
+    return {**wanted, **{k: base[k] for k in wanted if base.get(k)}, "BERTLAB_CLASS": "1"}
+
+
+def class_cap(class_size: int) -> int:
+    """Live kernels at most for a class: a few seats over the class for reloads and latecomers."""
+    return class_size + max(2, class_size // 10)
+
+
+def make_plan(*, app: Path, port: int, host: str, open_browser: bool, class_size: int | None,
+              preheat: bool, pool_size: int | None, max_kernels: int | None, cull_idle: int,
+              token: str | None, password_hash: str | None, allow_hosts: tuple[str, ...] = (),
+              class_dir: Path | None = None, extra_env: dict[str, str] | None = None) -> ServePlan:
+    """Fill in the defaults and check the options fit together."""
+    if class_size is not None and class_size < 1:
+        raise PlanError(f"--class {class_size}: give the number of students, 1 or more.")
+    if not preheat:
+        pool = 0
+    elif pool_size is not None:
+        pool = pool_size
+    else:
+        pool = class_size or 1
+    cap = max_kernels if max_kernels is not None else (class_cap(class_size) if class_size else None)
+    if cap is not None and cap < 1:
+        raise PlanError(f"--max-kernels {cap}: give 1 or more.")
+    if pool < 0:
+        raise PlanError(f"--pool-size {pool}: give 0 or more.")
+    if cap is not None and pool > cap:
+        raise PlanError(f"--pool-size {pool} is over --max-kernels {cap}: the pool counts towards the cap; "
+                        f"give a smaller pool or a larger cap.")
+    if cull_idle < 5:
+        raise PlanError(f"--cull-idle {cull_idle}: give 5 seconds or more (a page needs time to connect).")
+    plan_token = token or ""
+    if not plan_token and not password_hash and not is_loopback(host):
+        plan_token = secrets.token_hex(12)  # like Jupyter: never open beyond this machine without a door
+    return ServePlan(app=app, port=port, host=host, open_browser=open_browser, class_size=class_size,
+                     pool_size=pool, max_kernels=cap, cull_idle=cull_idle, token=plan_token,
+                     password_hash=password_hash or "", allow_hosts=tuple(allow_hosts),
+                     class_dir=(class_dir.expanduser().resolve() if class_dir else None),
+                     extra_env=dict(extra_env or {}))

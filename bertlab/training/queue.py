@@ -1,0 +1,252 @@
+"""The class training queue: at most `slots` training runs at once across every student's kernel.
+
+Each kernel is its own process, so the queue lives in a SQLite file (WAL mode) that all of them
+open: `BERTLAB_QUEUE` (set by `bertlab serve --class`), with `BERTLAB_QUEUE_SLOTS` runs at a time.
+A run joins the queue, waits its turn in first-come order (telling the student how many runs are
+ahead), trains, and leaves. A run whose process died (killed kernel, culled page) is dropped:
+every entry stores its process id and start time, and a heartbeat that a live run refreshes;
+entries of dead processes or with a heartbeat older than `ttl_s` are removed by whoever looks next.
+
+Without `BERTLAB_QUEUE` there is no queue: `turn()` gives the go at once, as before.
+
+    turn = queue.turn("SST-2 · full")          # joins the queue (a no-op turn without one)
+    try:
+        if not turn.wait(cancel, on_place):    # False: cancelled while waiting
+            return
+        ...train...
+    finally:
+        turn.leave()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from bertlab import settings
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5  # how often a waiting run looks at the queue
+TTL_S = 60.0  # an entry whose heartbeat is older than this is dropped (its process is gone or hung)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- join order
+    label TEXT NOT NULL,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started TEXT NOT NULL,                 -- the process's start time: a reused pid is not the same run
+    state TEXT NOT NULL DEFAULT 'waiting', -- waiting | running
+    heartbeat REAL NOT NULL
+)
+"""
+
+
+def waiting_text(ahead: int, leave: str = "Cancel") -> str:
+    """What a waiting student reads (`leave`: how to leave the queue)."""
+    runs = "1 run" if ahead == 1 else f"{ahead} runs"
+    return (f"Waiting for a free training slot: {runs} ahead of you in the class queue. "
+            f"It starts by itself; {leave} leaves the queue.")
+
+
+def _process_start(pid: int) -> str:
+    """The start time of process `pid` ("" where /proc cannot tell)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22, starttime (clock ticks after boot)
+
+
+def process_alive(pid: int, started: str = "") -> bool:
+    """Whether process `pid` is still running (a zombie is not); `started` (its `_process_start`) also
+    tells a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc here: ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[0] not in ("Z", "X") and (not started or fields[19] == started)
+
+
+class ClassQueue:
+    """A first-come queue with `slots` runs at a time, shared by every process that opens `path`."""
+
+    def __init__(self, path: str | Path, slots: int, poll_s: float = POLL_S, ttl_s: float = TTL_S) -> None:
+        if slots < 1:
+            raise ValueError(f"The class queue needs at least 1 slot, not {slots}.")
+        self.path, self.slots, self.poll_s, self.ttl_s = Path(path), slots, poll_s, ttl_s
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = self._connect()
+        try:
+            db.execute("PRAGMA journal_mode=WAL")  # readers never block the one writer
+            db.execute(_SCHEMA)
+        finally:
+            db.close()
+
+    @classmethod
+    def from_env(cls) -> ClassQueue | None:
+        """The queue `bertlab serve --class` set up (BERTLAB_QUEUE), or None when there is none."""
+        path = settings.queue_path()
+        return None if path is None else cls(path, settings.queue_slots())
+
+    def _connect(self) -> sqlite3.Connection:
+        # A connection per call: runs wait in their own threads, and sqlite3 connections stay in one.
+        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        db.execute("PRAGMA busy_timeout=30000")
+        return db
+
+    def _transaction(self, fn: Callable[[sqlite3.Connection], object]) -> object:
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")  # one writer at a time: places and starts never race
+            try:
+                out = fn(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+            return out
+        finally:
+            db.close()
+
+    def _expire(self, db: sqlite3.Connection) -> None:
+        """Drop the entries of processes that are gone, or whose heartbeat stopped."""
+        host, now = socket.gethostname(), time.time()
+        rows = db.execute("SELECT id, host, pid, started, heartbeat FROM runs").fetchall()
+        for rid, rhost, pid, started, beat in rows:
+            if now - beat > self.ttl_s or (rhost == host and not process_alive(pid, started)):
+                log.info("class queue: dropping entry %d of process %d (gone)", rid, pid)
+                db.execute("DELETE FROM runs WHERE id = ?", (rid,))
+
+    def entries(self) -> list[tuple[int, str, str]]:
+        """(id, label, state) of every live entry, in join order."""
+        def read(db: sqlite3.Connection) -> list[tuple[int, str, str]]:
+            self._expire(db)
+            return db.execute("SELECT id, label, state FROM runs ORDER BY id").fetchall()
+        return self._transaction(read)  # type: ignore[return-value]
+
+    def turn(self, label: str) -> Turn:
+        """Join the queue now (at the back); `Turn.wait` blocks until this run may start."""
+        return Turn(self, self._join(label), label)
+
+    def _join(self, label: str) -> int:
+        pid = os.getpid()
+
+        def join(db: sqlite3.Connection) -> int:
+            cur = db.execute("INSERT INTO runs (label, host, pid, started, heartbeat) VALUES (?, ?, ?, ?, ?)",
+                             (label[:200], socket.gethostname(), pid, _process_start(pid), time.time()))
+            return int(cur.lastrowid)
+
+        return self._transaction(join)  # type: ignore[return-value]
+
+    def _try_start(self, rid: int) -> int:
+        """Start entry `rid` if a slot is free for it: 0 when it started, else the runs ahead of it
+        (running, or waiting since before it). -1 when the entry is gone."""
+        def step(db: sqlite3.Connection) -> int:
+            self._expire(db)
+            db.execute("UPDATE runs SET heartbeat = ? WHERE id = ?", (time.time(), rid))
+            row = db.execute("SELECT state FROM runs WHERE id = ?", (rid,)).fetchone()
+            if row is None:
+                return -1
+            if row[0] == "running":
+                return 0
+            running = db.execute("SELECT COUNT(*) FROM runs WHERE state = 'running'").fetchone()[0]
+            earlier = db.execute("SELECT COUNT(*) FROM runs WHERE state = 'waiting' AND id < ?", (rid,)).fetchone()[0]
+            if running + earlier < self.slots:
+                db.execute("UPDATE runs SET state = 'running' WHERE id = ?", (rid,))
+                return 0
+            return running + earlier
+        return self._transaction(step)  # type: ignore[return-value]
+
+    def _beat(self, rid: int) -> None:
+        self._transaction(lambda db: db.execute("UPDATE runs SET heartbeat = ? WHERE id = ?", (time.time(), rid)))
+
+    def _leave(self, rid: int) -> None:
+        self._transaction(lambda db: db.execute("DELETE FROM runs WHERE id = ?", (rid,)))
+
+
+class Turn:
+    """One run's place in the queue: `wait()` for the go, `leave()` when done (always)."""
+
+    def __init__(self, queue: ClassQueue | None, rid: int | None, label: str = "") -> None:
+        self.queue, self.id, self.label = queue, rid, label
+        self._stop = threading.Event()
+        self._heart: threading.Thread | None = None
+
+    def wait(self, cancel: threading.Event | None = None,
+             on_place: Callable[[int], None] | None = None) -> bool:
+        """Block until this run may start (True), or until `cancel` is set while it waits (False:
+        the entry is gone from the queue). `on_place(ahead)` is called whenever the number of runs
+        ahead changes (and first when the run has to wait at all)."""
+        if self.queue is None:
+            return not (cancel is not None and cancel.is_set())
+        shown = None
+        while True:
+            if cancel is not None and cancel.is_set():
+                self.leave()
+                return False
+            ahead = self.queue._try_start(self.id)
+            if ahead == 0:
+                break
+            if ahead < 0:  # dropped (e.g. this process was too slow to beat): join again at the back
+                self.id = self.queue._join(self.label)
+                continue
+            if ahead != shown and on_place is not None:
+                on_place(ahead)
+            shown = ahead
+            (cancel or self._stop).wait(self.queue.poll_s)
+        self._heart = threading.Thread(target=self._beating, name="bertlab-queue-heartbeat", daemon=True)
+        self._heart.start()
+        return True
+
+    def _beating(self) -> None:
+        while not self._stop.wait(self.queue.ttl_s / 4):
+            try:
+                self.queue._beat(self.id)
+            except sqlite3.Error:
+                log.warning("class queue: heartbeat failed", exc_info=True)
+
+    def leave(self) -> None:
+        """Give the slot (or the place) back; safe to call twice."""
+        self._stop.set()
+        if self.queue is not None and self.id is not None:
+            rid, self.id = self.id, None
+            try:
+                self.queue._leave(rid)
+            except sqlite3.Error:  # the entry will expire with its heartbeat
+                log.warning("class queue: could not leave", exc_info=True)
+
+
+def turn(label: str) -> Turn:
+    """Join the class queue (BERTLAB_QUEUE) for a training run; without one, a turn that starts at once."""
+    queue = ClassQueue.from_env()
+    return Turn(None, None, label) if queue is None else queue.turn(label)
+
+
+@contextlib.contextmanager
+def queued(label: str) -> Iterator[None]:
+    """A command-line run in the class queue: wait for a slot (places go to the log), run, give it
+    back, also on Ctrl-C. Without BERTLAB_QUEUE it runs at once."""
+    t = turn(label)
+    try:
+        t.wait(on_place=lambda ahead: log.warning(waiting_text(ahead, leave="Ctrl-C")))
+        yield
+    finally:
+        t.leave()

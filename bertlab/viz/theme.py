@@ -1,0 +1,294 @@
+"""How the dashboard looks, in one place: the normal page and projector mode.
+
+Projector mode is for a lecture hall: text, token chips, figures and their fonts ×1.5, figures
+that can stretch as wide as the tab, colour scales that keep their contrast on a washed-out
+projector, and head-view lines drawn stronger. Both themes use colour-blind-safe colours.
+
+- Figure builders draw with the theme in use (`current()`, or one passed to them) and end with
+  `finish(fig, theme)`, which scales every font, margin and height, and lets the figure fill the
+  tab's width (`wide=False` figures, whose width follows their tokens, keep a fixed width and
+  scroll instead).
+- `thin_ticks` draws at most as many axis labels as fit (big matrices); `labelled_points` picks
+  the points of a 2-D map that get a label drawn (not only on hover).
+- The app switches the theme with `use()`, adds `css()` to the page once, and puts `ROOT_CLASS`
+  (and `PROJECTOR_CLASS` in projector mode) on its root widget: widget text and the attention
+  view's lines follow through CSS variables.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import plotly.graph_objects as go
+
+# Okabe & Ito's palette (colour-blind safe), strongest colours first; yellow last (weak on white).
+OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+NEUTRAL = "#8c8c8c"  # "other", baselines, not-scored cells
+ROOT_CLASS = "bertlab-app"
+PROJECTOR_CLASS = "bertlab-projector"
+BASE_FONT = 12  # plotly's default text size, px, on the normal page
+HOVER_FONT = 13
+MIN_PAGE_WIDTH = 320  # px: a figure is never drawn narrower than this, however narrow the page
+MAX_HEIGHT = 1000  # px: projector mode grows a figure's height ×scale up to this (never shrinks one)
+
+
+@dataclass(frozen=True)
+class Theme:
+    """Sizes and colours of one look. Sizes in figure builders are written for the normal page
+    and multiplied by `scale` (see `px` and `finish`)."""
+
+    name: str
+    scale: float = 1.0  # text, chips and figures, relative to the normal page
+    full_width: bool = False  # figures that can stretch use the tab's whole width...
+    page_width: int = 960  # ...this many px (the app sets what the page reports)
+    sequential: str = "Blues"  # colour scale for 0..max (attention weights, probabilities, shares)
+    diverging: str = "RdBu"  # colour scale for signed values (red-blue: safe for red-green colour blindness)
+    palette: tuple[str, ...] = OKABE_ITO  # one colour per category (heads, parts, words, runs)
+    labelled_points: int = 12  # points of a 2-D map with their label drawn
+    line_gain: float = 1.6  # head-view line opacity = gain × weight / sqrt(heads shown), at most 1
+    label_gap: float = 1.5  # an axis label needs this many times its font size of room
+    segment_fill: tuple[str, str] = ("#e8f1fb", "#fdf0e2")  # cell tints of sentence A (blue) and B (orange)
+
+    def px(self, size: float) -> int:
+        """`size` (px on the normal page) in this theme."""
+        return max(1, round(size * self.scale))
+
+    def color(self, i: int) -> str:
+        """The `i`-th category colour (the palette repeats)."""
+        return self.palette[i % len(self.palette)]
+
+
+NORMAL = Theme("normal")
+# Cividis: dark blue to yellow, made for colour-vision deficiency; a washed-out projector loses
+# the near-white end of "Blues" (where most attention weights sit), Cividis keeps a dark-to-light ramp.
+PROJECTOR = Theme("projector", scale=1.5, full_width=True, sequential="Cividis", labelled_points=8,
+                  line_gain=2.6, segment_fill=("#bcd7f2", "#f8cfa5"))  # tints a washed-out image keeps
+
+_current: list[Theme] = [NORMAL]  # the theme in use in this kernel (one dashboard per kernel)
+
+
+def current() -> Theme:
+    """The theme figures are drawn with now."""
+    return _current[0]
+
+
+def use(theme: Theme | bool, page_width: int | None = None) -> Theme:
+    """Draw with `theme` from now on (True: projector, False: normal), figures `page_width` px
+    wide at most where they fill the tab (None: as before); returns it."""
+    chosen = (PROJECTOR if theme else NORMAL) if isinstance(theme, bool) else theme
+    width = page_width or _current[0].page_width
+    if width != chosen.page_width:
+        chosen = replace(chosen, page_width=max(MIN_PAGE_WIDTH, int(width)))
+    _current[0] = chosen
+    return chosen
+
+
+def is_projector(theme: Theme | None = None) -> bool:
+    return (theme or current()).full_width
+
+
+# -- figures ------------------------------------------------------------------------------------
+_TRACE_FONTS = ("textfont", "insidetextfont", "outsidetextfont")
+
+
+def finish(fig: go.Figure, theme: Theme | None = None, *, wide: bool = False) -> go.Figure:
+    """Apply `theme` to a figure built with normal-page sizes (in place; returns it).
+
+    Every font size the figure sets (and the base font the rest inherits), margins, marker
+    sizes and table rows are multiplied by `theme.scale`; the height too (up to MAX_HEIGHT).
+    In a full-width theme the width is dropped so the figure fills the tab, unless `wide`
+    (a figure as wide as its tokens: it keeps its width ×scale, at least the tab's, and its box
+    scrolls). The width is always set: plotly's autosize inside a FigureWidget draws 700 px."""
+    t = theme or current()
+    layout = fig.layout
+    if layout.font.size is None:
+        layout.font.size = BASE_FONT
+    if layout.hoverlabel.font.size is None:
+        layout.hoverlabel.font.size = HOVER_FONT
+    if t.scale != 1.0:
+        k = t.scale
+        plain = layout.to_plotly_json()
+        plain.pop("template", None)
+        sized = _scaled_fonts(plain, k)
+        for side in ("l", "r", "t", "b"):
+            value = plain.get("margin", {}).get(side)
+            if value is not None:
+                sized.setdefault("margin", {})[side] = round(value * k)
+        if layout.height is not None:
+            sized["height"] = round(max(layout.height, min(layout.height * k, MAX_HEIGHT)))
+        if layout.width is not None:
+            sized["width"] = round(layout.width * k)
+        layout.update(sized)
+        for trace in fig.data:
+            _scale_trace(trace, k)
+        if layout.title.text and layout.legend.orientation == "h" and (layout.legend.y or 0) >= 1:
+            # a legend above the plot grows into rows with larger text: title at the very top
+            layout.title.update(y=1.0, yref="container", yanchor="top", pad=dict(t=round(8 * k)))
+            layout.margin.t = (layout.margin.t or 80) + round(20 * k)
+    if t.full_width:
+        layout.width = max(layout.width or 0, t.page_width) if wide else t.page_width
+    return fig
+
+
+def _scaled_fonts(node: object, k: float, parent: str = "") -> dict:
+    """Only the font sizes of a plain layout dict, ×k (same nesting; lists stay lists)."""
+    out: dict = {}
+    if not isinstance(node, dict):
+        return out
+    for key, value in node.items():
+        if key == "size" and parent.endswith("font") and isinstance(value, (int, float)):
+            out[key] = round(value * k, 1)
+        elif isinstance(value, dict):
+            inner = _scaled_fonts(value, k, key)
+            if inner:
+                out[key] = inner
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            items = [_scaled_fonts(v, k) for v in value]
+            if any(items):
+                out[key] = [{**v, **_deep(v, i)} for v, i in zip(value, items)]
+    return out
+
+
+def _deep(base: dict, sized: dict) -> dict:
+    """`base` with `sized` merged in at every depth (for list items, which are assigned whole)."""
+    merged = dict(base)
+    for key, value in sized.items():
+        merged[key] = _deep(base.get(key, {}), value) if isinstance(value, dict) else value
+    return merged
+
+
+def _scale_trace(trace: object, k: float) -> None:
+    for name in _TRACE_FONTS:
+        font = getattr(trace, name, None)
+        if font is not None and font.size is not None and not isinstance(font.size, (tuple, list)):
+            font.size = round(font.size * k, 1)
+    colorbar = getattr(trace, "colorbar", None)
+    if colorbar is not None:
+        if colorbar.thickness is not None:
+            colorbar.thickness = round(colorbar.thickness * k)
+        if colorbar.title.font.size is not None:
+            colorbar.title.font.size = round(colorbar.title.font.size * k, 1)
+    marker = getattr(trace, "marker", None)
+    if marker is not None and getattr(trace, "type", "") == "scatter" and isinstance(marker.size, (int, float)):
+        marker.size = round(marker.size * k, 1)
+    if getattr(trace, "type", "") == "table":
+        for part in (trace.header, trace.cells):
+            if part.font.size is not None:
+                part.font.size = round(part.font.size * k, 1)
+            if part.height is not None:
+                part.height = round(part.height * k)
+        if trace.columnwidth is not None:
+            trace.columnwidth = [round(w * k) for w in trace.columnwidth]
+
+
+# -- labels --------------------------------------------------------------------------------------
+def thin_ticks(labels: Sequence[str], room_px: float, font_px: float,
+               gap: float | None = None) -> tuple[list[int], list[str]]:
+    """(tick positions, tick labels) for `labels` at positions 0..n-1 along an axis `room_px` long:
+    every label when they fit at `gap` × `font_px` apart, else every k-th (others on hover)."""
+    n = len(labels)
+    if n == 0:
+        return [], []
+    need = (gap or current().label_gap) * font_px
+    step = max(1, math.ceil(n * need / max(room_px, 1.0)))
+    keep = list(range(0, n, step))
+    return keep, [labels[i] for i in keep]
+
+
+def matrix_tick_font(n: int) -> int:
+    """Tick label size (normal-page px; `finish` scales it) for an n x n matrix of tokens:
+    smaller as n grows, never below 10 px (`thin_ticks` drops labels instead)."""
+    return 13 if n <= 20 else 11 if n <= 40 else 10
+
+
+def matrix_ticks(labels: Sequence[str], side: float, theme: Theme | None = None,
+                 margins: float = 150) -> tuple[list[int], list[str], int]:
+    """(tick positions, tick labels, font size) for a token x token matrix drawn `side` px tall
+    on the normal page with `margins` px above and below: every label that fits at the size the
+    theme draws it (its height capped at MAX_HEIGHT). The font size is a normal-page size."""
+    t = theme or current()
+    font = matrix_tick_font(len(labels))
+    room = min(side * t.scale, MAX_HEIGHT - margins * t.scale) if t.scale != 1.0 else side
+    vals, text = thin_ticks(labels, room, font * t.scale, t.label_gap)
+    return vals, text, font
+
+
+def labelled_points(xy: np.ndarray, n: int, centre: Sequence[float] | None = None,
+                    min_gap: float = 0.06) -> list[int]:
+    """Indices of the points of a 2-D map that get their label drawn: the `n` farthest from
+    `centre` (default: the mean point; the crowd in the middle stays for hovering), skipping a
+    point closer than `min_gap` (a share of the map's extent) to one already chosen, so that
+    labels do not sit on each other. `xy`: [point, 2]."""
+    pts = np.asarray(xy, dtype=float).reshape(-1, 2)
+    if len(pts) == 0 or n <= 0:
+        return []
+    c = pts.mean(axis=0) if centre is None else np.asarray(centre, dtype=float)
+    extent = float(max(np.ptp(pts[:, 0]), np.ptp(pts[:, 1]), 1e-9))
+    order = np.argsort(-np.linalg.norm(pts - c, axis=1), kind="stable")
+    chosen: list[int] = []
+    for i in order:
+        if len(chosen) >= n:
+            break
+        if all(np.linalg.norm(pts[i] - pts[j]) >= min_gap * extent for j in chosen):
+            chosen.append(int(i))
+    return sorted(chosen)
+
+
+def point_text(labels: Sequence[str], keep: Sequence[int]) -> list[str]:
+    """Text per point: its label where kept, "" elsewhere (a Scatter's `text` with mode markers+text)."""
+    kept = set(keep)
+    return [str(label) if i in kept else "" for i, label in enumerate(labels)]
+
+
+# -- the page ------------------------------------------------------------------------------------
+def css() -> str:
+    """The page's style for both themes (a `<style>` block, shown once by the app).
+
+    Widget text (ipywidgets reads `--jp-widgets-*`), help text, token chips and the attention
+    view follow the root's class; figures never clip: a figure wider than its tab scrolls, and
+    long rows of tokens wrap."""
+    p = PROJECTOR
+    r, pr = f".{ROOT_CLASS}", f".{ROOT_CLASS}.{PROJECTOR_CLASS}"
+    return f"""<style>
+{r} {{ --bl-line-gain: {NORMAL.line_gain}; }}
+{r} .js-plotly-plot {{ flex: 0 0 auto; min-width: max-content; max-width: none; }}
+{r} .widget-box:has(> .js-plotly-plot) {{ overflow-x: auto; max-width: 100%; }}
+{r} .bertlab-tabs > .lm-TabBar .lm-TabBar-tab {{ flex: 1 1 auto; min-width: max-content; max-width: none; }}
+{r} .bertlab-tabs > .lm-TabBar .lm-TabBar-content {{ flex-wrap: wrap; }}
+{r} .widget-html-content, {r} .widget-label {{ overflow-wrap: anywhere; }}
+{r} .widget-toggle-buttons {{ flex-wrap: wrap; height: auto; }}
+{r} .widget-toggle-buttons .widget-toggle-button {{ width: auto; min-width: max-content; }}
+{r} .widget-button, {r} .widget-toggle-button {{ min-width: max-content; }}
+{r} .widget-hbox {{ flex-wrap: wrap; }}
+{r} .widget-hbox > .widget-inline-hbox {{ min-width: 0; }}
+{pr} {{
+  --bl-line-gain: {p.line_gain};
+  --jp-widgets-font-size: {p.px(13)}px;
+  --jp-widgets-inline-height: {p.px(28)}px;
+  --jp-widgets-inline-label-width: {p.px(80)}px;
+  --jp-widgets-inline-width: {p.px(300)}px;
+  --jp-widgets-inline-width-short: {p.px(148)}px;
+  --jp-widgets-inline-width-tiny: {p.px(72)}px;
+  --jp-widgets-slider-handle-size: {p.px(16)}px;
+  --jp-ui-font-size1: {p.px(13)}px;
+  --jp-content-font-size1: {p.px(14)}px;
+  --jp-code-font-size: {p.px(13)}px;
+  font-size: {p.px(14)}px;
+}}
+{pr} .widget-html-content {{ font-size: {p.px(14)}px; line-height: 1.45; }}
+{pr} .widget-button, {pr} .widget-toggle-button, {pr} .widget-dropdown select, {pr} .widget-text input,
+{pr} .widget-textarea textarea, {pr} .lm-TabBar-tab {{ font-size: {p.px(13)}px; }}
+{pr} .lm-TabBar {{ min-height: {p.px(28)}px; }}
+{pr} .lm-TabBar-tab {{ min-height: {p.px(26)}px; line-height: {p.px(26)}px; }}
+{pr} .widget-text:has(input[type="number"]) {{ width: auto !important; }}
+{pr} .bl-attn {{ font-size: {p.px(13)}px; }}
+{pr} .bl-attn .bl-chip {{ font-size: {p.px(12)}px; min-width: {p.px(26)}px; height: {p.px(22)}px;
+  border-radius: {p.px(11)}px; }}
+{pr} .bl-attn .bl-line {{ stroke-width: 3; }}
+{pr} .bertlab-note, {pr} .bertlab-busy {{ font-size: {p.px(14)}px; }}
+{pr} [style*="color:#555"], {pr} [style*="color:#666"], {pr} [style*="color:#777"] {{ color: #222 !important; }}
+body:has({pr}) .jp-MarkdownCell {{ display: none; }}
+</style>"""

@@ -1,0 +1,250 @@
+"""One student's workspace, and the one gate that every path a student types goes through.
+
+In class mode (`settings.class_mode()`) each kernel, that is each open dashboard page, gets a
+private folder (mode 0o700) under `settings.workspaces_dir()`, named by a random token that no
+other student can guess or list: `runs/` for training runs, `uploads/` for uploaded files,
+`exports/` for copies of exported figures. A typed path is accepted only inside that folder or
+BERTLAB_DATA (for models also the teacher's folders, BERTLAB_ALLOW_MODELS, and the Hugging Face
+hub cache), after `realpath`, so neither `..` nor a symlink leads out; anything else gets one
+message that says nothing about whether the path exists. In one-person mode paths are free,
+as before. Run folders get unique names in both modes. Nothing here ever deletes a workspace:
+what a student saved stays when a session ends (a teacher clears old ones by their date prefix).
+
+    ws = Workspace.for_session()
+    path = ws.resolve(text, "data")        # PathNotAllowed (a ValueError) outside the workspace
+    out = ws.new_run_dir("sst2-full")      # a new folder under ws.runs, made atomically
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import secrets
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Literal
+
+from bertlab import settings
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["data", "model"]
+
+RUNS_DIR = "bertlab-runs"  # one-person mode: runs go here, relative to the working folder (as before)
+EXPORTS_DIR = "bertlab-exports"  # one-person mode: the Export tab's default folder
+SUBFOLDERS = ("runs", "uploads", "exports")
+PRIVATE = 0o700
+REFUSED: dict[str, str] = {
+    "data": ("Only files in your workspace or the class data folder can be used here: upload your file, "
+             "or pick the class data."),
+    "model": ("Only models in the list, the Hugging Face cache, the teacher's model folders or your workspace "
+              "can be loaded here: pick a model from the list, or type a run folder of yours (runs/...)."),
+}
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
+
+
+class PathNotAllowed(ValueError):
+    """A typed path outside what this session may use (the message never says whether it exists)."""
+
+
+class UploadTooLarge(ValueError):
+    """An upload over the class limit (`settings.upload_max_bytes()`)."""
+
+
+class Workspace:
+    """Where one session's files go, and which typed paths it may use.
+
+    root: the private folder (class mode; made on first use), or None for one-person mode,
+    where typed paths are free and runs go to RUNS_DIR.
+    """
+
+    def __init__(self, root: str | os.PathLike | None = None) -> None:
+        self.root = Path(os.path.realpath(root)) if root is not None else None
+        self._made = False
+        self._lock = threading.Lock()
+        self._tmp_uploads: Path | None = None
+
+    @classmethod
+    def new(cls, parent: str | os.PathLike | None = None) -> Workspace:
+        """A fresh private workspace under `parent` (default `settings.workspaces_dir()`),
+        named `<date>-<random token>`; its folder is made when first needed."""
+        parent = Path(parent) if parent is not None else settings.workspaces_dir()
+        return cls(parent / f"{time.strftime('%Y%m%d')}-{secrets.token_urlsafe(18)}")
+
+    @classmethod
+    def for_session(cls) -> Workspace:
+        """This kernel's workspace (one kernel serves one page): private in class mode, free otherwise."""
+        return _session(settings.class_mode(), str(settings.workspaces_dir()))
+
+    @property
+    def confined(self) -> bool:
+        """True in class mode: typed paths must stay inside the workspace and the class folders."""
+        return self.root is not None
+
+    # -- the folders ----------------------------------------------------------------------------
+    @property
+    def runs(self) -> Path:
+        return self._sub("runs") if self.root is not None else Path(RUNS_DIR)
+
+    @property
+    def exports(self) -> Path:
+        return self._sub("exports") if self.root is not None else Path(EXPORTS_DIR)
+
+    @property
+    def uploads(self) -> Path:
+        if self.root is not None:
+            return self._sub("uploads")
+        if self._tmp_uploads is None:  # one-person mode: a temporary folder, as before
+            self._tmp_uploads = Path(tempfile.mkdtemp(prefix="bertlab-upload-"))
+        return self._tmp_uploads
+
+    def _sub(self, name: str) -> Path:
+        self.make()
+        return self.root / name
+
+    def make(self) -> None:
+        """Create the private folder and its subfolders (mode 0o700, whatever the umask); idempotent."""
+        if self.root is None or self._made:
+            return
+        with self._lock:
+            if self._made:
+                return
+            self.root.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.root.mkdir(mode=PRIVATE)
+            except FileExistsError:
+                if not self.root.is_dir():
+                    raise
+            os.chmod(self.root, PRIVATE)
+            for name in SUBFOLDERS:
+                (self.root / name).mkdir(mode=PRIVATE, exist_ok=True)
+                os.chmod(self.root / name, PRIVATE)
+            self._made = True
+            log.info("workspace %s ready", self.root)
+
+    def new_run_dir(self, prefix: str, parent: str | os.PathLike | None = None) -> Path:
+        """A new, empty folder `<parent>/<YYYYmmdd-HHMMSS>-<prefix>-<random>` (parent: `self.runs`).
+        Made with mkdir(exist_ok=False), so two runs started in the same second never share one."""
+        parent = Path(parent) if parent is not None else self.runs
+        parent.mkdir(parents=True, exist_ok=True)
+        stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{_slug(prefix)}"
+        for _ in range(100):
+            path = parent / f"{stem}-{secrets.token_hex(3)}"
+            try:
+                path.mkdir(mode=PRIVATE if self.confined else 0o777)
+            except FileExistsError:
+                continue
+            return path
+        raise FileExistsError(f"could not make a new run folder in {parent}")
+
+    # -- the gate for typed paths ---------------------------------------------------------------
+    def resolve(self, user_text: str, kind: Kind = "data") -> Path:
+        """The file or folder a student typed, as a real path this session may read.
+
+        One-person mode: the path as typed (~ expanded). Class mode: relative paths are looked
+        up in the workspace, then in BERTLAB_DATA; the real path (symlinks and `..` resolved)
+        must lie inside the workspace or BERTLAB_DATA (for models also the teacher's folders
+        and the hub cache), else PathNotAllowed with REFUSED[kind], whether it exists or not.
+        """
+        text = user_text.strip()
+        if not self.confined:
+            return Path(text).expanduser()
+        refused = PathNotAllowed(REFUSED[kind])
+        if not text or "\x00" in text:
+            raise refused
+        try:
+            typed = Path(text).expanduser()
+        except RuntimeError:  # "~someone" with no such home
+            raise refused from None
+        candidates = [typed] if typed.is_absolute() else [self.root / typed, settings.data_dir() / typed]
+        roots = self._roots(kind)
+
+        def allowed(path: Path) -> bool:
+            return any(_within(path, r) for r in roots)
+
+        for candidate in candidates:
+            if os.path.lexists(candidate):  # the one the student means (a link counts: it decides by its target)
+                real = Path(os.path.realpath(candidate))
+                if allowed(real):
+                    return real
+                raise refused
+        missing = [p for p in (Path(os.path.realpath(c)) for c in candidates) if allowed(p)]
+        if not missing:
+            raise refused
+        return missing[0]  # inside, but not there (yet): the reader says it is missing
+
+    def model_source(self, user_text: str) -> str:
+        """What `bertlab.loading.load` should get for a model the student typed: a folder, or a
+        hub name. Class mode: a hub name only when it is in the hub cache, a folder only where
+        `resolve(..., "model")` allows it."""
+        text = user_text.strip()
+        if not self.confined:
+            return text
+        if _HUB_ID.fullmatch(text) and ".." not in text:
+            local = [c for c in (self.root / text, settings.data_dir() / text) if c.exists()]
+            if not local:
+                if _in_hub_cache(text):
+                    return text
+                raise PathNotAllowed(REFUSED["model"])
+        return str(self.resolve(text, "model"))
+
+    def shown(self, path: str | os.PathLike) -> str:
+        """A path as the student should see it: relative to the workspace (runs/...) in class mode."""
+        text = str(path)
+        if self.root is not None and _within(Path(os.path.realpath(text)), self.root):
+            return os.path.relpath(os.path.realpath(text), self.root)
+        return text
+
+    def hide_root(self, message: str) -> str:
+        """`message` with this workspace's folder left out of every path it names."""
+        if self.root is None:
+            return message
+        return message.replace(str(self.root) + os.sep, "").replace(str(self.root), "your workspace")
+
+    def check_upload(self, size: int) -> None:
+        """Refuse an upload of `size` bytes over the class limit (class mode only)."""
+        limit = settings.upload_max_bytes()
+        if self.confined and size > limit:
+            raise UploadTooLarge(
+                f"That file is {_size(size)}; uploads are limited to {_size(limit)} here. "
+                "Upload a smaller file (fewer examples), or ask your teacher to add it to the class data."
+            )
+
+    def _roots(self, kind: Kind) -> list[Path]:
+        roots = [self.root, settings.data_dir()]
+        if kind == "model":
+            roots += [*settings.allowed_model_dirs(), _hub_cache()]
+        return [Path(os.path.realpath(r)) for r in roots]
+
+
+@functools.cache
+def _session(class_mode: bool, parent: str) -> Workspace:
+    """One workspace per (mode, root) in this process: every tab of a page shares it."""
+    return Workspace.new(parent) if class_mode else Workspace(None)
+
+
+def _within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.3g} MB" if n >= 2**20 else f"{n / 1024:.3g} kB"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:40] or "run"
+
+
+def _hub_cache() -> Path:
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether `repo_id` has a snapshot in the local Hugging Face hub cache."""
+    return (_hub_cache() / f"models--{repo_id.replace('/', '--')}" / "snapshots").is_dir()

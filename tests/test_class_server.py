@@ -1,0 +1,342 @@
+"""The class server (`bertlab serve --class N`, issue 14): what it runs (pure plan), the Host/Origin
+guard and the kernel cap without a server, then the real server on loopback: a foreign Host is
+refused, a token or password is required, the page asks no CDN, a closed tab's kernel is freed at
+once (its beacon) or culled (no beacon), a page that never connects loses its kernel after a grace,
+a connected page keeps its kernel, and over the cap a student gets the "class is full" page (503),
+never a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aio import run_in_thread
+
+from bertlab import cli
+from bertlab.serving import PASSWORD_HASH_ENV, STATUS_PATH, TOKEN_ENV
+from bertlab.serving.guard import HostGuard, is_loopback, known_names
+from bertlab.serving.plan import class_cap, make_plan
+
+REPO = Path(__file__).resolve().parents[1]
+APP = REPO / "apps" / "bertlab.ipynb"
+
+
+def plan(**kw):
+    options = dict(app=APP, port=9000, host="127.0.0.1", open_browser=False, class_size=None, preheat=True,
+                   pool_size=None, max_kernels=None, cull_idle=40, token=None, password_hash=None)
+    return make_plan(**{**options, **kw})
+
+
+# -- the plan: command line and environment ----------------------------------------------------------
+def test_plain_serve_culls_closed_pages_and_keeps_open_ones():
+    argv = plan().argv()
+    assert argv[:4] == [sys.executable, "-m", "bertlab.serving", str(APP)]
+    assert "--MappingKernelManager.cull_idle_timeout=40" in argv
+    assert "--MappingKernelManager.cull_connected=False" in argv
+    interval = int(next(a for a in argv if "cull_interval=" in a).split("=")[1])
+    assert 40 + interval <= 60  # a closed tab's kernel is gone within a minute
+    assert "--pool_size=1" in argv and not any("max_kernels" in a or "fill_delay" in a for a in argv)
+    assert "--template=bertlab" in argv  # the page without Font Awesome from a CDN
+
+
+def test_class_mode_sizes_the_pool_and_caps_kernels(tmp_path):
+    p = plan(class_size=30, class_dir=tmp_path)
+    argv = p.argv()
+    assert "--pool_size=30" in argv and "--preheat_kernel=True" in argv
+    assert "--VoilaKernelManager.fill_delay=20" in argv  # refill after the class arrived, not during
+    assert f"--BertlabVoila.max_kernels={class_cap(30)}" in argv and class_cap(30) >= 32
+    env = p.env({"PATH": "/bin", "BERTLAB_QUEUE": "/srv/q.sqlite"})
+    assert env["BERTLAB_CLASS"] == "1" and env["BERTLAB_THREADS"] == "1" and env["OMP_NUM_THREADS"] == "1"
+    assert env["BERTLAB_WORKSPACES"] == str(tmp_path.resolve() / "workspaces")
+    assert env["BERTLAB_QUEUE"] == "/srv/q.sqlite"  # the teacher's own setting wins
+    assert "BERTLAB_CLASS" not in plan().env({})  # one-person mode sets nothing
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.10", "lab.example.org", "::"])
+def test_beyond_loopback_a_token_is_generated_and_kept_out_of_argv(host):
+    p = plan(host=host, class_size=10)
+    assert len(p.token) >= 24
+    assert p.env({})[TOKEN_ENV] == p.token
+    assert not any(p.token in a for a in p.argv())  # `ps` shows argv to every user
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "127.0.0.2", "::1"])
+def test_loopback_needs_no_door(host):
+    """127.0.0.0/8 and ::1 are loopback: only this machine reaches them."""
+    assert plan(host=host).token == "" and is_loopback(host)
+
+
+def test_a_password_replaces_the_generated_token():
+    p = plan(host="0.0.0.0", password_hash="argon2:xyz")
+    assert p.token == "" and p.env({})[PASSWORD_HASH_ENV] == "argon2:xyz"
+
+
+def test_pool_over_the_cap_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["serve", "--class", "4", "--pool-size", "9", "--max-kernels", "5"])
+    assert e.value.code == 1 and "--pool-size 9 is over --max-kernels 5" in capsys.readouterr().err
+
+
+def test_password_is_read_from_stdin_and_hashed(monkeypatch):
+    import io
+
+    from jupyter_server.auth import passwd_check
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("correct horse\n"))
+    args = cli.build_parser().parse_args(["serve", "--host", "0.0.0.0", "--password"])
+    cmd, env = cli.serve_command(args, env={})
+    assert passwd_check(env[PASSWORD_HASH_ENV], "correct horse") and TOKEN_ENV not in env
+    assert not any("correct horse" in c or "argon2" in c for c in cmd)
+
+
+# -- the guard and the cap, without a server ---------------------------------------------------------
+def test_host_guard_accepts_only_this_server_names():
+    guard = HostGuard(known_names("127.0.0.1", ["lab.example.org"]))
+    for ok in ["localhost:8866", "127.0.0.1:8866", "[::1]:8866", "LAB.example.org", "127.0.0.2"]:
+        assert guard.problem(ok, None) is None, ok
+    assert "Host" in guard.problem("evil.example:8866", None)  # DNS rebinding
+    assert "Origin" in guard.problem("localhost:8866", "http://evil.example")
+    assert guard.problem("localhost:8866", "null") is not None
+    assert guard.problem("localhost:8866", "http://localhost:8866") is None
+    assert guard.problem(None, None) is not None
+
+
+def test_every_interface_address_is_accepted_when_listening_on_all():
+    from bertlab.serving.guard import interface_addresses
+
+    guard = HostGuard(known_names("0.0.0.0"))
+    assert all(guard.problem(f"[{a}]:1" if ":" in a else a, None) is None for a in interface_addresses())
+    assert guard.problem("evil.example", None) is not None
+
+
+def test_kernel_cap_refuses_a_new_kernel_without_starting_one():
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+
+    from bertlab.serving.kernels import ClassFullError, class_kernel_manager_factory
+
+    cls = class_kernel_manager_factory(max_kernels=2)(AsyncMappingKernelManager, False, 0)
+    km = cls()
+    km._kernels.update({"a": object(), "b": object()})  # two live kernels (stand-ins)
+    assert not km.has_room() and not km.can_serve("bertlab.ipynb")
+    with pytest.raises(ClassFullError):
+        run_in_thread(km.start_kernel(kernel_name="python3"))
+    km._kernels.pop("b")
+    assert km.can_serve("bertlab.ipynb")
+    assert km.class_status()["kernels"] == 1 and km.class_status()["max_kernels"] == 2
+
+
+# -- the real server ------------------------------------------------------------------------------------
+TOKEN = "class-test-token"
+PASSWORD = "class-test-password"
+CULL_IDLE_S = 20
+START_S = 240  # the server and two pre-heated kernels that load MiniLM, on 2 busy cores
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, port: int, proc: subprocess.Popen, log: Path):
+        self.base, self.port, self.proc, self.log = f"http://127.0.0.1:{port}", port, proc, log
+
+    def session(self):
+        import requests
+
+        s = requests.Session()
+        s.headers["Authorization"] = f"token {TOKEN}"
+        return s
+
+    def status(self) -> dict:
+        return self.session().get(self.base + STATUS_PATH, timeout=30).json()
+
+    def wait(self, what: str, check, timeout: float) -> float:
+        """Seconds until `check()` holds; fails with the server log after `timeout`."""
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.proc.poll() is not None:
+                pytest.fail(f"the server exited with {self.proc.returncode}:\n{self.log.read_text()[-3000:]}")
+            try:
+                if check():
+                    return time.monotonic() - start
+            except OSError:
+                pass
+            time.sleep(0.5)
+        pytest.fail(f"{what}: not within {timeout} s\n{self.log.read_text()[-3000:]}")
+
+    def pool_ready(self) -> float:
+        return self.wait("the pool filled", lambda: self.status()["pool"]["ready"] == 2, START_S)
+
+    def alive(self, kernel_id: str) -> bool:
+        return self.session().get(f"{self.base}/api/kernels/{kernel_id}", timeout=30).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """`bertlab serve --class 2 --max-kernels 3 --cull-idle 20 --token ... --password` on a free
+    loopback port (the password comes on stdin, as from a script)."""
+    port = _free_port()
+    folder = tmp_path_factory.mktemp("class")
+    log = folder / "server.log"
+    env = {k: v for k, v in os.environ.items() if k != "BERTLAB_MODEL"}
+    env["HF_HUB_OFFLINE"] = "1"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "bertlab.cli", "serve", "--class", "2", "--max-kernels", "3", "--no-browser",
+             "--port", str(port), "--cull-idle", str(CULL_IDLE_S), "--token", TOKEN, "--password",
+             "--class-dir", str(folder / "class")],
+            cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    proc.stdin.write(f"{PASSWORD}\n".encode())
+    proc.stdin.close()
+    srv = Server(port, proc, log)
+    try:
+        srv.wait("the server listened", lambda: socket.create_connection(("127.0.0.1", port), 1).close() or True,
+                 START_S)
+        yield srv
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except ProcessLookupError:
+        return
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def _kernel_id(page_html: str) -> str:
+    return re.search(r'"kernelId": "([0-9a-f-]{36})"', page_html).group(1)
+
+
+@pytest.mark.slow
+def test_foreign_host_and_origin_are_refused(server):
+    import requests
+
+    for path in ["/", "/voila/static/voila.js", STATUS_PATH, "/api/kernels/00000000-0000-0000-0000-000000000000"]:
+        r = requests.get(server.base + path, headers={"Host": f"evil.example:{server.port}"}, timeout=30)
+        assert r.status_code == 403 and "not a name of this server" in r.text, path
+    r = server.session().post(server.base + "/voila/api/shutdown/x", headers={"Origin": "http://evil.example"})
+    assert r.status_code == 403
+
+
+@pytest.mark.slow
+def test_a_token_is_required_and_the_page_asks_no_cdn(server):
+    import requests
+
+    assert requests.get(server.base + STATUS_PATH, timeout=30).status_code == 403
+    r = requests.get(server.base + "/", allow_redirects=False, timeout=30)
+    assert r.status_code == 302 and "/login" in r.headers["Location"]
+    server.pool_ready()
+    s = requests.Session()
+    page = s.get(server.base + f"/?token={TOKEN}", timeout=120)
+    assert page.status_code == 200 and "username-" in "".join(s.cookies.keys())  # the token set a login cookie
+    external = re.findall(r'<(?:link|script)[^>]+(?:href|src)="(https?://[^"]+)"', page.text)
+    assert not external, external  # Voila's lab template asks cdn.jsdelivr.net for Font Awesome
+    # Closing the tab: the page's beforeunload request frees the kernel at once (voila#1458).
+    kernel = _kernel_id(page.text)
+    r = s.post(f"{server.base}/voila/api/shutdown/{kernel}", files={"_xsrf": (None, s.cookies["_xsrf"])}, timeout=60)
+    assert r.status_code == 204
+    assert not server.alive(kernel)
+
+
+@pytest.mark.slow
+def test_a_password_logs_a_student_in(server):
+    import requests
+
+    s = requests.Session()
+    form = s.get(server.base + "/login?next=%2F", timeout=30)
+    assert form.status_code == 200 and 'name="password"' in form.text
+    assert not re.findall(r'<(?:link|script)[^>]+(?:href|src)="https?://', form.text)
+    wrong = s.post(server.base + "/login?next=%2F", data={"password": "nope", "_xsrf": s.cookies["_xsrf"]},
+                   allow_redirects=False, timeout=30)
+    assert wrong.status_code != 302 and s.get(server.base + STATUS_PATH, timeout=30).status_code == 403
+    right = s.post(server.base + "/login?next=%2F", data={"password": PASSWORD, "_xsrf": s.cookies["_xsrf"]},
+                   allow_redirects=False, timeout=30)
+    assert right.status_code == 302 and right.headers["Location"] == "/"
+    assert s.get(server.base + STATUS_PATH, timeout=30).json()["class_size"] == 2
+
+
+def _hold_websocket(server: Server, kernel_id: str) -> threading.Event:
+    """Connect to the kernel as an open page does; the connection lasts until the event is set."""
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    stop, connected = threading.Event(), threading.Event()
+
+    async def hold():
+        url = f"ws://127.0.0.1:{server.port}/api/kernels/{kernel_id}/channels?session_id=test-open-page"
+        conn = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {TOKEN}"}))
+        connected.set()
+        while not stop.is_set():
+            await asyncio.sleep(0.2)
+        conn.close()
+
+    threading.Thread(target=asyncio.run, args=(hold(),), daemon=True).start()
+    assert connected.wait(30)
+    return stop
+
+
+@pytest.mark.slow
+def test_kernels_of_gone_pages_are_culled_open_page_kept_and_a_full_class_gets_503(server):
+    open_page, closed_tab, plain_get = server.session(), server.session(), server.session()
+    kept = _kernel_id(open_page.get(server.base + "/", timeout=120).text)
+    stop_kept = _hold_websocket(server, kept)
+    lost = _kernel_id(closed_tab.get(server.base + "/", timeout=120).text)
+    _hold_websocket(server, lost).set()  # a tab that connected, then vanished without its beacon
+    closed_at = time.monotonic()
+    never = _kernel_id(plain_get.get(server.base + "/", timeout=120).text)  # like `curl /`: never connects
+    got_at = time.monotonic()
+    try:
+        # Three kernels taken, cap 3: the next student is told the class is full, not shown a traceback.
+        full = server.session().get(server.base + "/", timeout=60)
+        assert full.status_code == 503 and "The class is full" in full.text and "Traceback" not in full.text
+        assert full.headers["Retry-After"] == "60"
+        assert server.status()["kernels"] <= 3  # the pool's refill never goes past the cap
+        server.wait("the closed tab's kernel culled", lambda: not server.alive(lost), 90)
+        assert time.monotonic() - closed_at < 60  # "a closed tab's kernel gone within a minute"
+        if time.monotonic() - got_at < 3 * CULL_IDLE_S - 3:  # idle as long, but its page may still be loading
+            assert server.alive(never), "a page that has not connected yet lost its kernel"
+        server.wait("the never-connected kernel culled", lambda: not server.alive(never), 90)
+        assert time.monotonic() - got_at < 3 * CULL_IDLE_S + 30  # after the grace a loading page gets
+        assert server.alive(kept), "a connected page's kernel must not be culled"
+        # A freed seat goes to the next student.
+        again = server.session().get(server.base + "/", timeout=120)
+        assert again.status_code == 200 and _kernel_id(again.text) not in (kept, lost, never)
+        assert server.status()["kernels"] <= 3
+    finally:
+        stop_kept.set()
+
+
+def test_voilas_error_pages_ask_no_cdn(monkeypatch):
+    """A page whose notebook fails to render (e.g. a kernel lost under load) is Voila's error.html,
+    which extends page.html: bertlab's template has its own, without base/page.html's CDN link."""
+    import jinja2
+    from voila.paths import collect_template_paths
+
+    from bertlab.serving import TEMPLATE
+    from bertlab.serving.app import TEMPLATES_ROOT
+
+    monkeypatch.setenv("JUPYTER_PATH", str(TEMPLATES_ROOT))  # as BertlabVoila.initialize sets it
+    paths = collect_template_paths(["voila"], TEMPLATE)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(paths), extensions=["jinja2.ext.i18n"])
+    env.install_null_translations()
+    html = env.get_template("error.html").render(status_code=500, status_message="Internal Server Error",
+                                                 base_url="/", include_css=None)
+    assert "500: Internal Server Error" in html
+    assert not re.findall(r'(?:href|src)="https?://', html), html

@@ -1,0 +1,178 @@
+"""The per-student workspace of class mode (bertlab.workspace) and its settings, without panels:
+a private folder per session, one gate for typed paths (realpath, so neither `..` nor a symlink
+leads out, and one message whether the path exists or not), unique run folders, upload limits."""
+
+from __future__ import annotations
+
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from bertlab import settings
+from bertlab.workspace import REFUSED, PathNotAllowed, UploadTooLarge, Workspace
+
+SECRET = "root:x:0:0"  # the first line of /etc/passwd: must never reach a message
+
+
+@pytest.fixture
+def classroom(monkeypatch, tmp_path) -> dict[str, Path]:
+    """Class mode with its own workspaces root, data folder, teacher's model folder and hub cache."""
+    dirs = {name: tmp_path / name for name in ("workspaces", "data", "teacher", "hub", "elsewhere")}
+    for d in dirs.values():
+        d.mkdir()
+    (dirs["data"] / "sst2").mkdir()
+    (dirs["data"] / "sst2" / "train.tsv").write_text("sentence\tlabel\ngood\t1\n", encoding="utf-8")
+    (dirs["elsewhere"] / "secret.txt").write_text(f"{SECRET}:/root\n", encoding="utf-8")
+    (dirs["hub"] / "models--org--cached" / "snapshots" / "abc").mkdir(parents=True)
+    monkeypatch.setenv("BERTLAB_CLASS", "1")
+    monkeypatch.setenv("BERTLAB_WORKSPACES", str(dirs["workspaces"]))
+    monkeypatch.setenv("BERTLAB_DATA", str(dirs["data"]))
+    monkeypatch.setenv("BERTLAB_ALLOW_MODELS", os.pathsep.join([str(dirs["teacher"]), str(tmp_path / "also")]))
+    monkeypatch.setattr("bertlab.workspace._hub_cache", lambda: dirs["hub"])
+    return dirs
+
+
+def refused(ws: Workspace, text: str, kind: str = "data") -> str:
+    with pytest.raises(PathNotAllowed) as info:
+        ws.resolve(text, kind)
+    return str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# settings
+# ---------------------------------------------------------------------------------------------
+def test_class_settings_read_their_variables(monkeypatch, tmp_path):
+    for off in ("", "0", "no"):
+        monkeypatch.setenv("BERTLAB_CLASS", off)
+        assert not settings.class_mode()
+    monkeypatch.setenv("BERTLAB_CLASS", "1")
+    assert settings.class_mode()
+    monkeypatch.setenv("BERTLAB_WORKSPACES", str(tmp_path / "ws"))
+    assert settings.workspaces_dir() == tmp_path / "ws"
+    monkeypatch.setenv("BERTLAB_ALLOW_MODELS", f"{tmp_path / 'a'}{os.pathsep}{os.pathsep}{tmp_path / 'b'}")
+    assert settings.allowed_model_dirs() == [tmp_path / "a", tmp_path / "b"]
+    monkeypatch.delenv("BERTLAB_UPLOAD_MAX_MB", raising=False)
+    assert settings.upload_max_bytes() == 20 * 2**20
+    monkeypatch.setenv("BERTLAB_UPLOAD_MAX_MB", "0.5")
+    assert settings.upload_max_bytes() == 2**19
+    monkeypatch.setenv("BERTLAB_UPLOAD_MAX_MB", "lots")
+    with pytest.raises(ValueError, match="BERTLAB_UPLOAD_MAX_MB must be a number"):
+        settings.upload_max_bytes()
+
+
+# ---------------------------------------------------------------------------------------------
+# the private folder
+# ---------------------------------------------------------------------------------------------
+def test_each_session_gets_a_private_unguessable_folder(classroom):
+    ws = Workspace.for_session()
+    assert ws.confined and Workspace.for_session() is ws  # every tab of the page shares it
+    runs = ws.runs  # made on first use
+    assert ws.root.parent == classroom["workspaces"].resolve() and runs == ws.root / "runs"
+    for folder in (ws.root, ws.runs, ws.uploads, ws.exports):
+        assert folder.is_dir() and stat.S_IMODE(folder.stat().st_mode) == 0o700
+    token = ws.root.name.split("-", 1)[1]
+    assert len(token) >= 24  # secrets.token_urlsafe(18): 144 random bits
+    other = Workspace.new()
+    other.make()
+    assert other.root != ws.root and other.root.parent == ws.root.parent
+
+
+def test_one_person_mode_keeps_free_paths_and_the_old_folders(monkeypatch, tmp_path):
+    monkeypatch.delenv("BERTLAB_CLASS", raising=False)
+    ws = Workspace.for_session()
+    assert not ws.confined and ws.root is None
+    assert ws.runs == Path("bertlab-runs") and ws.exports == Path("bertlab-exports")
+    assert ws.resolve("/etc/passwd") == Path("/etc/passwd")
+    assert ws.resolve("~/x") == Path.home() / "x"
+    assert ws.model_source("/any/folder") == "/any/folder"
+    ws.check_upload(10**12)  # no size limit for one person
+
+
+# ---------------------------------------------------------------------------------------------
+# the gate
+# ---------------------------------------------------------------------------------------------
+def test_paths_inside_the_workspace_and_the_class_data_are_accepted(classroom):
+    ws = Workspace.for_session()
+    mine = ws.uploads / "mine.tsv"
+    mine.write_text("x\t1\n", encoding="utf-8")
+    data = classroom["data"].resolve()
+    assert ws.resolve(str(mine)) == mine
+    assert ws.resolve("uploads/mine.tsv") == mine  # relative: the workspace first
+    assert ws.resolve("sst2") == data / "sst2"  # then the class data
+    assert ws.resolve(str(classroom["data"] / "sst2" / "train.tsv")) == data / "sst2" / "train.tsv"
+    assert ws.resolve("uploads/../uploads/mine.tsv") == mine
+    assert ws.resolve("uploads/not-yet.tsv") == ws.uploads / "not-yet.tsv"  # inside: it may say "missing"
+
+
+def test_everything_else_gets_one_message_that_does_not_say_whether_it_exists(classroom):
+    ws = Workspace.for_session()
+    (ws.uploads / "out.tsv").symlink_to("/etc/passwd")
+    (ws.uploads / "etc").symlink_to("/etc", target_is_directory=True)
+    (ws.uploads / "secret.txt").symlink_to(classroom["elsewhere"] / "secret.txt")
+    other = Workspace.new()
+    (other.uploads / "theirs.tsv").write_text("x\t1\n", encoding="utf-8")
+    typed = ["/etc/passwd", "/", "../../etc", "../../etc/passwd", "/no/such/file", "~", "~/.ssh",
+             "uploads/out.tsv", "uploads/etc/passwd", "uploads/secret.txt", str(classroom["elsewhere"]),
+             str(other.uploads / "theirs.tsv"), f"../{other.root.name}/uploads/theirs.tsv",
+             "sst2/../../elsewhere/secret.txt", "uploads/\x00x", str(classroom["teacher"])]
+    messages = {refused(ws, text) for text in typed}
+    assert messages == {REFUSED["data"]}  # one message for all: existing or not, file or folder
+    assert SECRET not in REFUSED["data"] and "/" not in REFUSED["data"]
+
+
+def test_models_may_also_come_from_the_teachers_folders_and_the_hub_cache(classroom):
+    ws = Workspace.for_session()
+    teacher = classroom["teacher"].resolve()
+    (teacher / "bert-class").mkdir()
+    assert ws.resolve(str(teacher / "bert-class"), "model") == teacher / "bert-class"
+    assert ws.model_source(str(teacher / "bert-class")) == str(teacher / "bert-class")
+    assert ws.model_source("org/cached") == "org/cached"  # in the hub cache: load() finds it there
+    run = ws.new_run_dir("sst2-full")
+    assert ws.model_source(ws.shown(run)) == str(run)  # "runs/..." as the Fine-tuning tab names it
+    for text in ("org/not-cached", "bert-base-uncased", "/etc", "/", "../../etc"):
+        with pytest.raises(PathNotAllowed) as info:
+            ws.model_source(text)
+        assert str(info.value) == REFUSED["model"], text
+
+
+def test_two_runs_in_the_same_second_get_their_own_new_folders(classroom, monkeypatch):
+    monkeypatch.setattr(time, "strftime", lambda *args: "20260101-120000")
+    ws = Workspace.for_session()
+    made: list[Path] = []
+    lock = threading.Lock()
+
+    def start() -> None:
+        path = ws.new_run_dir("sst2-full")
+        (path / "mine").write_text(path.name)
+        with lock:
+            made.append(path)
+
+    threads = [threading.Thread(target=start) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(made)) == 20 and all(p.parent == ws.runs for p in made)
+    assert all(p.name.startswith("20260101-120000-sst2-full-") for p in made)
+    assert all((p / "mine").read_text() == p.name for p in made)  # nothing overwritten
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o700 for p in made)
+
+
+def test_uploads_over_the_class_limit_are_refused_with_the_numbers(classroom, monkeypatch):
+    monkeypatch.setenv("BERTLAB_UPLOAD_MAX_MB", "1")
+    ws = Workspace.for_session()
+    ws.check_upload(2**20)
+    with pytest.raises(UploadTooLarge, match=r"That file is 3 MB; uploads are limited to 1 MB here"):
+        ws.check_upload(3 * 2**20)
+
+
+def test_messages_show_paths_relative_to_the_workspace(classroom):
+    ws = Workspace.for_session()
+    run = ws.new_run_dir("nli-adapter")
+    assert ws.shown(run) == f"runs/{run.name}" and ws.shown("/somewhere/else") == "/somewhere/else"
+    assert ws.hide_root(f"{run} has no config.json") == f"runs/{run.name} has no config.json"
+    assert str(ws.root) not in ws.hide_root(f"cannot read {ws.root}")
