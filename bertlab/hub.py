@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from bertlab.settings import hub_repo_dir, in_hub_cache
+
 log = logging.getLogger(__name__)
 
 Progress = Callable[[int, int], None]  # (bytes done, bytes in all)
@@ -119,16 +121,12 @@ def download(repo_id: str, revision: str | None = None, progress: Progress | Non
 
 def cached(repo_id: str) -> bool:
     """Whether `repo_id` has a snapshot in the local hub cache (no network)."""
-    from huggingface_hub import constants
-
-    return (Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}" / "snapshots").is_dir()
+    return in_hub_cache(repo_id)
 
 
 def cached_size(repo_id: str) -> int:
     """Bytes the cached snapshots of `repo_id` take (each file counted once)."""
-    from huggingface_hub import constants
-
-    blobs = Path(constants.HF_HUB_CACHE) / f"models--{repo_id.replace('/', '--')}" / "blobs"
+    blobs = hub_repo_dir(repo_id) / "blobs"
     return sum(p.stat().st_size for p in blobs.glob("*") if p.is_file() and not p.name.endswith(".incomplete"))
 
 

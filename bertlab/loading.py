@@ -31,6 +31,7 @@ from bertlab.config import ARCHITECTURES, BertConfig, ConfigError
 from bertlab.families import Family, FamilyError, assemble, check_dtypes, family_for, spec_from_hf
 from bertlab.families.core import few, key_problems
 from bertlab.model import Bert
+from bertlab.settings import hub_cache_dir
 from bertlab.tokenizer import Tokenizer, TokenizerError
 
 log = logging.getLogger(__name__)
@@ -358,11 +359,7 @@ def _own_tensor(value: torch.Tensor, dtype: torch.dtype, share: bool) -> torch.T
 
 def _in_hub_cache(folder: Path) -> bool:
     """Whether `folder` lies in the Hugging Face hub cache, whose files are written once and never changed."""
-    try:
-        from huggingface_hub.constants import HF_HUB_CACHE
-    except ImportError:
-        return False
-    return Path(folder).resolve().is_relative_to(Path(HF_HUB_CACHE).resolve())
+    return Path(folder).resolve().is_relative_to(hub_cache_dir().resolve())
 
 
 class _SkipInit(torch.overrides.TorchFunctionMode):

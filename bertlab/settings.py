@@ -127,3 +127,20 @@ def plotly_bundle_path() -> str | None:
     """Where the page's server serves plotly's widget code (a path under its base URL), or None
     when nobody does (Jupyter, a notebook): then every figure carries the code itself."""
     return os.environ.get(PLOTLY_BUNDLE_ENV) or None
+
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face hub cache (HF_HUB_CACHE / HF_HOME, as huggingface_hub reads them)."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def hub_repo_dir(repo_id: str) -> Path:
+    """The hub cache's folder of one model repository (it may not exist)."""
+    return hub_cache_dir() / f"models--{repo_id.replace('/', '--')}"
+
+
+def in_hub_cache(repo_id: str) -> bool:
+    """Whether `repo_id` has a snapshot in the local hub cache (no network)."""
+    return (hub_repo_dir(repo_id) / "snapshots").is_dir()

@@ -187,7 +187,7 @@ class Workspace:
         if _HUB_ID.fullmatch(text) and ".." not in text:
             local = [c for c in (self.root / text, settings.data_dir() / text) if c.exists()]
             if not local:
-                if _in_hub_cache(text):
+                if settings.in_hub_cache(text):
                     return text
                 raise PathNotAllowed(REFUSED["model"])
         return str(self.resolve(text, "model"))
@@ -217,7 +217,7 @@ class Workspace:
     def _roots(self, kind: Kind) -> list[Path]:
         roots = [self.root, settings.data_dir()]
         if kind == "model":
-            roots += [*settings.allowed_model_dirs(), _hub_cache()]
+            roots += [*settings.allowed_model_dirs(), settings.hub_cache_dir()]
         return [Path(os.path.realpath(r)) for r in roots]
 
 
@@ -237,14 +237,3 @@ def _size(n: int) -> str:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:40] or "run"
-
-
-def _hub_cache() -> Path:
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE)
-
-
-def _in_hub_cache(repo_id: str) -> bool:
-    """Whether `repo_id` has a snapshot in the local Hugging Face hub cache."""
-    return (_hub_cache() / f"models--{repo_id.replace('/', '--')}" / "snapshots").is_dir()

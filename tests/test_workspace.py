@@ -32,7 +32,7 @@ def classroom(monkeypatch, tmp_path) -> dict[str, Path]:
     monkeypatch.setenv("BERTLAB_WORKSPACES", str(dirs["workspaces"]))
     monkeypatch.setenv("BERTLAB_DATA", str(dirs["data"]))
     monkeypatch.setenv("BERTLAB_ALLOW_MODELS", os.pathsep.join([str(dirs["teacher"]), str(tmp_path / "also")]))
-    monkeypatch.setattr("bertlab.workspace._hub_cache", lambda: dirs["hub"])
+    monkeypatch.setattr("bertlab.settings.hub_cache_dir", lambda: dirs["hub"])
     return dirs
 
 
