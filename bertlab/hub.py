@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bertlab.settings import hub_repo_dir, in_hub_cache
+from bertlab.settings import hub_repo_dir
 
 log = logging.getLogger(__name__)
 
@@ -117,11 +117,6 @@ def download(repo_id: str, revision: str | None = None, progress: Progress | Non
             progress(done, total)
     log.debug("downloaded %s (%s) into %s", name, human_size(total), folder)
     return folder
-
-
-def cached(repo_id: str) -> bool:
-    """Whether `repo_id` has a snapshot in the local hub cache (no network)."""
-    return in_hub_cache(repo_id)
 
 
 def cached_size(repo_id: str) -> int:

@@ -36,9 +36,31 @@ def models_dir() -> Path:
 DEFAULT_UPLOAD_MAX_MB = 20
 
 
+def _flag(name: str, env: Mapping[str, str] | None = None) -> bool:
+    """An on/off variable: 1, true, yes or on (any case) is on."""
+    return (os.environ if env is None else env).get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _optional_path(name: str) -> Path | None:
+    """A file named by variable `name`, or None when it is unset or empty."""
+    raw = os.environ.get(name, "").strip()
+    return Path(raw).expanduser() if raw else None
+
+
+def _positive_int(name: str, raw: str, unit: str) -> int:
+    """`raw` (the value of variable `name`) as a whole number ≥ 1, else a message naming the variable."""
+    try:
+        n = int(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a whole number of {unit}, not {raw[:40]!r}.") from None
+    if n < 1:
+        raise ValueError(f"{name} must be 1 or more, not {raw[:40]!r}.")
+    return n
+
+
 def class_mode() -> bool:
     """Whether this kernel serves one student of a class (`BERTLAB_CLASS=1`, set by `bertlab serve --class`)."""
-    return os.environ.get("BERTLAB_CLASS", "").strip().lower() in ("1", "true", "yes", "on")
+    return _flag("BERTLAB_CLASS")
 
 
 def workspaces_dir() -> Path:
@@ -67,8 +89,7 @@ def upload_max_bytes() -> int:
 def queue_path() -> Path | None:
     """The class training queue's SQLite file (`BERTLAB_QUEUE`, set by `bertlab serve --class`);
     None when unset: training runs start at once, with no queue."""
-    raw = os.environ.get("BERTLAB_QUEUE", "").strip()
-    return Path(raw).expanduser() if raw else None
+    return _optional_path("BERTLAB_QUEUE")
 
 
 def queue_slots() -> int:
@@ -79,35 +100,20 @@ def queue_slots() -> int:
         import torch  # only asked when a run starts: the kernel has torch loaded by then
 
         return torch.cuda.device_count() or os.cpu_count() or 1
-    try:
-        slots = int(raw)
-    except ValueError:
-        raise ValueError(f"BERTLAB_QUEUE_SLOTS must be a whole number of runs, not {raw[:40]!r}.") from None
-    if slots < 1:
-        raise ValueError(f"BERTLAB_QUEUE_SLOTS must be 1 or more, not {raw[:40]!r}.")
-    return slots
+    return _positive_int("BERTLAB_QUEUE_SLOTS", raw, "runs")
 
 
 def threads() -> int | None:
     """Torch intra-op threads per kernel (`BERTLAB_THREADS`; class mode sets 1), or None to leave
     torch's default (one per core)."""
     raw = os.environ.get("BERTLAB_THREADS", "").strip()
-    if not raw:
-        return None
-    try:
-        n = int(raw)
-    except ValueError:
-        raise ValueError(f"BERTLAB_THREADS must be a whole number of threads, not {raw[:40]!r}.") from None
-    if n < 1:
-        raise ValueError(f"BERTLAB_THREADS must be 1 or more, not {raw[:40]!r}.")
-    return n
+    return _positive_int("BERTLAB_THREADS", raw, "threads") if raw else None
 
 
 def class_store_path() -> Path | None:
     """The class store's SQLite file (`BERTLAB_CLASS_STORE`, set by `bertlab serve --class`): the
     teacher's live question and the students' guesses. None when unset: no class questions."""
-    raw = os.environ.get("BERTLAB_CLASS_STORE", "").strip()
-    return Path(raw).expanduser() if raw else None
+    return _optional_path("BERTLAB_CLASS_STORE")
 
 
 PROJECTOR_ENV = "BERTLAB_PROJECTOR"  # set by `bertlab serve --projector`
@@ -115,8 +121,7 @@ PROJECTOR_ENV = "BERTLAB_PROJECTOR"  # set by `bertlab serve --projector`
 
 def projector(env: Mapping[str, str] | None = None) -> bool:
     """`BERTLAB_PROJECTOR=1`: pages start in projector mode (larger text and figures, see bertlab.viz.theme)."""
-    value = (os.environ if env is None else env).get(PROJECTOR_ENV, "")
-    return value.strip().lower() in ("1", "true", "yes", "on")
+    return _flag(PROJECTOR_ENV, env)
 
 
 PLOTLY_BUNDLE_ENV = "BERTLAB_PLOTLY_BUNDLE"  # set by `bertlab serve` for its kernels

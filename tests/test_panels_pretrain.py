@@ -253,12 +253,7 @@ def test_a_short_run_fills_the_curves_and_joins_the_picker(train_panel):
 
 def test_stop_mid_run_keeps_a_usable_model(train_panel):
     p = train_panel
-    p.steps.value = 2000
-    p.start.click()
-    deadline = time.monotonic() + 60
-    while p.progress.value < 2 and p.running and time.monotonic() < deadline:
-        time.sleep(0.02)
-    p.stop.click()
+    _stop_after_two_steps(p)
     assert p.wait(60)
     assert p.result.status == "cancelled"
     assert 2 <= p.result.step < 2000
@@ -306,12 +301,7 @@ def _write(path: Path, text: str) -> Path:
 def test_the_progress_line_says_where_a_stopped_run_ended(train_panel, tmp_path):
     """Issue 15: after Stop the line said "step 80 / 3000 · about 11:06 left" (the last logged step)."""
     p = train_panel
-    p.steps.value = 2000
-    p.start.click()
-    deadline = time.monotonic() + 60
-    while p.progress.value < 2 and p.running and time.monotonic() < deadline:
-        time.sleep(0.02)
-    p.stop.click()
+    _stop_after_two_steps(p)
     assert p.wait(60) and p.result.status == "cancelled"
     assert p.progress_label.value == f"stopped at step {p.result.step} / 2000"
     assert p.progress.value == p.result.step
@@ -319,3 +309,13 @@ def test_the_progress_line_says_where_a_stopped_run_ended(train_panel, tmp_path)
     p.start.click()
     assert p.wait(60) and p.run_messages[-1][0] == "error"
     assert p.progress_label.value == "stopped on an error"
+
+
+def _stop_after_two_steps(p) -> None:
+    """Start a 2 000-step run and press Stop once it has done two steps (or within a minute)."""
+    p.steps.value = 2000
+    p.start.click()
+    deadline = time.monotonic() + 60
+    while p.progress.value < 2 and p.running and time.monotonic() < deadline:
+        time.sleep(0.02)
+    p.stop.click()

@@ -152,7 +152,7 @@ def note_html(level: Level, text: str) -> str:
 # -- figures in widgets -------------------------------------------------------------------------
 # The ES module each figure widget sends when the page's server serves plotly's widget code
 # (`bertlab serve`): it imports that code from one URL, which the browser fetches and evaluates
-# once per page, instead of every figure carrying the 5 MB bundle as text (anywidget turns each
+# once per page, instead of every figure carrying the whole bundle as text (anywidget turns each
 # copy into a new module and evaluates it again).
 _BUNDLE_SHIM = """const config = document.getElementById("jupyter-config-data");
 const base = (config && JSON.parse(config.textContent).baseUrl) || "/";
@@ -184,7 +184,7 @@ class SyncedFigureWidget(go.FigureWidget):
 
     def __init__(self, *args, **kwargs) -> None:
         shim = bundle_shim(plotly_bundle_path())
-        if shim is not None:  # read by anywidget's __init__ instead of the class's 5 MB bundle
+        if shim is not None:  # read by anywidget's __init__ instead of the class's whole bundle
             self._esm = shim
         super().__init__(*args, **kwargs)
 

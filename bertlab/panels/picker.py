@@ -12,6 +12,7 @@ import ipywidgets as widgets
 from bertlab import hub
 from bertlab.panels.base import Panel, busy_html
 from bertlab.panels.state import ModelState
+from bertlab.settings import in_hub_cache
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ def hub_options(confined: bool) -> list[tuple[str, str]]:
     """(label, name) of the recommended hub models, each marked cached or not (no network)."""
     out = [(PICK_HUB, "")]
     for m in hub.RECOMMENDED:
-        here = hub.cached(m.name)
+        here = in_hub_cache(m.name)
         mark = " ✓ cached" if here else (" ✗ not on this server" if confined else "")
         out.append((f"{m.name} · {m.about}{mark}", m.name))
     return out
@@ -154,7 +155,7 @@ class ModelPicker(Panel):
         self.hub_info.value = ""
         if not name:
             return
-        if hub.cached(name):
+        if in_hub_cache(name):
             self.get_button.description = "Load"
             size = hub.human_size(hub.cached_size(name))
             self.hub_info.value = _small(f"{name} is in this machine's cache ({size}): no download needed.")
@@ -178,7 +179,7 @@ class ModelPicker(Panel):
         name = self.hub_choice.value
         if not name or self.downloading:
             return
-        if self.workspace.confined and not hub.cached(name):
+        if self.workspace.confined and not in_hub_cache(name):
             self.show_message(NOT_HERE.format(name=name), "warning")
             return
         self.get_button.disabled = self.load_button.disabled = True
@@ -197,7 +198,7 @@ class ModelPicker(Panel):
 
         try:
             with self.reporting():
-                if not hub.cached(name):
+                if not in_hub_cache(name):
                     hub.download(name, progress=progress)
                 self.hub_info.value = busy_html(f"Loading {name}…")
                 self._load(name, self.workspace.model_source(name))

@@ -14,7 +14,7 @@ from voila.tornado.handler import TornadoVoilaHandler
 from bertlab.serving.kernels import ClassFullError
 
 RETRY_AFTER_S = 60
-# plotly's FigureWidget code (plotly.js inside, ~5 MB), read from the installed package, never copied.
+# plotly's FigureWidget code (plotly.js inside), read from the installed package, never copied.
 PLOTLY_BUNDLE = Path(plotly.__file__).resolve().parent / "package_data" / "widgetbundle.js"
 
 CLASS_FULL_PAGE = f"""<!DOCTYPE html>
@@ -66,7 +66,7 @@ class StatusHandler(APIHandler):
 
 class PlotlyBundleHandler(tornado.web.StaticFileHandler):
     """plotly's widget code at one URL, so a page fetches and parses it once for all its figures
-    (and the browser caches it), instead of each figure carrying 5 MB through the kernel's
+    (and the browser caches it), instead of each figure carrying all of it through the kernel's
     websocket and the browser evaluating it again (see SyncedFigureWidget in bertlab/panels/base.py)."""
 
     @classmethod

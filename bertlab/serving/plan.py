@@ -68,7 +68,7 @@ class ServePlan:
             "--MappingKernelManager.cull_connected=False",  # an open page keeps its kernel
         ]
         if self.pool_size > 0:
-            # Kernels run the notebook before anyone asks: ~6 s to a page instead of ~15 s.
+            # Kernels run the notebook before anyone asks, so a page need not wait for one to start.
             cmd += ["--preheat_kernel=True", f"--pool_size={self.pool_size}"]
             if self.class_size:  # refill after the rush, not while students' pages load
                 cmd.append(f"--VoilaKernelManager.fill_delay={REFILL_DELAY_S}")

@@ -17,6 +17,7 @@ renamed into place, so a crash mid-write never leaves a half-written `checkpoint
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import json
 import logging
@@ -24,6 +25,7 @@ import os
 import re
 import shutil
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -190,23 +192,32 @@ def save_checkpoint(
     target = checkpoint_path(out_dir, state.step)
     tmp = out_dir / f"{_TMP_PREFIX}{target.name}-{uuid.uuid4().hex[:8]}"
     _remove_stale(out_dir)
-    try:
-        tmp.mkdir()
+    with _staged(tmp, target, "write checkpoint"):
         save_model_files(model, tokenizer, tmp)
         torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         torch.save(scheduler.state_dict(), tmp / SCHEDULER_FILE)
         (tmp / STATE_FILE).write_text(state.to_json(), encoding="utf-8")
-        _fsync_tree(tmp)
-    except BaseException as e:
-        _remove_tree(tmp)
-        if isinstance(e, Exception):
-            raise write_error(e, target, "write checkpoint") from e
-        raise
-    _swap_into_place(tmp, target)
     log.info("checkpoint written: %s", target)
     if keep_last is not None:
         prune_checkpoints(out_dir, keep_last)
     return target
+
+
+@contextlib.contextmanager
+def _staged(tmp: Path, target: Path, what: str) -> Iterator[Path]:
+    """Make the empty folder `tmp` for the caller to fill; then fsync it and rename it onto `target`.
+    If anything fails, `tmp` is removed and `target` left as it was (a write error such as a full
+    disk comes out as `write_error(..., target, what)`)."""
+    try:
+        tmp.mkdir()
+        yield tmp
+        _fsync_tree(tmp)
+    except BaseException as e:
+        _remove_tree(tmp)
+        if isinstance(e, Exception):
+            raise write_error(e, target, what) from e
+        raise
+    _swap_into_place(tmp, target)
 
 
 def save_model_files(model: torch.nn.Module, tokenizer: Tokenizer | None, folder: Path) -> None:
@@ -244,21 +255,13 @@ def save_model_atomically(model: torch.nn.Module, tokenizer: Tokenizer | None, f
     parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_beside(folder)
     tmp = parent / f"{_TMP_PREFIX}{folder.name}-{uuid.uuid4().hex[:8]}"
-    try:
-        tmp.mkdir()
+    with _staged(tmp, folder, "write the model to"):
         save_model_files(model, tokenizer, tmp)
         written = {p.name for p in tmp.iterdir()}
         if folder.is_dir():
             for entry in folder.iterdir():
                 if entry.name not in written and not _is_model_file(entry.name):
                     _link(entry, tmp / entry.name)
-        _fsync_tree(tmp)
-    except BaseException as e:
-        _remove_tree(tmp)
-        if isinstance(e, Exception):
-            raise write_error(e, folder, "write the model to") from e
-        raise
-    _swap_into_place(tmp, folder)
     log.info("model written: %s", folder)
     return folder
 

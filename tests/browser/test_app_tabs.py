@@ -10,14 +10,12 @@ import re
 from urllib.parse import urlparse
 
 import pytest
+from dashboard_page import CURRENT, PLOT, TAB, open_tab
 
 from bertlab.panels.app import TABS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-PLOT = ".js-plotly-plot"
-TAB = ".bertlab-tabs > .lm-TabBar .lm-TabBar-tab"
-CURRENT = ".bertlab-tabs > .widget-tab-contents > .lm-Widget:not(.lm-mod-hidden)"  # the tab on show
 # Tabs that draw a figure as soon as they open (the training tabs draw theirs once a run starts).
 DRAWS_AT_OPEN = {"Input", "Mask", "Next sentence", "Attention", "Embeddings", "Ablation", "Pre-training"}
 
@@ -46,18 +44,6 @@ def app(dashboard_url, dashboard_page):
     yield page, refused, errors
 
 
-def _open(page, title: str) -> None:
-    page.locator(TAB, has_text=re.compile(f"^{re.escape(title)}$")).first.click()
-    page.wait_for_function(
-        """([tabs, current, title]) => {
-            const tab = document.querySelector(tabs + '.lm-mod-current');
-            const panel = document.querySelector(current);
-            return tab && tab.textContent.trim() === title && panel && !panel.textContent.includes('Opening ' + title);
-        }""",
-        arg=[TAB, CURRENT, title],
-    )
-
-
 def _errors_on_show(page) -> list[str]:
     return page.eval_on_selector_all(f"{CURRENT} .bertlab-error", "els => els.map(e => e.textContent)")
 
@@ -65,7 +51,7 @@ def _errors_on_show(page) -> list[str]:
 def test_every_tab_opens_and_draws_offline(app, screenshot_dirs):
     page, refused, errors = app
     for title, _ in TABS:
-        _open(page, title)
+        open_tab(page, title)
         if title in DRAWS_AT_OPEN:
             page.wait_for_selector(f"{CURRENT} {PLOT} .main-svg")
         page.wait_for_timeout(300)  # let plotly finish laying out before the picture
@@ -79,7 +65,7 @@ def test_every_tab_opens_and_draws_offline(app, screenshot_dirs):
 
 def test_a_mask_prediction_appears_after_typing(app, screenshot_dirs):
     page, _, _ = app
-    _open(page, "Mask")
+    open_tab(page, "Mask")
     box = page.locator(f"{CURRENT} .widget-textarea textarea").first
     box.fill("Paris is the [MASK] of France.")
     page.locator(CURRENT).get_by_role("button", name="Predict").click()
@@ -97,7 +83,7 @@ def test_a_mask_prediction_appears_after_typing(app, screenshot_dirs):
 
 def test_head_view_draws_lines_and_layer_switch_redraws_the_heatmap(app, screenshot_dirs):
     page, _, _ = app
-    _open(page, "Attention")
+    open_tab(page, "Attention")
     heatmap = f"{CURRENT} {PLOT}"
     page.wait_for_selector(f"{heatmap} .main-svg")
     before = page.evaluate("sel => JSON.stringify(document.querySelector(sel).data[0].z)", heatmap)

@@ -7,10 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+from dashboard_page import CURRENT
 
 APP = Path(__file__).resolve().parents[2] / "apps" / "bertlab.ipynb"
 
-CURRENT = ".bertlab-tabs > .widget-tab-contents > .lm-Widget:not(.lm-mod-hidden)"  # the tab on show
 PLOT = f"{CURRENT} .js-plotly-plot"
 TICKS = f"{PLOT} .xtick text"
 SENTENCE = "Paris is the capital of France."

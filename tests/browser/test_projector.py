@@ -22,14 +22,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from dashboard_page import CURRENT, PLOT, TAB, open_tab
 
 from bertlab.panels.app import TABS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-TAB = ".bertlab-tabs > .lm-TabBar .lm-TabBar-tab"
-CURRENT = ".bertlab-tabs > .widget-tab-contents > .lm-Widget:not(.lm-mod-hidden)"
-PLOT = ".js-plotly-plot"
 DRAWS_AT_OPEN = {"Input", "Mask", "Next sentence", "Attention", "Embeddings", "Ablation", "Pre-training"}
 LONG_TEXT = " ".join(["The unbelievably clueless gamers played it again and again"] * 9)  # ~110 pieces
 
@@ -88,15 +86,7 @@ def _page(browser, url: str, width: int, height: int, scale: float = 1.0):
 
 
 def _open(page, title: str) -> None:
-    page.locator(TAB, has_text=re.compile(f"^{re.escape(title)}$")).first.click()
-    page.wait_for_function(
-        """([tabs, current, title]) => {
-            const tab = document.querySelector(tabs + '.lm-mod-current');
-            const panel = document.querySelector(current);
-            return tab && tab.textContent.trim() === title && panel && !panel.textContent.includes('Opening ' + title);
-        }""",
-        arg=[TAB, CURRENT, title],
-    )
+    open_tab(page, title)
     if title in DRAWS_AT_OPEN:
         page.wait_for_selector(f"{CURRENT} {PLOT} .main-svg", state="attached")
     page.wait_for_timeout(400)  # plotly lays out, the busy sign goes

@@ -17,11 +17,11 @@ show its guesses."""
 from __future__ import annotations
 
 import pytest
+from dashboard_page import CURRENT
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CURRENT = ".bertlab-tabs > .widget-tab-contents > .lm-Widget:not(.lm-mod-hidden)"
-PLOT = f"{CURRENT} .js-plotly-plot"
+PLOT = f"{CURRENT} .js-plotly-plot"  # the Mask chart
 # Holds the page's main thread for 2.5 s whenever a script blob over 1 MB is made (the figure's module).
 SLOW_MODULES = """(() => {
     const Real = window.Blob;
@@ -56,14 +56,7 @@ def test_a_chart_that_loaded_slowly_still_follows_the_kernel(dashboard_url, dash
     page.locator(f"{CURRENT} .widget-textarea textarea").first.fill(sentence)
     page.locator(CURRENT).get_by_role("button", name="Predict").click()
     try:
-        page.wait_for_function(
-            """([sel, want]) => {
-                const got = Array.from(document.querySelectorAll(sel + ' .yaxislayer-above .ytick text'),
-                                       e => e.textContent);
-                return got.length === want.length && want.every(t => got.includes(t));
-            }""",
-            arg=[PLOT, want], timeout=60_000,
-        )
+        _wait_for_guesses(page, want, 60_000)
     except Exception:
         pytest.fail(f"the chart stayed at {_bar_labels(page)} instead of {want}; page errors: {errors}")
     assert not [e for e in errors if "anywidget" in e], errors
@@ -83,13 +76,18 @@ def test_a_sentence_typed_before_the_chart_showed_reaches_it(dashboard_url, dash
     page.locator(f"{CURRENT} .widget-textarea textarea").first.fill(sentence)
     page.locator(CURRENT).get_by_role("button", name="Predict").click()
     try:
-        page.wait_for_function(
-            """([sel, want]) => {
-                const got = Array.from(document.querySelectorAll(sel + ' .yaxislayer-above .ytick text'),
-                                       e => e.textContent);
-                return got.length === want.length && want.every(t => got.includes(t));
-            }""",
-            arg=[PLOT, want], timeout=90_000,
-        )
+        _wait_for_guesses(page, want, 90_000)
     except Exception:
         pytest.fail(f"the chart shows {_bar_labels(page)} instead of {want}")
+
+
+def _wait_for_guesses(page, want: list[str], timeout_ms: int) -> None:
+    """Wait until the Mask chart's bars are labelled with exactly the pieces `want`."""
+    page.wait_for_function(
+        """([sel, want]) => {
+            const got = Array.from(document.querySelectorAll(sel + ' .yaxislayer-above .ytick text'),
+                                   e => e.textContent);
+            return got.length === want.length && want.every(t => got.includes(t));
+        }""",
+        arg=[PLOT, want], timeout=timeout_ms,
+    )
