@@ -3,6 +3,8 @@
 #   make app     create .venv if needed, install, serve the dashboard (Voila) on PORT
 #   make test    install (skipped when up to date) and run the whole test suite
 #   make bench   install and run every bench/*.py (BENCH_ARGS=--quick for a short run)
+#   make results re-measure the README's fine-tuning table with today's defaults, then rewrite it
+#                (hours on a CPU; ROWS="nli ner" for some rows, RESULTS_ARGS="--threads 1 --cpus 1")
 #
 # Variables: PYTHON (the interpreter that creates the venv), VENV (its folder), PORT, MODEL
 # (a folder or Hugging Face name for `make app`), PYTEST_ARGS (e.g. -m "not slow"),
@@ -16,15 +18,17 @@ MODEL ?=
 PYTEST_ARGS ?=
 PIP_ARGS ?=
 BENCH_ARGS ?=
+ROWS ?=
+RESULTS_ARGS ?=
 ALLOW_CUDA_TORCH ?= 0
 
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.bertlab-installed
 TORCH_SPEC := $(or $(shell sed -n 's/^[[:space:]]*"\(torch[=<>~!][^"]*\)".*/\1/p' pyproject.toml | head -n 1),torch)
-BENCH_SCRIPTS := $(sort $(wildcard bench/*.py))
+BENCH_SCRIPTS := $(filter-out bench/finetune_table.py,$(sort $(wildcard bench/*.py)))  # that one: make results
 
-.PHONY: help install app test bench check-torch clean
+.PHONY: help install app test bench results check-torch clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -76,6 +80,10 @@ bench: $(STAMP)
 	@$(if $(BENCH_SCRIPTS),,echo "no bench/*.py scripts yet")
 	@set -e; export BERTLAB_DATA="$${BERTLAB_DATA:-$(abspath ../shared/data)}"; \
 	for script in $(BENCH_SCRIPTS); do echo "== $$script"; $(PY) $$script $(BENCH_ARGS); done
+
+results: $(STAMP)
+	@export BERTLAB_DATA="$${BERTLAB_DATA:-$(abspath ../shared/data)}"; \
+	$(PY) bench/finetune_table.py $(foreach row,$(ROWS),--only $(row)) $(RESULTS_ARGS)
 
 clean:
 	rm -rf .pytest_cache build dist $(STAMP) $(VENV)/torch-report.json

@@ -409,6 +409,25 @@ def server_pids(root: int) -> list[int]:
     return out
 
 
+def cpu_by_part(server: int) -> dict[str, float]:
+    """CPU seconds used so far by the kernels, the server (with its helpers) and the browsers this
+    script started (every chromium process under it): where a class's CPU goes. Processes that
+    exited are not counted, so take the difference over a stretch in which they live."""
+    kernels = set(kernel_pids(server))
+    kids, browsers, todo = _children(), [], [os.getpid()]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            todo.append(c)
+            try:
+                if b"chrom" in Path(f"/proc/{c}/cmdline").read_bytes():
+                    browsers.append(c)
+            except OSError:
+                continue
+    return {"kernels": sum(_cpu_s(p) for p in kernels),
+            "server": sum(_cpu_s(p) for p in server_pids(server) if p not in kernels),
+            "browsers": sum(_cpu_s(p) for p in browsers)}
+
+
 async def run_class(n: int, args: argparse.Namespace, want: dict, chromium: str) -> dict:
     from playwright.async_api import async_playwright
 
@@ -426,6 +445,7 @@ async def run_class(n: int, args: argparse.Namespace, want: dict, chromium: str)
                      for i in range(n)]
             delays = [args.arrive_within * i / max(n - 1, 1) for i in range(n)]
             t0 = time.monotonic()
+            cpu0 = cpu_by_part(proc.pid)
             flows = asyncio.gather(*(student(s, browser, url, d, p, want, args)
                                      for s, d, p in zip(students, delays, plans)))
             watch = asyncio.ensure_future(_watch(proc))
@@ -436,6 +456,7 @@ async def run_class(n: int, args: argparse.Namespace, want: dict, chromium: str)
             watch.cancel()
             contexts = flows.result()
             flows_s = time.monotonic() - t0
+            cpu1 = cpu_by_part(proc.pid)
             load_during = os.getloadavg()
             open_status = status(url)
             kernels = kernel_pids(proc.pid)
@@ -469,6 +490,7 @@ async def run_class(n: int, args: argparse.Namespace, want: dict, chromium: str)
         "stale_while_the_kernel_had_the_result": sum("had read it" in line for line in stale),
         "stale_details": stale,
         "flows_s": round(flows_s, 1),
+        "cpu_s_during_flows": {part: round(cpu1.get(part, 0.0) - cpu0.get(part, 0.0), 1) for part in cpu1},
         "status_with_pages_open": open_status,
         "kernels_with_pages_open": len(kernels),
         "pss_mb": {"per_kernel": [round(v, 1) for v in known],

@@ -1,4 +1,9 @@
-"""Forward latency of bertlab's BERT against Hugging Face transformers, same machine, same input.
+"""Forward latency of bertlab's BERT-family models against Hugging Face transformers, same machine, same input.
+
+Models: MiniLM (the offline default's real weights), a random BERT-base-shaped BERT, and random RoBERTa,
+ALBERT, DistilBERT and ELECTRA encoders of MiniLM's shape (6 layers, 384 wide, 12 heads; ALBERT and
+ELECTRA with 128-wide factorised embeddings). Each random model is written once by transformers'
+save_pretrained and read by both libraries (bertlab through `load_model`), so both run the same weights.
 
 Two modes:
   plain    bertlab (no hooks, fused attention) vs HF BertModel (default SDPA attention)
@@ -8,7 +13,7 @@ The four variants take turns call by call. Prints a table of median latencies an
 (bertlab / HF: below 1 = bertlab faster) and the
 capture overhead (bertlab capture / bertlab plain), and writes bench/results/forward.json.
 
-    python bench/bench_forward.py [--quick] [--batch 4] [--repeats 15]
+    python bench/bench_forward.py [--quick] [--batch 4] [--repeats 15] [--models ...] [--keep-other-rows]
 """
 
 from __future__ import annotations
@@ -23,6 +28,18 @@ from pathlib import Path
 import torch
 
 CAPTURED = ("hook_pattern", "hook_resid_post", "embeddings.hook_out")
+SMALL = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+# model name -> (transformers config class, its kwargs, bare encoder class): random weights, written by the script
+RANDOM = {
+    "bert-base-random": ("BertConfig", {}, "BertModel"),
+    "roberta-random": ("RobertaConfig", {**SMALL, "max_position_embeddings": 514, "type_vocab_size": 1},
+                       "RobertaModel"),
+    "albert-random": ("AlbertConfig", {**SMALL, "embedding_size": 128}, "AlbertModel"),
+    "distilbert-random": ("DistilBertConfig", dict(vocab_size=30522, dim=384, n_layers=6, n_heads=12,
+                                                   hidden_dim=1536), "DistilBertModel"),
+    "electra-random": ("ElectraConfig", {**SMALL, "embedding_size": 128}, "ElectraModel"),
+}
+FAMILIES = ["roberta-random", "albert-random", "distilbert-random", "electra-random"]
 
 
 def _time_all(fns: dict, repeats: int) -> dict[str, float]:
@@ -42,11 +59,12 @@ def _time_all(fns: dict, repeats: int) -> dict[str, float]:
 
 
 def _models(name: str):
+    """(bertlab model, HF with SDPA attention, HF with eager attention), the same weights in all three."""
+    import tempfile
+
     import transformers
 
-    from bertlab.config import BertConfig
     from bertlab.loading import default_model_folder, load_model
-    from bertlab.model import Bert
 
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -55,17 +73,15 @@ def _models(name: str):
         ours, _ = load_model(folder)
         hf_sdpa = transformers.BertModel.from_pretrained(folder, attn_implementation="sdpa")
         hf_eager = transformers.BertModel.from_pretrained(folder, attn_implementation="eager")
-    else:  # random weights, bert-base shape
-        import tempfile
-
-        torch.manual_seed(0)
-        with tempfile.TemporaryDirectory() as folder:  # the same random weights behind both attentions
-            transformers.BertModel(transformers.BertConfig()).save_pretrained(folder)
-            hf_sdpa = transformers.BertModel.from_pretrained(folder, attn_implementation="sdpa")
-            hf_eager = transformers.BertModel.from_pretrained(folder, attn_implementation="eager")
-        ours = Bert(BertConfig())
-        state = {"bert." + k: v for k, v in hf_sdpa.state_dict().items() if "position_ids" not in k}
-        ours.load_state_dict(state)
+        return ours.eval(), hf_sdpa.eval(), hf_eager.eval()
+    config_class, kwargs, model_class = RANDOM[name]
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as folder:  # the same random weights behind all three
+        cls = getattr(transformers, model_class)
+        cls(getattr(transformers, config_class)(**kwargs)).save_pretrained(folder)
+        hf_sdpa = cls.from_pretrained(folder, attn_implementation="sdpa")
+        hf_eager = cls.from_pretrained(folder, attn_implementation="eager")
+        ours, _ = load_model(folder)
     return ours.eval(), hf_sdpa.eval(), hf_eager.eval()
 
 
@@ -79,14 +95,16 @@ def run(batch: int, lengths: list[int], repeats: int, models: list[str]) -> list
             ids = torch.randint(1000, vocab, (batch, seq), generator=g)
             types = torch.zeros_like(ids)
             mask = torch.ones_like(ids)
+            hf_in = dict(input_ids=ids, attention_mask=mask)
+            if ours.family.has_segments:  # DistilBERT takes no token_type_ids
+                hf_in["token_type_ids"] = types
             names = lambda n: n.endswith(CAPTURED)  # noqa: E731
             with torch.inference_mode():
                 t = _time_all({
                     "bertlab_plain": lambda: ours(ids, types, mask),
-                    "hf_plain": lambda: hf_sdpa(input_ids=ids, token_type_ids=types, attention_mask=mask),
+                    "hf_plain": lambda: hf_sdpa(**hf_in),
                     "bertlab_capture": lambda: ours.run_with_cache(ids, types, mask, names=names),
-                    "hf_capture": lambda: hf_eager(input_ids=ids, token_type_ids=types, attention_mask=mask,
-                                                   output_attentions=True, output_hidden_states=True),
+                    "hf_capture": lambda: hf_eager(**hf_in, output_attentions=True, output_hidden_states=True),
                 }, repeats)
             row = {"model": name, "batch": batch, "seq": seq, **{k: round(v * 1000, 2) for k, v in t.items()}}
             row["plain_ratio_vs_hf"] = round(t["bertlab_plain"] / t["hf_plain"], 3)
@@ -112,20 +130,29 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--lengths", type=int, nargs="+", default=[16, 128, 512])
-    p.add_argument("--models", nargs="+", default=["minilm", "bert-base-random"])
+    p.add_argument("--models", nargs="+", default=["minilm", *RANDOM], choices=["minilm", *RANDOM])
+    p.add_argument("--keep-other-rows", action="store_true",
+                   help="keep the rows of models not run from the existing results file")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
-    p.add_argument("--quick", action="store_true", help="3 repeats, short sequences, MiniLM only")
+    p.add_argument("--quick", action="store_true", help="3 repeats, short sequences, MiniLM and the families")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "forward.json"))
     a = p.parse_args()
     if a.quick:
-        a.repeats, a.lengths, a.models = 3, [16, 128], ["minilm"]
+        a.repeats, a.lengths, a.models = 3, [16, 128], ["minilm", *FAMILIES]
     torch.set_num_threads(a.threads)
     print(HEADER)
     rows = run(a.batch, a.lengths, a.repeats, a.models)
     meta = {"torch": torch.__version__, "threads": a.threads, "cpu": platform.processor() or platform.machine(),
             "device": "cpu", "repeats": a.repeats}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    out = Path(a.out)
+    if a.keep_other_rows and out.is_file():  # rows measured in another run, with that run's meta
+        old = json.loads(out.read_text())
+        kept = [r for r in old.get("rows", []) if r["model"] not in a.models]
+        if kept:
+            meta["other_rows_meta"] = old.get("meta")
+        rows = kept + rows
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     print(f"\nwritten to {a.out}")
 
 

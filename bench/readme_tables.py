@@ -89,12 +89,22 @@ def hub_sizing() -> str:
     return "\n".join(rows)
 
 
+def _cpu_per_student(row: dict) -> str:
+    """Where a class's CPU went while the students worked (the simulated students' browsers run
+    on the same machine as the server)."""
+    cpu = row.get("cpu_s_during_flows")
+    if not cpu:
+        return "not measured"
+    return " / ".join(_num(cpu[part] / row["n"]) for part in ("browsers", "kernels", "server"))
+
+
 def class_load() -> str:
     d = _load("class")
     rows = ["| students | page ready p50 / p95 / max, s | Mask edit → chart p50 / p95, ms "
             "| Attention edit → chart p50 / p95, ms | PSS per kernel (median), MB | PSS of all kernels, MB "
-            "| stale charts | closed pages' kernels left after 60 s | load avg before |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "| stale charts | closed pages' kernels left after 60 s | load avg before "
+            "| CPU s per student: browsers / kernels / server |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in d["rows"]:
         ready, mask, att = r["page_ready_s"], r["mask_edit_ms"], r["attention_edit_ms"]
         rows.append(
@@ -102,7 +112,7 @@ def class_load() -> str:
             f"| {_num(mask['p50'], 0)} / {_num(mask['p95'], 0)} | {_num(att['p50'], 0)} / {_num(att['p95'], 0)} "
             f"| {_num(r['pss_mb']['per_kernel_median'])} | {_num(r['pss_mb']['kernels_total'], 0)} "
             f"| {r['stale_charts']} of {r['charts_checked']} | {r['kernels_left']['of_closed_pages']} "
-            f"| {_num(r['load_avg']['before'][0], 1)} |")
+            f"| {_num(r['load_avg']['before'][0], 1)} | {_cpu_per_student(r)} |")
     rows.append("")
     rows.append(f"(`python bench/{d['meta']['command']}`, {d['meta']['cpus']} cores, {d['meta']['when']})")
     return "\n".join(rows)
@@ -124,13 +134,268 @@ def finetune() -> str:
     return "\n".join(rows)
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def _dev_metric(r: dict) -> str:
+    m, hist = r["metrics"], r.get("history", [])
+    if r["task"] == "qa":
+        text = f"EM {m['exact_match']:.1f}, F1 **{m['f1']:.1f}**"
+    elif r["task"] == "ner":
+        types = ", ".join(f"{t} {100 * v['f1']:.1f}" for t, v in sorted(m.get("per_type", {}).items()))
+        text = f"entity F1 **{100 * m['f1']:.1f}**" + (f" ({types})" if types else "")
+    else:
+        text = f"accuracy **{100 * m['accuracy']:.1f} %**"
+    if len(hist) > 1:  # the dev metric after each epoch (the lr still decaying)
+        scale = 1 if r["task"] == "qa" else 100
+        text += "; by epoch " + " / ".join(f"{scale * h[r['main_metric']]:.1f}" for h in hist)
+    return text
+
+
+def _current(r: dict, recipe: Callable) -> bool:
+    """Whether a fine-tuning row ran with the defaults its task and mode have today."""
+    rec = recipe(r["task"], r["mode"])
+    settings = (r["model"], r["epochs"], r["lr"], r["batch_size"], r["max_length"], r.get("warmup_ratio"))
+    return settings == (rec.model, rec.epochs, rec.lr, rec.batch_size, rec.max_length, rec.warmup_ratio)
+
+
+def finetune_table() -> str:
+    """The README's fine-tuning table: rows of bench/results/finetune_table.json measured with the defaults
+    the code has now (a row measured under other defaults is left out until `finetune_table.py --only` re-runs it)."""
+    sys.path.insert(0, str(ROOT))
+    from bertlab.training.finetune_defaults import START_NAMES, recipe
+
+    d = _load("finetune_table")
+    rows = ["| task | train data | mode, epochs (lr) | starts from | dev metric | wall time | device | measured |",
+            "|---|---|---|---|---|---|---|---|"]
+    task_names = {"sst2": "SST-2", "nli": "SICK (NLI)", "ner": "CoNLL-2003 (NER)", "qa": "SQuAD v1.1 (QA)"}
+    order = {t: i for i, t in enumerate(task_names)}
+    for r in sorted(d["rows"], key=lambda r: (order[r["task"]], r["name"])):
+        rec = recipe(r["task"], r["mode"])
+        if not _current(r, recipe):
+            continue  # measured under other defaults
+        start = START_NAMES.get(rec.model, rec.model)
+        cpus = f", core {r['cpus']}" if r.get("cpus") not in (None, "any") else ""
+        if r.get("load_avg_end"):  # how busy the shared machine was (1-minute load average at the end)
+            cpus += f"; load {r['load_avg_end'][0]:.1f} on {r['cores']} cores"
+        cpu = f" (CPU time {_duration(r['cpu_s'])})" if r.get("cpu_s") else ""  # the run's own, on a shared machine
+        mode = r["mode"] if r["mode"] == "full" else f"{r['mode']} ({r['trainable_parameters'] / 1e6:.2f} M trained)"
+        rows.append(f"| {task_names[r['task']]} | {r['data']} | {mode}, {r['epochs']} ({r['lr']:g}) | {start} "
+                    f"| {_dev_metric(r)} | {_duration(r['train_s'])}{cpu} | {r['device']}, {r['threads']} "
+                    f"thread{'s' if r['threads'] > 1 else ''}{cpus} | {r['when'][:10]} |")
+    sys.path.insert(0, str(ROOT / "bench"))
+    from finetune_table import ROWS
+
+    measured = {r["name"] for r in d["rows"] if _current(r, recipe)}
+    missing = [r.name for r in ROWS if r.name not in measured]
+    rows.append("")
+    if missing:
+        rows.append(f"Not yet measured with today's defaults: {', '.join(missing)} "
+                    f"(`python bench/finetune_table.py --only ROW`).")
+        rows.append("")
+    rows.append("(`python bench/finetune_table.py [--only ROW] [--threads N]`, or `make results`; each row's command "
+                "is `python bench/finetune_table.py --list`)")
+    return "\n".join(rows)
+
+
+def finetune_defaults() -> str:
+    """The fine-tuning defaults per task (from the code, not a measurement: kept in step with it here)."""
+    sys.path.insert(0, str(ROOT))
+    from bertlab.training.finetune_defaults import RECIPES
+
+    rows = ["| task | starts from | epochs (full / feature / adapter) | lr (full / feature / adapter) | batch "
+            "| max length | warm-up | chosen by (full mode; feature, adapter) |", "|---|---|---|---|---|---|---|---|"]
+    for task in dict.fromkeys(t for t, _ in RECIPES):
+        r = {m: RECIPES[(task, m)] for m in ("full", "feature", "adapter")}
+        full = r["full"]
+        source = "`default-encoder`" if full.model else "the offline default"
+        rows.append(f"| {task} | {source} | {' / '.join(str(x.epochs) for x in r.values())} "
+                    f"| {' / '.join(f'{x.lr:g}' for x in r.values())} | {full.batch_size} | {full.max_length} "
+                    f"| {full.warmup_ratio:.0%} of the steps | {full.basis}; {r['feature'].basis} |")
+    return "\n".join(rows)
+
+
+def compress() -> str:
+    """The compression lab on SST-2 (bench/bench_compress.py): every variant, then the ratios and the aims."""
+    d = _load("compress")
+    m, r = d["meta"], d["ratios"]
+    rows = ["| model | library | layers | heads | weights, MB | CPU ms, batch 1 | CPU ms, batch 32 | accuracy |",
+            "|---|---|---|---|---|---|---|---|"]
+    for v in d["rows"]:
+        rows.append(f"| {v['name']} | {v['lib']} | {v['layers']} | {v['heads']} | {_num(v['size_mb'])} "
+                    f"| {_num(v['latency_ms_b1'])} | {_num(v['latency_ms_b32'], 0)} | {100 * v['accuracy']:.1f} % |")
+
+    def met(aim: str) -> str:
+        return "met" if d["aims"][aim] else "**not met**"
+
+    def points(lost: float) -> str:
+        return f"{lost:.1f} points lost" if lost >= 0 else f"{-lost:.1f} points gained"
+
+    SIZE_AIM = "int8 ≤ 0.4× the weights' size"  # noqa: N806 (the aim's key in the results file)
+
+    i8, st, pr = r["int8"], r["student"], r["pruned_50"]
+    hf, ort = r["int8_vs_hf_int8"], r["int8_vs_ort_int8"]
+    curve = ", ".join(f"{p['heads_kept']}: {100 * p['accuracy']:.1f}" for p in d["curve"])
+    rows += [
+        "",
+        f"- **int8** against fp32: **{i8['speedup_b1']:.2f}×** faster at batch 1, **{i8['speedup_b32']:.2f}×** at "
+        f"batch 32 ({met('int8 ≥ 1.6× faster at batch 1 and 32')}), {points(i8['points_lost'])} "
+        f"({met('int8 ≤ 1 point lost')}), **{i8['size_ratio']:.2f}×** the weights' size "
+        f"({met(SIZE_AIM)}).",
+        f"- bertlab int8 time / Hugging Face + `torch.ao` dynamic int8 time: {hf['time_ratio_b1']:.2f} at batch 1, "
+        f"{hf['time_ratio_b32']:.2f} at batch 32 (below 1 = bertlab faster), {hf['size_ratio']:.2f}× its size; "
+        f"/ ONNX Runtime int8: {ort['time_ratio_b1']:.2f} and {ort['time_ratio_b32']:.2f}, {ort['size_ratio']:.2f}× "
+        "its size.",
+        f"- **3-layer student** distilled from the 6-layer model: {points(st['points_lost'])} "
+        f"({met('student ≤ 3 points lost')}), {st['speedup_b1']:.2f}× faster at batch 1, {st['speedup_b32']:.2f}× "
+        f"at batch 32 ({met('student ≥ 1.8× faster')}).",
+        f"- **Pruned to 50 % of the heads**: {pr['speedup_b1']:.2f}× faster at batch 1, {pr['speedup_b32']:.2f}× at "
+        f"batch 32, {points(pr['points_lost'])}. Accuracy (%) by heads kept: {curve}.",
+        "",
+        f"Teacher: {m['teacher']}; student: {m['student']}. Accuracy on {m['dev_examples']} held-out SST-2 "
+        f"sentences (never trained on); latency: median of {m['reps']} batches, {m['threads']} torch thread, "
+        f"{m['cpu']}, load average {m['load_average'][0]} when measured ({m['date']}; `{m['command']}`).",
+    ]
+    return "\n".join(rows)
+
+
+def objectives() -> str:
+    """The pre-training objectives compared under one budget (bench/bench_objectives.py)."""
+    d = _load("objectives")
+    m = d["meta"]
+
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.1f} %"
+
+    def probe(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.2f} %"
+
+    own_names = {"loss": "MLM + pair", "mlm_loss": "MLM", "rtd_loss": "replaced-token", "sbo_loss": "span boundary"}
+
+    rows = ["| objective | kept model | parameters kept / trained (M) | own loss, first → last "
+            "| MLM accuracy, last batches | held-out MLM top-1 / top-5 | pair task (held-out) | probe P(target) "
+            "| SST-2 dev accuracy, fine-tuned | SST-2 dev accuracy, linear probe (frozen) | pre-training time |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        held = r["held_out"]
+        rows.append(
+            f"| {r['objective']} | `{r['hf_class']}` | {r['kept_params_m']:.1f} / {r['trained_params_m']:.1f} "
+            f"| {own_names.get(r['own_loss_name'], r['own_loss_name'])} {r['own_loss_first']:.2f} → "
+            f"{r['own_loss_last']:.2f} | {pct(r['mlm_acc_last'])} "
+            f"| {pct(held.get('mlm_top1'))} / {pct(held.get('mlm_top5'))} | {pct(held.get('pair_accuracy'))} "
+            f"| {probe(r['probe_p_last'])} "
+            f"| **{pct(r['sst2']['accuracy'])}** | **{pct((r.get('probe') or {}).get('accuracy'))}** "
+            f"| {_duration(r['pretrain_s'])} |")
+    floor = d["random_init"]
+    rows.append(f"| untrained (random weights, BERT's shape) | – | – | – | – | – | – | – "
+                f"| **{pct(floor['sst2']['accuracy'])}** | **{pct((floor.get('probe') or {}).get('accuracy'))}** "
+                f"| – |")
+    s = m["sst2"]
+    ratio = m["bert_base_tokens"] / m["tokens_per_run"]
+    rows.append("")
+    rows.append(
+        f"Each objective: a new {m['size']} model, {m['steps']} steps of {m['batch']} sequences of {m['seq_len']} "
+        f"tokens ({m['tokens_per_run']:,} tokens, about 1/{ratio:,.0f} of BERT-base's pre-training), "
+        f"lr {m['lr']:g}, seed 0, {m['documents']:,} `{m['corpus']}` documents; ELECTRA's MLM figures are its "
+        f"generator's (a quarter of the width). SST-2: {s['train']:,} training sentences, {s['epochs']} epoch(s), "
+        f"lr {s['lr']:g}, scored on {s['dev']:,} dev sentences never trained on (always saying the majority label "
+        f"scores {100 * s['dev_majority']:.1f} % there); the linear probe: the frozen model's mean-pooled "
+        f"last-layer features of the same sentences, a logistic regression fitted to convergence (L-BFGS, "
+        f"l2 {m.get('probe', {}).get('l2', 0):g}). {m['threads']} CPU thread on a "
+        f"shared {m['cpus']}-core machine, {m['when']} (`{m['command'].strip()}`).")
+    return "\n".join(rows)
+
+
+def replay() -> str:
+    d = _load("replay")
+    views = list(d["rows"][0]["views"])
+    rows = ["| run | snapshots kept (steps) | on disk, MB (first one) | writing them, ms each | reading the probe "
+            "with all, s | " + " | ".join(f"{v}: slider p95, ms (first visit / again)" for v in views) + " |",
+            "|---|---|---|---|---|" + "---|" * len(views)]
+    for r in d["rows"]:
+        cells = [r["run"], f"{len(r['snapshots'])} ({', '.join(map(str, r['snapshots']))})",
+                 f"{_num(r['snapshot_mb'])} ({_num(r['first_snapshot_mb'])})", f"{r['write_ms_per_snapshot']:,}",
+                 _num(r["replay_s"]), *(f"{_num(r['views'][v]['first']['p95_ms'], 0)} / "
+                                        f"{_num(r['views'][v]['again']['p95_ms'], 0)}" for v in views)]
+        rows.append("| " + " | ".join(cells) + " |")
+    s, m = d["summary"], d["meta"]
+    rows.append("")
+    rows.append(f"Slowest view at p95 over all slider moves: **{_num(s['worst_p95_ms'], 0)} ms** (aim ≤ "
+                f"{_num(s['aim_ms'], 0)} ms; {m['sweeps']} sweeps of the slider per view, the first drawing every "
+                f"frame for the first time; {m['threads']} torch thread, load average {m['load_before']} before, "
+                f"`python bench/bench_replay.py`, {m['date']}).")
+    return "\n".join(rows)
+
+
+def explain() -> str:
+    d = _load("explain")
+    m = d["meta"]
+    rows = [f"| input | tokens | IG points | completeness gap | bertlab IG, s (CPU s) | {m['peer']}, s (CPU s) | "
+            "bertlab / peer (CPU) | gradient × input, s | max abs. difference |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        rows.append(f"| {r['input']}: {r['target']} | {r['tokens']} | {r['steps']} | "
+                    f"{100 * r['completeness_gap']:.2f} % | {_num(r['bertlab_ig_s'], 2)} "
+                    f"({_num(r['bertlab_ig_cpu_s'], 2)}) | {_num(r['peer_s'], 2)} ({_num(r['peer_cpu_s'], 2)}) | "
+                    f"{r['ratio_vs_peer']:.2f} ({r['cpu_ratio_vs_peer']:.2f}) | {_num(r['grad_x_input_s'], 2)} | "
+                    f"{r['max_abs_diff_vs_peer']:.0e} |")
+    s, g, f = d["summary"], d["gaps"], d["forward_no_grad"]
+    rows.append("")
+    rows.append(f"Slowest attribution at 32 tokens: **{_num(s['worst_ig_s'], 2)} s** wall clock, "
+                f"{_num(s['worst_ig_cpu_s'], 2)} s of CPU (aim ≤ {_num(s['aim_s'], 0)} s; with one thread the CPU time "
+                f"is what an idle machine's clock reads). Completeness gap at the default step count: at most "
+                f"**{100 * g['max_gap']:.2f} %** over {g['inputs']} inputs (aim ≤ {100 * g['aim']:.0f} %; points used: "
+                f"{', '.join(map(str, g['steps']))}). The no-gradient forward pass inside an empty hook context "
+                f"takes {f['ratio']:.2f}× the plain one's CPU time ({_num(f['plain_cpu_ms'], 1)} ms). "
+                f"{m['threads']} torch thread, {m['repeats']} calls each, `python bench/bench_explain.py`, "
+                f"{m['date']}.")
+    return "\n".join(rows)
+
+
+FORWARD_MODELS = {"minilm": "MiniLM (offline default)", "bert-base-random": "BERT-base shape, random",
+                  "roberta-random": "RoBERTa, MiniLM shape, random", "albert-random": "ALBERT, MiniLM shape, random",
+                  "distilbert-random": "DistilBERT, MiniLM shape, random",
+                  "electra-random": "ELECTRA, MiniLM shape, random"}
+
+
+def forward() -> str:
+    """One forward pass, bertlab against transformers, plain and capturing (bench/bench_forward.py). Rows kept
+    from an earlier run (`--keep-other-rows`) carry that run's settings."""
+    d = _load("forward")
+    meta, other = d["meta"], d["meta"].get("other_rows_meta")
+    rows = ["| model | seq | bertlab plain ms | HF plain ms | ratio | bertlab capture ms | HF capture ms | ratio "
+            "| capture / plain | threads, calls |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        run = other if other and r["model"] in ("minilm", "bert-base-random") else meta
+        rows.append(
+            f"| {FORWARD_MODELS.get(r['model'], r['model'])} | {r['seq']} | {_num(r['bertlab_plain'])} "
+            f"| {_num(r['hf_plain'])} | {_num(r['plain_ratio_vs_hf'], 2)} | {_num(r['bertlab_capture'])} "
+            f"| {_num(r['hf_capture'])} | {_num(r['capture_ratio_vs_hf'], 2)} | {_num(r['capture_overhead'], 2)} "
+            f"| {run['threads']}, median of {run['repeats']} |")
+    ratios = [r[k] for r in d["rows"] for k in ("plain_ratio_vs_hf", "capture_ratio_vs_hf")]
+    rows.append("")
+    rows.append(f"Ratios (bertlab / HF) from {min(ratios):.2f} to {max(ratios):.2f} "
+                f"(`python bench/bench_forward.py`; the family rows with `--models roberta-random albert-random "
+                f"distilbert-random electra-random --keep-other-rows`, batch {d['rows'][0]['batch']}).")
+    return "\n".join(rows)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
+    "forward": forward,
+    "explain": explain,
+    "compress": compress,
     "fillmask": fillmask,
     "memory": memory,
     "class-store": class_store,
     "hub-sizing": hub_sizing,
     "class-load": class_load,
     "finetune": finetune,
+    "finetune-table": finetune_table,
+    "finetune-defaults": finetune_defaults,
+    "objectives": objectives,
+    "replay": replay,
 }
 
 

@@ -7,6 +7,8 @@ declares its options and sets `func`, the function that runs it and returns an e
     bertlab train-default-heads                                  the offline default's MLM+NSP heads
     bertlab finetune --task T --data PATH --model M --out DIR    fine-tune sst2|nli|ner|qa
     bertlab evaluate --task T --model DIR --data FILE            the task metric (JSON)
+    bertlab compress quantize|prune|distill --model M --out DIR  a smaller model (JSON)
+    bertlab explain --text T [--model M] [--method ig|grad-x-input]  per-token attribution (JSON)
 """
 
 from __future__ import annotations
@@ -256,7 +258,20 @@ def cmd_download(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_serve, _add_training, _add_download)
+def _add_compress(sub: argparse._SubParsersAction) -> None:
+    from bertlab.compress.cli import add_parser  # the compression lab (imported here: `serve` stays light)
+
+    add_parser(sub)
+
+
+def _add_explain(sub: argparse._SubParsersAction) -> None:
+    from bertlab.explain_cli import add_parser  # attributions (imported here: `serve` stays light)
+
+    add_parser(sub)
+
+
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_serve, _add_training, _add_download,
+                                                                     _add_compress, _add_explain)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -296,6 +311,7 @@ _USER_RUNTIME_ERRORS = (
     ("bertlab.training.checkpoint", "TrainingStateError"),  # DiskFullError too
     ("bertlab.training.loop", "TrainingError"),
     ("bertlab.training.tasks.readers", "DataSourceError"),
+    ("bertlab.model", "MissingHeadError"),  # `bertlab explain` on a model without the head it needs
 )
 
 

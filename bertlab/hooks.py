@@ -11,6 +11,9 @@ from torch import nn
 
 # fn(activation, hook_name) -> replacement activation, or None to leave it as it is.
 HookFn = Callable[[torch.Tensor, str], Union[torch.Tensor, None]]
+# fn(gradient, hook_name) -> replacement gradient, or None: called in the backward pass with the
+# gradient of what is differentiated with respect to the hook point's activation (same shape).
+GradHookFn = Callable[[torch.Tensor, str], Union[torch.Tensor, None]]
 NameFilter = Union[None, str, Iterable[str], Callable[[str], bool]]
 
 
@@ -58,13 +61,19 @@ def select(names: Iterable[str], which: NameFilter) -> list[str]:
 
 
 @contextmanager
-def hooks(points: dict[str, HookPoint], fwd_hooks: Iterable[tuple[NameFilter, HookFn]]) -> Iterator[None]:
-    """Attach `(names, fn)` hooks for the duration of the block; always removes them."""
+def hooks(points: dict[str, HookPoint], fwd_hooks: Iterable[tuple[NameFilter, HookFn]],
+          bwd_hooks: Iterable[tuple[NameFilter, GradHookFn]] = ()) -> Iterator[None]:
+    """Attach `(names, fn)` forward hooks, and backward hooks that see the gradient at those hook
+    points, for the duration of the block; always removes them. Nothing is attached for what is not
+    asked: the forward pass without hooks (and without gradients) pays nothing."""
     handles = []
     try:
         for which, fn in fwd_hooks:
             for name in select(points, which):
                 handles.append(points[name].register_forward_hook(_wrap(fn, name)))
+        for which, fn in bwd_hooks:  # after the forward hooks: the gradient of the activation they leave
+            for name in select(points, which):
+                handles.append(points[name].register_forward_hook(_grad_tap(fn, name)))
         yield
     finally:
         for h in handles:
@@ -74,6 +83,17 @@ def hooks(points: dict[str, HookPoint], fwd_hooks: Iterable[tuple[NameFilter, Ho
 def _wrap(fn: HookFn, name: str):
     def hook(module: nn.Module, inputs, output):
         return fn(output, name)
+
+    return hook
+
+
+def _grad_tap(fn: GradHookFn, name: str):
+    """A forward hook that asks autograd to call fn(gradient, name) for this activation (only when
+    gradients are being recorded for it: under no_grad it does nothing)."""
+
+    def hook(module: nn.Module, inputs, output):
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            output.register_hook(lambda grad: fn(grad, name))
 
     return hook
 
@@ -106,6 +126,12 @@ class ActivationCache(dict):
         keys = [k for k in (proto.hook_name(i, short) for i in range(proto.num_layers)) if k in self]
         if not keys:
             raise KeyError(f"nothing cached ends with {short!r}.")
+        shapes = [tuple(self[k].shape) for k in keys]
+        if len(set(shapes)) > 1:  # a pruned model: its layers kept different numbers of heads
+            raise ValueError(f"this model's layers differ in shape at {short} ({', '.join(map(str, shapes[:4]))}"
+                             f"{' …' if len(shapes) > 4 else ''}): its attention heads were pruned, so the layers "
+                             f"cannot be shown side by side. Look at them one layer at a time, or pick the model "
+                             f"it was pruned from.")
         return torch.stack([self[k] for k in keys])
 
 

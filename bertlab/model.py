@@ -18,7 +18,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertlab.config import BertConfig
-from bertlab.hooks import ActivationCache, HookFn, HookPoint, NameFilter, hooks, name_hook_points, select
+from bertlab.hooks import (
+    ActivationCache,
+    GradHookFn,
+    HookFn,
+    HookPoint,
+    NameFilter,
+    hooks,
+    name_hook_points,
+    select,
+)
 
 AttentionPath = Literal["auto", "eager", "sdpa"]
 
@@ -322,16 +331,24 @@ class BertPredictionHeadTransform(nn.Module):
 
 
 class BertLMPredictionHead(nn.Module):
-    """MLM head: transform, then the decoder tied to the word embeddings, plus a bias."""
+    """MLM head: transform, then the decoder tied to the word embeddings, plus a bias. Untied
+    (config.json's tie_word_embeddings false) the decoder is a Linear of its own, bias included, as in HF."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.transform = BertPredictionHeadTransform(cfg)
-        self.decoder = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.tied = decoder_is_tied(cfg)
+        self.decoder = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=not self.tied)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.transform(x), self.decoder.weight, self.bias)  # [..., vocab]
+        bias = self.bias if self.tied else self.decoder.bias
+        return F.linear(self.transform(x), self.decoder.weight, bias)  # [..., vocab]
+
+
+def decoder_is_tied(cfg: BertConfig) -> bool:
+    """Whether an MLM decoder is the word embeddings (config.json's tie_word_embeddings, default true)."""
+    return cfg.extra.get("tie_word_embeddings", True) is not False
 
 
 class BertPreTrainingHeads(nn.Module):
@@ -433,6 +450,12 @@ class HookedModel(nn.Module):
         elif isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
+        elif isinstance(m, Adapter):  # near-identity start (Houlsby et al. 2019); runs after its Linears
+            nn.init.normal_(m.down.weight, std=1e-3)
+            nn.init.normal_(m.up.weight, std=1e-3)
+
+    def tie_weights(self) -> None:
+        """Re-link weights the model shares (BERT's MLM decoder and word embeddings); nothing by default."""
 
     @property
     def family(self):
@@ -446,9 +469,11 @@ class HookedModel(nn.Module):
         return list(self.hook_points)
 
     @contextmanager
-    def hooks(self, fwd_hooks: Iterable[tuple[NameFilter, HookFn]]) -> Iterator["HookedModel"]:
-        """`with model.hooks([(names, fn)]):` — hooks are removed on exit, whatever happens."""
-        with hooks(self.hook_points, fwd_hooks):
+    def hooks(self, fwd_hooks: Iterable[tuple[NameFilter, HookFn]],
+              bwd_hooks: Iterable[tuple[NameFilter, GradHookFn]] = ()) -> Iterator["HookedModel"]:
+        """`with model.hooks([(names, fn)], bwd_hooks=[(names, grad_fn)]):` — hooks are removed on exit,
+        whatever happens. A backward hook gets (gradient, name) when the block's backward pass runs."""
+        with hooks(self.hook_points, fwd_hooks, bwd_hooks):
             yield self
 
     def run_with_cache(
@@ -488,8 +513,8 @@ class Bert(HookedModel):
         self.bert = BertModel(config)
         self.cls = BertPreTrainingHeads(config) if config.pretraining_heads else None
         self._build_task_head()
-        self.apply(self._init_weights)
-        self._init_adapters()
+        if not any(p.is_meta for p in self.parameters()):  # on meta, every weight comes from a file
+            self.apply(self._init_weights)
         self.tie_weights()
         self.hook_points = name_hook_points(self)
 
@@ -499,14 +524,8 @@ class Bert(HookedModel):
             raise ValueError(f"a {cfg.task} head needs labels: set config.id2label.")
         add_task_heads(self, cfg)
 
-    def _init_adapters(self) -> None:
-        for m in self.modules():
-            if isinstance(m, Adapter):  # near-identity start (Houlsby et al. 2019)
-                nn.init.normal_(m.down.weight, std=1e-3)
-                nn.init.normal_(m.up.weight, std=1e-3)
-
     def tie_weights(self) -> None:
-        if self.has_mlm:
+        if self.has_mlm and self.cls.predictions.tied:
             self.cls.predictions.decoder.weight = self.bert.embeddings.word_embeddings.weight
 
     # -- what it has ------------------------------------------------------------------------
@@ -522,6 +541,20 @@ class Bert(HookedModel):
     def has_rtd(self) -> bool:
         """Replaced-token detection is ELECTRA's (bertlab.families.electra); BERT never has it."""
         return False
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights under the names transformers writes: a tied decoder stored once (as the word
+        embeddings), a bare encoder (HF's BertModel) without its prefix."""
+        tied = set(self.family.family.tied) if self.has_mlm and self.cls.predictions.tied else set()
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items() if k not in tied}
+        if self.config.architecture == "BertModel":
+            prefix = self.family.prefix + "."
+            state = {k.removeprefix(prefix): v for k, v in state.items()}
+        return state
+
+    def hf_config(self) -> dict:
+        """config.json's dict (what transformers reads back)."""
+        return self.config.to_hf_dict()
 
     def describe(self) -> str:
         """One line for the UI: size and heads."""
@@ -550,7 +583,8 @@ class Bert(HookedModel):
         ours, theirs = self.state_dict(), new.state_dict()
         kept = {k: v for k, v in ours.items() if k in theirs}
         fresh = set(theirs) - set(kept)
-        if any(k.startswith(("bert.embeddings", "bert.encoder")) and ".adapter." not in k for k in fresh):
+        encoder = tuple(f"{self.family.prefix}.{part}" for part in ("embeddings", "encoder"))
+        if any(k.startswith(encoder) and ".adapter." not in k for k in fresh):
             raise RuntimeError(f"with_heads lost encoder weights: {sorted(fresh)[:3]}")
         theirs.update(kept)  # encoder and any heads both models have; new heads stay freshly initialised
         new.load_state_dict(theirs)
@@ -570,12 +604,16 @@ class Bert(HookedModel):
         seq_out, pooled = self.bert(input_ids, token_type_ids, attention_mask, head_mask)
         out = ModelOutput(last_hidden_state=seq_out, pooler_output=pooled)
         if self.has_mlm:
-            picked = seq_out if mlm_positions is None else seq_out[mlm_positions]
-            out.mlm_logits = self.cls.predictions(picked)
+            out.mlm_logits = self.mlm_head(seq_out if mlm_positions is None else seq_out[mlm_positions])
         if self.has_nsp:
             out.nsp_logits = self.cls.seq_relationship(pooled)
         task_logits(out, self, seq_out, pooled)
         return out
+
+    def mlm_head(self, states: torch.Tensor) -> torch.Tensor:
+        """The MLM head on hidden states `states` [..., hidden]: logits [..., vocab] (the logit lens
+        applies it after every layer)."""
+        return self.cls.predictions(states)
 
     def _check_input(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> None:
         if input_ids.dim() != 2:

@@ -28,6 +28,23 @@ _BRACKETED = re.compile(r"^\[[A-Za-z0-9_]+\]$")  # [CLS], [unused17], ...: token
 
 
 WORDPIECE_PREFIX = "##"  # WordPiece's mark of a piece that continues a word
+# How pieces are shown: byte-level BPE's "Ġ" and SentencePiece's "▁" (a space before the piece: it starts
+# a word) are drawn as one visible mark, as WordPiece's "##" (the piece continues a word) is shown as is.
+WORD_START_MARK = "\u2423"  # ␣
+
+
+def _byte_level_chars() -> dict[str, int]:
+    """Byte-level BPE's alphabet: the printable character that stands for each byte (GPT-2's table), reversed."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    chars, extra = {chr(b): b for b in printable}, 0
+    for b in range(256):
+        if b not in printable:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+BYTE_LEVEL_CHARS = _byte_level_chars()
 
 
 def join_wordpieces(pieces: Sequence[str], prefix: str = WORDPIECE_PREFIX) -> str:
@@ -203,6 +220,29 @@ class Tokenizer:
             return join_wordpieces(pieces, prefix)
         decoder = self._tok.decoder
         return decoder.decode(list(pieces)).strip() if decoder is not None else "".join(pieces)
+
+    def readable_pieces(self, tokens: Sequence[str]) -> list[str]:
+        """Pieces as a student reads them: byte-level BPE's bytes as the characters they spell ("Ã©" -> "é";
+        the bytes of an incomplete character as "<0xF0>"), its "Ġ" and SentencePiece's "▁" word-start mark as
+        WORD_START_MARK; WordPiece pieces ("##less") and special tokens unchanged."""
+        kind = type(self._tok.decoder).__name__ if self._tok.decoder is not None else ""
+        if self.continuing_prefix is not None or kind not in ("ByteLevel", "Metaspace"):
+            return list(tokens)
+        specials = set(self.special_tokens.values())
+        out = []
+        for t in tokens:
+            text = t
+            if t in specials:
+                pass
+            elif kind == "ByteLevel" and all(c in BYTE_LEVEL_CHARS for c in t):
+                text = bytes(BYTE_LEVEL_CHARS[c] for c in t).decode("utf-8", errors="surrogateescape")
+                text = "".join(f"<0x{ord(c) - 0xDC00:02X}>" if "\udc80" <= c <= "\udcff" else c for c in text)
+            elif kind == "Metaspace":
+                text = t.replace("\u2581", " ")
+            if text is not t and text.startswith(" "):
+                text = WORD_START_MARK + text[1:]
+            out.append(text)
+        return out
 
     @property
     def vocab_size(self) -> int:

@@ -49,6 +49,14 @@ def test_plain_serve_culls_closed_pages_and_keeps_open_ones():
     assert "--template=bertlab" in argv  # the page without Font Awesome from a CDN
 
 
+def test_kernels_take_no_tcp_ports_and_pages_parse_plotly_once():
+    argv = plan().argv()
+    # a TCP port picked for a starting kernel can be taken by another loopback connection first
+    assert "--KernelManager.transport=ipc" in argv
+    denied = next(a for a in argv if a.startswith("--VoilaConfiguration.extension_denylist="))
+    assert "jupyterlab-plotly" in denied.split("=", 1)[1]  # figures load plotly from the server's bundle
+
+
 def test_class_mode_sizes_the_pool_and_caps_kernels(tmp_path):
     p = plan(class_size=30, class_dir=tmp_path)
     argv = p.argv()

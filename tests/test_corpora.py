@@ -211,3 +211,16 @@ def test_hugging_face_source_with_a_fake_datasets(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", _fake_datasets(None))
     with pytest.raises(CorpusError, match="Offline"):
         load_corpus("hf:someone/wikitext:raw", "held_out")
+
+
+def test_wikitext_unknown_words_take_the_tokenizers_unknown_token():
+    """WikiText's <unk> is written as the tokenizer's unknown token (RoBERTa's <unk>, BERT's by default),
+    so that every family's tokenizer reads it as one unknown piece."""
+    from bertlab.tokenizer import spell_specials
+    from bertlab.training.corpora import parse_wikitext
+
+    text = " = Title = \n The <unk> sat on the mat . \n"
+    assert parse_wikitext(text, unk_token="<unk>")[0].sentences == ["The <unk> sat on the mat ."]
+    assert parse_wikitext(text, unk_token="<UNK-X>")[0].sentences == ["The <UNK-X> sat on the mat ."]
+    default = spell_specials("{unk}")
+    assert parse_wikitext(text)[0].sentences == [f"The {default} sat on the mat ."]

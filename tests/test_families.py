@@ -306,11 +306,109 @@ def test_sharded_index_outside_the_folder_is_refused(family_checkpoints, tmp_pat
         load_model(folder)
 
 
-def test_albert_with_several_layers_per_group_is_refused(family_checkpoints, tmp_path):
+@pytest.mark.parametrize("arch", ["AlbertModel", "AlbertForMaskedLM", "AlbertForPreTraining"])
+def test_albert_with_several_layers_per_group_equals_transformers(tmp_path, arch):
+    """inner_group_num 2 and 2 groups over 3 group calls (HF picks group int(i / 1.5)): 6 logical layers,
+    each with its own hook points; hidden states, patterns and logits equal to transformers, both ways."""
+    T = _hf()
+    torch.manual_seed(7)
+    cfg = T.AlbertConfig(**{**CONFIGS["albert"][1], "num_hidden_layers": 3}, inner_group_num=2, num_labels=2)
+    T_model = getattr(T, arch)(cfg).eval()
+    T_model.save_pretrained(tmp_path / "a")
+    model, _ = load_model(tmp_path / "a")
+    assert model.family.num_layers == 6 and model.config.num_hidden_layers == 6
+    for path in ("eager", "sdpa"):
+        model.set_attention_path(path)
+        hf = getattr(T, arch).from_pretrained(tmp_path / "a", attn_implementation=path).eval()
+        _compare(model, hf, "albert", arch, path)
+    save_pretrained(model, None, tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "config.json").read_text())["num_hidden_layers"] == 3
+    back = getattr(T, arch).from_pretrained(tmp_path / "saved", attn_implementation="eager").eval()
+    model.set_attention_path("eager")
+    _compare(model, back, "albert", arch, "eager", seed=2)
+
+
+def test_albert_inner_group_num_must_be_a_whole_number(family_checkpoints, tmp_path):
     folder = _copy(family_checkpoints["AlbertModel"], tmp_path / "g")
-    _edit_config(folder, inner_group_num=2)
-    with pytest.raises(CheckpointError, match="inner_group_num 2 is not supported"):
+    _edit_config(folder, inner_group_num="two")
+    with pytest.raises(CheckpointError, match=r"config.json: inner_group_num must be a whole number.*'two'"):
         load_model(folder)
+
+
+UNTIED = {"bert": "BertForMaskedLM", "roberta": "RobertaForMaskedLM", "albert": "AlbertForMaskedLM",
+          "distilbert": "DistilBertForMaskedLM", "electra": "ElectraForMaskedLM"}
+
+
+@pytest.mark.parametrize("mt", list(UNTIED))
+def test_untied_mlm_decoder_loads_and_equals_transformers(tmp_path, mt):
+    """tie_word_embeddings false: the decoder's own weight (and bias) give the logits, as in transformers;
+    bertlab's save keeps it untied."""
+    T = _hf()
+    arch = UNTIED[mt]
+    cls_name, kwargs = CONFIGS[mt]
+    torch.manual_seed(11)
+    hf = getattr(T, arch)(getattr(T, cls_name)(**kwargs, tie_word_embeddings=False)).eval()
+    decoder = hf.get_output_embeddings()
+    with torch.no_grad():  # a decoder unlike the embeddings, and a bias of its own
+        decoder.weight.normal_(0, 0.5)
+        if decoder.bias is not None:
+            decoder.bias.normal_(0, 0.5)
+    words = hf.get_input_embeddings().weight
+    assert decoder.weight.data_ptr() != words.data_ptr()
+    hf.save_pretrained(tmp_path / "untied")
+    model, _ = load_model(tmp_path / "untied")
+    ref = getattr(T, arch).from_pretrained(tmp_path / "untied", attn_implementation="eager").eval()
+    _compare(model, ref, mt, arch, "eager")
+    save_pretrained(model, None, tmp_path / "saved")
+    assert json.loads((tmp_path / "saved" / "config.json").read_text())["tie_word_embeddings"] is False
+    back = getattr(T, arch).from_pretrained(tmp_path / "saved", attn_implementation="eager").eval()
+    assert torch.equal(back.get_output_embeddings().weight, ref.get_output_embeddings().weight)
+    _compare(model, back, mt, arch, "eager", seed=1)
+    # the same file read as tied (the default) gives other logits: the decoder is really read
+    _edit_config(tmp_path / "untied", tie_word_embeddings=True)
+    tied, _ = load_model(tmp_path / "untied")
+    ids, types, mask = _batch(model)
+    with torch.no_grad():
+        assert _diff(tied(ids, types, mask).mlm_logits, model(ids, types, mask).mlm_logits) > 1e-2
+
+
+@pytest.mark.parametrize("arch", ["RobertaForMaskedLM", "AlbertForPreTraining", "DistilBertForMaskedLM",
+                                  "ElectraForPreTraining"])
+def test_adapters_work_on_every_family(family_checkpoints, tmp_path, arch):
+    """The fine-tuning lab's Houlsby adapters: after attention and after the MLP of every logical layer,
+    near-identity at the start, the only encoder weights adapter mode trains, saved and read back."""
+    from bertlab.training.finetune import set_trainable, with_task_head
+    from bertlab.training.tasks import get_task
+
+    base, _ = load_model(family_checkpoints[arch])
+    model = with_task_head(base, get_task("sst2"), adapter_size=8)
+    fam = model.family
+    adapters = [n for n, m in model.named_modules() if n.endswith(".adapter")]
+    layers = model.config.num_hidden_groups if fam.name == "albert" else fam.num_layers  # layers with weights
+    assert len(adapters) == 2 * layers  # after attention and after the MLP
+    ids, types, mask = _batch(model)
+    with torch.no_grad():  # the adapters start near the identity: the encoder's output barely moves
+        before = base(ids, types, mask).last_hidden_state
+        after = model.eval()(ids, types, mask).last_hidden_state
+    assert 0 < _diff(after, before, mask) < 1e-2
+    set_trainable(model, "adapter")
+    model.train()
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=1.0)
+    model(ids, types, mask).logits.sum().backward()
+    opt.step()
+    changed = [k for k, v in model.state_dict().items() if not torch.equal(v, start[k])]
+    assert any(".adapter." in k for k in changed)
+    encoder = [k for k in changed if k.startswith(fam.prefix + ".") and not k.startswith(fam.pooler_prefix or "-")]
+    assert encoder and all(".adapter." in k or "norm" in k.lower() for k in encoder), encoder
+    model.eval()
+    save_pretrained(model, None, tmp_path / "adapted")
+    again, _ = load_model(tmp_path / "adapted")
+    assert again.config.adapter_size == 8
+    with torch.no_grad():
+        assert torch.equal(again(ids, types, mask).logits, model(ids, types, mask).logits)
+    plain = again.with_heads(task=again.config.task, id2label=again.config.id2label, adapter_size=None)
+    assert not any(".adapter." in k for k in plain.state_dict())
 
 
 def test_tokenizer_larger_than_the_vocabulary_is_refused(tmp_path, tiny_vocab):
@@ -351,6 +449,17 @@ def test_with_heads_keeps_the_encoder_and_saves_for_transformers(family_checkpoi
         assert hf.config.id2label == {0: "neg", 1: "pos"}
     with pytest.raises(FamilyError, match="no electra architecture has heads"):
         model.with_heads(pretraining_heads=("rtd", "mlm"))
+
+
+@pytest.mark.parametrize("arch", ["BertForPreTraining", "RobertaForMaskedLM", "AlbertForPreTraining",
+                                  "DistilBertForMaskedLM", "ElectraForMaskedLM"])
+def test_layer_norms_are_found_by_the_protocol_in_every_family(family_checkpoints, arch):
+    """Adapter mode trains the LayerNorms too: the protocol finds them under every family's names."""
+    model, _ = load_model(family_checkpoints[arch])
+    norms = {f"{m}.{p}" for m, mod in model.named_modules() if isinstance(mod, torch.nn.LayerNorm)
+             for p in ("weight", "bias")}
+    found = {n for n, _ in model.named_parameters() if model.family.is_layer_norm(n)}
+    assert found == norms and len(norms) >= 2 * (model.family.num_layers if "Albert" not in arch else 2)
 
 
 @pytest.mark.parametrize("arch", ["BertModel", "RobertaModel", "AlbertModel", "DistilBertModel", "ElectraModel"])

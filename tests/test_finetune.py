@@ -33,7 +33,8 @@ from bertlab.training.finetune import (
     subset,
     with_task_head,
 )
-from bertlab.training.finetune_cli import add_evaluate_parser, add_finetune_parser
+from bertlab.training.finetune_cli import add_evaluate_parser, add_finetune_parser, config_from_args
+from bertlab.training.finetune_defaults import recipe
 from bertlab.training.tasks import NLI_LABELS, get_task, read_train_dev
 
 REPO = Path(__file__).resolve().parents[1]
@@ -455,7 +456,41 @@ def test_bad_settings_fail_early_with_a_message(tok, synthetic):
         FinetuneConfig(epochs=0)
     with pytest.raises(FinetuneError, match="tokenizer"):
         finetune(FinetuneConfig(task="sst2", model=tiny_bert(tok)))
-    assert FinetuneConfig(mode="adapter").learning_rate == 1e-3 and FinetuneConfig().learning_rate == 5e-5
+    assert FinetuneConfig(mode="adapter").learning_rate == recipe("sst2", "adapter").lr
+    assert FinetuneConfig().learning_rate == recipe("sst2").lr
+    with pytest.raises(ValueError, match="warmup_ratio"):
+        FinetuneConfig(warmup_ratio=1.0)
+
+
+@pytest.mark.parametrize("task", ["sst2", "nli", "ner", "qa"])
+@pytest.mark.parametrize("mode", ["full", "feature", "adapter"])
+def test_settings_left_out_take_the_tasks_measured_defaults(task, mode):
+    r = recipe(task, mode)
+    cfg = FinetuneConfig(task=task, mode=mode).resolved()
+    got = (cfg.model, cfg.epochs, cfg.lr, cfg.batch_size, cfg.max_length, cfg.warmup_ratio)
+    assert got == (r.model, r.epochs, r.lr, r.batch_size, r.max_length, r.warmup_ratio)
+    train = FinetuneConfig(task=task, mode=mode).train_config(batches_per_epoch=10)  # the loop gets them too
+    assert (train.epochs, train.lr, train.batch_size, train.warmup_ratio) == (r.epochs, r.lr, r.batch_size,
+                                                                               r.warmup_ratio)
+    given = FinetuneConfig(task=task, mode=mode, model="x", epochs=7, lr=0.25, batch_size=3, max_length=40,
+                           warmup_ratio=0.0).resolved()  # what the caller gives wins
+    assert (given.model, given.epochs, given.lr, given.batch_size, given.max_length, given.warmup_ratio) == (
+        "x", 7, 0.25, 3, 40, 0.0)
+    assert FinetuneConfig(task=task, mode=mode).to_dict()["lr"] == r.lr
+    with pytest.raises(KeyError, match="no defaults"):
+        recipe(task, "lora")
+
+
+def test_the_cli_leaves_unset_options_to_the_tasks_defaults():
+    args = _parser().parse_args(["finetune", "--task", "ner", "--out", "o"])
+    cfg = config_from_args(args).resolved()
+    r = recipe("ner")
+    assert (cfg.model, cfg.epochs, cfg.lr, cfg.batch_size, cfg.max_length) == (
+        r.model, r.epochs, r.lr, r.batch_size, r.max_length)
+    args = _parser().parse_args(["finetune", "--task", "ner", "--out", "o", "--model", "default",
+                                      "--warmup-ratio", "0.2", "--epochs", "1"])
+    cfg = config_from_args(args).resolved()
+    assert (cfg.model, cfg.warmup_ratio, cfg.epochs) == ("default", 0.2, 1)
 
 
 def test_evaluate_needs_the_right_head(tok, sst2_run, synthetic):
@@ -627,3 +662,42 @@ def test_bf16_autocast_on_cpu_learns_and_stays_close_to_fp32(synthetic, tok):
     texts = ["what a superb film", "the story felt dull", "this movie is brilliant", "all in all boring"]
     torch.testing.assert_close(logits_of(bf16.model, tok, texts), logits_of(fp32.model, tok, texts),
                                atol=0.15, rtol=0.1)
+
+
+def test_default_encoder_is_the_offline_defaults_encoder_as_the_package_ships_it(default_model, bare_default):
+    """`load("default-encoder")`: the start of the pair and span tasks; the package's weights, no heads,
+    none of the layers bertlab's MLM/NSP heads re-trained."""
+    encoder, tok = load("default-encoder")
+    shipped, _ = bare_default
+    assert encoder.config.pretraining_heads == () and encoder.config.task is None
+    assert encoder.load_report.source == "default-encoder"
+    assert encoder.state_dict().keys() == shipped.state_dict().keys()
+    assert all(torch.equal(v, shipped.state_dict()[k]) for k, v in encoder.state_dict().items())
+    layer = "bert.encoder.layer.5.output.dense.weight"
+    assert not torch.equal(encoder.state_dict()[layer], default_model[0].state_dict()[layer])
+    assert tok.vocab_size == default_model[1].vocab_size
+
+
+@pytest.mark.parametrize("member", ["distilbert", "albert"])
+def test_adapter_mode_trains_every_encoder_norm_under_the_familys_own_names(member, tmp_path):
+    from tiny_models import family_folder
+
+    model, _ = load(family_folder(tmp_path, member))
+    norms = [n for n, _ in model.named_parameters() if n.startswith(model.family.prefix + ".") and
+             n.endswith(("norm.weight", "LayerNorm.weight"))]
+    named = [n for n in norms if "LayerNorm" not in n]  # DistilBERT's sa_layer_norm, ALBERT's full_layer_layer_norm
+    assert named, norms
+    assert all(is_trainable(n, "adapter", model.family) for n in norms)
+    assert not is_trainable(norms[0], "feature", model.family)
+
+
+def test_a_new_task_head_starts_from_the_runs_seed_not_from_what_ran_before(synthetic, tok):
+    """Two runs with one seed give one model, whatever the global random state was before each."""
+    models = []
+    for before in (1, 2):
+        cfg = quick("sst2", synthetic["sst2"], tok, epochs=1, max_train_examples=32)  # tiny_bert seeds torch
+        torch.manual_seed(before)
+        r = finetune(cfg, tokenizer=tok)
+        models.append(r.model.state_dict())
+    assert models[0].keys() == models[1].keys()
+    assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])

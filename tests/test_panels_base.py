@@ -9,6 +9,9 @@ with slow-loading figures is tested in tests/browser/test_stale_charts.py.)"""
 
 from __future__ import annotations
 
+import json
+import re
+
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import pytest
@@ -114,10 +117,35 @@ def test_figures_import_plotlys_code_from_the_server_when_it_serves_it(monkeypat
     monkeypatch.delenv(PLOTLY_BUNDLE_ENV, raising=False)
     inline = SyncedFigureWidget()._esm
     assert len(inline) > 1_000_000  # the whole bundle, sent with every figure (Jupyter, notebooks)
+    assert json.dumps(str(go.FigureWidget._esm)) in inline and "globalThis[" in inline  # evaluated once per page
     monkeypatch.setenv(PLOTLY_BUNDLE_ENV, PLOTLY_BUNDLE_PATH)
     shim = SyncedFigureWidget()._esm
-    assert len(shim) < 1_000 and f'"{PLOTLY_BUNDLE_PATH}"' in shim and "await import(" in shim
-    assert "export default bundle.default" in shim
+    assert len(shim) < 3_000 and f'"{PLOTLY_BUNDLE_PATH}"' in shim and "await (import(" in shim
+    for module in (inline, shim):  # plotly's model and view, each view's listeners removed with it
+        assert "new FigureView(seen, el)" in module and "model.off(name, callback)" in module
+        assert "export { FigureModel, FigureView }" in module
+
+
+def test_plotlys_bundle_still_has_what_the_figure_module_wraps():
+    """The figure module reaches into plotly's widget code by name: FigureModel.prototype.initialize
+    (called once while plotly makes its model), FigureView(model, el).perform_render() and its
+    remove(), listeners added with model.on. A plotly that renames them must fail here, not in a
+    browser. (tests/browser/test_jupyterlab.py checks the whole in JupyterLab.)"""
+    code = str(go.FigureWidget._esm)
+    assert re.search(r"export\{[^}]*\bas FigureModel\b[^}]*\bas FigureView\b[^}]*\bas default\}", code)
+    assert re.search(r"initialize\(\w+\)\{\w+=new \w+\(\w+\.model,\w+\),\w+\.initialize\(\)\}", code)
+    assert "perform_render(){" in code and "remove(){" in code
+    assert 'this.model.on("change:_py2js_update",()=>this.do_update())' in code
+
+
+def test_a_swapped_out_figure_is_closed_at_the_next_swap_not_at_once():
+    """Closing it at once raced its view (a resize or hover message to a closed comm: "No such comm")."""
+    box = widgets.VBox([])
+    first = show_figure(box, go.Figure(go.Bar(x=[1])))
+    second = show_figure(box, go.Figure([go.Bar(x=[1]), go.Bar(x=[2])]))
+    assert box.children == (second,) and first.comm is not None
+    third = show_figure(box, go.Figure(go.Scatter(x=[1])))
+    assert box.children == (third,) and first.comm is None and second.comm is not None
 
 
 def test_the_server_serves_plotlys_widget_code_as_one_file():

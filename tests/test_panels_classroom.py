@@ -12,13 +12,15 @@ import pytest
 
 from bertlab.analysis.mask import fill_mask
 from bertlab.analysis.nsp import next_sentence
-from bertlab.classroom.questions import NSP_CHOICES, model_rank, tally, verdict
+from bertlab.classroom.questions import NSP_CHOICES, PAIR_CHOICES, model_rank, pair_objective, tally, verdict
 from bertlab.classroom.store import ClassStore
 from bertlab.panels.classroom import ClassQuestionBox
 from bertlab.panels.mask import MaskPanel
 from bertlab.panels.nsp import NSPPanel
-from bertlab.panels.teacher import NO_STORE, TeacherPanel, teacher_view
+from bertlab.panels.teacher import NO_STORE, TeacherPage, TeacherPanel, teacher_view
+from bertlab.viz import theme
 from bertlab.viz.classroom import ALONE, SHARED, TOP, plot_class_guesses
+from bertlab.viz.theme import NEUTRAL, NORMAL, OKABE_ITO, PROJECTOR
 
 SENTENCE = "The man went to the [MASK] to buy a gallon of milk."
 
@@ -152,6 +154,40 @@ def test_a_pair_question_goes_to_the_next_sentence_tab(default_model, store_path
     assert _shown(nsp_tab.probability_box)
 
 
+def test_an_albert_pair_question_asks_about_sentence_order_not_whether_b_follows(store_path, tmp_path):
+    """ALBERT's pair head was pre-trained on sentence ORDER (two consecutive segments, in order or
+    swapped), never on random B sentences: the class is asked what that head answers."""
+    from tiny_models import family_folder
+
+    from bertlab.loading import load
+
+    model, tok = load(family_folder(tmp_path, "albert"))
+    assert pair_objective(model) == "sop"
+    teacher = TeacherPanel(model, tok, ClassStore(store_path), poll_s=None)
+    nsp_tab = NSPPanel(model, tok, classroom=ClassStore(store_path), class_poll_s=None)
+    teacher.kind.value = "nsp"
+    teacher.text.value, teacher.text_b.value = "The man went to the store.", "He bought milk there."
+    teacher.push()
+    result = next_sentence(model, tok, teacher.text.value, teacher.text_b.value)
+    assert teacher.question.model == [("A comes before B", pytest.approx(result.is_next_probability)),
+                                      ("B comes before A", pytest.approx(result.not_next_probability))]
+    nsp_tab.class_box.poll()
+    box = nsp_tab.class_box
+    assert tuple(box.input.options) == PAIR_CHOICES["sop"]
+    shown = box.prompt.value + box.status.value
+    assert "comes before B" in shown and "follow" not in shown and "random" not in shown
+    box.input.value = "B comes before A"
+    box.send()
+    teacher.refresh()
+    assert teacher.counts == [("b comes before a", 1)]
+    teacher.reveal()
+    box.poll()
+    assert set(_figure_bars(box.figure_box, 1)) == set(PAIR_CHOICES["sop"])
+    said = html.unescape(box.status.value)  # the verdict names the model's answer in the same words
+    assert "'b comes before a'" in said and any(f"top answer is '{c}'" in said for c in PAIR_CHOICES["sop"])
+    teacher.stop()
+
+
 def test_the_teacher_gets_a_message_for_a_sentence_that_cannot_be_asked(teacher):
     teacher.text.value = "The [MASK] went to the [MASK]."
     teacher.push()
@@ -215,6 +251,32 @@ def test_the_figure_colours_guesses_by_the_models_answer_and_sums_the_tail():
     hidden = plot_class_guesses(counts, [("house", 0.5)], show_model=False)
     assert hidden.data[1].x is None or len(hidden.data[1].x) == 0
     assert any("Reveal" in a.text for a in hidden.layout.annotations)
+
+
+def test_the_class_figure_follows_the_theme():
+    counts, model = [("house", 3), ("store", 1)], [("house", 0.5), ("store", 0.2), ("bank", 0.1)]
+    normal = plot_class_guesses(counts, model, style=NORMAL)
+    big = plot_class_guesses(counts, model, style=PROJECTOR)
+    assert big.layout.font.size == 1.5 * normal.layout.font.size
+    assert [a.font.size for a in big.layout.annotations] == [1.5 * a.font.size for a in normal.layout.annotations]
+    assert big.layout.width == PROJECTOR.page_width and normal.layout.width == 880  # the page's whole width
+    assert {TOP, SHARED, ALONE} <= set(OKABE_ITO) | {NEUTRAL}  # colour-blind safe
+
+
+def test_the_teacher_page_switches_projector_mode_and_its_histogram_follows(default_model, store_path):
+    try:
+        page = TeacherPage(TeacherPanel(*default_model, ClassStore(store_path), poll_s=None))
+        page.panel.push()
+        fig = page.panel.figure_box.children[0]
+        assert fig.layout.font.size == theme.BASE_FONT and theme.PROJECTOR_CLASS not in page.widget._dom_classes
+        page.projector.value = True
+        fig = page.panel.figure_box.children[0]
+        assert fig.layout.font.size == PROJECTOR.px(theme.BASE_FONT) and fig.layout.width == theme.current().page_width
+        assert theme.PROJECTOR_CLASS in page.widget._dom_classes
+        page.page.query = "?projector=0"  # the page's address asks for the normal page
+        assert not page.projector.value and page.panel.figure_box.children[0].layout.font.size == theme.BASE_FONT
+    finally:
+        theme.use(NORMAL)
 
 
 def _until(condition, timeout: float = 20.0) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from datetime import datetime
 
 import plotly.graph_objects as go
 import pytest
@@ -85,13 +86,47 @@ def test_opens_with_the_figures_on_show_and_html_export_saves_and_links(panel, t
 
 
 def test_export_reads_the_figure_as_it_is_now_and_keeps_earlier_files(panel, tabs, tmp_path):
+    panel.clock = lambda: datetime(2026, 11, 24, 9, 12, 5)
     panel.choice.value, panel.format.value = "Attention: heatmap", "html"
     panel.export_button.click()
     tabs.shown["Attention: heatmap"].data[0].z = [[0.875, 0.125], [1.0, 0.0]]  # the tab redrew its widget
     panel.export_button.click()
-    first, second = tmp_path / "exports" / "attention-heatmap.html", tmp_path / "exports" / "attention-heatmap-2.html"
+    first = tmp_path / "exports" / "attention-heatmap.html"
+    second = tmp_path / "exports" / "attention-heatmap_2026-11-24_091205.html"
     assert "0.875" not in first.read_text() and "0.875" in second.read_text()
     assert link_file(panel)[2] == second.read_bytes()
+
+
+def test_a_repeated_export_downloads_under_the_name_it_is_announced_and_saved_with(panel, tmp_path):
+    """Issue 15: a file renamed "-2" in the folder was announced under the new name but downloaded
+    under the old one (and the browser then renamed it again). Each download now has its own
+    meaningful name, the saved copy's, the one the note gives."""
+    (tmp_path / "exports").mkdir()
+    (tmp_path / "exports" / "mask-top-k.html").write_text("from an earlier session")
+    times = iter([datetime(2026, 11, 24, 9, 12, 5), datetime(2026, 11, 24, 9, 12, 5), datetime(2026, 11, 24, 9, 13)])
+    panel.clock = lambda: next(times)
+    panel.choice.value, panel.format.value = "Mask: top-k", "html"
+    names = []
+    for _ in range(3):
+        panel.export_button.click()
+        name, _, data = link_file(panel)
+        assert (tmp_path / "exports" / name).read_bytes() == data  # the download is the saved copy ...
+        assert f"exports/{name};" in notes(panel, "info")  # ... under the name the note gives
+        names.append(name)
+    assert names == ["mask-top-k_2026-11-24_091205.html", "mask-top-k_2026-11-24_091205-2.html",
+                     "mask-top-k_2026-11-24_091300.html"]  # "-2" only for two in the same second
+    assert (tmp_path / "exports" / "mask-top-k.html").read_text() == "from an earlier session"
+
+
+def test_a_name_already_downloaded_gets_the_time_even_when_the_folder_cannot_keep_copies(panel, tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")
+    panel.folder.value = str(tmp_path / "a-file")
+    panel.clock = lambda: datetime(2026, 11, 24, 9, 12, 5)
+    panel.choice.value, panel.format.value = "Mask: top-k", "html"
+    panel.export_button.click()
+    panel.export_button.click()
+    assert link_file(panel)[0] == "mask-top-k_2026-11-24_091205.html"
+    assert "Made mask-top-k_2026-11-24_091205.html, but could not save it" in notes(panel, "warning")
 
 
 def test_refresh_lists_new_figures_and_keeps_the_pick(panel, tabs):

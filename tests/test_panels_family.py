@@ -12,6 +12,7 @@ from tiny_models import family_folder
 
 from bertlab.analysis.replaced import replaced_tokens
 from bertlab.loading import load
+from bertlab.model import MissingHeadError
 from bertlab.panels.app import App
 from bertlab.panels.base import lacks
 from bertlab.panels.mask import MaskPanel
@@ -167,3 +168,24 @@ def test_a_missing_head_is_a_plain_warning_not_a_bug(members):
         model.require("nsp")
     assert BROKE not in panel.message.value
     assert panel.messages[0][0] == "warning" and "no NSP head" in panel.messages[0][1]
+
+
+@pytest.mark.parametrize("member", ["roberta", "albert", "distilbert", "electra"])
+def test_the_logit_lens_reads_every_members_own_mlm_head(members, member):
+    """After the last layer the lens gives the model's own MLM output (each family's head, not BERT's `cls`)."""
+    import torch
+
+    from bertlab.analysis.ablation import logit_lens
+
+    model, tok = members[member]
+    if not model.has_mlm:  # the ELECTRA discriminator: a plain message, no lens
+        with pytest.raises(MissingHeadError):
+            logit_lens(model, tok, f"The quick brown {tok.mask_token} jumps.", k=3)
+        return
+    lens = logit_lens(model, tok, f"The quick brown {tok.mask_token} jumps.", k=3)
+    q = lens.query
+    with torch.no_grad():
+        out = model(q.input_ids, q.token_type_ids)
+    want = out.mlm_logits[0, q.position].float().log_softmax(-1)
+    assert torch.allclose(lens.target_log_probs[-1], want[q.target_id], atol=1e-5)
+    assert lens.top_ids[-1].tolist() == want.topk(3).indices.tolist()

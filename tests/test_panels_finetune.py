@@ -19,6 +19,7 @@ from bertlab.loading import load
 from bertlab.model import Bert
 from bertlab.panels.finetune import FinetunePanel, model_task, save_upload
 from bertlab.tokenizer import Tokenizer
+from bertlab.training.finetune_defaults import recipe
 from bertlab.training.tasks import CONLL_LABELS, NLI_LABELS, SST2_LABELS, get_task, read_train_dev
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -261,11 +262,15 @@ def test_the_next_run_trains_a_copy_of_the_model_picked_last(tok, tmp_path, shar
     panel = small_panel(tiny_bert(tok), tok, tmp_path, [])
     other = tiny_bert(tok, seed=3)
     panel.set_model(other, tok)
-    panel.task.value, panel.mode.value = "nli", "adapter"
+    panel.task.value, panel.mode.value = "nli", "adapter"  # the task's and mode's defaults
+    assert panel.start_from.options == (("the model picked above", "picked"),)  # not the offline default
+    panel.batch.value = 8
     panel.start_button.click()
     assert panel.wait(30)
     cfg = seen[0]
-    assert cfg.model is other and (cfg.task, cfg.mode, cfg.lr, cfg.batch_size) == ("nli", "adapter", 1e-3, 8)
+    r = recipe("nli", "adapter")
+    assert cfg.model is other and (cfg.task, cfg.mode, cfg.lr, cfg.batch_size) == ("nli", "adapter", r.lr, 8)
+    assert (cfg.epochs, cfg.max_length) == (r.epochs, r.max_length)
     assert (cfg.max_train_examples, cfg.max_eval_examples, cfg.device) == (64, 32, "cpu")
     assert cfg.eval_every == 2 and cfg.checkpoint_every == 8  # 4 evaluations and 1 checkpoint an epoch
     assert Path(cfg.out_dir).parent == tmp_path and not panel.runs  # it never started: no row
@@ -431,3 +436,38 @@ def test_use_it_refuses_text_it_cannot_read_with_a_clear_message(heads, tok, tmp
     use = panel.use
     use.sentence.value = text
     assert words in errors(use) and "Something went wrong" not in errors(use)
+
+
+def test_the_offline_default_fine_tunes_from_each_tasks_start_encoder(default_model, tmp_path, shared_data,
+                                                                       monkeypatch):
+    """Picked: the offline default. "Start from" offers the task's start encoder (the package's, as it ships)
+    and a run fine-tunes a copy of that, unless the student picks "the model picked above"."""
+    model, tok = default_model
+    seen = []
+
+    def fake_finetune(cfg, **kwargs):
+        seen.append(cfg)
+        raise ValueError("stopped by the test")
+
+    monkeypatch.setattr("bertlab.panels.finetune.finetune", fake_finetune)
+    panel = FinetunePanel(model, tok, runs_dir=tmp_path, device="cpu")
+    panel.task.value = "nli"
+    r = recipe("nli")
+    assert panel.start_from.value == r.model == "default-encoder"
+    assert "package ships" in panel.start_note.value and "offline default" in panel.start_note.value
+    assert (panel.epochs.value, panel.lr.value, panel.batch.value) == (r.epochs, r.lr, r.batch_size)
+    panel.max_train.value, panel.max_dev.value = 16, 8
+    panel.start_button.click()
+    assert panel.wait(60)
+    start = seen[0].model
+    assert start is not model and start.load_report.source == "default-encoder"
+    assert start.config.task is None and not start.config.pretraining_heads  # the encoder alone
+    layer = "bert.encoder.layer.5.output.dense.weight"
+    assert not torch.equal(start.state_dict()[layer], model.state_dict()[layer])  # not the re-trained layers
+    panel.start_from.value = "picked"
+    assert "default for nli starts from" in panel.start_note.value
+    panel.start_button.click()
+    assert panel.wait(60)
+    assert seen[1].model is model
+    panel.set_model(tiny_bert(tok), tok)  # another model: only "the model picked above"
+    assert [v for _, v in panel.start_from.options] == ["picked"]

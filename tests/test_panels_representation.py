@@ -176,3 +176,55 @@ def test_show_puts_up_a_busy_sign_and_disables_the_button(panel, monkeypatch):
     monkeypatch.setattr(panel_module, "input_representation", watching)
     panel.text_a.value = "The cat sat."
     assert seen == [(True, True)] and not panel.show_button.disabled and "bertlab-busy" not in panel.message.value
+
+
+# -- issue 16: other families' tokenizers, named and drawn readably --------------------------------
+@pytest.fixture(scope="module")
+def roberta_panel(tmp_path_factory):
+    """The tab on a tiny RoBERTa-like model whose byte-level BPE tokenizer is trained here."""
+    from tiny_models import family_folder
+
+    model, tok = load(family_folder(tmp_path_factory.mktemp("roberta-input"), "roberta"))
+    return RepresentationPanel(model, tok)
+
+
+def test_byte_level_bpe_pieces_are_named_and_readable(roberta_panel):
+    from bertlab.tokenizer import WORD_START_MARK
+
+    panel = roberta_panel
+    panel.text_b.value = ""
+    panel.text_a.value = "Café résumés: the quickest brown foxes jumped."
+    raw = panel.tok.encode(panel.text_a.value).tokens
+    n = len(raw)
+    pieces = [table_column(panel, i + 1)[0] for i in range(n)]
+    assert any("Ġ" in t for t in raw) and any("Ã" in t for t in raw)  # what the file stores
+    assert not any("Ġ" in p or "Ã" in p for p in pieces)  # what the student sees
+    assert pieces[0] == "<s>" and pieces[-1] == "</s>"  # special tokens as they are
+    # the shown pieces spell the text back, the mark standing for the space before a word
+    assert "".join(pieces[1:-1]).replace(WORD_START_MARK, " ") == panel.text_a.value
+    starts = [p.startswith(WORD_START_MARK) for p in pieces[1:-1]]
+    assert starts == [t.startswith("Ġ") for t in raw[1:-1]] and sum(starts) == 6  # every word but the first
+    assert "é" in "".join(pieces)
+    # the tokenizer is named from the family, never as WordPiece
+    help_html = panel.help.value
+    assert "byte-level BPE" in help_html and WORD_START_MARK in help_html and "WordPiece" not in help_html
+    info = notes(panel, "info")
+    assert "byte-level BPE pieces" in info and "WordPiece" not in info
+    assert "byte-level BPE" in panel.table.layout.title.text
+    assert list(panel.norms.data[0].x) == [f"{i} {p}" for i, p in enumerate(pieces)]  # bars: the same labels
+    split = [s for s in info.split(": ", 1)[1].split("; ")] if "several" in info else []
+    assert split and all("Ġ" not in s for s in split)
+
+
+def test_sentencepiece_pieces_show_the_same_word_start_mark(tmp_path):
+    from tiny_models import family_folder
+
+    from bertlab.tokenizer import WORD_START_MARK
+
+    model, tok = load(family_folder(tmp_path, "albert"))
+    panel = RepresentationPanel(model, tok, text="The quick brown fox jumps.", text_b="")
+    raw = tok.encode(panel.text_a.value).tokens
+    pieces = [table_column(panel, i + 1)[0] for i in range(len(raw))]
+    assert any(t.startswith("▁") for t in raw) and not any("▁" in p for p in pieces)
+    assert [p.startswith(WORD_START_MARK) for p in pieces] == [t.startswith("▁") for t in raw]
+    assert "SentencePiece Unigram" in panel.help.value and "WordPiece" not in panel.help.value

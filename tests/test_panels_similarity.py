@@ -208,21 +208,21 @@ def test_set_model_recomputes_every_sub_tab(panel, tiny_checkpoints):
     assert len(panel.word_figure.data) == 0 and set(panel.figures()) == {"token cosine"}
 
 
-def test_figure_made_in_a_hidden_sub_tab_is_remade_when_shown(panel):
-    # in the browser, a plotly widget first drawn hidden ignores later updates: remake it once on show
+def test_opening_a_sub_tab_keeps_its_figure_widget(panel):
+    # Remaking it on show closed the old widget while its view, just shown, still talked to the
+    # kernel ("No such comm" in JupyterLab): a figure made hidden now draws as the kernel has it.
     hidden = panel.map_figure
     panel.sections.selected_index = 2
-    shown = panel.map_figure
-    assert shown is not hidden and panel.boxes[2].children == (shown,)
-    assert [t.name for t in shown.data] == ["bank", "river", "money"]
+    assert panel.map_figure is hidden and hidden.comm is not None and panel.boxes[2].children == (hidden,)
     panel.sections.selected_index = 0
+    panel.map_words.value = "river, money"  # fewer traces, redrawn while hidden: a new widget ...
+    redrawn = panel.map_figure
+    assert redrawn is not hidden and panel.boxes[2].children == (redrawn,)
+    assert hidden.comm is not None  # ... and the old one is closed only at the next swap
     panel.sections.selected_index = 2
-    assert panel.map_figure is shown  # only once
-    panel.sections.selected_index = 0
-    panel.map_words.value = "river, money"  # fewer traces, redrawn while hidden: remade again on show
-    hidden = panel.map_figure
-    panel.sections.selected_index = 2
-    assert panel.map_figure is not hidden and [t.name for t in panel.map_figure.data] == ["river", "money"]
+    assert panel.map_figure is redrawn and [t.name for t in redrawn.data] == ["river", "money"]
+    panel.map_words.value = "river"
+    assert hidden.comm is None and redrawn.comm is not None
 
 
 # -- issue 15: an error clears the sub-tab's old figure; huge input is not echoed; busy sign -------

@@ -110,13 +110,16 @@ def wordpiece():
         mask_token="[MASK]", do_lower_case=True)
 
 
-def family_folder(root, member: str, seed: int = 0):
+def family_folder(root, member: str, seed: int = 0, tok=None):
     """A folder holding a tiny random `member` (a FAMILY_ARCH key) written by transformers'
-    save_pretrained, with a tokenizer of its family's kind; its path."""
+    save_pretrained, with a tokenizer of its family's kind (or `tok`, e.g. to share one between a
+    teacher and its student); its path."""
     from pathlib import Path
 
     T = _transformers()
-    if member == "roberta":
+    if tok is not None:
+        pass
+    elif member == "roberta":
         tok, _ = byte_level_bpe()
     elif member == "albert":
         tok, _ = unigram()
@@ -142,3 +145,23 @@ def family_folder(root, member: str, seed: int = 0):
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+def electra_pair_folders(root, seed: int = 0):
+    """(generator folder, discriminator folder): a tiny ElectraForMaskedLM and ElectraForPreTraining
+    sharing one WordPiece tokenizer (a pair is trained on one vocabulary), written by transformers."""
+    from pathlib import Path
+
+    T = _transformers()
+    tok = wordpiece()
+    out = []
+    for i, (arch, hidden) in enumerate((("ElectraForMaskedLM", 16), ("ElectraForPreTraining", 32))):
+        cfg = T.ElectraConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=2 * hidden, max_position_embeddings=80, embedding_size=16,
+                              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+        torch.manual_seed(seed + i)
+        folder = Path(root) / ("electra-generator" if i == 0 else "electra-discriminator")
+        getattr(T, arch)(cfg).eval().save_pretrained(folder)
+        tok.save_pretrained(folder)
+        out.append(folder)
+    return tuple(out)

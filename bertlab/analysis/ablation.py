@@ -317,9 +317,10 @@ def logit_lens(
     if k < 1:
         raise InputError(f"k must be at least 1; got {k}.")
     states = hidden_states(model, query.input_ids, query.token_type_ids)[:, 0, query.position]  # [stage, d]
-    head = model.cls.predictions
+    model.require("mlm")
+    dtype = next(model.parameters()).dtype
     with eval_mode(model), torch.inference_mode():
-        logits = head(states.to(model_device(model), next(head.parameters()).dtype))  # [stage, vocab]
+        logits = model.mlm_head(states.to(model_device(model), dtype))  # [stage, vocab]
     log_probs = logits.float().log_softmax(dim=-1).cpu()
     values, ids = log_probs.topk(min(k, log_probs.shape[-1]), dim=-1)  # [stage, k]
     return LogitLens(

@@ -6,7 +6,7 @@ then LayerNorm ("normalised"). This module reads those parts off the embedding h
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
@@ -35,7 +35,7 @@ PROJECTED: tuple[str, ...] = ("token", "segment", "position", "sum")
 class Representation:
     """The input side of BERT for one sentence (or pair), one entry per token."""
 
-    tokens: list[str]  # WordPiece pieces, "##" marks a piece that continues a word
+    tokens: list[str]  # the tokenizer's pieces as stored ("##less", "Ġclue", "▁clue")
     ids: list[int]  # vocabulary ids
     segment_ids: list[int]  # 0 = sentence A (with [CLS] and its [SEP]), 1 = sentence B
     position_ids: list[int]  # 0, 1, 2, ... (plus the model's position offset)
@@ -48,6 +48,13 @@ class Representation:
     text_a: str = ""
     text_b: str | None = None
     warning: str | None = None
+    shown: list[str] = field(default_factory=list)  # the pieces as drawn (`Tokenizer.readable_pieces`)
+    tokenizer: str = ""  # the tokenizer kind, as the family names it ("WordPiece", "byte-level BPE", ...)
+
+    @property
+    def labels(self) -> list[str]:
+        """What the pictures write for each token: the readable pieces (the stored ones if none)."""
+        return self.shown or self.tokens
 
     def part(self, name: str) -> torch.Tensor:
         """[seq, d_model] vectors of one part, with a clear error for an unknown name."""
@@ -106,4 +113,6 @@ def input_representation(
         text_a=a,
         text_b=b if b and b.strip() else None,
         warning=enc.warning,
+        shown=tok.readable_pieces(enc.tokens),
+        tokenizer=family.tokenizer_title,
     )

@@ -13,7 +13,18 @@ from bertlab.analysis.nsp import next_sentence
 from bertlab.classroom.store import Question, normalise_guess
 from bertlab.tokenizer import Tokenizer
 
-NSP_CHOICES = ("B follows A", "B is random")  # what students pick for a pair; the model's two verdicts
+# What students pick for a pair: the model's two verdicts, as its sentence head was pre-trained to
+# give them (BERT's next-sentence prediction; ALBERT's sentence-order prediction, which only ever saw
+# two consecutive segments, in order or swapped, so "is B random?" is not its question).
+PAIR_CHOICES = {
+    "nsp": ("B follows A", "B is random"),
+    "sop": ("A comes before B", "B comes before A"),
+}
+PAIR_ASKS = {  # the question under the pair, to the student
+    "nsp": "Does the model think B follows A, or that B is a random sentence?",
+    "sop": "Does the model think A comes before B (their order in the text), or that they are swapped?",
+}
+NSP_CHOICES = PAIR_CHOICES["nsp"]
 DEFAULT_K = 10  # the model's guesses kept for a [MASK] question
 
 
@@ -29,11 +40,31 @@ def mask_question(model: torch.nn.Module, tok: Tokenizer, text: str, k: int = DE
                     model=[(c.token, c.probability) for c in predictions[0].candidates])
 
 
+def pair_objective(model: torch.nn.Module) -> str:
+    """The pre-training objective of `model`'s sentence-pair head: "sop" (ALBERT's sentence order) or
+    "nsp" (BERT's next sentence; also what a model without such a head is asked, and refuses)."""
+    return "sop" if "sop" in model.config.pretraining_heads else "nsp"
+
+
+def pair_choices(question: Question) -> tuple[str, str]:
+    """The two answers of a pair question, in their fixed order (never the model's ranking)."""
+    asked = {answer for answer, _ in question.model}
+    return next((c for c in PAIR_CHOICES.values() if set(c) == asked), NSP_CHOICES)
+
+
+def pair_ask(question: Question) -> str:
+    """The question under a pair, as the model's objective asks it."""
+    return PAIR_ASKS["sop" if pair_choices(question) == PAIR_CHOICES["sop"] else "nsp"]
+
+
 def nsp_question(model: torch.nn.Module, tok: Tokenizer, a: str, b: str) -> Question:
-    """A does-B-follow-A question, and the NSP head's two probabilities (in NSP_CHOICES order)."""
+    """A sentence-pair question as the model's pair head was pre-trained (`pair_objective`): for BERT
+    does B follow A, for ALBERT are A and B in order; the head's two probabilities, in PAIR_CHOICES order
+    (logit 0 is IsNext / in order)."""
     result = next_sentence(model, tok, a, b)
+    yes, no = PAIR_CHOICES[pair_objective(model)]
     return Question("nsp", " ".join(a.split()), " ".join(b.split()), model=[
-        (NSP_CHOICES[0], result.is_next_probability), (NSP_CHOICES[1], result.not_next_probability)])
+        (yes, result.is_next_probability), (no, result.not_next_probability)])
 
 
 def tally(answers: dict[str, str]) -> list[tuple[str, int]]:

@@ -1,8 +1,11 @@
 """ALBERT: factorised embeddings (embedding_size -> hidden_size through
-`albert.encoder.embedding_hidden_mapping_in`), one layer group shared across depth, SOP.
+`albert.encoder.embedding_hidden_mapping_in`), layer groups shared across depth, SOP.
 
-The shared layer holds the weights once; the hook points live in `albert.encoder.layer.{i}`, one set
-per logical depth, so a cache keeps every depth apart. SOP logits come back as `nsp_logits`.
+config.json's num_hidden_layers counts group calls; each call runs the group's inner_group_num
+layers. The logical layers (the spec's num_hidden_layers, what caches and panels count) are the
+layers run: num_hidden_layers x inner_group_num. The shared layers hold the weights once; the hook
+points live in `albert.encoder.layer.{i}`, one set per logical depth, so a cache keeps every depth
+apart. SOP logits come back as `nsp_logits`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from bertlab.families.bert import BERT_DEFAULTS, BERT_FIELDS
 from bertlab.families.core import Family, FamilyModel
 from bertlab.hooks import HookPoint
 from bertlab.model import (
+    Adapter,
     AttentionHooks,
     BertEmbeddings,
     ModelOutput,
@@ -23,6 +27,7 @@ from bertlab.model import (
     add_task_heads,
     additive_mask,
     attend,
+    decoder_is_tied,
     task_logits,
     write_heads,
 )
@@ -53,6 +58,7 @@ class AlbertAttention(nn.Module):
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.attention_dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
         self.output_dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's, after attention
 
 
 class AlbertLayer(nn.Module):
@@ -66,6 +72,7 @@ class AlbertLayer(nn.Module):
         self.ffn_output = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
         self.act = activation_fn(cfg.hidden_act)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's, after the MLP
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None,
                 hp: AlbertDepth) -> torch.Tensor:
@@ -73,15 +80,19 @@ class AlbertLayer(nn.Module):
         x = hp.hook_resid_pre(x)
         z = attend(hp, x, a.query, a.key, a.value, mask, head_mask, a.attention_dropout)
         out = hp.hook_attn_out(a.output_dropout(write_heads(z, a.dense, hp.hook_result, hp.n_heads)))
+        if a.adapter is not None:
+            out = a.adapter(out)
         mid = hp.hook_resid_mid(a.LayerNorm(x + out))
         ffn = hp.hook_mlp_out(self.ffn_output(hp.hook_post(self.act(self.ffn(mid)))))
+        if self.adapter is not None:
+            ffn = self.adapter(ffn)
         return hp.hook_resid_post(self.full_layer_layer_norm(ffn + mid))
 
 
 class AlbertLayerGroup(nn.Module):
     def __init__(self, cfg: BertConfig):
         super().__init__()
-        self.albert_layers = nn.ModuleList([AlbertLayer(cfg)])  # inner_group_num = 1 (checked)
+        self.albert_layers = nn.ModuleList(AlbertLayer(cfg) for _ in range(inner_group_num(cfg)))
 
 
 class AlbertTransformer(nn.Module):
@@ -90,13 +101,18 @@ class AlbertTransformer(nn.Module):
         self.embedding_hidden_mapping_in = nn.Linear(cfg.embedding_size or cfg.hidden_size, cfg.hidden_size)
         self.albert_layer_groups = nn.ModuleList(AlbertLayerGroup(cfg) for _ in range(cfg.num_hidden_groups))
         self.layer = nn.ModuleList(AlbertDepth(cfg) for _ in range(cfg.num_hidden_layers))  # hooks per depth
-        self.per_group = cfg.num_hidden_layers // cfg.num_hidden_groups
+        inner = inner_group_num(cfg)
+        calls = cfg.num_hidden_layers // inner  # config.json's num_hidden_layers
+        # logical layer j: the (j % inner)-th layer of the group HF's loop picks for call j // inner
+        self.shared = [(int((j // inner) / (calls / cfg.num_hidden_groups)), j % inner)
+                       for j in range(cfg.num_hidden_layers)]
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> torch.Tensor:
         x = self.embedding_hidden_mapping_in(x)  # [batch, seq, d_model]
         for i, hp in enumerate(self.layer):
-            shared = self.albert_layer_groups[i // self.per_group].albert_layers[0]
-            x = shared(x, mask, None if head_mask is None else head_mask[i], hp)
+            group, inner = self.shared[i]
+            layer = self.albert_layer_groups[group].albert_layers[inner]
+            x = layer(x, mask, None if head_mask is None else head_mask[i], hp)
         return x
 
 
@@ -123,9 +139,14 @@ class AlbertMLMHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.dense = nn.Linear(cfg.hidden_size, width)
         self.act = activation_fn(cfg.hidden_act)
+        # untied (tie_word_embeddings false): a decoder of its own, as HF's
+        self.decoder = None if decoder_is_tied(cfg) else nn.Linear(width, cfg.vocab_size)
 
     def forward(self, x: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.LayerNorm(self.act(self.dense(x))), word_embeddings, self.bias)  # [..., vocab]
+        h = self.LayerNorm(self.act(self.dense(x)))
+        if self.decoder is not None:
+            return self.decoder(h)  # [..., vocab]
+        return F.linear(h, word_embeddings, self.bias)  # [..., vocab]
 
 
 class AlbertSOPHead(nn.Module):
@@ -156,12 +177,16 @@ class Albert(FamilyModel):
         seq, pooled = self.albert(input_ids, token_type_ids, attention_mask, head_mask)
         out = ModelOutput(last_hidden_state=seq, pooler_output=pooled)
         if self.predictions is not None:
-            picked = seq if mlm_positions is None else seq[mlm_positions]
-            out.mlm_logits = self.predictions(picked, self.albert.embeddings.word_embeddings.weight)
+            out.mlm_logits = self.mlm_head(seq if mlm_positions is None else seq[mlm_positions])
         if self.sop_classifier is not None:
             out.nsp_logits = self.sop_classifier(pooled)
         task_logits(out, self, seq, pooled)
         return out
+
+    def mlm_head(self, states: torch.Tensor) -> torch.Tensor:
+        """The MLM head on hidden states `states` [..., hidden]: logits [..., vocab] (the logit lens
+        applies it after every layer)."""
+        return self.predictions(states, self.albert.embeddings.word_embeddings.weight)
 
 
 def sentencepiece_pipeline(tok: dict, cfg: dict) -> dict:
@@ -186,15 +211,28 @@ def sentencepiece_pipeline(tok: dict, cfg: dict) -> dict:
 TOKENIZER_PIPELINES["AlbertTokenizer"] = sentencepiece_pipeline
 
 
+def inner_group_num(cfg: BertConfig) -> int:
+    """Layers per group (config.json's inner_group_num, default 1)."""
+    return int(cfg.extra.get("inner_group_num", 1))
+
+
 def _check(d: dict) -> None:
-    if d.get("inner_group_num", 1) != 1:
-        raise ConfigError(f"inner_group_num {str(d.get('inner_group_num'))[:20]} is not supported: bertlab "
-                          f"builds ALBERTs with one layer per group (inner_group_num 1, as every released ALBERT).")
+    inner = d.get("inner_group_num", 1)
+    if isinstance(inner, bool) or not isinstance(inner, int) or not 1 <= inner <= 64:
+        raise ConfigError(f"inner_group_num must be a whole number from 1 to 64 (layers per group); "
+                          f"got {str(inner)[:20]!r}.")
 
 
 def _spec(d: dict, kwargs: dict) -> None:
     kwargs["embedding_size"] = d.get("embedding_size", 128)
     kwargs["num_hidden_groups"] = d.get("num_hidden_groups", 1)
+    layers = kwargs.get("num_hidden_layers", 12)
+    if isinstance(layers, int) and not isinstance(layers, bool):  # else the spec refuses it by name
+        kwargs["num_hidden_layers"] = layers * d.get("inner_group_num", 1)  # logical layers: every layer run
+
+
+def _hf(spec: BertConfig, d: dict) -> None:
+    d["num_hidden_layers"] = spec.num_hidden_layers // inner_group_num(spec)
 
 
 FAMILY = Family(
@@ -219,8 +257,11 @@ FAMILY = Family(
     tokenizer_kind="unigram",
     special_tokens={"cls": "[CLS]", "sep": "[SEP]", "pad": "<pad>", "unk": "<unk>", "mask": "[MASK]"},
     base_keys=("embeddings.", "encoder.", "pooler."),
-    tied=("predictions.decoder.weight", "predictions.decoder.bias"),
+    tied={"predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
+          "predictions.decoder.bias": "predictions.bias"},
     check=_check,
     spec_hook=_spec,
+    hf_hook=_hf,
+    title="ALBERT",
 )
 Albert.FAMILY = FAMILY

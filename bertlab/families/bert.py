@@ -39,5 +39,7 @@ FAMILY = Family(
     tokenizer_kind="wordpiece",
     special_tokens=WORDPIECE_SPECIALS,
     base_keys=("embeddings.", "encoder.", "pooler."),
-    tied=("cls.predictions.decoder.weight",),
+    tied={"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+          "cls.predictions.decoder.bias": "cls.predictions.bias"},
+    title="BERT",
 )

@@ -19,6 +19,7 @@ from torch import nn
 from bertlab.config import PRETRAINING_HEADS, BertConfig, ConfigError
 from bertlab.hooks import name_hook_points
 from bertlab.model import HookedModel, MissingHeadError
+from bertlab.model import decoder_is_tied as ties_decoder  # one rule for every family
 
 # The hook points of one logical layer, by short name, the same in every family.
 LAYER_HOOKS = (
@@ -27,6 +28,7 @@ LAYER_HOOKS = (
 )
 EMBEDDING_HOOKS = ("hook_word", "hook_token_type", "hook_position", "hook_sum", "hook_out")
 SPECIAL_ROLES = ("cls", "sep", "pad", "unk", "mask")
+TOKENIZER_TITLES = {"wordpiece": "WordPiece", "bpe": "byte-level BPE", "unigram": "SentencePiece Unigram"}
 HEAD_WORDS = {"mlm": "masked-word prediction (MLM)", "nsp": "next-sentence prediction (NSP)",
               "sop": "sentence-order prediction (SOP)", "rtd": "replaced-token detection (ELECTRA's discriminator)"}
 # Checkpoint keys that are never weights: position/segment id buffers of older HF versions.
@@ -44,9 +46,10 @@ class Family:
 
     fields: HF config.json name -> BertConfig name (both directions); defaults: HF defaults for keys
     a config.json may leave out; architectures: HF class name -> (pre-training heads, task);
-    hook_paths: short hook name -> module path of layer {i} holding it; tied: checkpoint keys that
-    repeat the word embeddings (never stored by HF, ignored when present); head_keys: a key that
-    shows each pre-training head is in the file.
+    hook_paths: short hook name -> module path of layer {i} holding it; tied: checkpoint key -> the key
+    it repeats when the MLM decoder is tied to the word embeddings (config.json's tie_word_embeddings,
+    default true: HF stores them once, bertlab ignores the copies; untied, they are weights of their own);
+    head_keys: a key that shows each pre-training head is in the file.
     """
 
     name: str  # model_type
@@ -62,10 +65,12 @@ class Family:
     base_keys: tuple[str, ...]  # first parts of a bare encoder's keys (saved without the prefix)
     defaults: dict[str, Any] = field(default_factory=dict)
     fixed: dict[str, Any] = field(default_factory=dict)  # spec values the family always has
-    tied: tuple[str, ...] = ()
+    tied: dict[str, str] = field(default_factory=dict)
     check: Callable[[dict], None] | None = None  # family-specific refusals on the raw config
     spec_hook: Callable[[dict, dict], None] | None = None  # fills spec kwargs the table cannot
     head_prefixes: tuple[str, ...] = ()  # parameter-name prefixes of the pre-training heads ("cls.")
+    hf_hook: Callable[[BertConfig, dict], None] | None = None  # undoes spec_hook when writing config.json
+    title: str = ""  # how people write the name ("RoBERTa"); default: name
 
     # -- config.json <-> neutral spec -----------------------------------------------------------
     def spec_from_hf(self, d: dict[str, Any]) -> BertConfig:
@@ -87,6 +92,8 @@ class Family:
             elif hf_name in self.defaults:
                 kwargs[ours] = self.defaults[hf_name]
         kwargs.update(self.fixed)
+        if d.get("adapter_size") is not None:  # bertlab's fine-tuning lab: Houlsby adapters
+            kwargs["adapter_size"] = d["adapter_size"]
         if self.spec_hook is not None:
             self.spec_hook(d, kwargs)
         id2label = d.get("id2label") if task in ("sequence_classification", "token_classification") else None
@@ -95,9 +102,13 @@ class Family:
 
     def hf_from_spec(self, spec: BertConfig) -> dict[str, Any]:
         """The config.json dict of `spec` (what transformers reads back)."""
-        d = {k: v for k, v in spec.extra.items() if k != "architectures"}  # id2label kept unless ours differ
+        d = {k: v for k, v in spec.extra.items() if k not in ("architectures", "adapter_size")}
         for hf_name, ours in self.fields.items():
             d[hf_name] = getattr(spec, ours)
+        if spec.adapter_size is not None:
+            d["adapter_size"] = spec.adapter_size
+        if self.hf_hook is not None:
+            self.hf_hook(spec, d)
         d["model_type"] = self.name
         d["architectures"] = [self.architecture_of(spec)]
         if spec.id2label:
@@ -106,6 +117,10 @@ class Family:
         elif spec.task == "question_answering" and "id2label" not in d:
             d["id2label"], d["label2id"] = {"0": "LABEL_0", "1": "LABEL_1"}, {"LABEL_0": 0, "LABEL_1": 1}
         return d
+
+    @property
+    def display(self) -> str:
+        return self.title or self.name
 
     @property
     def bare_architecture(self) -> str:
@@ -149,6 +164,11 @@ class ModelFamily:
     def tokenizer_kind(self) -> str:
         return self.family.tokenizer_kind
 
+    @property
+    def tokenizer_title(self) -> str:
+        """The tokenizer kind as a lecture names it: "WordPiece", "byte-level BPE", "SentencePiece Unigram"."""
+        return TOKENIZER_TITLES.get(self.family.tokenizer_kind, self.family.tokenizer_kind)
+
     def hook_name(self, layer: int, short: str) -> str:
         """Full hook name of `short` (e.g. "hook_pattern") in logical layer `layer`."""
         if not 0 <= layer < self.num_layers:
@@ -173,6 +193,12 @@ class ModelFamily:
         pattern = re.escape(self.family.hook_paths["hook_resid_pre"]).replace(re.escape("{i}"), r"(\d+)")
         m = re.match(pattern, name)
         return int(m.group(1)) if m else None
+
+    @staticmethod
+    def is_layer_norm(name: str) -> bool:
+        """Whether parameter `name` belongs to a LayerNorm, under any family's name for it ("LayerNorm",
+        DistilBERT's "sa_layer_norm", ALBERT's "full_layer_layer_norm", RoBERTa's "lm_head.layer_norm")."""
+        return re.search(r"(LayerNorm|layer_norm)\.(weight|bias)$", name) is not None
 
     @property
     def pooler_prefix(self) -> str | None:
@@ -263,6 +289,12 @@ class FamilyModel(HookedModel):
     def has_rtd(self) -> bool:
         return "rtd" in self.heads
 
+    def mlm_head(self, states: torch.Tensor) -> torch.Tensor:
+        """The MLM head on hidden states [..., hidden] -> logits [..., vocab]; each family with one
+        defines it (the forward pass and the logit lens both call it)."""
+        self.require("mlm")
+        raise NotImplementedError(f"{type(self).__name__} defines no mlm_head")
+
     def require(self, head: str) -> None:
         has = {"mlm": self.has_mlm, "nsp": self.has_nsp, "sop": self.has_nsp, "rtd": self.has_rtd}.get(head)
         if has is None:
@@ -291,26 +323,32 @@ class FamilyModel(HookedModel):
             raise ValueError(f"this model has {types} segment type(s); got a segment id {int(token_type_ids.max())}.")
 
     def with_heads(self, pretraining_heads: Sequence[str] = (), task: str | None = None,
-                   id2label: dict[int, str] | None = None) -> "FamilyModel":
-        """A new model of this family with this one's encoder weights (copied) and fresh heads where new.
-        Only head sets the family has an HF architecture for (so that transformers can read the save)."""
-        cfg = self.config.replace(pretraining_heads=tuple(pretraining_heads), task=task, id2label=dict(id2label or {}))
+                   id2label: dict[int, str] | None = None, adapter_size: int | None = -1) -> "FamilyModel":
+        """A new model of this family with this one's encoder weights (copied) and fresh heads (and adapters)
+        where new. Only head sets the family has an HF architecture for (so that transformers can read the save).
+        adapter_size: -1 keeps this model's adapters, None removes them, N adds N-wide ones."""
+        cfg = self.config.replace(pretraining_heads=tuple(pretraining_heads), task=task, id2label=dict(id2label or {}),
+                                  adapter_size=self.config.adapter_size if adapter_size == -1 else adapter_size)
         self.FAMILY.architecture_of(cfg)  # refuses a combination no HF class holds
         new = type(self)(cfg)
         ours, theirs = self.state_dict(), new.state_dict()
         kept = {k: v for k, v in ours.items() if k in theirs and v.shape == theirs[k].shape}
         pooler = (self.FAMILY.pooler_key or "<none>").rsplit(".", 2)[0]
-        lost = [k for k in theirs if k.startswith(f"{self.FAMILY.prefix}.") and k not in kept and pooler not in k]
+        lost = [k for k in theirs if k.startswith(f"{self.FAMILY.prefix}.") and k not in kept and pooler not in k
+                and ".adapter." not in k]
         if lost:
             raise FamilyError(f"with_heads lost encoder weights: {few(lost)}")
         theirs.update(kept)  # the encoder and any heads both have; new heads stay freshly initialised
         new.load_state_dict(theirs)
+        new.tie_weights()
         return new.train(self.training)
 
     # -- saving -----------------------------------------------------------------------------
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
-        """The weights under the names transformers writes (a bare encoder without its prefix)."""
-        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        """The weights under the names transformers writes (a bare encoder without its prefix; a tied
+        decoder stored once, as the word embeddings)."""
+        tied = set(self.FAMILY.tied) if ties_decoder(self.config) else set()
+        state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items() if k not in tied}
         if self.FAMILY.architecture_of(self.config) == self.FAMILY.bare_architecture:
             state = {k.removeprefix(self.FAMILY.prefix + "."): v for k, v in state.items()}
         return state
@@ -331,11 +369,13 @@ class Assembly:
     missing_heads: tuple[str, ...]
 
 
-def normalise_keys(family: Family, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Drop buffers and tied copies, rename TF-era LayerNorm names, prefix a bare encoder's keys."""
+def normalise_keys(family: Family, state: dict[str, torch.Tensor], tie: bool = True) -> dict[str, torch.Tensor]:
+    """Drop buffers, rename TF-era LayerNorm names, prefix a bare encoder's keys; when `tie`, drop the
+    copies of tied weights (a copy whose original is absent takes its name: old files store the MLM
+    bias only as the decoder's)."""
     out: dict[str, torch.Tensor] = {}
     for key, value in state.items():
-        if any(re.search(p, key) for p in BUFFER_KEYS) or key in family.tied:
+        if any(re.search(p, key) for p in BUFFER_KEYS):
             continue
         new = key
         for pattern, repl in RENAMES:
@@ -345,6 +385,11 @@ def normalise_keys(family: Family, state: dict[str, torch.Tensor]) -> dict[str, 
         if new in out:
             raise FamilyError(f"two checkpoint keys map to {new!r} (one is {key!r}).")
         out[new] = value
+    if tie:
+        for copy, original in family.tied.items():
+            if copy in out:
+                value = out.pop(copy)
+                out.setdefault(original, value)
     return out
 
 
@@ -353,7 +398,8 @@ def assemble(family: Family, spec: BertConfig, state: dict[str, torch.Tensor], w
     """The model `state` holds, built on the meta device and checked strictly: equal key sets after
     the family's table, equal shapes, floating-point weights. Pre-training heads the config names
     but the file lacks are reported, not guessed."""
-    state = normalise_keys(family, state)
+    tie = ties_decoder(spec)
+    state = normalise_keys(family, state, tie)
     check_dtypes(state, weights_file)
     heads = tuple(h for h in PRETRAINING_HEADS if family.head_keys.get(h) in state)
     missing_heads = tuple(h for h in spec.pretraining_heads if h not in heads)
@@ -364,22 +410,37 @@ def assemble(family: Family, spec: BertConfig, state: dict[str, torch.Tensor], w
         id2label = {i: f"LABEL_{i}" for i in range(n)}
     add_pooler = family.pooler_key is not None and family.pooler_key in state
     spec = spec.replace(pretraining_heads=heads, id2label=id2label, add_pooler=add_pooler)
-    with torch.device("meta"):
+    with torch.device("meta"), SkipInit():  # no random init: every weight comes from the file (strict, below)
         model = family.model_class(spec)
     check_state(family, model, state, weights_file)
     expected = model.state_dict()
     owned = {}
     for k, v in state.items():
         if v.dtype != expected[k].dtype:
-            owned[k] = v.to(expected[k].dtype)
+            owned[k] = v.to(expected[k].dtype, memory_format=torch.contiguous_format)
         else:
             owned[k] = v if share else v.clone(memory_format=torch.contiguous_format)
+    for copy in tied_in(family, model):  # a tied decoder module (BERT's): the embeddings, re-tied below
+        owned[copy] = owned[family.tied[copy]]
     model.load_state_dict(owned, strict=True, assign=True)
+    model.tie_weights()
     left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
     if left:
         raise FamilyError(f"{weights_file}: {few(left)} got no value from the file.")
     model.eval()
     return model, Assembly(heads, spec.task, missing_heads)
+
+
+class SkipInit(torch.overrides.TorchFunctionMode):
+    """Inside: `torch.nn.init`'s fill functions do nothing. For a model built on the meta device whose
+    weights all come from a file (filling meta tensors would only import torch's compiler). A torch
+    function mode, so it acts in this thread only."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
 
 
 def check_dtypes(state: dict[str, torch.Tensor], weights_file: Path) -> None:
@@ -392,11 +453,21 @@ def check_dtypes(state: dict[str, torch.Tensor], weights_file: Path) -> None:
         )
 
 
+def tied_in(family: Family, model: nn.Module) -> list[str]:
+    """The model's state-dict keys that are tied copies (not read from a file): BERT's decoder weight."""
+    if not ties_decoder(model.config):
+        return []
+    keys = model.state_dict()
+    return [k for k in family.tied if k in keys]
+
+
 def check_state(family: Family, model: nn.Module, state: dict[str, torch.Tensor], weights_file: Path) -> None:
-    expected = {k: v.shape for k, v in model.state_dict().items()}
+    """Equal key sets (tied copies aside) and equal shapes, or one FamilyError naming them."""
+    tied = set(tied_in(family, model))
+    expected = {k: v.shape for k, v in model.state_dict().items() if k not in tied}
     if not any(k.startswith(f"{family.prefix}.") for k in state):
-        problems = [f"it holds no {family.name} encoder weights (keys such as {few(list(state))}); "
-                    f"is config.json's model_type right?"]
+        problems = [f"it holds no {family.display} encoder weights (keys such as {few(list(state))}); "
+                    f"is it a {family.display} checkpoint (is config.json's model_type right)?"]
     else:
         problems = key_problems(expected, state)
     if problems:

@@ -13,12 +13,14 @@ from bertlab.families.bert import WORDPIECE_SPECIALS
 from bertlab.families.core import Family, FamilyModel
 from bertlab.hooks import HookPoint
 from bertlab.model import (
+    Adapter,
     AttentionHooks,
     BertEmbeddings,
     ModelOutput,
     activation_fn,
     additive_mask,
     attend,
+    decoder_is_tied,
     task_logits,
     write_heads,
 )
@@ -34,12 +36,14 @@ class MultiHeadSelfAttention(AttentionHooks):
         self.v_lin = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.out_lin = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
+        self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's
         self.hook_result = HookPoint()  # [batch, seq, head, d_model] each head's write (no bias)
         self.hook_attn_out = HookPoint()  # [batch, seq, d_model]
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> torch.Tensor:
         z = attend(self, x, self.q_lin, self.k_lin, self.v_lin, mask, head_mask, self.dropout)
-        return self.hook_attn_out(write_heads(z, self.out_lin, self.hook_result, self.n_heads))
+        out = self.hook_attn_out(write_heads(z, self.out_lin, self.hook_result, self.n_heads))
+        return out if self.adapter is None else self.adapter(out)
 
 
 class FFN(nn.Module):
@@ -49,11 +53,13 @@ class FFN(nn.Module):
         self.lin2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
         self.act = activation_fn(cfg.hidden_act)
         self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's
         self.hook_post = HookPoint()  # [batch, seq, d_mlp]
         self.hook_mlp_out = HookPoint()  # [batch, seq, d_model]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.hook_mlp_out(self.dropout(self.lin2(self.hook_post(self.act(self.lin1(x))))))
+        out = self.hook_mlp_out(self.dropout(self.lin2(self.hook_post(self.act(self.lin1(x))))))
+        return out if self.adapter is None else self.adapter(out)
 
 
 class TransformerBlock(nn.Module):
@@ -100,7 +106,10 @@ class DistilBert(FamilyModel):
         if "mlm" in config.pretraining_heads:
             self.vocab_transform = nn.Linear(config.hidden_size, config.hidden_size)
             self.vocab_layer_norm = nn.LayerNorm(config.hidden_size, eps=EPS)
-            self.vocab_projector = _BiasOnly(config.vocab_size)
+            # tied: only the bias is stored (the weight is the word embeddings); untied, a Linear of its own
+            tied = decoder_is_tied(config)
+            self.vocab_projector = _BiasOnly(config.vocab_size) if tied else nn.Linear(config.hidden_size,
+                                                                                        config.vocab_size)
             self.mlm_act = activation_fn(config.hidden_act)
         task = config.task
         if task == "sequence_classification":
@@ -122,9 +131,7 @@ class DistilBert(FamilyModel):
         seq = self.distilbert(input_ids, attention_mask, head_mask)
         out = ModelOutput(last_hidden_state=seq)
         if self.has_mlm:
-            picked = seq if mlm_positions is None else seq[mlm_positions]
-            h = self.vocab_layer_norm(self.mlm_act(self.vocab_transform(picked)))
-            out.mlm_logits = F.linear(h, self.distilbert.embeddings.word_embeddings.weight, self.vocab_projector.bias)
+            out.mlm_logits = self.mlm_head(seq if mlm_positions is None else seq[mlm_positions])
         task = self.config.task
         if task == "sequence_classification":
             out.logits = self.classifier(self.dropout(F.relu(self.pre_classifier(seq[:, 0]))))
@@ -133,6 +140,14 @@ class DistilBert(FamilyModel):
         else:
             task_logits(out, self, seq, None)
         return out
+
+    def mlm_head(self, states: torch.Tensor) -> torch.Tensor:
+        """The MLM head on hidden states `states` [..., hidden]: logits [..., vocab] (the logit lens
+        applies it after every layer)."""
+        h = self.vocab_layer_norm(self.mlm_act(self.vocab_transform(states)))
+        if isinstance(self.vocab_projector, nn.Linear):
+            return self.vocab_projector(h)
+        return F.linear(h, self.distilbert.embeddings.word_embeddings.weight, self.vocab_projector.bias)
 
 
 class _BiasOnly(nn.Module):
@@ -175,6 +190,7 @@ FAMILY = Family(
     special_tokens=WORDPIECE_SPECIALS,
     base_keys=("embeddings.", "transformer."),
     head_prefixes=("vocab_transform.", "vocab_layer_norm.", "vocab_projector."),
-    tied=("vocab_projector.weight",),
+    tied={"vocab_projector.weight": "distilbert.embeddings.word_embeddings.weight"},
+    title="DistilBERT",
 )
 DistilBert.FAMILY = FAMILY

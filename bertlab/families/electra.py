@@ -11,7 +11,7 @@ from torch import nn
 from bertlab.config import BertConfig
 from bertlab.families.bert import BERT_DEFAULTS, BERT_FIELDS, WORDPIECE_SPECIALS, bert_layer_hook_paths
 from bertlab.families.core import Family, FamilyModel
-from bertlab.model import BertModel, ModelOutput, activation_fn, add_task_heads, task_logits
+from bertlab.model import BertModel, ModelOutput, activation_fn, add_task_heads, decoder_is_tied, task_logits
 
 
 class ElectraDiscriminatorPredictions(nn.Module):
@@ -45,7 +45,10 @@ class Electra(FamilyModel):
         self.discriminator_predictions = ElectraDiscriminatorPredictions(config) if "rtd" in heads else None
         if "mlm" in heads:
             self.generator_predictions = ElectraGeneratorPredictions(config)
-            self.generator_lm_head = _BiasOnly(config.vocab_size)
+            # tied: only the bias is stored (the weight is the word embeddings); untied, a Linear of its own
+            width = config.embedding_size or config.hidden_size
+            self.generator_lm_head = (_BiasOnly(config.vocab_size) if decoder_is_tied(config)
+                                      else nn.Linear(width, config.vocab_size))
         else:
             self.generator_predictions = None
         add_task_heads(self, config, sentence_act=F.gelu)
@@ -59,11 +62,17 @@ class Electra(FamilyModel):
         if self.discriminator_predictions is not None:
             out.rtd_logits = self.discriminator_predictions(seq)
         if self.generator_predictions is not None:
-            picked = seq if mlm_positions is None else seq[mlm_positions]
-            words = self.electra.embeddings.word_embeddings.weight
-            out.mlm_logits = F.linear(self.generator_predictions(picked), words, self.generator_lm_head.bias)
+            out.mlm_logits = self.mlm_head(seq if mlm_positions is None else seq[mlm_positions])
         task_logits(out, self, seq, pooled)
         return out
+
+    def mlm_head(self, states: torch.Tensor) -> torch.Tensor:
+        """The MLM head on hidden states `states` [..., hidden]: logits [..., vocab] (the logit lens
+        applies it after every layer)."""
+        h = self.generator_predictions(states)
+        if isinstance(self.generator_lm_head, nn.Linear):
+            return self.generator_lm_head(h)
+        return F.linear(h, self.electra.embeddings.word_embeddings.weight, self.generator_lm_head.bias)
 
 
 class _BiasOnly(nn.Module):
@@ -99,7 +108,8 @@ FAMILY = Family(
     special_tokens=WORDPIECE_SPECIALS,
     base_keys=("embeddings.", "embeddings_project.", "encoder."),
     head_prefixes=("discriminator_predictions.", "generator_predictions.", "generator_lm_head."),
-    tied=("generator_lm_head.weight",),
+    tied={"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
+    title="ELECTRA",
     spec_hook=_embedding_size,
 )
 Electra.FAMILY = FAMILY

@@ -10,7 +10,7 @@ from torch import nn
 from bertlab.config import BertConfig
 from bertlab.families.bert import BERT_DEFAULTS, BERT_FIELDS, bert_layer_hook_paths
 from bertlab.families.core import Family, FamilyModel
-from bertlab.model import BertEmbeddings, BertModel, ModelOutput, add_task_heads, task_logits
+from bertlab.model import BertEmbeddings, BertModel, ModelOutput, add_task_heads, decoder_is_tied, task_logits
 from bertlab.tokenizer import TOKENIZER_PIPELINES
 
 
@@ -23,16 +23,21 @@ class RobertaEmbeddings(BertEmbeddings):
 
 
 class RobertaLMHead(nn.Module):
-    """MLM head: dense, gelu, layer_norm, then the word embeddings (tied) plus a bias."""
+    """MLM head: dense, gelu, layer_norm, then the word embeddings (tied) plus a bias; untied
+    (tie_word_embeddings false), a `decoder` Linear of its own."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.layer_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.decoder = None if decoder_is_tied(cfg) else nn.Linear(cfg.hidden_size, cfg.vocab_size)
 
     def forward(self, x: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
-        return F.linear(self.layer_norm(F.gelu(self.dense(x))), word_embeddings, self.bias)  # [..., vocab]
+        h = self.layer_norm(F.gelu(self.dense(x)))
+        if self.decoder is not None:
+            return self.decoder(h)  # [..., vocab]
+        return F.linear(h, word_embeddings, self.bias)  # [..., vocab]
 
 
 class Roberta(FamilyModel):
@@ -49,10 +54,14 @@ class Roberta(FamilyModel):
         seq, pooled = self.roberta(input_ids, token_type_ids, attention_mask, head_mask)
         out = ModelOutput(last_hidden_state=seq, pooler_output=pooled)
         if self.lm_head is not None:
-            picked = seq if mlm_positions is None else seq[mlm_positions]
-            out.mlm_logits = self.lm_head(picked, self.roberta.embeddings.word_embeddings.weight)
+            out.mlm_logits = self.mlm_head(seq if mlm_positions is None else seq[mlm_positions])
         task_logits(out, self, seq, pooled)
         return out
+
+    def mlm_head(self, states: torch.Tensor) -> torch.Tensor:
+        """The MLM head on hidden states `states` [..., hidden]: logits [..., vocab] (the logit lens
+        applies it after every layer)."""
+        return self.lm_head(states, self.roberta.embeddings.word_embeddings.weight)
 
 
 def byte_level_pipeline(tok: dict, cfg: dict) -> dict:
@@ -99,7 +108,9 @@ FAMILY = Family(
     tokenizer_kind="bpe",
     special_tokens={"cls": "<s>", "sep": "</s>", "pad": "<pad>", "unk": "<unk>", "mask": "<mask>"},
     base_keys=("embeddings.", "encoder.", "pooler."),
-    tied=("lm_head.decoder.weight", "lm_head.decoder.bias"),
+    tied={"lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
+          "lm_head.decoder.bias": "lm_head.bias"},
+    title="RoBERTa",
     spec_hook=_positions,
 )
 Roberta.FAMILY = FAMILY

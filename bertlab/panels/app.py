@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
-from collections.abc import Mapping
-from urllib.parse import parse_qs
 
-import anywidget
 import ipywidgets as widgets
-import traitlets
 
 from bertlab.panels.base import Panel, busy_html
+from bertlab.panels.page import (  # noqa: F401 (PROJECTOR_PARAM, projector_requested: imported from here too)
+    PROJECTOR_PARAM,
+    PageAddress,
+    projector_in_query,
+    projector_requested,
+)
 from bertlab.panels.picker import ModelPicker
 from bertlab.panels.state import ModelState
 from bertlab.runtime import cap_threads  # noqa: F401 (moved down: the teacher view uses it too)
@@ -36,8 +37,10 @@ TABS: tuple[tuple[str, str], ...] = (
     ("Attention", "bertlab.panels.attention:AttentionPanel"),
     ("Embeddings", "bertlab.panels.similarity:SimilarityPanel"),
     ("Ablation", "bertlab.panels.ablation:AblationPanel"),
+    ("Family", "bertlab.panels.family:FamilyPanel"),
     ("Pre-training", "bertlab.panels.pretrain:PretrainPanel"),
     ("Fine-tuning", "bertlab.panels.finetune:FinetunePanel"),
+    ("Compression", "bertlab.panels.compress:CompressPanel"),
     ("Export", "bertlab.panels.export:ExportPanel"),
 )
 
@@ -45,61 +48,6 @@ TABS: tuple[tuple[str, str], ...] = (
 def panel_class(spec: str) -> type[Panel]:
     module, name = spec.split(":")
     return getattr(importlib.import_module(module), name)
-
-
-PROJECTOR_PARAM = "projector"  # ?projector=1 in the page's address starts in projector mode
-_YES, _NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
-
-
-def projector_in_query(query: str) -> bool | None:
-    """What `?projector=...` in a query string asks for (None: it does not say)."""
-    values = parse_qs(query.lstrip("?"), keep_blank_values=True).get(PROJECTOR_PARAM)
-    if not values:
-        return None
-    value = values[-1].strip().lower()
-    return value in _YES or (value not in _NO)  # a bare ?projector means on
-
-
-def projector_requested(env: Mapping[str, str] | None = None) -> bool:
-    """Whether the page starts in projector mode: the page's `?projector=` (Voila gives a kernel
-    that was not pre-heated the query string as QUERY_STRING) wins over `bertlab serve --projector`
-    (BERTLAB_PROJECTOR). A pre-heated kernel hears the address from the page (see PageAddress)."""
-    from bertlab.settings import projector
-
-    env = os.environ if env is None else env
-    asked = projector_in_query(env.get("QUERY_STRING", ""))
-    return projector(env) if asked is None else asked
-
-
-class PageAddress(anywidget.AnyWidget):
-    """Tells the kernel about the page that shows it: its query string (`?projector=1`: a
-    pre-heated Voila kernel ran the notebook before anyone asked for the page, so its environment
-    cannot say) and the width a figure has in a tab (projector mode draws figures that wide)."""
-
-    _esm = """
-    function render({ model, el }) {
-      const tabWidth = () => {
-        const box = el.closest(".bertlab-app")?.querySelector(".bertlab-tabs .widget-tab-contents");
-        if (!box || !box.clientWidth) return Math.max(window.innerWidth - 80, 0);
-        const cs = getComputedStyle(box);
-        return Math.floor(box.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight) - 24);
-      };
-      const tell = () => {
-        const width = tabWidth();
-        if (model.get("query") === window.location.search && Math.abs(model.get("width") - width) < 40) return;
-        model.set({ query: window.location.search, width });
-        model.save_changes();
-      };
-      requestAnimationFrame(tell);
-      let timer = null;
-      const onResize = () => { clearTimeout(timer); timer = setTimeout(tell, 500); };
-      window.addEventListener("resize", onResize);
-      return () => window.removeEventListener("resize", onResize);
-    }
-    export default { render };
-    """
-    query = traitlets.Unicode("").tag(sync=True)
-    width = traitlets.Int(0).tag(sync=True)  # px a figure may take in a tab (0: not told yet)
 
 
 class App:
@@ -192,7 +140,9 @@ class App:
     def _build(self, spec: str) -> Panel:
         cls = panel_class(spec)
         if spec.endswith(":ExportPanel"):
-            panel = cls(self.state.model, self.state.tok, figures=self.figures)
+            panel = cls(self.state.model, self.state.tok, figures=self.figures, session=self.session)
+        elif getattr(cls, "uses_state", False):  # tabs that list the picker's models (Family)
+            panel = cls(self.state.model, self.state.tok, state=self.state)
         else:
             panel = cls(self.state.model, self.state.tok)
         panel.model_made = self._model_made
@@ -242,6 +192,11 @@ class App:
             for name, fig in panel.figures().items():
                 out[f"{title}: {name}"] = fig
         return out
+
+    def session(self) -> tuple[str, dict[str, Panel]]:
+        """The picked model's name and the built tabs, in tab order (the Export tab's lab record reads them)."""
+        order = [title for title, _ in self.tabs_spec]
+        return self.state.name, dict(sorted(self.panels.items(), key=lambda kv: order.index(kv[0])))
 
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
+import hashlib
 import html
 import json
 import logging
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Literal
 
@@ -150,23 +153,57 @@ def note_html(level: Level, text: str) -> str:
 
 
 # -- figures in widgets -------------------------------------------------------------------------
-# The ES module each figure widget sends when the page's server serves plotly's widget code
-# (`bertlab serve`): it imports that code from one URL, which the browser fetches and evaluates
-# once per page, instead of every figure carrying the whole bundle as text (anywidget turns each
-# copy into a new module and evaluates it again).
-_BUNDLE_SHIM = """const config = document.getElementById("jupyter-config-data");
-const base = (config && JSON.parse(config.textContent).baseUrl) || "/";
-const bundle = await import(new URL(base.replace(/\\/?$/, "/") + %s, document.baseURI).href);
-export default bundle.default;
-export const FigureModel = bundle.FigureModel;
-export const FigureView = bundle.FigureView;
+# The ES module of every figure widget: plotly's widget code, with one flaw of it mended. plotly's
+# FigureView registers its listeners on the figure's model and never removes them, so once a view
+# is gone (a panel swapped it off its stage, JupyterLab cleared or re-drew an output) every later
+# edit of the figure still runs that dead view's `Plotly.update` on a purged element: "Error setting
+# state: Cannot read properties of undefined (reading 'length')" in the browser console. Here each
+# view sees the model through a proxy that records its listeners, and they go when the view goes.
+# plotly's code comes from one URL when the page's server serves it (`bertlab serve`: fetched and
+# evaluated once per page); elsewhere (JupyterLab, a notebook) it travels inside this module as a
+# string and is evaluated once per page too.
+_FIGURE_MODULE = """const bundle = await (%s);
+const { FigureModel, FigureView } = bundle;
+
+export default () => {
+  const plotly = bundle.default();  // plotly's own {initialize, render}, one per figure
+  let figure;  // plotly's FigureModel of this figure, caught while plotly makes it
+  return {
+    initialize(context) {
+      const initialize = FigureModel.prototype.initialize;
+      FigureModel.prototype.initialize = function () { figure = this; return initialize.call(this); };
+      try { return plotly.initialize(context); } finally { FigureModel.prototype.initialize = initialize; }
+    },
+    render({ model, el }) {
+      if (!figure) return plotly.render({ model, el });
+      const listeners = [];  // this view's, removed with it
+      const seen = Object.create(figure);
+      seen.on = (name, callback) => { model.on(name, callback); listeners.push([name, callback]); };
+      const view = new FigureView(seen, el);
+      view.perform_render();
+      return () => {
+        for (const [name, callback] of listeners) model.off(name, callback);
+        view.remove();
+      };
+    },
+  };
+};
+export { FigureModel, FigureView };
 """
+_SERVED = """import(new URL(((c) => (c && JSON.parse(c.textContent).baseUrl) || "/")(
+  document.getElementById("jupyter-config-data")).replace(/\\/?$/, "/") + %s, document.baseURI).href)"""
+_INLINE = """globalThis[%s] ??= import(URL.createObjectURL(new Blob([%s], { type: "text/javascript" })))"""
 
 
-def bundle_shim(path: str | None) -> str | None:
-    """The figure widgets' ES module that imports plotly's code from `path` (under the page's base
-    URL), or None to send the code itself (no server serves it)."""
-    return None if not path else _BUNDLE_SHIM % json.dumps(path)
+@functools.cache
+def figure_module(path: str | None) -> str:
+    """The figure widgets' ES module: plotly's code imported from `path` (under the page's base URL)
+    when the page's server serves it there, else carried inline (`path` None)."""
+    if path:
+        return _FIGURE_MODULE % (_SERVED % json.dumps(path))
+    code = str(go.FigureWidget._esm)  # plotly's widget bundle (anywidget reads the file)
+    key = "bertlab-plotly-" + hashlib.sha1(code.encode()).hexdigest()[:12]  # one evaluation per page and version
+    return _FIGURE_MODULE % (_INLINE % (json.dumps(key), json.dumps(code)))
 
 
 class SyncedFigureWidget(go.FigureWidget):
@@ -183,9 +220,7 @@ class SyncedFigureWidget(go.FigureWidget):
     the anywidget pin in pyproject.toml and tests/browser/test_stale_charts.py.)"""
 
     def __init__(self, *args, **kwargs) -> None:
-        shim = bundle_shim(plotly_bundle_path())
-        if shim is not None:  # read by anywidget's __init__ instead of the class's whole bundle
-            self._esm = shim
+        self._esm = figure_module(plotly_bundle_path())  # read by anywidget's __init__, instead of the class's
         super().__init__(*args, **kwargs)
 
     def _sync_state(self) -> None:
@@ -266,8 +301,22 @@ def show_figure(box: widgets.Box, fig: go.Figure) -> go.FigureWidget:
     widget = SyncedFigureWidget(fig)
     box.children = (widget,)
     if old is not None:
-        old.close()
+        retire(box, old)
     return widget
+
+
+_retired: weakref.WeakKeyDictionary[widgets.Box, widgets.Widget] = weakref.WeakKeyDictionary()
+
+
+def retire(box: widgets.Box, old: widgets.Widget) -> None:
+    """`old` has just left `box`: close the widget that left it the time before, and keep `old` until
+    next time. Closing `old` at once races its view, which may still be talking to the kernel for a
+    moment (a resize, a hover): each of its messages then arrives at a closed comm, and JupyterLab's
+    log shows "No such comm". By the next swap the page has long dropped that view."""
+    before = _retired.get(box)
+    _retired[box] = old
+    if before is not None and before is not old:
+        before.close()
 
 
 # -- the busy sign ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import ipywidgets as widgets
 
 from bertlab import settings
-from bertlab.classroom.questions import NSP_CHOICES, tally, verdict
+from bertlab.classroom.questions import NSP_CHOICES, pair_ask, pair_choices, tally, verdict
 from bertlab.classroom.store import ClassStore, GuessError, Kind, Question
 from bertlab.panels.base import note_html, show_figure
 from bertlab.viz.classroom import plot_class_guesses
@@ -147,12 +147,14 @@ class ClassQuestionBox:
         state = "revealed" if q.revealed else "guess first, then the teacher reveals the model's answer"
         self.title.value = f'<b style="font-size:1.1em">Class question</b> — {state}'
         self.prompt.value = _prompt_html(q, self.mask_token)
+        if q.kind == "nsp" and tuple(self.input.options) != pair_choices(q):  # as the model's objective asks
+            self.input.options, self.input.value = pair_choices(q), None
         self.input.disabled = self.send_button.disabled = q.revealed
         self.send_button.description = "Change" if self.guess else "Send"
         if not q.revealed:
             if self.guess is None:
                 ask = ("What will the model say? Type your guess and press Send." if q.kind == "mask"
-                       else "Does B follow A, for the model? Pick one and press Send.")
+                       else f"{pair_ask(q)} Pick one and press Send.")
                 self.status.value = note_html("info", f"{ask} This tab's own results come back once you have sent it.")
             return
         counts = tally(self.store.answers(q.id))
@@ -180,7 +182,7 @@ def _prompt_html(q: Question, mask_token: str | None) -> str:
     style = "font-size:1.15em;margin:4px 0"
     if q.kind == "nsp":
         return (f'<div style="{style}"><b>A:</b> {html.escape(q.text)}<br><b>B:</b> {html.escape(q.text_b or "")}'
-                "</div><div>Does the model think B follows A?</div>")
+                f"</div><div>{html.escape(pair_ask(q))}</div>")
     if not mask_token:
         return f'<div style="{style}">{html.escape(q.text)}</div>'
     mark = ('<span style="background:#ffe08a;border-radius:3px;padding:0 3px;font-weight:600">'

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
 from pathlib import Path
 
 import ipywidgets as widgets
@@ -14,6 +15,7 @@ import torch
 from bertlab.analysis import InputError
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.panels.base import Level, Panel
+from bertlab.panels.record import session_header, session_sections
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention_view import to_standalone_html
 from bertlab.viz.export import (
@@ -23,8 +25,10 @@ from bertlab.viz.export import (
     export_figure,
     file_name,
     save_export,
+    stamped,
     static_export_problem,
 )
+from bertlab.viz.record import RecordSection, lab_record_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -39,7 +43,12 @@ HELP = (
 )
 CLASS_HELP = HELP.replace(" the link downloads the file, and a copy goes to the folder.",
                           " the link downloads the file to your computer.")
+RECORD_HELP = (
+    "A lab record is one HTML page of this session to hand in: the model, the seeds, and each tab you opened "
+    "with what you typed, its figures (interactive) and attention views. It opens offline in any browser."
+)
 FigureSource = Callable[[], dict[str, go.Figure]]
+SessionSource = Callable[[], tuple[str, Mapping[str, Panel]]]  # (the model's name, the opened tabs)
 
 
 class ExportPanel(Panel):
@@ -58,12 +67,18 @@ class ExportPanel(Panel):
         text: str = DEFAULT_TEXT,
         max_length: int = MAX_TOKENS,
         workspace: Workspace | None = None,
+        session: SessionSource | None = None,
     ) -> None:
         """`folder`: where copies of the files go (default: DEFAULT_FOLDER; in class mode the session's
-        workspace, and the tab shows no folder field: files reach the student as downloads only)."""
+        workspace, and the tab shows no folder field: files reach the student as downloads only).
+        `session`: the picked model's name and the opened tabs, for the lab record (the app gives it;
+        without it the record holds the model and the figures of `figures`)."""
         super().__init__()
         self.model, self.tok, self.source, self.max_length = model, tok, figures, max_length
+        self.session = session
         self.workspace = workspace or Workspace.for_session()
+        self.clock: Callable[[], datetime] = datetime.now  # the time a repeated name gets
+        self._given: set[str] = set()  # the names of the downloads offered so far
         self._folder = Path(folder) if folder is not None else None
         wide = widgets.Layout(width="min(100%, 720px)")
         self.choice = widgets.Dropdown(options=[], description="Figure", layout=wide)
@@ -84,12 +99,18 @@ class ExportPanel(Panel):
                                           layout=widgets.Layout(width="auto"))
         self.folder = widgets.Text(value=str(folder if folder is not None else DEFAULT_FOLDER), description="Folder",
                                    layout=wide)
+        self.student = widgets.Text(value="", description="Your name", placeholder="optional: printed on the record",
+                                    layout=widgets.Layout(width="min(100%, 420px)"))
+        self.record_button = widgets.Button(description="Make lab record", button_style="primary",
+                                            layout=widgets.Layout(width="auto"),
+                                            tooltip="One HTML page of this session's tabs: inputs, figures, attention")
         self.link = widgets.HTML(value="")
         classroom = self.workspace.confined
         self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{CLASS_HELP if classroom else HELP}</div>')
         self.refresh_button.on_click(self._on_refresh)
         self.export_button.on_click(self._on_export)
         self.view_button.on_click(self._on_export_view)
+        self.record_button.on_click(self._on_record)
         self._widget = widgets.VBox(
             [
                 self.help,
@@ -99,6 +120,9 @@ class ExportPanel(Panel):
                 widgets.HTML("<b>Attention view</b>"),
                 self.text_a,
                 widgets.HBox([self.text_b, self.view_button]),
+                widgets.HTML("<b>Lab record</b>"),
+                widgets.HTML(f'<div style="color:#555;font-size:0.9em">{RECORD_HELP}</div>'),
+                widgets.HBox([self.student, self.record_button]),
                 *([] if classroom else [self.folder]),  # class mode: no server folder, downloads only
                 self.message,
                 self.link,
@@ -158,6 +182,36 @@ class ExportPanel(Panel):
             saved = self._deliver(page.encode("utf-8"), file_name(f"attention {a}", "html", limit=40))
             self.show_messages(saved + _view_notes(result))
 
+    def _on_record(self, _=None) -> None:
+        with self.busy(self.record_button, text="Making the lab record…"), self.reporting():
+            self.link.value = ""
+            page, tabs = self.lab_record()
+            name = file_name(f"lab record {self.student.value.strip()}".strip(), "html", limit=40)
+            saved = self._deliver(page.encode("utf-8"), name)
+            what = (f"The record holds {tabs} tab(s)." if tabs else
+                    "No tab has drawn anything yet: the record holds only the model. Open a tab first.")
+            self.show_messages(saved + [("info" if tabs else "warning", what)])
+
+    def lab_record(self) -> tuple[str, int]:
+        """The lab record page of this session, and how many tabs it holds."""
+        if self.session is not None:
+            name, panels = self.session()
+            panels = dict(panels)
+            sections = session_sections(panels)
+        else:  # a notebook without the app: the figures it was given
+            name, panels = self.model.family.name, {}
+            sections = [RecordSection("Figures", figures=self._current())] if self.source is not None else []
+        if not any(s.attention_pages for s in sections) and self.text_a.value.strip():  # the sentence above
+            a, b = self.text_a.value, self.text_b.value.strip() or None
+            result = attention_patterns(self.model, self.tok, a, b, max_length=self.max_length)
+            title = _short(f"Attention: {a}" + (f" / {b}" if b else ""))
+            page = to_standalone_html(result.patterns, result.tokens, result.sentence_b_start, title=title)
+            inputs = [("Sentence A", a)] + ([("Sentence B", b)] if b else [])
+            sections.append(RecordSection("Attention view", inputs, attention_pages={title: page}))
+        header = session_header(self.model, name, panels, student=self.student.value.strip())
+        shown = [s for s in sections if s.inputs or s.figures or s.attention_pages]
+        return lab_record_html(header, sections), len(shown)
+
     # -- helpers -----------------------------------------------------------------------------
     def _current(self) -> dict[str, go.Figure]:
         return dict(self.source()) if self.source is not None else {}
@@ -180,21 +234,32 @@ class ExportPanel(Panel):
         return notes
 
     def _deliver(self, data: bytes, filename: str) -> list[tuple[Level, str]]:
-        """Show a download link for `data` and save a copy to the folder; notes saying where it went.
-        Class mode: the copy goes to the workspace (never named to the student, never served)."""
-        self.link.value = download_link(data, filename)
-        if self.workspace.confined:
-            try:
-                save_export(data, self._folder or self.workspace.exports, filename)
-            except OSError:
-                log.warning("could not keep a copy of %s in the workspace", filename, exc_info=True)
-            return [("info", f"Made {filename}: the link below downloads it to your computer.")]
+        """Save a copy of `data` to the folder and show a download link for it; notes saying where it went.
+        Class mode: the copy goes to the workspace (never named to the student, never served).
+        The download has the copy's name, the one the note gives: a name taken already (in the folder,
+        or by an earlier download here) gets the time added (`stamped`), so a repeated export is not
+        renamed by the browser ("name (1).png") nor saved under another name than it is announced."""
+        folder = Path(self._folder or self.workspace.exports) if self.workspace.confined else (
+            Path(self.folder.value.strip() or DEFAULT_FOLDER).expanduser())
+        with contextlib.suppress(OSError):  # a folder that cannot be read: the save says why below
+            if filename in self._given or (folder / filename).exists():
+                filename = stamped(filename, self.clock())
         try:
-            path = save_export(data, self.folder.value.strip() or DEFAULT_FOLDER, filename)
+            filename = save_export(data, folder, filename).name  # "-2" only for two exports in one second
         except OSError as e:
-            saved = f"Made {filename}, but could not save it to the folder ({e}); the link below downloads it."
-            return [("warning", saved)]
-        return [("info", f"Saved {path}; the link below downloads it.")]
+            if not self.workspace.confined:
+                self._link(data, filename)
+                saved = f"Made {filename}, but could not save it to the folder ({e}); the link below downloads it."
+                return [("warning", saved)]
+            log.warning("could not keep a copy of %s in the workspace", filename, exc_info=True)
+        self._link(data, filename)
+        if self.workspace.confined:
+            return [("info", f"Made {filename}: the link below downloads it to your computer.")]
+        return [("info", f"Saved {folder.resolve() / filename}; the link below downloads it.")]
+
+    def _link(self, data: bytes, filename: str) -> None:
+        self._given.add(filename)
+        self.link.value = download_link(data, filename)
 
 
 @contextlib.contextmanager

@@ -27,15 +27,22 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis import InputError, max_tokens
-from bertlab.analysis.predict import answer, classify, cls_vectors, entail, entities, pca_2d
+from bertlab.analysis.attribution import ExplainInput, Target
+from bertlab.analysis.predict import answer, classify, cls_vectors, entail, entities, pca_2d, split_words
+from bertlab.analysis.targets import class_target, span_target, tag_target
 from bertlab.model import Bert
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, show_figure
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, retire, show_figure
+from bertlab.panels.explain import ExplainSection
+from bertlab.panels.finetune_diff import ChangedSection, measure_change
+from bertlab.panels.replay import ReplaySection
 from bertlab.settings import DataNotFoundError, data_dir, upload_max_bytes
 from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
-from bertlab.training.finetune import DEFAULT_LR, DEFAULT_MAX_LENGTH, MODES, FinetuneConfig, finetune, subset
+from bertlab.training.finetune import MODES, FinetuneConfig, finetune, subset
+from bertlab.training.finetune_defaults import START_NAMES, Recipe, recipe
 from bertlab.training.loop import TrainEvent
 from bertlab.training.queue import turn as queue_turn
 from bertlab.training.queue import waiting_text
+from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
 from bertlab.training.tasks import (
     NLI_LABELS,
     SST2_LABELS,
@@ -65,10 +72,12 @@ EVALS_PER_EPOCH = 4  # dev evaluations per epoch: enough points for a live curve
 PCA_SAMPLE = 200  # dev examples in the [CLS] picture
 REDRAW_EVERY_S = 0.5  # the curves redraw at most this often while training
 MODE_HELP = {
-    "full": "every weight learns (lr 5e-5)",
-    "feature": "frozen encoder, only the head learns (lr 1e-3)",
-    "adapter": "Houlsby adapters + LayerNorms + head learn (lr 1e-3)",
+    "full": "every weight learns",
+    "feature": "frozen encoder, only the head learns",
+    "adapter": "Houlsby adapters + LayerNorms + head learn",
 }
+PICKED = "picked"  # the "Start from" choice: the model picked above
+REPLAY_PROBE = "This movie was {mask}, the best I have seen all year."  # spelled with the model's mask token
 HELP = (
     "Pick a task, its data and a way to adapt the encoder, then press Start. Every run of this session "
     "stays on the plot (labelled task · mode) so full fine-tuning, a frozen encoder and adapters compare. "
@@ -112,6 +121,13 @@ def model_task(model: Bert) -> str | None:
     return {"token_classification": "ner", "question_answering": "qa"}.get(cfg.task)
 
 
+def is_offline_default(model: Bert) -> bool:
+    """Whether `model` is the offline default as `bertlab.load()` gives it (with bertlab's heads)."""
+    from bertlab.loading import DEFAULT_MODEL
+
+    return getattr(getattr(model, "load_report", None), "source", None) == DEFAULT_MODEL
+
+
 def is_out_of_memory(error: BaseException | str | None) -> bool:
     """Whether an exception (or a failed run's error text) is the GPU running out of memory."""
     if isinstance(error, torch.OutOfMemoryError):
@@ -153,6 +169,7 @@ class Run:
     id2label: dict[int, str] = field(default_factory=dict)
     checkpoint: str | None = None
     error: str | None = None
+    start: str = PICKED  # "Start from": the model picked above, or a start encoder's `bertlab.load` source
 
     @property
     def metric(self) -> str:
@@ -209,13 +226,13 @@ class FinetunePanel(Panel):
                      ("an uploaded file", "upload")],
             value="default", description="Data", style=style, layout=widgets.Layout(width="300px"),
         )
-        self.path = widgets.Text(placeholder="path to a data file or folder", continuous_update=False,
+        self.path = widgets.Text(placeholder="data file or folder", continuous_update=False,
                                  layout=widgets.Layout(width="min(100%, 340px)"))
         self.upload = widgets.FileUpload(accept=".tsv,.txt,.json,.conll", multiple=False, description="Upload")
         self.data_note = widgets.HTML()
         self.epochs = widgets.BoundedIntText(value=2, min=1, max=100, description="Epochs", style=style,
                                              layout=widgets.Layout(width="120px"))
-        self.lr = widgets.BoundedFloatText(value=DEFAULT_LR["full"], min=1e-7, max=1.0, step=1e-5,
+        self.lr = widgets.BoundedFloatText(value=recipe("sst2").lr, min=1e-7, max=1.0, step=1e-5,
                                            description="Learning rate", style=style,
                                            layout=widgets.Layout(width="200px"))
         self.batch = widgets.BoundedIntText(value=32 if on_gpu else 16, min=1, max=4096, description="Batch",
@@ -229,6 +246,11 @@ class FinetunePanel(Panel):
                                               description="Max dev examples", style=style,
                                               layout=widgets.Layout(width="200px"))
         self.device_note = widgets.HTML(self._device_note())
+        self.start_from = widgets.Dropdown(description="Start from", style=style,
+                                           layout=widgets.Layout(width="min(100%, 520px)"))
+        self.start_note = widgets.HTML()
+        self._encoders: dict[str, tuple[Bert, Tokenizer]] = {}  # start encoders loaded by this panel
+        self._apply_recipe()
         self.start_button = widgets.Button(description="Start", button_style="primary", icon="play",
                                            tooltip="Fine-tune the model picked above (a copy of it)")
         self.cancel_button = widgets.Button(description="Cancel", button_style="warning", icon="stop", disabled=True,
@@ -243,10 +265,14 @@ class FinetunePanel(Panel):
         self._confusion_fig: go.Figure | None = None
         self.confusion_box = widgets.Box([])
         self.use = UsePanel(model, tok, dev_examples=self.dev_examples)
+        self.replay = ReplaySection(tok, tok.spell(REPLAY_PROBE), intro="Replay a run of this session.")
+        self.replay.show_message("Fine-tune a model above: its run can then be replayed here.")
+        self.changed = ChangedSection()
         self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP}</div>')
 
         self.task.observe(self._on_task, names="value")
         self.mode.observe(self._on_mode, names="value")
+        self.start_from.observe(lambda _: self._show_start_note(), names="value")
         self.data.observe(self._on_data, names="value")
         self.path.observe(self._on_path, names="value")
         self.upload.observe(self._on_upload, names="value")
@@ -259,6 +285,7 @@ class FinetunePanel(Panel):
                 self.help,
                 self.task,
                 widgets.HBox([self.mode, self.mode_help]),
+                widgets.HBox([self.start_from, self.start_note], layout=wrap),
                 widgets.HBox([self.data, self.path, self.upload]),
                 self.data_note,
                 widgets.HBox([self.epochs, self.lr, self.batch, self.max_length], layout=wrap),
@@ -271,6 +298,10 @@ class FinetunePanel(Panel):
                 self.confusion_box,
                 widgets.HTML('<h3 style="margin:14px 0 4px 0">Use it</h3>'),
                 self.use.widget,
+                widgets.HTML('<h3 style="margin:14px 0 4px 0">Replay</h3>'),
+                self.replay.widget,
+                widgets.HTML('<h3 style="margin:14px 0 4px 0">What changed</h3>'),
+                self.changed.widget,
             ],
             layout=widgets.Layout(width="100%"),
         )
@@ -289,6 +320,7 @@ class FinetunePanel(Panel):
             return  # the app re-sends the current model when another one joins the list
         self.model, self.tok = model, tok
         self.max_length.max = max_tokens(model)
+        self._apply_recipe()  # "Start from" offers the package's encoder only for the offline default
         if model_task(model):
             self.use.show_model(model, tok, "the model picked above")
 
@@ -298,7 +330,7 @@ class FinetunePanel(Panel):
             figs["training curves"] = self._curves_fig
         if self._confusion_fig is not None:
             figs["confusion matrix"] = self._confusion_fig
-        return {**figs, **self.use.figures()}
+        return {**figs, **self.use.figures(), **self.replay.figures(), **self.changed.figures()}
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the run in progress ends (True) or `timeout` seconds pass (False)."""
@@ -314,14 +346,42 @@ class FinetunePanel(Panel):
     def _on_task(self, change) -> None:
         if not self.running:  # a message about the previous task's data or run no longer applies
             self.show_messages([])
-        head = get_task(change["new"]).head
-        self.max_length.value = min(DEFAULT_MAX_LENGTH[head], self.max_length.max)
+        self._apply_recipe()
         if self.data.value == "upload":
             self._check_upload()
 
     def _on_mode(self, change) -> None:
-        self.lr.value = DEFAULT_LR[change["new"]]
+        self.epochs.value, self.lr.value = self.recipe.epochs, self.recipe.lr  # batch and length stay the task's
         self.mode_help.value = self._mode_note(change["new"])
+
+    @property
+    def recipe(self) -> Recipe:
+        """The measured defaults of the chosen task and mode (training.finetune_defaults)."""
+        return recipe(self.task.value, self.mode.value)
+
+    def _apply_recipe(self) -> None:
+        """Fill the settings and "Start from" with the chosen task's (and mode's) defaults."""
+        r = self.recipe
+        self.epochs.value, self.lr.value, self.batch.value = r.epochs, r.lr, r.batch_size
+        self.max_length.value = min(r.max_length, self.max_length.max)
+        options = [("the model picked above", PICKED)]
+        if is_offline_default(self.model) and r.model is not None:  # the package's encoder is the better start
+            options.append((f"{START_NAMES[r.model]} (this task's default)", r.model))
+        self.start_from.options = options
+        self.start_from.value = options[-1][1]
+        self._show_start_note()
+
+    def _show_start_note(self) -> None:
+        r, choice = self.recipe, self.start_from.value
+        if choice == PICKED and len(self.start_from.options) > 1:
+            text = (f"The default for {self.task.value} starts from {START_NAMES[r.model]}: the offline default's "
+                    "re-trained layers fine-tune worse on this task.")
+        elif choice == PICKED:
+            text = "Fine-tunes a copy of the model picked above."
+        else:
+            text = (f"Fine-tunes a copy of {START_NAMES[choice]}, not the offline default picked above: bertlab's "
+                    "MLM/NSP heads re-trained its layers, which fine-tune worse on this task (see the README).")
+        self.start_note.value = f'<span style="color:#555;font-size:0.9em">{html.escape(text)}</span>'
 
     def _on_data(self, _=None) -> None:
         self.path.disabled = self.data.value != "path"
@@ -415,7 +475,8 @@ class FinetunePanel(Panel):
             max_train_examples=self.max_train.value or None, max_eval_examples=self.max_dev.value or None,
             out_dir=str(self._out_dir(task, mode)), device=self.device,
         )
-        run = Run(self._label(task, mode), task, mode, Path(cfg.out_dir), base=self.model)
+        run = Run(self._label(task, mode), task, mode, Path(cfg.out_dir), base=self.model,
+                  start=self.start_from.value)
         self.runs.append(run)
         self._cancel = threading.Event()
         self._set_running(True)
@@ -444,11 +505,16 @@ class FinetunePanel(Panel):
                 self.show_message(f"{run.label}: you left the class queue before the run started; nothing ran.",
                                   "warning")
                 return
+            if run.start != PICKED:  # the task's start encoder instead of the offline default
+                self.show_message(f"{run.label}: loading {START_NAMES.get(run.start, run.start)}…")
+                run.base, tok = self._start_encoder(run.start)
+                cfg = dataclasses.replace(cfg, model=run.base)
             data = self._read(run.task, source)
             cfg = self._cadence(cfg, len(data.train))
             run.dev = subset(data.dev, cfg.max_eval_examples, cfg.seed, "dev")  # what finetune scores
             self.show_message(f"{run.label}: {data.note}")
-            result = finetune(cfg, callbacks=[on_event], cancel=self._cancel, tokenizer=tok,
+            keeper = SnapshotKeeper(run.out_dir / REPLAY_DIR)  # a few weights-only snapshots, for the replay
+            result = finetune(cfg, callbacks=[on_event, keeper], cancel=self._cancel, tokenizer=tok,
                               train_examples=data.train, eval_examples=data.dev)
         except Exception as e:
             run.status, run.error = "failed", self._failure_text(e, cfg)
@@ -459,6 +525,7 @@ class FinetunePanel(Panel):
                 self.runs.remove(run)
         else:
             self._finished(run, result, cfg)
+            self._replay_and_compare(run, result, keeper.folder, cfg.max_length or 128)
             del result
         finally:
             if turn is not None:
@@ -468,6 +535,32 @@ class FinetunePanel(Panel):
             self._set_running(False)
             self._draw_curves(force=True)
             self._draw_table()
+
+    def _replay_and_compare(self, run: Run, result: Any, folder: Path, max_length: int) -> None:
+        """A run that took a step joins the Replay section (replayed at once) and "What changed" (measured
+        against its base). Never raises: the run itself is done and kept."""
+        if result.status == "failed" or run.step == 0:
+            return
+        try:
+            self.replay.add_run(run.label, result.model, result.tokenizer, folder, base=run.base)
+        except Exception as e:  # noqa: BLE001
+            log.exception("replay of %s failed", run.label)
+            self.replay.show_message(f"{run.label} cannot be replayed: {self.workspace.hide_root(str(e))}", "error")
+        try:
+            with self.changed.busy(text=f"Measuring what {run.label} changed…"):
+                change = measure_change(run.base, result.model, result.tokenizer, run.task, run.dev, max_length)
+            self.changed.add(run.label, change)
+        except Exception as e:  # noqa: BLE001
+            log.exception("measuring what %s changed failed", run.label)
+            self.changed.show_message(f"What {run.label} changed could not be measured: {e}", "error")
+
+    def _start_encoder(self, source: str) -> tuple[Bert, Tokenizer]:
+        """The start encoder `source` (e.g. the package's MiniLM encoder), loaded once per panel."""
+        if source not in self._encoders:
+            from bertlab.loading import load
+
+            self._encoders[source] = load(source)
+        return self._encoders[source]
 
     def _cadence(self, cfg: FinetuneConfig, n_train: int) -> FinetuneConfig:
         """Evaluate a few times an epoch, log ~20 times an epoch, checkpoint once an epoch (keeping
@@ -563,7 +656,7 @@ class FinetunePanel(Panel):
             else:
                 old, self.curves = self.curves, SyncedFigureWidget(fig)
                 self.curves_box.children = (self.curves,)
-                old.close()
+                retire(self.curves_box, old)  # closed at the next swap: its view may still be talking
                 self._curves_key = key
 
     def _curve_data(self) -> tuple[str, dict[str, list[dict[str, Any]]]]:
@@ -739,8 +832,9 @@ class UsePanel(Panel):
         self.pca_box = widgets.Box([])
         self.help = widgets.HTML()
         self._label_cls(tok.cls_token if tok is not None else DEFAULT_SPECIALS["cls"])
-        self._widget = widgets.VBox([self.help, self.header, self.view, self.message, self.pca_button, self.pca_box],
-                                    layout=widgets.Layout(width="100%"))
+        self.explain = ExplainSection(None, tok, self._explain_request)  # "Does attention explain it?"
+        self._widget = widgets.VBox([self.help, self.header, self.view, self.message, self.explain.widget,
+                                     self.pca_button, self.pca_box], layout=widgets.Layout(width="100%"))
         if model is not None and model_task(model):
             self.show_model(model, tok, "the model picked above")
         else:
@@ -762,7 +856,7 @@ class UsePanel(Panel):
 
     def figures(self) -> dict[str, go.Figure]:
         pca = {f"{self.tok.cls_token} PCA": self._pca_figure} if self._pca_figure is not None else {}
-        return {**self._figures, **pca}
+        return {**self._figures, **pca, **self.explain.figures()}
 
     def show_model(self, model: Bert, tok: Tokenizer, name: str, before: Bert | None = None,
             dev: list[Any] | None = None, task: str | None = None) -> None:
@@ -776,6 +870,7 @@ class UsePanel(Panel):
         self.pca_box.children = ()
         self._show_header()
         self.view.children = (self.views[self.kind],) if self.kind else ()
+        self.explain.set_model(model, tok, refresh=False)  # update refreshes it
         self.update()
 
     def _show_header(self) -> None:
@@ -808,6 +903,22 @@ class UsePanel(Panel):
             notes = {"sst2": self._classify, "classification": self._classify, "nli": self._entail,
                      "ner": self._entities, "qa": self._answer}[self.kind]()
             self.show_messages(notes)
+        self.explain.set_choices(explain_choices(self.kind, self.ner_text.value))
+        self.explain.refresh()
+
+    def _explain_request(self, which: int) -> tuple[ExplainInput, Target]:
+        """What "Does attention explain it?" explains: the predicted class, the tag of the first entity
+        (or of word `which` - 1), the answer's start (`which` 0) or end (1)."""
+        if self.kind in ("sst2", "classification"):
+            text_b = self.sentence_b.value if self.kind == "classification" else None
+            return class_target(self.model, self.tok, self.sentence.value, text_b)
+        if self.kind == "nli":
+            return class_target(self.model, self.tok, self.premise.value, self.hypothesis.value)
+        if self.kind == "ner":
+            return tag_target(self.model, self.tok, self.ner_text.value, None if which == 0 else which - 1)
+        if self.kind == "qa":
+            return span_target(self.model, self.tok, self.question.value, self.paragraph.value, end=which == 1)
+        raise InputError("Fine-tune a model first (or pick a fine-tuned one): there is no prediction to explain.")
 
     def _classify(self) -> list[tuple[Level, str]]:
         text_b = self.sentence_b.value if self.kind == "classification" else None  # not on show for SST-2
@@ -877,6 +988,16 @@ class UsePanel(Panel):
         show_figure(self.pca_box, fig)
         note = "" if self.before is not None else " Fine-tune here to see it before and after."
         self.show_message(f"{self.tok.cls_token} of {len(sample)} dev examples, coloured by their gold label.{note}")
+
+
+def explain_choices(kind: str | None, ner_text: str, limit: int = 60) -> list[str]:
+    """What "Does attention explain it?" offers for a view: NER a word's tag, QA the start or end."""
+    if kind == "ner":
+        words = split_words(ner_text)[:limit] if ner_text.strip() else []
+        return ["tag of the first entity"] + [f"tag of word {i}: {w}" for i, (w, _, _) in enumerate(words)]
+    if kind == "qa":
+        return ["answer start", "answer end"]
+    return []
 
 
 def _cut_notes(warning: str | None, tokens: Sequence[str], unk_token: str) -> list[tuple[Level, str]]:

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis import InputError, echo, max_tokens
+from bertlab.analysis.attribution import ExplainInput, Target
 from bertlab.analysis.mask import (
     MaskPrediction,
     WordScore,
@@ -19,9 +20,11 @@ from bertlab.analysis.mask import (
     text_words,
 )
 from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
+from bertlab.analysis.targets import input_from_tokens, word_target
 from bertlab.classroom.store import ClassStore
 from bertlab.panels.base import Level, Panel, lacks, show_figure
 from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
+from bertlab.panels.explain import ExplainSection
 from bertlab.tokenizer import DEFAULT_SPECIALS, WORDPIECE_PREFIX, Tokenizer, join_wordpieces, spell_specials
 from bertlab.viz.mask import empty_figure, plot_fill_mask, plot_word_predictability
 from bertlab.viz.replaced import plot_replaced
@@ -103,6 +106,7 @@ class MaskPanel(Panel):
         self.fill_box = widgets.VBox([])
         self.fill_box.add_class("bertlab-mask-guesses")  # for the browser tests
         self.each_box = widgets.VBox([])  # filled when the student asks for it
+        self.explain = ExplainSection(model, tok, self._explain_request)  # "Does attention explain it?"
         store = classroom if classroom is not None else class_store()
         self.class_box = None if store is None else ClassQuestionBox(  # the teacher's question, in class mode
             store, "mask", on_hide=self._hide_results, poll_s=class_poll_s, mask_token=tok.mask_token)
@@ -122,6 +126,7 @@ class MaskPanel(Panel):
                 widgets.HBox([self.k, self.whole_word], layout=widgets.Layout(align_items="center")),
                 self.message,
                 self.fill_box,
+                self.explain.widget,
                 widgets.HBox([self.each_button, self.scale, self.progress],
                              layout=widgets.Layout(flex_flow="row wrap")),
                 self.each_box,
@@ -138,6 +143,7 @@ class MaskPanel(Panel):
         """Same text and hidden words, another model (and maybe another tokenizer: words re-read)."""
         self.model, self.tok = model, tok
         self._cache.clear()
+        self.explain.set_model(model, tok, refresh=False)  # _on_text refreshes it
         self._on_text()
 
     def figures(self) -> dict[str, go.Figure]:
@@ -150,11 +156,11 @@ class MaskPanel(Panel):
             out["how predictable each word is"] = go.Figure(self.each_box.children[0])
         if self.replaced is not None:
             out["replaced? per word"] = go.Figure(self.fill_box.children[0])
-        return out
+        return {**out, **self.explain.figures()}
 
     def _hide_results(self, hide: bool) -> None:
         """While a class question waits for this student's guess, the tab's own guesses stay hidden."""
-        for box in (self.fill_box, self.each_box):
+        for box in (self.fill_box, self.each_box, self.explain.widget):
             box.layout.display = "none" if hide else None
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
@@ -199,6 +205,8 @@ class MaskPanel(Panel):
         """Recompute the guesses (cached), and the word scores if asked, and redraw."""
         usable = self._predict()
         self._draw_fill()
+        self.explain.set_choices([f"guess for {p.label}" for p in self.predictions])
+        self.explain.refresh()
         if rescore:
             self._score_words(usable)
             self._draw_scores()
@@ -362,6 +370,16 @@ class MaskPanel(Panel):
             return
         show_figure(self.each_box, plot_word_predictability(self.scores, scale=self.scale.value,
                                                                            unk_token=self.tok.unk_token))
+
+    def _explain_request(self, which: int) -> tuple[ExplainInput, Target]:
+        """The hidden piece "Does attention explain it?" explains: its true piece when a word was hidden,
+        else the model's top guess."""
+        self.model.require("mlm")
+        if not self.predictions:
+            raise InputError(f"Nothing is hidden: hide a word (or type {self.tok.mask_token}) to explain a guess.")
+        p = self.predictions[min(which, len(self.predictions) - 1)]
+        ex = input_from_tokens(self.model, self.tok, p.tokens)
+        return ex, word_target(self.tok, ex, p.position, p.original_id if p.original_id is not None else p.top.token_id)
 
     def _show_notes(self) -> None:
         self.show_messages(self._fill_notes + self._each_notes + self._word_notes)

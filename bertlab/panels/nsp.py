@@ -12,6 +12,7 @@ import torch
 
 from bertlab.analysis import InputError, max_tokens, require_text
 from bertlab.analysis.attention import attention_patterns
+from bertlab.analysis.attribution import ExplainInput, Target
 from bertlab.analysis.nsp import (
     A,
     AttentionMass,
@@ -22,9 +23,11 @@ from bertlab.analysis.nsp import (
     random_sentence,
     token_groups,
 )
+from bertlab.analysis.targets import pair_target
 from bertlab.classroom.store import ClassStore
 from bertlab.panels.base import Level, Panel, lacks, pair_task, show_figure
 from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
+from bertlab.panels.explain import ExplainSection
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import CorpusError, Document, load_corpus
 from bertlab.viz.mask import empty_figure
@@ -89,6 +92,7 @@ class NSPPanel(Panel):
         self.source = widgets.HTML()  # where the sentences on show came from
         self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(tok.spell(HELP))}</div>')
 
+        self.seed = seed  # of the random B sentences (and the lab record says it)
         self.rng = torch.Generator().manual_seed(seed)
         self.documents: list[Document] | None = list(documents) if documents is not None else None  # lazy
         self._pool: dict[str, str] | None = None  # sentence -> title of its document
@@ -98,6 +102,7 @@ class NSPPanel(Panel):
         self._holding = False  # set while buttons change both texts: compute once, after
         self.probability_box = widgets.VBox([])
         self.mass_box = widgets.VBox([])
+        self.explain = ExplainSection(model, tok, self._explain_request, seed=seed)  # "Does attention explain it?"
         store = classroom if classroom is not None else class_store()
         self.class_box = None if store is None else ClassQuestionBox(  # the teacher's question, in class mode
             store, "nsp", on_hide=self._hide_results, poll_s=class_poll_s)
@@ -118,6 +123,7 @@ class NSPPanel(Panel):
                 self.source,
                 self.message,
                 self.probability_box,
+                self.explain.widget,
                 self.mass_box,
                 self.help,
             ],
@@ -130,11 +136,12 @@ class NSPPanel(Panel):
 
     def _hide_results(self, hide: bool) -> None:
         """While a class question waits for this student's guess, the tab's own verdict stays hidden."""
-        for box in (self.probability_box, self.mass_box):
+        for box in (self.probability_box, self.mass_box, self.explain.widget):
             box.layout.display = "none" if hide else None
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         self.model, self.tok = model, tok
+        self.explain.set_model(model, tok, refresh=False)  # update refreshes it
         self.update()
 
     def figures(self) -> dict[str, go.Figure]:
@@ -146,7 +153,7 @@ class NSPPanel(Panel):
             out[name] = go.Figure(self.probability_box.children[0])
         if self.mass is not None:
             out["attention between the sentences"] = go.Figure(self.mass_box.children[0])
-        return out
+        return {**out, **self.explain.figures()}
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
     def _on_text(self, _=None) -> None:
@@ -193,6 +200,11 @@ class NSPPanel(Panel):
         """Run the model on the pair and redraw both figures; a message instead where it cannot."""
         with self.busy(*self._buttons()):
             self._update()
+        self.explain.refresh()
+
+    def _explain_request(self, _which: int) -> tuple[ExplainInput, Target]:
+        """The pair head's verdict on the pair on show: P(IsNext) (ALBERT: P(A before B))."""
+        return pair_target(self.model, self.tok, self.text_a.value, self.text_b.value)
 
     def _update(self) -> None:
         self.result, self.mass = None, None

@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 
 HELP = (
     "Type a Hugging Face name (e.g. bert-base-uncased: needs the network or the hub cache) "
-    "or a local folder with config.json + model.safetensors, then press Load."
+    "or a local folder with config.json + model.safetensors, then press Load. default-encoder is the "
+    "offline default's encoder as its package ships it (no heads): what fine-tuning starts from."
 )
 CLASS_HELP = (
     "Type a model name from this server's Hugging Face cache, a folder your teacher shared, or a run of "

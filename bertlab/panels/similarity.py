@@ -135,7 +135,6 @@ class SimilarityPanel(Panel):
         self.word_figure = SyncedFigureWidget(self._word_fig())
         self.map_figure = SyncedFigureWidget(self._map_fig())
         self.boxes = [widgets.Box([f]) for f in self._widgets()]
-        self._made_hidden = {1, 2}  # sub-tabs whose figure widget was made while not on show
         self.sections.children = [
             widgets.VBox([_help(TOKENS_HELP), self.text, widgets.HBox([self.text_button]), self.token_stage,
                           self.message, self.boxes[0]]),
@@ -228,13 +227,10 @@ class SimilarityPanel(Panel):
         section = change["new"]
         if section is None:
             return
+        # Only the notes change: a figure made or redrawn while its sub-tab was hidden draws as the
+        # kernel has it (SyncedFigureWidget), so it is never remade here. (Remaking it closed the old
+        # widget while its view, just shown, still talked to the kernel: "No such comm".)
         self.show_messages(self.notes[section])
-        if section in self._made_hidden:
-            # A figure widget first drawn in a hidden sub-tab fails to start in the browser (anywidget
-            # gives up after 2 s) and ignores later updates: now that it is on show, make it afresh.
-            self._made_hidden.discard(section)
-            fresh = SyncedFigureWidget(self._builders()[section]())
-            self._swap(section, fresh)
 
     @contextlib.contextmanager
     def hold_sliders(self) -> Iterator[None]:
@@ -296,22 +292,9 @@ class SimilarityPanel(Panel):
     def _widgets(self) -> tuple[go.FigureWidget, go.FigureWidget, go.FigureWidget]:
         return self.token_figure, self.word_figure, self.map_figure
 
-    def _builders(self) -> tuple[Callable[[], go.Figure], ...]:
-        return self._token_fig, self._word_fig, self._map_fig
-
     def _redraw(self, section: int, fig: go.Figure) -> None:
         """New result: show `fig` in sub-tab `section` (in place when its traces are of the same kinds)."""
-        old = self._widgets()[section]
-        shown = show_figure(self.boxes[section], fig)
-        if shown is not old and section != self.sections.selected_index:
-            self._made_hidden.add(section)
-        setattr(self, _FIGURE_ATTRS[section], shown)
-
-    def _swap(self, section: int, fresh: go.FigureWidget) -> None:
-        old = self._widgets()[section]
-        self.boxes[section].children = [fresh]
-        old.close()
-        setattr(self, _FIGURE_ATTRS[section], fresh)
+        setattr(self, _FIGURE_ATTRS[section], show_figure(self.boxes[section], fig))
 
 
 # -- pure helpers ---------------------------------------------------------------------------

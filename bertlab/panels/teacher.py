@@ -21,7 +21,9 @@ from bertlab.classroom.questions import DEFAULT_K, mask_question, nsp_question, 
 from bertlab.classroom.store import ClassStore, Question
 from bertlab.panels.base import Panel, note_html, show_figure
 from bertlab.panels.classroom import POLL_LIVE_S, TAB_OF, class_store
+from bertlab.panels.page import PageAddress, projector_in_query, projector_requested
 from bertlab.tokenizer import Tokenizer
+from bertlab.viz import theme
 from bertlab.viz.classroom import plot_class_guesses
 
 log = logging.getLogger(__name__)
@@ -194,10 +196,58 @@ class TeacherPanel(Panel):
     def stop(self) -> None:
         self._stop.set()
 
+    def redraw(self) -> None:
+        """Draw the figure again (the theme changed)."""
+        with self._lock:
+            self._draw()
 
-def teacher_view(source: str | None = None) -> widgets.Widget:
+
+class TeacherPage:
+    """The teacher's page: the panel in the dashboard's look, with its projector mode (a toggle,
+    `?projector=1` in the address, `bertlab serve --projector`): text and the histogram grow together,
+    the histogram as wide as the page, as every tab of the dashboard does."""
+
+    def __init__(self, panel: TeacherPanel, projector: bool = False) -> None:
+        self.panel = panel
+        self.projector = widgets.ToggleButton(
+            value=projector, description="Projector mode", tooltip="Larger text and figures for a lecture hall "
+            "(also: ?projector=1 in the address, or bertlab serve --projector)", layout=widgets.Layout(width="auto"),
+        )
+        self.page = PageAddress()
+        style = widgets.HTML(theme.css(), layout=widgets.Layout(display="none"))
+        top = widgets.HBox([self.projector], layout=widgets.Layout(width="100%", justify_content="flex-end"))
+        self.widget = widgets.VBox([style, self.page, top, panel.widget], layout=widgets.Layout(width="100%"))
+        self.widget.add_class(theme.ROOT_CLASS)
+        self.projector.observe(lambda change: self.set_projector(change["new"]), names="value")
+        self.page.observe(self._on_page, names=["query", "width"])
+        self.set_projector(projector, force=True)
+
+    def set_projector(self, on: bool, force: bool = False) -> None:
+        """Switch projector mode: the page's text at once (CSS), the histogram redrawn."""
+        on = bool(on)
+        if self.projector.value != on:
+            self.projector.value = on  # its observer comes back here
+            return
+        if theme.is_projector() == on and not force:
+            return
+        theme.use(on, page_width=self.page.width or None)
+        (self.widget.add_class if on else self.widget.remove_class)(theme.PROJECTOR_CLASS)
+        self.panel.redraw()
+
+    def _on_page(self, change) -> None:
+        if change["name"] == "query":
+            asked = projector_in_query(change["new"])
+            if asked is not None and asked != theme.is_projector():
+                self.set_projector(asked)
+        elif change["new"] and theme.is_projector() and abs(theme.current().page_width - change["new"]) >= 40:
+            theme.use(True, page_width=change["new"])  # the window was resized
+            self.panel.redraw()
+
+
+def teacher_view(source: str | None = None, projector: bool | None = None) -> widgets.Widget:
     """The teacher's dashboard: the served model (`source`, None = offline default) and the class
-    store of `BERTLAB_CLASS_STORE`; a note saying what to do when there is no store."""
+    store of `BERTLAB_CLASS_STORE`; a note saying what to do when there is no store. `projector`
+    None: as the page's address or `bertlab serve --projector` asks."""
     from bertlab.loading import load
     from bertlab.runtime import cap_threads
 
@@ -206,4 +256,6 @@ def teacher_view(source: str | None = None) -> widgets.Widget:
         return widgets.HTML(note_html("error", NO_STORE))
     cap_threads()
     model, tok = load(source)
-    return TeacherPanel(model, tok, store).widget
+    on = projector_requested() if projector is None else projector
+    theme.use(on)  # before the panel draws
+    return TeacherPage(TeacherPanel(model, tok, store), projector=on).widget

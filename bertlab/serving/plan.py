@@ -28,6 +28,9 @@ class PlanError(ValueError):
     """Options that cannot work together; the message says what to give instead."""
 
 
+UNUSED_LABEXTENSIONS = ("jupyterlab-plotly",)  # no output uses plotly's mime renderer
+
+
 @dataclass(frozen=True)
 class ServePlan:
     """Everything `bertlab serve` decided; `argv()` and `env()` turn it into a process."""
@@ -66,6 +69,14 @@ class ServePlan:
             f"--MappingKernelManager.cull_idle_timeout={self.cull_idle}",
             f"--MappingKernelManager.cull_interval={self.cull_interval}",
             "--MappingKernelManager.cull_connected=False",  # an open page keeps its kernel
+            # Kernels talk to the server over Unix sockets named after their connection files, not
+            # TCP ports: a port picked for a starting kernel can be taken by one of the class's many
+            # loopback connections before the kernel binds it ("Address already in use", the page
+            # gets an error instead of its kernel). Sockets are also out of other local users' reach.
+            "--KernelManager.transport=ipc",
+            # Figures are widgets whose code comes from the server's plotly bundle (env below):
+            # plotly's JupyterLab extension, a second copy of plotly.js for the page to parse, is unused.
+            f"--VoilaConfiguration.extension_denylist={list(UNUSED_LABEXTENSIONS)!r}",
         ]
         if self.pool_size > 0:
             # Kernels run the notebook before anyone asks, so a page need not wait for one to start.

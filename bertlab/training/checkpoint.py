@@ -432,8 +432,10 @@ def load_model_weights(model: torch.nn.Module, folder: str | Path) -> None:
 
 
 def _is_bert(model: torch.nn.Module) -> bool:
+    """A bertlab model of any family (BERT, RoBERTa, ALBERT, ELECTRA, ...): saved in the HF layout."""
     try:
+        from bertlab.families import FamilyModel
         from bertlab.model import Bert
     except ImportError:
         return False
-    return isinstance(model, Bert)
+    return isinstance(model, (Bert, FamilyModel))

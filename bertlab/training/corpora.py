@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from bertlab.settings import data_path
+from bertlab.tokenizer import spell_specials
 
 log = logging.getLogger(__name__)
 
@@ -180,15 +181,17 @@ def load_corpus(
     max_documents: int | None = None,
     hf_split: str | None = None,
     text_field: str = "text",
+    unk_token: str | None = None,
 ) -> list[Document]:
     """Load documents from a named source, a text file or folder, or ``"hf:NAME[:CONFIG]"``.
 
     `split`: ``"train"``, ``"held_out"`` (every 20th document of each source, by position) or ``"all"``.
     WikiText-2 here is evaluation text: ask for ``"held_out"`` or ``"all"``. `max_documents` keeps the
-    first documents of the split (for quick demos)."""
+    first documents of the split (for quick demos). `unk_token`: how WikiText's unknown words are
+    written (the tokenizer's, ``tok.unk_token``; default: `spell_specials`' unknown token)."""
     if split not in SPLITS:
         raise CorpusError(f"split {split!r} is not one of {SPLITS}.")
-    docs = _load_split(name_or_path, split, line_is_sentence, hf_split, text_field)
+    docs = _load_split(name_or_path, split, line_is_sentence, hf_split, text_field, unk_token)
     if max_documents is not None:
         docs = docs[:max_documents]
     stats = corpus_stats(docs)
@@ -197,7 +200,8 @@ def load_corpus(
 
 
 def _load_split(
-    name_or_path: str | Path, split: str, line_is_sentence: bool, hf_split: str | None, text_field: str
+    name_or_path: str | Path, split: str, line_is_sentence: bool, hf_split: str | None, text_field: str,
+    unk_token: str | None = None,
 ) -> list[Document]:
     name = str(name_or_path)
     if name == "wiki-offline":
@@ -212,9 +216,9 @@ def _load_split(
                 "WikiText-2 (validation text) is kept for evaluation: load it with split='held_out' "
                 "(or 'all'), and train on 'wiki-offline' or your own text."
             )
-        return load_wikitext2()
+        return load_wikitext2(unk_token=unk_token)
     if name.startswith("hf:"):
-        return load_hf(name[3:], split, hf_split=hf_split, text_field=text_field)
+        return load_hf(name[3:], split, hf_split=hf_split, text_field=text_field, unk_token=unk_token)
     path = Path(name_or_path).expanduser()
     if path.exists():
         return held_out_split(load_text(path, line_is_sentence=line_is_sentence), split)
@@ -385,18 +389,21 @@ _WIKITEXT_HEADING = re.compile(r"^ (= )+.*( =)+ $")
 _WIKITEXT_JOINS = {" @-@ ": "-", " @.@ ": ".", " @,@ ": ","}
 
 
-def load_wikitext2(file: str = "valid.txt") -> list[Document]:
+def load_wikitext2(file: str = "valid.txt", unk_token: str | None = None) -> list[Document]:
     """WikiText-2 articles from ``data_path("wikitext2", file)``: one document per `` = Title = `` heading.
 
-    Its ``@-@``, ``@.@``, ``@,@`` joins are undone and ``<unk>`` becomes ``[UNK]``; the text stays
-    tokenized otherwise (spaces around punctuation, which BERT's tokenizer splits off anyway)."""
+    Its ``@-@``, ``@.@``, ``@,@`` joins are undone and ``<unk>`` becomes `unk_token` (the tokenizer's
+    unknown token; default: `spell_specials`'); the text stays tokenized otherwise (spaces around
+    punctuation, which BERT's tokenizer splits off anyway)."""
     path = data_path("wikitext2", file)
-    return parse_wikitext(_read_text(path), source="wikitext2")
+    return parse_wikitext(_read_text(path), source="wikitext2", unk_token=unk_token)
 
 
-def parse_wikitext(text: str, source: str = "wikitext") -> list[Document]:
+def parse_wikitext(text: str, source: str = "wikitext", unk_token: str | None = None) -> list[Document]:
     """Documents from WikiText layout: `` = Title = `` starts an article, `` = = Sub = = `` lines are
-    dropped, each other non-blank line is a paragraph."""
+    dropped, each other non-blank line is a paragraph; ``<unk>`` is written as `unk_token` (a
+    tokenizer's ``unk_token``; default: `spell_specials`' unknown token)."""
+    unknown = unk_token if unk_token is not None else spell_specials("{unk}")
     docs: list[Document] = []
     title, sentences = "", []
     for line in text.split("\n"):
@@ -410,7 +417,7 @@ def parse_wikitext(text: str, source: str = "wikitext") -> list[Document]:
             continue
         for old, new in _WIKITEXT_JOINS.items():
             line = line.replace(old, new)
-        sentences.extend(split_sentences(line.replace("<unk>", "[UNK]")))
+        sentences.extend(split_sentences(line.replace("<unk>", unknown)))
     if sentences:
         docs.append(Document(sentences, title=title, source=source))
     return docs
@@ -420,7 +427,8 @@ def parse_wikitext(text: str, source: str = "wikitext") -> list[Document]:
 
 
 def load_hf(
-    spec: str, split: str = "train", *, hf_split: str | None = None, text_field: str = "text"
+    spec: str, split: str = "train", *, hf_split: str | None = None, text_field: str = "text",
+    unk_token: str | None = None,
 ) -> list[Document]:
     """Documents from a Hugging Face data set ``NAME`` or ``NAME:CONFIG`` (one row = one document;
     WikiText-style rows are grouped into articles). `split` train -> "train", held_out -> "validation",
@@ -448,7 +456,7 @@ def load_hf(
     texts = [str(t) for t in rows[text_field]]
     source = f"hf:{spec}"
     if _looks_like_wikitext(texts):
-        return parse_wikitext("\n".join(t.rstrip("\n") for t in texts), source=source)
+        return parse_wikitext("\n".join(t.rstrip("\n") for t in texts), source=source, unk_token=unk_token)
     return [
         Document(sentences, title=f"{source}#{i}", source=source)
         for i, sentences in enumerate(split_sentences(t) for t in texts)

@@ -6,11 +6,14 @@
 
 Three ways to adapt the encoder (`mode`):
 
-- "full": every weight learns (lr 5e-5 by default);
-- "feature": the encoder is frozen, only the head learns (lr 1e-3): the pooler + classifier
+- "full": every weight learns;
+- "feature": the encoder is frozen, only the head learns: the pooler + classifier
   for sentence classification, the classifier for NER, the span head for QA;
 - "adapter": Houlsby adapters (bottlenecks of `adapter_size` after attention and after the
-  MLP of every layer), all LayerNorms and the head learn; the rest is frozen (lr 1e-3).
+  MLP of every layer), all LayerNorms and the head learn; the rest is frozen.
+
+Settings left at None (the start encoder, epochs, lr, batch, length, warm-up) come from the task's
+measured defaults in `finetune_defaults.recipe(task, mode)`.
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ import torch.nn.functional as F
 from bertlab.config import BertConfig
 from bertlab.families import ModelFamily, family_for
 from bertlab.model import Bert, ModelOutput
-from bertlab.runtime import eval_mode, max_tokens, model_device
+from bertlab.runtime import derive_seed, eval_mode, max_tokens, model_device
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import save_model_atomically, write_error, write_text_atomically
+from bertlab.training.finetune_defaults import Recipe, recipe
 from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, train
 from bertlab.training.tasks import (
     CONLL_LABELS,
@@ -59,7 +63,6 @@ from bertlab.training.tasks import (
 log = logging.getLogger(__name__)
 
 MODES = ("full", "feature", "adapter")
-DEFAULT_LR: dict[str, float] = {"full": 5e-5, "feature": 1e-3, "adapter": 1e-3}
 DEFAULT_MAX_LENGTH: dict[str, int] = {
     "sequence_classification": 128,
     "token_classification": 128,
@@ -85,19 +88,20 @@ class FinetuneConfig:
     data: str | os.PathLike | None = None  # the reader's path (file or folder); None = the copy under BERTLAB_DATA
     # A separate dev file/folder; None = `data`'s dev part, or (a data file without one) a seeded 10 % held out.
     eval_data: str | os.PathLike | None = None
-    model: str | os.PathLike | Bert | None = None  # a `bertlab.load` source (None = offline default) or a Bert
+    model: str | os.PathLike | Bert | None = None  # a `bertlab.load` source or a Bert (None = the task's start)
     mode: str = "full"  # "full", "feature" (frozen encoder) or "adapter" (Houlsby adapters)
     adapter_size: int = 64  # bottleneck width in adapter mode
-    epochs: int = 2
-    lr: float | None = None  # None = DEFAULT_LR[mode]
-    batch_size: int = 32
+    # None = the task's measured default (finetune_defaults.recipe(task, mode)), for these five:
+    epochs: int | None = None
+    lr: float | None = None
+    batch_size: int | None = None
     eval_batch_size: int = 64
-    max_length: int | None = None  # tokens per example (per window for QA); None = DEFAULT_MAX_LENGTH
+    max_length: int | None = None  # tokens per example (per window for QA)
     max_train_examples: int | None = None  # a seeded random subset, for quick runs
     max_eval_examples: int | None = None
     doc_stride: int | None = None  # QA: tokens shared by consecutive windows (None = featurize_qa's default)
     label_all_pieces: bool = False  # NER: label every piece of a word (B-X -> I-X) instead of the first only
-    warmup_ratio: float = 0.1
+    warmup_ratio: float | None = None  # share of the steps warming the lr up
     weight_decay: float = 0.01
     seed: int = 0
     out_dir: str | None = None  # final model (HF layout) here; checkpoints in out_dir/checkpoints
@@ -112,33 +116,50 @@ class FinetuneConfig:
         get_task(self.task)  # a clear KeyError for an unknown task
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}; got {self.mode!r}.")
-        for name in ("epochs", "batch_size", "eval_batch_size", "adapter_size", "log_every"):
+        for name in ("eval_batch_size", "adapter_size", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}.")
-        for name in ("max_length", "max_train_examples", "max_eval_examples"):
+        for name in ("epochs", "batch_size", "max_length", "max_train_examples", "max_eval_examples"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be at least 1 or None; got {value}.")
         if self.lr is not None and self.lr <= 0:
             raise ValueError(f"lr must be positive; got {self.lr}.")
+        if self.warmup_ratio is not None and not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1); got {self.warmup_ratio}.")
+
+    @property
+    def recipe(self) -> Recipe:
+        """The task's measured defaults in this mode (what the settings left at None take)."""
+        return recipe(self.task, self.mode)
+
+    def resolved(self) -> FinetuneConfig:
+        """A copy with every setting left at None taken from `recipe` (the model too)."""
+        r = self.recipe
+        fill = {k: getattr(r, k) for k in ("epochs", "lr", "batch_size", "max_length", "warmup_ratio")
+                if getattr(self, k) is None}
+        if self.model is None:
+            fill["model"] = r.model
+        return dataclasses.replace(self, **fill)
 
     @property
     def learning_rate(self) -> float:
-        return self.lr if self.lr is not None else DEFAULT_LR[self.mode]
+        return self.lr if self.lr is not None else self.recipe.lr
 
     def sequence_length(self, task: Task) -> int:
-        return self.max_length or DEFAULT_MAX_LENGTH[task.head]
+        return self.max_length or self.recipe.max_length
 
     def train_config(self, batches_per_epoch: int) -> TrainConfig:
         """The loop's settings; `batches_per_epoch` (all processes) sets "evaluate once per epoch"."""
-        per_step = int(os.environ.get("WORLD_SIZE", "1")) * int(self.extra_train.get("grad_accum_steps", 1))
-        eval_every = max(1, batches_per_epoch // per_step) if self.eval_every is None else self.eval_every
+        c = self.resolved()
+        per_step = int(os.environ.get("WORLD_SIZE", "1")) * int(c.extra_train.get("grad_accum_steps", 1))
+        eval_every = max(1, batches_per_epoch // per_step) if c.eval_every is None else c.eval_every
         return TrainConfig(
-            lr=self.learning_rate, weight_decay=self.weight_decay, warmup_ratio=self.warmup_ratio,
-            epochs=self.epochs, batch_size=self.batch_size, seed=self.seed, log_every=self.log_every,
-            eval_every=eval_every, checkpoint_every=self.checkpoint_every, device=self.device,
-            out_dir=str(Path(self.out_dir) / CHECKPOINTS) if self.out_dir else None, overwrite=self.overwrite,
-            **self.extra_train,
+            lr=c.learning_rate, weight_decay=c.weight_decay, warmup_ratio=c.warmup_ratio,
+            epochs=c.epochs, batch_size=c.batch_size, seed=c.seed, log_every=c.log_every,
+            eval_every=eval_every, checkpoint_every=c.checkpoint_every, device=c.device,
+            out_dir=str(Path(c.out_dir) / CHECKPOINTS) if c.out_dir else None, overwrite=c.overwrite,
+            **c.extra_train,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -232,7 +253,7 @@ def is_trainable(name: str, mode: str, family: ModelFamily | None = None) -> boo
     if mode == "feature":
         return head
     if mode == "adapter":
-        return head or ".adapter." in name or ("LayerNorm" in name and name.startswith(family.prefix + "."))
+        return head or ".adapter." in name or (family.is_layer_norm(name) and name.startswith(family.prefix + "."))
     raise ValueError(f"mode must be one of {MODES}; got {mode!r}.")
 
 
@@ -503,10 +524,15 @@ def finetune(
     """
     t0 = time.perf_counter()
     task = get_task(cfg.task)
+    cfg = cfg.resolved()
+    if not isinstance(cfg.model, Bert) and cfg.model == cfg.recipe.model:
+        log.info("starting from %s (this task's default start)", cfg.recipe.start_name)
     base, tok = _load_model(cfg, tokenizer)
     train_ex, dev_ex, data_note, held_out = _examples(cfg, task, train_examples, eval_examples)
     id2label = task_labels(task, train_ex)
-    model = with_task_head(base, task, id2label, cfg.adapter_size if cfg.mode == "adapter" else None)
+    with torch.random.fork_rng(devices=[]):  # a new head starts from cfg.seed, whatever ran before
+        torch.manual_seed(derive_seed(cfg.seed, "head"))
+        model = with_task_head(base, task, id2label, cfg.adapter_size if cfg.mode == "adapter" else None)
     trainable, total = set_trainable(model, cfg.mode)
     length = _sequence_length(cfg, task, model)
     features = featurize(task, train_ex, tok, length, id2label, cfg.doc_stride, cfg.label_all_pieces)
@@ -565,7 +591,7 @@ def read_results(folder: str | Path) -> dict[str, Any]:
 
 
 __all__ = [
-    "DEFAULT_LR", "DEFAULT_MAX_LENGTH", "MODES", "EvalSet", "FinetuneConfig", "FinetuneError", "FinetuneResult",
+    "DEFAULT_MAX_LENGTH", "MODES", "EvalSet", "FinetuneConfig", "FinetuneError", "FinetuneResult",
     "evaluate", "evaluate_set", "featurize", "finetune", "is_trainable", "read_results", "require_task_head",
     "set_trainable", "sequence_loss", "span_loss", "subset", "token_loss", "with_task_head",
 ]

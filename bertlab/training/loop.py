@@ -157,6 +157,7 @@ class TrainEvent:
     elapsed_s: float = 0.0
     path: str | None = None  # the checkpoint folder ("checkpoint" events)
     message: str | None = None  # status or error text ("start", "end", "error")
+    model: nn.Module | None = field(default=None, repr=False, compare=False)  # the model trained ("start" only)
 
 
 @dataclass
@@ -587,7 +588,7 @@ class _Run:
     def loop(self) -> TrainResult:
         status, error, exc = "completed", None, None
         try:
-            self._emit("start", message=f"training {self.total_steps} steps on {self.device}")
+            self._emit("start", message=f"training {self.total_steps} steps on {self.device}", model=self.model)
             while self.step < self.total_steps:
                 if self._should_stop():
                     status = "cancelled"

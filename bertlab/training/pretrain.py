@@ -5,6 +5,9 @@
 
 The same code trains a mini BERT from scratch (the pre-training tab, `bertlab pretrain`) and
 the heads of an existing encoder (the offline default's MLM/NSP heads: `freeze_encoder=True`).
+With `objective=` ("bert", "roberta", "albert", "electra", "spanbert": bertlab.training.objectives) a
+family member's own objective runs instead: `pretrain_objective(cfg)` -> an `ObjectiveRun` whose
+`save(folder)` writes the model that objective keeps.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
@@ -23,18 +27,12 @@ from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import Document, load_corpus
 from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, train
 from bertlab.training.masking import IGNORE_INDEX, MaskingConfig, MLMBatch, MLMCollator
+from bertlab.training.objectives import OBJECTIVES, ModelShape, Objective, ObjectiveError, get_objective
+from bertlab.training.objectives.base import SIZES, write_objective_file  # SIZES: re-exported here
 from bertlab.training.pairs import PairExample, build_pairs
 
 log = logging.getLogger(__name__)
 
-# name -> (layers, hidden, heads); intermediate = 4 x hidden, vocabulary from the tokenizer.
-SIZES: dict[str, tuple[int, int, int]] = {
-    "tiny": (2, 128, 2),
-    "mini": (4, 256, 4),
-    "small": (4, 512, 8),
-    "medium": (8, 512, 8),
-    "base": (12, 768, 12),
-}
 PAIR_TASKS = ("nsp", "sop", "none")
 
 
@@ -52,6 +50,9 @@ class PretrainConfig:
     masking: str = "token"  # "token", "whole_word" or "span"
     pair_task: str = "nsp"  # "nsp", "sop", or "none" (MLM only, RoBERTa-style)
     static_masking: bool = False  # True: one fixed mask per example (original BERT); False: dynamic
+    objective: str | None = None  # a bertlab.training.objectives name; None = the MLM/NSP settings above
+    embedding_size: int | None = None  # ALBERT/ELECTRA: factorised embedding width (None: the objective's)
+    shared_layers: bool | None = None  # ALBERT: one layer shared across depth (None: the objective's, yes)
     max_documents: int | None = None  # use only the first N documents (quick demos)
     dupe_factor: int = 1
     sentence_pair_prob: float = 0.0  # share of pairs made of one sentence + one sentence (see pairs.py)
@@ -73,6 +74,22 @@ class PretrainConfig:
             raise ValueError(f"pair_task must be one of {PAIR_TASKS}; got {self.pair_task!r}.")
         if self.seq_len < 16:
             raise ValueError(f"seq_len must be at least 16 tokens; got {self.seq_len}.")
+        if self.objective is not None:
+            objective = get_objective(self.objective)
+            for option in ("embedding_size", "shared_layers"):
+                if getattr(self, option) is not None and option not in objective.size_options:
+                    takes = [o.name for o in OBJECTIVES.values() if option in o.size_options]
+                    raise ObjectiveError(f"{option.replace('_', ' ')} is a size option of {' and '.join(takes)}, "
+                                         f"not of {objective.name}: leave it out or pick {takes[0]}.")
+            ModelShape.of(self.size, self.embedding_size)  # checks the embedding size against the width
+        elif self.embedding_size is not None or self.shared_layers is not None:
+            raise ObjectiveError("embedding size and shared layers are ALBERT's size options: set objective='albert'.")
+
+    def shape(self) -> ModelShape:
+        """The new model's size (the objective's defaults for the options left out)."""
+        objective = get_objective(self.objective or "bert")
+        shared = self.shared_layers if self.shared_layers is not None else "shared_layers" in objective.size_options
+        return ModelShape.of(self.size, self.embedding_size, shared, max_len=max(512, self.seq_len))
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(
@@ -151,7 +168,11 @@ def pretrain(
 ) -> tuple[Bert, Tokenizer, TrainResult]:
     """Pre-train `model` (default: a new `cfg.size` BERT with the offline default's vocabulary).
 
-    Returns the trained model (in eval mode), its tokenizer and how the run ended."""
+    Returns the trained model (in eval mode), its tokenizer and how the run ended. With `cfg.objective`
+    set, the objective's run (see `pretrain_objective`) and the model it keeps."""
+    if cfg.objective is not None:
+        run = pretrain_objective(cfg, model, tokenizer, documents, callbacks, cancel, eval_documents, resume_from)
+        return run.kept, run.tokenizer, run.result
     if tokenizer is None:
         from bertlab.loading import default_model_folder
 
@@ -181,6 +202,119 @@ def pretrain(
                    callbacks=callbacks, cancel=cancel, tokenizer=tokenizer, resume_from=resume_from)
     model.eval()
     return model, tokenizer, result
+
+
+@dataclass
+class ObjectiveRun:
+    """What `pretrain_objective` made: the trained module (ELECTRA's generator + discriminator, SpanBERT's
+    BERT + SBO head, else the model itself), the objective, the tokenizer and how the run ended."""
+
+    objective: Objective
+    module: torch.nn.Module
+    tokenizer: Tokenizer
+    result: TrainResult
+    config: PretrainConfig
+
+    @property
+    def kept(self) -> torch.nn.Module:
+        """The model the objective keeps (a bertlab family model, in eval mode)."""
+        return self.objective.kept(self.module).eval()
+
+    @property
+    def mlm_model(self) -> torch.nn.Module | None:
+        """The part that predicts masked words (ELECTRA: the generator), for probes."""
+        return self.objective.mlm_model(self.module)
+
+    def save(self, folder: str | Path) -> Path:
+        """Write the kept model (HF layout, `objective.hf_class`), the objective's extra parts and a note of
+        the run (`pretraining_objective.json`) into `folder`."""
+        folder = self.objective.save(self.module, self.tokenizer, Path(folder))
+        cfg = self.config
+        write_objective_file(folder, {
+            "objective": self.objective.name, "title": self.objective.title, "hf_class": self.objective.hf_class,
+            "size": cfg.size, "embedding_size": cfg.embedding_size, "shared_layers": cfg.shared_layers,
+            "steps": self.result.step, "status": self.result.status, "corpus": str(cfg.corpus)[:200],
+            "seq_len": cfg.seq_len, "batch_size": cfg.batch_size, "lr": cfg.lr, "seed": cfg.seed,
+        })
+        return folder
+
+
+def check_continuable(objective: Objective, model: torch.nn.Module) -> None:
+    """Refuse (ObjectiveError) to continue `model` with an objective of another family, or with ELECTRA."""
+    if model.config.model_type != objective.model_type or objective.name == "electra":
+        what = ("a generator and a discriminator from scratch" if objective.name == "electra"
+                else f"a {objective.model_type} model")
+        raise ObjectiveError(f"the {objective.name} objective trains {what}; the model given is a "
+                             f"{model.config.model_type} model. Leave out the model, or pick an objective "
+                             f"of its family.")
+
+
+def objective_module(objective: Objective, cfg: PretrainConfig, tokenizer: Tokenizer,
+                     model: torch.nn.Module | None = None) -> torch.nn.Module:
+    """The module an objective trains: new at `cfg.shape()`, or built around `model` (continued training)
+    when the objective can take one."""
+    if model is None:
+        return objective.build(cfg.shape(), tokenizer)
+    check_continuable(objective, model)
+    heads = {"bert": ("mlm", "nsp"), "albert": ("mlm", "sop")}.get(objective.name, ("mlm",))
+    model = model.with_heads(heads) if model.config.pretraining_heads != heads else model
+    if objective.name == "spanbert":
+        from bertlab.training.objectives.spanbert import SpanBert
+
+        return SpanBert(model)
+    return model
+
+
+def pretrain_objective(
+    cfg: PretrainConfig,
+    model: torch.nn.Module | None = None,
+    tokenizer: Tokenizer | None = None,
+    documents: Sequence[Document] | None = None,
+    callbacks: Sequence[Callable[[TrainEvent], None]] = (),
+    cancel: threading.Event | None = None,
+    eval_documents: Sequence[Document] | None = None,
+    resume_from: str | None = None,
+    module: torch.nn.Module | None = None,
+) -> ObjectiveRun:
+    """Pre-train with `cfg.objective` (default "bert") on the shared loop: its model, its data, its loss.
+    `module`: what `objective_module` built already (so a callback can hold it); else built here."""
+    objective = get_objective(cfg.objective or "bert")
+    if tokenizer is None:
+        from bertlab.loading import default_model_folder
+
+        tokenizer = Tokenizer.from_folder(default_model_folder())
+    if module is None:
+        module = objective_module(objective, cfg, tokenizer, model)
+    docs = list(documents) if documents is not None else load_corpus(cfg.corpus, split="train")
+    if cfg.max_documents:
+        docs = docs[: cfg.max_documents]
+    examples = objective.examples(docs, tokenizer, cfg.seq_len, cfg.seed)
+    if not examples:
+        raise ValueError(f"the corpus gave no {objective.name} training examples ({len(docs)} documents): give "
+                         "more text (documents of several sentences).")
+    eval_fn = None
+    if eval_documents is not None:
+        eval_fn = lambda m: evaluate_objective(m, objective, tokenizer, eval_documents, cfg)  # noqa: E731
+    result = train(module, objective.loss, examples, cfg.train_config(), collate=objective.collate(tokenizer, cfg.seed),
+                   eval_fn=eval_fn, callbacks=callbacks, cancel=cancel, tokenizer=tokenizer, resume_from=resume_from)
+    module.eval()
+    return ObjectiveRun(objective, module, tokenizer, result, cfg)
+
+
+def evaluate_objective(module: torch.nn.Module, objective: Objective, tokenizer: Tokenizer,
+                       documents: Sequence[Document], cfg: PretrainConfig) -> dict[str, float]:
+    """Held-out MLM top-1/top-5 of the objective's masked-word predictor (ELECTRA: its generator), and the
+    pair head's accuracy for BERT (NSP) and ALBERT (SOP)."""
+    module = _unwrap(module)
+    out: dict[str, float] = {}
+    predictor = objective.mlm_model(module)
+    if predictor is not None:
+        figures = evaluate_mlm(predictor, tokenizer, documents, cfg.seed, cfg.seq_len, max_tokens=20_000)
+        out.update({f"mlm_{k}": v for k, v in figures.items() if k in ("top1", "top5")})
+    if objective.pair_task is not None:
+        out["pair_accuracy"] = evaluate_nsp(objective.kept(module), tokenizer, documents, cfg.seed, cfg.seq_len,
+                                            task=objective.pair_task, max_pairs=256)["accuracy"]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,12 +10,14 @@ from pathlib import Path
 
 def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
     from bertlab.training.masking import STRATEGIES
+    from bertlab.training.objectives import OBJECTIVES
     from bertlab.training.pretrain import PAIR_TASKS, SIZES, PretrainConfig
 
     d = PretrainConfig()
-    p = sub.add_parser("pretrain", help="pre-train a mini BERT (MLM + NSP/SOP) on a corpus",
+    p = sub.add_parser("pretrain", help="pre-train a mini BERT (or RoBERTa, ALBERT, ELECTRA, SpanBERT) on a corpus",
                        description="Pre-train a small BERT from scratch, or continue an existing model, with "
-                                   "masked-language modelling and next-sentence (or sentence-order) prediction.")
+                                   "masked-language modelling and next-sentence (or sentence-order) prediction, or "
+                                   "with another family member's objective (--objective).")
     p.add_argument("--corpus", default=d.corpus,
                    help="wiki-offline, gensim-wiki, ovos-wiki, a text file or folder, or hf:NAME (default %(default)s)")
     p.add_argument("--size", default=d.size, choices=list(SIZES),
@@ -25,8 +27,19 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--seq-len", type=int, default=d.seq_len)
     p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--masking", default=d.masking, choices=list(STRATEGIES))
-    p.add_argument("--pair-task", default=d.pair_task, choices=list(PAIR_TASKS))
+    p.add_argument("--objective", default=None, choices=list(OBJECTIVES),
+                   help="the family member's pre-training objective: bert (MLM + NSP), roberta (dynamic MLM, "
+                        "full sentences), albert (MLM + SOP, factorised embedding, shared layers), electra "
+                        "(generator + replaced-token detection), spanbert (spans + span-boundary objective). "
+                        "Default: bert, with --masking and --pair-task free to change")
+    p.add_argument("--embedding-size", type=int, default=None,
+                   help="albert/electra: factorised embedding width (default: the objective's)")
+    p.add_argument("--shared-layers", action=argparse.BooleanOptionalAction, default=None,
+                   help="albert: one layer shared across depth (default: shared)")
+    p.add_argument("--masking", default=None, choices=list(STRATEGIES),
+                   help=f"without --objective: which tokens to mask (default {d.masking})")
+    p.add_argument("--pair-task", default=None, choices=list(PAIR_TASKS),
+                   help=f"without --objective: the sentence-pair task (default {d.pair_task})")
     p.add_argument("--max-documents", type=int, default=None, help="use only the first N documents")
     p.add_argument("--checkpoint-every", type=int, default=0)
     p.add_argument("--resume", default=None, help="a checkpoint folder of an earlier run to go on from")
@@ -70,23 +83,44 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     from bertlab.training.checkpoint import save_model_atomically
     from bertlab.training.corpora import load_corpus
     from bertlab.training.loop import TqdmCallback
-    from bertlab.training.pretrain import PretrainConfig, pretrain
+    from bertlab.training.objectives import get_objective
+    from bertlab.training.pretrain import PretrainConfig, check_continuable, pretrain, pretrain_objective
     from bertlab.training.queue import queued
 
     out = Path(args.out)
+    _check_options(args)
+    d = PretrainConfig()
     cfg = PretrainConfig(
         size=args.size, corpus=args.corpus, steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len,
-        lr=args.lr, masking=args.masking, pair_task=args.pair_task, max_documents=args.max_documents,
-        out_dir=str(out / "checkpoints"), checkpoint_every=args.checkpoint_every, seed=args.seed, device=args.device,
+        lr=args.lr, masking=args.masking or d.masking, pair_task=args.pair_task or d.pair_task,
+        objective=args.objective, embedding_size=args.embedding_size, shared_layers=args.shared_layers,
+        max_documents=args.max_documents, out_dir=str(out / "checkpoints"), checkpoint_every=args.checkpoint_every,
+        seed=args.seed, device=args.device,
     )
+    if args.resume and not Path(args.resume).is_dir():
+        raise FileNotFoundError(f"--resume {args.resume[:80]}: no such checkpoint folder (give one of "
+                                f"OUT/checkpoints/checkpoint-N of an earlier run).")
     model = tok = None
     if args.model:
         model, tok = load(args.model)
+        if args.objective is not None:  # before the corpus loads: fail at once
+            check_continuable(get_objective(args.objective), model)
     held = load_corpus(args.corpus, split="held_out") if not Path(args.corpus).exists() else None
+    progress = [TqdmCallback(desc=f"pre-training ({args.objective or 'bert'})")]
     with queued(f"bertlab pretrain {args.size}"):  # the class queue, when BERTLAB_QUEUE is set
-        model, tok, result = pretrain(cfg, model=model, tokenizer=tok, callbacks=[TqdmCallback(desc="pre-training")],
-                                      eval_documents=held[:50] if held else None, resume_from=args.resume)
-    final = save_model_atomically(model, tok, out / "final") if result.status == "completed" else None
+        if args.objective is None:
+            model, tok, result = pretrain(cfg, model=model, tokenizer=tok, callbacks=progress,
+                                          eval_documents=held[:50] if held else None, resume_from=args.resume)
+        else:
+            run = pretrain_objective(cfg, model=model, tokenizer=tok, callbacks=progress,
+                                     eval_documents=held[:50] if held else None, resume_from=args.resume)
+            result = run.result
+    if result.status != "completed":
+        final = None
+    elif args.objective is None:
+        final = save_model_atomically(model, tok, out / "final")
+    else:
+        final = run.save(out / "final")
     last = result.last_checkpoint
     print(json.dumps({"status": result.status, "step": result.step, "model": str(final) if final else None,
                       "last_checkpoint": str(last) if last else None, **result.eval_metrics}))
@@ -94,6 +128,16 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         print(f"bertlab pretrain: {result.error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Options that only the default (BERT-style) run takes: refused, in one line, with an objective."""
+    if args.objective is None:
+        return
+    given = [flag for flag, value in (("--masking", args.masking), ("--pair-task", args.pair_task)) if value]
+    if given:
+        raise ValueError(f"{' and '.join(given)} cannot be combined with --objective {args.objective}: each objective "
+                         f"fixes its masking and pair task. Leave out --objective to choose them yourself.")
 
 
 def cmd_evaluate_mlm(args: argparse.Namespace) -> int:

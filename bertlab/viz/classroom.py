@@ -7,9 +7,12 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-SHARED = "#4a90d9"  # a guess the model also ranks (left) / a model answer some student gave (right)
-ALONE = "#b8b8b8"  # a guess outside the model's list / a model answer nobody gave
-TOP = "#2ca02c"  # the model's top answer, on both sides
+from bertlab.viz.theme import NEUTRAL, OKABE_ITO, Theme, current, finish
+
+# Colour-blind safe (the theme's palette), and kept apart on a washed-out projector.
+SHARED = OKABE_ITO[0]  # a guess the model also ranks (left) / a model answer some student gave (right)
+ALONE = NEUTRAL  # a guess outside the model's list / a model answer nobody gave
+TOP = OKABE_ITO[2]  # the model's top answer, on both sides
 MAX_GUESS_BARS = 15  # more distinct guesses are summed into one "other" bar
 
 
@@ -18,11 +21,14 @@ def plot_class_guesses(
     model: Sequence[tuple[str, float]],
     show_model: bool = True,
     title: str = "",
+    style: Theme | None = None,
 ) -> go.Figure:
     """Two bar charts side by side: how many students gave each guess (left, most frequent on top)
     and the model's probability for each of its answers (right; a note instead while `show_model`
     is False). Guesses are matched to the model's answers case-insensitively: green is the model's
-    top answer, blue an answer on both sides, grey one on one side only."""
+    top answer, blue an answer on both sides, grey one on one side only. Drawn with `style` (default:
+    the theme in use, so projector mode scales it and lets it fill the page)."""
+    t = style or current()
     model_keys = {a.casefold(): i for i, (a, _) in enumerate(model)}
     guessed = {g.casefold() for g, _ in counts}
     shown = list(counts[:MAX_GUESS_BARS])
@@ -63,7 +69,7 @@ def plot_class_guesses(
         height=int(140 + 28 * rows), width=880, plot_bgcolor="white", bargap=0.25,
         margin=dict(l=10, r=20, t=80 if title else 50, b=50),
     )
-    return fig
+    return finish(fig, t)
 
 
 def _spelled(guess: str, model: Sequence[tuple[str, float]], keys: dict[str, int]) -> str:
@@ -77,4 +83,4 @@ def _colour(model_index: int | None) -> str:
 
 def _note(fig: go.Figure, xref: str, text: str) -> None:
     fig.add_annotation(text=text, xref=xref, yref="y domain" if xref.startswith("x ") else "y2 domain",
-                       x=0.5, y=0.5, showarrow=False, font=dict(size=14, color="#777"))
+                       x=0.5, y=0.5, showarrow=False, font=dict(size=14, color="#666"))

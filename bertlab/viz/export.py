@@ -17,6 +17,7 @@ import importlib.metadata
 import logging
 import re
 import unicodedata
+from datetime import datetime
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import ClassVar, Literal
@@ -124,6 +125,13 @@ def file_name(name: str, fmt: str, limit: int = 60) -> str:
     if len(slug) > limit:  # cut at a word boundary when there is one
         slug = slug[: limit + 1].rsplit("-", 1)[0] if "-" in slug[: limit + 1] else slug[:limit]
     return f"{slug or 'figure'}.{fmt}"
+
+
+def stamped(filename: str, when: datetime) -> str:
+    """`filename` with the time it was made: "mask-top-k.png" -> "mask-top-k_2026-11-24_091205.png",
+    for a file whose plain name is taken (a repeated export keeps a name that says what it is)."""
+    path = Path(filename)
+    return f"{path.stem}_{when:%Y-%m-%d_%H%M%S}{path.suffix}"
 
 
 def download_link(data: bytes, filename: str, label: str | None = None) -> str:

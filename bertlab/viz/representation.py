@@ -30,13 +30,13 @@ DECIMALS = 4
 
 def _labels(rep: Representation) -> list[str]:
     """Unique category labels "i piece" (a sentence may repeat a piece)."""
-    return [f"{i} {t}" for i, t in enumerate(rep.tokens)]
+    return [f"{i} {t}" for i, t in enumerate(rep.labels)]
 
 
 def table_rows(rep: Representation) -> dict[str, list[str]]:
     """The rows of the input table, one entry per token: what `plot_input_table` shows."""
     return {
-        "piece": list(rep.tokens),
+        "piece": list(rep.labels),
         "segment": ["A" if s == 0 else "B" for s in rep.segment_ids],
         "position": [str(p) for p in rep.position_ids],
         "word": ["–" if w is None else str(w) for w in rep.word_ids],
@@ -58,12 +58,13 @@ def plot_input_table(rep: Representation, style: Theme | None = None) -> go.Figu
                         align="center", font=dict(size=11)),
             cells=dict(values=columns, fill_color=[["#f5f5f5"] * len(rows)] + [[f] * len(rows) for f in fill],
                        align="center", font=dict(size=12), height=26),
-            columnwidth=[70] + [max(45, 9 * len(t)) for t in rep.tokens],
+            columnwidth=[70] + [max(45, 9 * len(t)) for t in rep.labels],
         )
     )
     fig.update_layout(
-        title=dict(text="What BERT reads: pieces, segments, positions", font=dict(size=14)),
-        width=int(min(1400, 120 + sum(max(45, 9 * len(t)) for t in rep.tokens))),
+        title=dict(text=f"What the model reads: {rep.tokenizer or 'its'} pieces, segments, positions",
+                   font=dict(size=14)),
+        width=int(min(1400, 120 + sum(max(45, 9 * len(t)) for t in rep.labels))),
         height=230,
         margin=dict(l=10, r=10, t=40, b=10),
     )
@@ -93,7 +94,7 @@ def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, sty
     fig.update_layout(
         barmode="group",
         title=dict(text="How long is each part? (L2 norm per token)", font=dict(size=14)),
-        xaxis=dict(title="token", tickmode="array", tickvals=x, ticktext=list(rep.tokens), tickangle=-45),
+        xaxis=dict(title="token", tickmode="array", tickvals=x, ticktext=list(rep.labels), tickangle=-45),
         yaxis=dict(title="norm", rangemode="tozero"),
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
         width=int(min(1400, max(600, 120 + 22 * len(parts) * len(x)))),
@@ -119,8 +120,8 @@ def plot_part_projection(rep: Representation, style: Theme | None = None) -> go.
                 x=xy[:, 0],
                 y=xy[:, 1],
                 mode="markers+text",
-                text=point_text(rep.tokens, labelled_points(xy, t.labelled_points, centre=(0.0, 0.0))),
-                customdata=[[j, tok] for j, tok in enumerate(rep.tokens)],
+                text=point_text(rep.labels, labelled_points(xy, t.labelled_points, centre=(0.0, 0.0))),
+                customdata=[[j, tok] for j, tok in enumerate(rep.labels)],
                 textposition="top center",
                 textfont=dict(size=10, color=PART_COLORS.get(p)),
                 marker=dict(size=8, color=PART_COLORS.get(p)),

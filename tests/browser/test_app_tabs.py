@@ -28,9 +28,11 @@ def _slug(title: str) -> str:
 def app(dashboard_url, dashboard_page):
     """The dashboard loaded with the network cut off; yields (page, refused URLs, page errors)."""
     page, refused, errors = dashboard_page, [], []
+    page.loaded = []  # loopback URLs the page asked for
 
     def route(r):
         if urlparse(r.request.url).hostname in ("127.0.0.1", "localhost"):
+            page.loaded.append(r.request.url)
             r.continue_()
         else:
             refused.append(r.request.url)
@@ -61,6 +63,9 @@ def test_every_tab_opens_and_draws_offline(app, screenshot_dirs):
             page.screenshot(path=str(d / f"tab-{_slug(title)}.png"), full_page=True)
     assert not errors, errors
     assert not refused, f"the page asked the network for: {refused}"  # e.g. Font Awesome from a CDN
+    # plotly.js is parsed once per page, from the server's bundle: not again from plotly's lab extension
+    assert sum("plotly-widgetbundle.js" in u for u in page.loaded) == 1, page.loaded
+    assert not [u for u in page.loaded if "labextensions/jupyterlab-plotly" in u]
 
 
 def test_a_mask_prediction_appears_after_typing(app, screenshot_dirs):

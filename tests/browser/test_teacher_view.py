@@ -150,5 +150,15 @@ def test_teacher_pushes_students_answer_and_the_reveal_reaches_both(class_server
     for d in screenshot_dirs:
         teacher.screenshot(path=str(d / "teacher-view.png"), full_page=True)
         students[1].screenshot(path=str(d / "student-reveal.png"), full_page=False)
+
+    # Projector mode on the teacher's page: the histogram follows the theme (text x1.5, the page's width).
+    font = ("() => parseFloat(getComputedStyle("
+            "document.querySelector('.bertlab-teacher .js-plotly-plot .ytick text')).fontSize)")
+    normal = teacher.evaluate(font)
+    teacher.get_by_role("button", name="Projector mode").click()
+    teacher.wait_for_function(f"() => ({font})() >= 1.4 * {normal}", timeout=60_000)
+    assert _bars(teacher, ".bertlab-teacher", 0) == {g: 1 for g in GUESSES}  # the same answers, drawn larger
+    for d in screenshot_dirs:
+        teacher.screenshot(path=str(d / "teacher-view-projector.png"), full_page=True)
     for p in [teacher, *students]:
         p.context.close()

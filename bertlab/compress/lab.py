@@ -1,0 +1,177 @@
+"""One compression method from start to saved folder, as the Compression tab and the CLI run it.
+
+    data = TaskData.read("sst2", tok, model, data=None, max_dev=872)     # held-out dev examples
+    made = run_quantize(model, tok, data, out_dir="runs/int8")            # -> Made(model, variant, ...)
+    made = run_prune(model, tok, data, keep=0.5, out_dir=..., on_point=...)
+    made = run_distill(model, tok, data, DistillConfig(layers=3), out_dir=..., callbacks=[...])
+
+Every method scores its result on the same held-out examples (never trained on; the
+fine-tuning lab's dev part, or its seeded 10 % when the data has none) and measures size and
+CPU latency, so the variants of a session compare in one table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from bertlab.compress.distill import DistillConfig, distill
+from bertlab.compress.measure import Variant, measure
+from bertlab.compress.prune import CurvePoint, accuracy_curve, head_importance, heads_to_prune, prune
+from bertlab.compress.quantize import quantize
+from bertlab.compress.storage import save_compressed
+from bertlab.compress.structure import CompressError, is_compressed, quantization_info
+from bertlab.runtime import max_tokens
+from bertlab.tokenizer import Tokenizer
+from bertlab.training.checkpoint import save_model_atomically
+from bertlab.training.finetune import DEFAULT_MAX_LENGTH, EvalSet, evaluate_set, featurize, require_task_head
+from bertlab.training.loop import TrainEvent
+from bertlab.training.tasks import Task, collate, get_task, read_train_dev, subset
+
+METHODS = ("quantize", "prune", "distill")
+IMPORTANCE_EXAMPLES = 256  # training examples the head scores average over
+LATENCY_SENTENCES = 160  # dev sentences the latency is timed on (cycled)
+
+
+@dataclass
+class TaskData:
+    """A task's training examples (for head scores and distillation) and held-out dev examples (for
+    every score), read once per session."""
+
+    task: Task
+    train: list[Any]
+    dev: list[Any]
+    eval_set: EvalSet
+    note: str
+    data: str | None = None  # where they came from (None = BERTLAB_DATA)
+
+    @classmethod
+    def read(cls, task: str, tok: Tokenizer, model: nn.Module, data: str | None = None,
+             eval_data: str | None = None, max_train: int | None = None, max_dev: int | None = None,
+             seed: int = 0, max_length: int | None = None,
+             split: Any | None = None) -> TaskData:
+        """Read `task`'s data (or take `split`, a DataSplit read before) and featurize the dev part."""
+        t = get_task(task)
+        require_task_head(model, t)
+        split = split if split is not None else read_train_dev(t, data, eval_data, seed)
+        train, dev = subset(split.train, max_train, seed, "train"), subset(split.dev, max_dev, seed, "dev")
+        if not dev:
+            raise CompressError(f"no held-out {t.name} examples to score on: give data with a dev part.")
+        length = min(max_length or DEFAULT_MAX_LENGTH[t.head], max_tokens(model))
+        eval_set = EvalSet.build(t, dev, tok, length, dict(model.config.id2label), None, 64)
+        return cls(t, train, dev, eval_set, split.note, data)
+
+    def score(self, model: nn.Module) -> float:
+        """The task's main metric (accuracy for SST-2) on the dev examples, 0-1."""
+        return float(evaluate_set(model, self.eval_set)[self.task.main_metric])
+
+    def sentences(self, n: int = LATENCY_SENTENCES) -> list[str]:
+        """Dev texts for timing (the first sentence of a pair)."""
+        texts = [getattr(ex, "text_a", None) or " ".join(getattr(ex, "words", [])) for ex in self.dev[:n]]
+        return [t for t in texts if t] or ["a short sentence to time the model on ."]
+
+    def batches(self, tok: Tokenizer, model: nn.Module, n: int = IMPORTANCE_EXAMPLES,
+                batch_size: int = 32, seed: int = 0) -> list[dict]:
+        """Collated labelled batches of `n` training examples (never the dev ones)."""
+        examples = subset(self.train, n, seed, "importance")
+        if not examples:
+            raise CompressError(f"no {self.task.name} training examples to score the heads on.")
+        length = min(DEFAULT_MAX_LENGTH[self.task.head], max_tokens(model))
+        feats = featurize(self.task, examples, tok, length, dict(model.config.id2label))
+        return [collate(feats[i:i + batch_size], pad_token_id=tok.pad_token_id)
+                for i in range(0, len(feats), batch_size)]
+
+
+def check_method(method: str, model: nn.Module) -> None:
+    """A CompressError saying what to pick instead when `method` cannot start from `model`."""
+    if method not in METHODS:
+        raise CompressError(f"unknown method {method!r}: pick {', '.join(METHODS)}.")
+    if method == "quantize" and quantization_info(model):
+        raise CompressError("this model is int8 already: pick the float model it came from.")
+    if method == "prune" and quantization_info(model):
+        raise CompressError("this model is int8: prune the float model it came from, then quantize.")
+    if method == "distill" and is_compressed(model):
+        raise CompressError("distil from a float teacher: this one has pruned heads or int8 weights.")
+    if method == "distill" and model.family.num_layers < 2:
+        raise CompressError("a one-layer model has no fewer layers to distil into.")
+
+
+@dataclass
+class Made:
+    """A compressed model and its row of the comparison (plus the pruning curve, when pruned)."""
+
+    model: nn.Module
+    variant: Variant
+    curve: list[CurvePoint] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def measure_variant(model: nn.Module, tok: Tokenizer, data: TaskData, name: str, method: str,
+                    folder: str | Path | None = None, reps: int = 5,
+                    batch_sizes: Sequence[int] = (1, 32)) -> Variant:
+    """The comparison row of `model`: sizes, latency at batch 1 and 32, score on the dev examples."""
+    return measure(model, tok, name, method, data.sentences(), score=data.score, folder=folder, reps=reps,
+                   batch_sizes=batch_sizes, metric=data.task.main_metric)
+
+
+def save_variant(model: nn.Module, tok: Tokenizer, out_dir: str | Path | None) -> Path | None:
+    """Save a variant (compressed format when pruned or int8, HF layout otherwise); None: not saved."""
+    if out_dir is None:
+        return None
+    if is_compressed(model):
+        return save_compressed(model, tok, out_dir)
+    return save_model_atomically(model, tok, out_dir)
+
+
+def run_quantize(model: nn.Module, tok: Tokenizer, data: TaskData, out_dir: str | Path | None = None,
+                 name: str = "int8", reps: int = 5, batch_sizes: Sequence[int] = (1, 32)) -> Made:
+    small = quantize(model)
+    folder = save_variant(small, tok, out_dir)
+    return Made(small, measure_variant(small, tok, data, name, "int8", folder, reps, batch_sizes))
+
+
+def run_prune(model: nn.Module, tok: Tokenizer, data: TaskData, keep: float = 0.5,
+              out_dir: str | Path | None = None, name: str | None = None,
+              fractions: Sequence[float] = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1),
+              on_point: Callable[[CurvePoint], None] | None = None,
+              progress: Callable[[int, int], None] | None = None, cancel: threading.Event | None = None,
+              reps: int = 5, batch_sizes: Sequence[int] = (1, 32), importance_examples: int = IMPORTANCE_EXAMPLES
+              ) -> Made:
+    """Score the heads (Michel et al.) on training examples, draw the dev score against heads kept,
+    and prune to `keep` (the fraction of heads kept)."""
+    scores = head_importance(model, data.batches(tok, model, importance_examples), progress=progress, cancel=cancel)
+    curve = accuracy_curve(model, scores, data.score, fractions, on_point=on_point, cancel=cancel)
+    if cancel is not None and cancel.is_set():
+        raise CompressError("cancelled: nothing was pruned.")
+    small = prune(model, scores, keep)
+    folder = save_variant(small, tok, out_dir)
+    gone = heads_to_prune(model, scores, keep)
+    variant = measure_variant(small, tok, data, name or f"pruned {keep:.0%}", "pruned", folder, reps, batch_sizes)
+    return Made(small, variant, curve, {"pruned_heads": {str(k): v for k, v in gone.items()}})
+
+
+def run_distill(model: nn.Module, tok: Tokenizer, data: TaskData, cfg: DistillConfig,
+                out_dir: str | Path | None = None, name: str | None = None,
+                callbacks: Sequence[Callable[[TrainEvent], None]] = (), cancel: threading.Event | None = None,
+                reps: int = 5, batch_sizes: Sequence[int] = (1, 32)) -> Made:
+    """Distil `model` into a `cfg.layers`-layer student on `data`'s training examples (scored on its dev ones)."""
+    cfg = dataclasses.replace(cfg, task=data.task.name, out_dir=str(out_dir) if out_dir is not None else None)
+    result = distill(model, tok, cfg, callbacks, cancel, train_examples=data.train, eval_examples=data.dev)
+    if result.status == "failed":
+        raise CompressError(f"distillation failed: {result.train.error}")
+    if result.train.step == 0:
+        raise CompressError("cancelled before the first step: no student to keep.")
+    result.student.cpu()  # latency is measured on the CPU, like every variant's
+    variant = measure_variant(result.student, tok, data, name or f"student {cfg.layers} layers", "distilled",
+                              result.saved_to, reps, batch_sizes)
+    return Made(result.student, variant, summary=result.summary())
+
+
+__all__ = ["METHODS", "Made", "TaskData", "check_method", "measure_variant", "run_distill", "run_prune", "run_quantize",
+           "save_variant"]

@@ -1,0 +1,390 @@
+"""Compression tab: make the picked model smaller (int8 quantization, head pruning, distillation into
+fewer layers), watch it happen, and compare every variant of the session with the model it came
+from in one table and one plot: size × CPU latency × score on held-out examples.
+
+Each run goes in a background thread (`bertlab.compress.lab`), with a busy sign, progress and Cancel;
+the pruning curve and the student's curves draw live. Each variant is saved (class mode: in the
+student's workspace) and joins the model picker through `self.model_made`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+
+from bertlab.analysis import InputError
+from bertlab.compress.distill import DistillConfig
+from bertlab.compress.lab import (
+    Made,
+    TaskData,
+    check_method,
+    measure_variant,
+    run_distill,
+    run_prune,
+    run_quantize,
+    save_variant,
+)
+from bertlab.compress.measure import measure
+from bertlab.compress.quantize import quantize
+from bertlab.compress.structure import CompressError
+from bertlab.panels.base import Panel, SyncedFigureWidget, show_figure
+from bertlab.panels.finetune import STUDENT_ERRORS, model_task
+from bertlab.tokenizer import Tokenizer
+from bertlab.training.loop import TrainEvent
+from bertlab.viz.compress import plot_distill_curves, plot_prune_curve, plot_variants, variants_html
+from bertlab.viz.mask import empty_figure
+from bertlab.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+METHODS = {"quantize": "int8 quantization", "prune": "head pruning", "distill": "distillation"}
+METHOD_HELP = {
+    "quantize": "The encoder's weights become 8-bit integers: a quarter of the size, int8 matmuls on the CPU. "
+                "No training.",
+    "prune": "Each head is scored by how much the task loss depends on it (Michel et al. 2019); the least "
+             "important are removed, and the curve shows the dev score against the heads kept.",
+    "distill": "A student with fewer layers (every other layer of the teacher to start) learns the teacher's "
+               "soft answers at temperature T and the true labels.",
+}
+HELP = ("Pick a fine-tuned model above (e.g. one just made in the Fine-tuning tab), a method, and press "
+        "Compress. Every variant of this session joins the table and the plot with the model it came from, "
+        "and the model list above.")
+TASKS_SCORED = ("sst2", "nli", "ner")  # tasks whose held-out score the lab measures
+CPU_MAX_TRAIN, CPU_MAX_DEV = 2000, 500
+LATENCY_REPS = 3
+REDRAW_EVERY_S = 0.5
+PLAIN_SENTENCES = ["the film was a delight from start to end .", "a dull , tired story with nothing new ."]
+
+
+class CompressPanel(Panel):
+    """Compress the picked model in the background; compare all variants of the session."""
+
+    title = "Compression"
+    teaches = ("Smaller models: int8 weights, fewer attention heads, fewer layers — what each costs in "
+               "accuracy and gains in size and speed.")
+
+    def __init__(self, model: torch.nn.Module, tok: Tokenizer, runs_dir: str | Path | None = None,
+                 workspace: Workspace | None = None, latency_reps: int = LATENCY_REPS) -> None:
+        super().__init__()
+        self.model, self.tok = model, tok
+        self.workspace = workspace or Workspace.for_session()
+        self.runs_dir = Path(runs_dir) if runs_dir is not None else None
+        self.latency_reps = latency_reps
+        self.variants: list[dict[str, Any]] = []  # every row of the session (originals included)
+        self._originals: dict[int, dict[str, Any]] = {}  # id(model) -> its row
+        self._data_cache: dict[tuple, TaskData] = {}
+        self._thread: threading.Thread | None = None
+        self._cancel = threading.Event()
+        self._last_draw = 0.0
+        self._curve: list[dict[str, Any]] = []
+        self._history: list[dict[str, Any]] = []
+        self._teacher_score: float | None = None
+        self._curve_kind = "prune"
+        self._metric = "accuracy"
+        self.made: list[Made] = []
+        style = {"description_width": "initial"}
+        layers = model.family.num_layers
+
+        self.method = widgets.ToggleButtons(options=[(v, k) for k, v in METHODS.items()], value="quantize",
+                                            description="Method", style={"description_width": "initial",
+                                                                         "button_width": "140px"})
+        self.method_help = widgets.HTML()
+        self.keep = widgets.FloatSlider(value=0.5, min=0.1, max=0.9, step=0.05, description="Heads kept",
+                                        readout_format=".0%", style=style)
+        self.layers = widgets.BoundedIntText(value=max(1, layers // 2), min=1, max=max(1, layers - 1),
+                                             description="Student layers", style=style,
+                                             layout=widgets.Layout(width="170px"))
+        self.temperature = widgets.BoundedFloatText(value=2.0, min=0.5, max=20, step=0.5, description="Temperature T",
+                                                    style=style, layout=widgets.Layout(width="170px"))
+        self.alpha = widgets.BoundedFloatText(value=0.5, min=0, max=1, step=0.1, description="Soft-target weight",
+                                              style=style, layout=widgets.Layout(width="190px"))
+        self.epochs = widgets.BoundedIntText(value=2, min=1, max=50, description="Epochs", style=style,
+                                             layout=widgets.Layout(width="120px"))
+        self.lr = widgets.BoundedFloatText(value=1e-4, min=1e-7, max=1.0, step=1e-5, description="Learning rate",
+                                           style=style, layout=widgets.Layout(width="200px"))
+        self.path = widgets.Text(placeholder="data file or folder (empty: BERTLAB_DATA)", continuous_update=False,
+                                 description="Data", style=style, layout=widgets.Layout(width="min(100%, 420px)"))
+        self.max_train = widgets.BoundedIntText(value=CPU_MAX_TRAIN, min=0, max=10**8,
+                                                description="Max train examples (0 = all)", style=style,
+                                                layout=widgets.Layout(width="260px"))
+        self.max_dev = widgets.BoundedIntText(value=CPU_MAX_DEV, min=0, max=10**8, description="Max dev examples",
+                                              style=style, layout=widgets.Layout(width="200px"))
+        self.options = widgets.VBox()
+        self.start_button = widgets.Button(description="Compress", button_style="primary", icon="compress",
+                                           tooltip="Compress the model picked above (a copy of it)")
+        self.cancel_button = widgets.Button(description="Cancel", button_style="warning", icon="stop", disabled=True,
+                                            tooltip="Stop the run (distillation keeps the student so far)")
+        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
+        self.progress_text = widgets.HTML('<span style="color:#777">No run yet.</span>')
+        self._curve_fig = empty_figure("Prune or distil a model to see its curve here.")
+        self.curve = SyncedFigureWidget(self._curve_fig)
+        self.curve_box = widgets.Box([self.curve])
+        self._plot_fig = plot_variants([])
+        self.plot_box = widgets.Box([SyncedFigureWidget(self._plot_fig)])
+        self.batch_choice = widgets.ToggleButtons(options=[("batch 1", 1), ("batch 32", 32)], value=1,
+                                                  description="Latency at", style=style)
+        self.table = widgets.HTML()
+        help_html = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP}</div>')
+
+        self.method.observe(lambda _: self._show_options(), names="value")
+        self.batch_choice.observe(lambda _: self._draw_variants(), names="value")
+        self.start_button.on_click(self._on_start)
+        self.cancel_button.on_click(lambda _: self.cancel())
+        self._show_options()
+        self._widget = widgets.VBox([
+            help_html, self.method, self.method_help, self.options,
+            widgets.HBox([self.path, self.max_dev], layout=widgets.Layout(flex_flow="row wrap")),
+            widgets.HBox([self.start_button, self.cancel_button, self.progress, self.progress_text]),
+            self.message, self.curve_box, self.table, self.batch_choice, self.plot_box,
+        ], layout=widgets.Layout(width="100%"))
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return self._widget
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
+        """The next run compresses this model; the session's table stays."""
+        if model is self.model:
+            return
+        self.model, self.tok = model, tok
+        layers = model.family.num_layers
+        self.layers.max = max(1, layers - 1)
+        self.layers.value = min(self.layers.value, self.layers.max)
+        if not self.running:
+            self.show_messages([])
+
+    def figures(self) -> dict[str, go.Figure]:
+        figs = {"variants": self._plot_fig}
+        if self._curve or self._history:
+            figs["curve"] = self._curve_fig
+        return figs
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the run in progress ends (True) or `timeout` seconds pass (False)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return not self.running
+
+    def cancel(self) -> None:
+        self._cancel.set()
+        self.progress_text.value = "Cancelling…"
+
+    # -- settings -----------------------------------------------------------------------------
+    def _show_options(self) -> None:
+        method = self.method.value
+        self.method_help.value = f'<div style="color:#555;font-size:0.9em">{METHOD_HELP[method]}</div>'
+        wrap = widgets.Layout(flex_flow="row wrap")
+        self.options.children = {  # training examples: what head scores average over, what a student learns on
+            "quantize": [],
+            "prune": [widgets.HBox([self.keep, self.max_train], layout=wrap)],
+            "distill": [widgets.HBox([self.layers, self.temperature, self.alpha, self.epochs, self.lr], layout=wrap),
+                        self.max_train],
+        }[method]
+
+    def _source(self) -> str | None:
+        text = self.path.value.strip()
+        return str(self.workspace.resolve(text, "data")) if text else None
+
+    # -- a run --------------------------------------------------------------------------------
+    def _on_start(self, _=None) -> None:
+        with self.reporting():
+            self.start()
+
+    def start(self) -> None:
+        """Compress the current model with the chosen method in a background thread."""
+        if self.running:
+            raise InputError("A run is in progress: cancel it or wait for it to end.")
+        method, model, tok = self.method.value, self.model, self.tok
+        task = model_task(model)
+        if task not in TASKS_SCORED and method != "quantize":
+            raise InputError("This model has no sentiment, NLI or NER head to score: fine-tune it in the "
+                             "Fine-tuning tab first, then pick the fine-tuned model in the list above.")
+        try:
+            check_method(method, model)
+        except CompressError as e:
+            raise InputError(str(e)[:1].upper() + str(e)[1:]) from None
+        source = self._source() if task in TASKS_SCORED else None  # fails early on a path outside the workspace
+        settings = {"keep": self.keep.value, "layers": self.layers.value, "temperature": self.temperature.value,
+                    "alpha": self.alpha.value, "epochs": self.epochs.value, "lr": self.lr.value,
+                    "max_train": self.max_train.value or None, "max_dev": self.max_dev.value or None}
+        self._cancel = threading.Event()
+        self.messages = []
+        self._set_running(True, f"{METHODS[method]} of the model picked above…")
+        self.progress.value, self.progress.max = 0, 1
+        self._thread = threading.Thread(target=self._run, args=(method, model, tok, task, source, settings),
+                                        name=f"bertlab-compress-{method}", daemon=True)
+        self._thread.start()
+
+    def _set_running(self, running: bool, text: str = "") -> None:
+        self.start_button.disabled = running
+        self.cancel_button.disabled = not running
+        self._busy_text = (text or "Working…") if running else None
+        self.show_messages(self.messages)  # the busy sign goes on top of the message line, or away
+
+    def _run(self, method: str, model: torch.nn.Module, tok: Tokenizer, task: str | None, source: str | None,
+             settings: dict[str, Any]) -> None:
+        """The background thread: data, the original's row, the method, the new row; never raises."""
+        try:
+            data = self._data(task, source, model, tok, settings) if task in TASKS_SCORED else None
+            original = self._original_row(model, tok, data)
+            self._teacher_score = original.get("score")
+            self._metric = data.task.main_metric if data is not None else "accuracy"
+            folder = self.workspace.new_run_dir(f"compress-{method}", parent=self.runs_dir)
+            made = self._compress(method, model, tok, data, folder, settings)
+            row = {**made.variant.as_dict(), "baseline": original}
+            row["name"] = self._unique(row["name"])
+            self.variants.append(row)
+            self.made.append(made)
+            self._originals[id(made.model)] = row  # compressing it further compares with this row
+            self._draw_variants()
+            self._announce(row, made)
+        except Exception as e:
+            cancelled = self._cancel.is_set()
+            if not isinstance(e, (*STUDENT_ERRORS, CompressError)) and not cancelled:
+                log.exception("compression run %s failed", method)
+            text = str(e.args[0] if isinstance(e, KeyError) and e.args else e)
+            if isinstance(e, STUDENT_ERRORS + (CompressError,)):
+                text = self.workspace.hide_root(text)
+            else:
+                text = f"the run stopped ({type(e).__name__}: {text})."
+            self.show_message(f"{METHODS[method]}: {text}", "warning" if cancelled else "error")
+        finally:
+            self._set_running(False)
+            self.progress_text.value = ""
+
+    def _data(self, task: str, source: str | None, model: torch.nn.Module, tok: Tokenizer,
+              settings: dict[str, Any]) -> TaskData:
+        key = (task, source or "", settings["max_train"], settings["max_dev"], id(tok),
+               tuple(sorted(model.config.id2label.items())))
+        if key not in self._data_cache:
+            self._status("reading the data…")
+            self._data_cache[key] = TaskData.read(task, tok, model, data=source, max_train=settings["max_train"],
+                                                  max_dev=settings["max_dev"])
+        return self._data_cache[key]
+
+    def _original_row(self, model: torch.nn.Module, tok: Tokenizer, data: TaskData | None) -> dict[str, Any]:
+        """The row of the model a run starts from (measured once per model), added to the table."""
+        if id(model) not in self._originals:
+            self._status("measuring the original (size, latency, score)…")
+            name = self._unique(f"original ({model.family.num_layers} layers)")
+            variant = (measure_variant(model, tok, data, name, "original", reps=self.latency_reps) if data is not None
+                       else measure(model, tok, name, "original", PLAIN_SENTENCES, reps=self.latency_reps))
+            row = {**variant.as_dict(), "baseline": None}
+            self._originals[id(model)] = row
+            self.variants.append(row)
+            self._draw_variants()
+        return self._originals[id(model)]
+
+    def _compress(self, method: str, model: torch.nn.Module, tok: Tokenizer, data: TaskData | None,
+                  folder: Path, settings: dict[str, Any]) -> Made:
+        reps = self.latency_reps
+        if method == "quantize":
+            self._status("quantizing to int8…")
+            if data is None:  # no task head: size and speed only
+                small = quantize(model)
+                saved = save_variant(small, tok, folder)
+                return Made(small, measure(small, tok, "int8", "int8", PLAIN_SENTENCES, folder=saved, reps=reps))
+            return run_quantize(model, tok, data, folder, reps=reps)
+        if method == "prune":
+            self._curve, self._curve_kind = [], "prune"
+            self._draw_curve(force=True)
+            keep = settings["keep"]
+
+            def on_point(point) -> None:
+                self._curve.append(dataclasses.asdict(point))
+                self.progress.value = min(self.progress.max, self.progress.value + 1)
+                self._draw_curve(force=True)
+
+            def progress(done: int, total: int) -> None:
+                self._status(f"scoring the heads: batch {done} of {total}…")
+
+            self.progress.value, self.progress.max = 0, 10
+            made = run_prune(model, tok, data, keep, folder, name=f"pruned to {keep:.0%} of heads", on_point=on_point,
+                             progress=progress, cancel=self._cancel, reps=reps)
+            self._draw_curve(force=True, keep=made.variant.heads)
+            return made
+        self._history, self._curve_kind = [], "distill"
+        self._draw_curve(force=True)
+        cfg = DistillConfig(task=data.task.name, layers=settings["layers"], temperature=settings["temperature"],
+                            alpha=settings["alpha"], epochs=settings["epochs"], lr=settings["lr"], device="cpu",
+                            log_every=1)
+        self._status("distilling: the teacher's score first…")
+        return run_distill(model, tok, data, cfg, folder, name=f"student, {cfg.layers} layers",
+                           callbacks=[self._on_event], cancel=self._cancel, reps=reps)
+
+    def _on_event(self, event: TrainEvent) -> None:
+        """A loop event from the distillation thread: record, redraw now and then. Never raises."""
+        try:
+            if event.kind == "start":
+                self.progress.max = max(1, event.total_steps)
+            elif event.kind == "step":
+                self._history.append({"kind": "train", "step": event.step, "loss": event.loss})
+            elif event.kind == "eval":
+                self._history.append({"kind": "eval", "step": event.step,
+                                      **{k: v for k, v in event.metrics.items() if isinstance(v, (int, float))}})
+            self.progress.value = min(event.step, self.progress.max)
+            self._status(f"distilling: step {event.step} of {event.total_steps}")
+            if event.kind in ("eval", "end") or time.perf_counter() - self._last_draw > REDRAW_EVERY_S:
+                self._draw_curve()
+        except Exception:
+            log.exception("the compression panel could not show a training event")
+
+    def _announce(self, row: dict[str, Any], made: Made) -> None:
+        base = row["baseline"] or {}
+        parts = [f"{row['name']}: {row['disk_mb'] or row['memory_mb']:.1f} MB"]
+        if base.get("latency_ms_b1") and row.get("latency_ms_b1"):
+            parts.append(f"{base['latency_ms_b1'] / row['latency_ms_b1']:.2f}× the original's speed (batch 1)")
+        if row.get("score") is not None and base.get("score") is not None:
+            parts.append(f"{row['metric']} {row['score']:.3f} ({(row['score'] - base['score']) * 100:+.1f} points)")
+        saved = f"; saved in {self.workspace.shown(row['folder'])}" if row.get("folder") else ""
+        text = ", ".join(parts) + saved + ". It joins the model list."
+        if row["method"] == "pruned":
+            text += (" Its layers now have different numbers of heads: the Attention and Ablation tabs, which draw "
+                     "every layer's heads side by side, need the full set and will say they cannot show it.")
+        if self.model_made is not None:
+            try:
+                self.model_made(row["name"], made.model, self.tok)
+            except Exception as e:
+                log.exception("adding %s to the model list failed", row["name"])
+                text += f" (Could not add it to the model list: {type(e).__name__}: {e}.)"
+        self.show_message(text)
+
+    def _unique(self, name: str) -> str:
+        names = {v["name"] for v in self.variants}
+        unique, n = name, 2
+        while unique in names:
+            unique, n = f"{name} #{n}", n + 1
+        return unique
+
+    def _status(self, text: str) -> None:
+        self.progress_text.value = f'<span style="color:#555">{text}</span>'
+
+    # -- drawing ------------------------------------------------------------------------------
+    def _draw_curve(self, force: bool = False, keep: int | None = None) -> None:
+        self._last_draw = time.perf_counter()
+        if self._curve_kind == "prune":
+            fig = plot_prune_curve(self._curve, self._metric, keep)
+        else:
+            fig = plot_distill_curves(self._history, self._metric, self._teacher_score)
+        self._curve_fig = fig
+        show_figure(self.curve_box, fig)
+
+    def _draw_variants(self) -> None:
+        self.table.value = variants_html(self.variants)
+        self._plot_fig = plot_variants(self.variants, self.batch_choice.value)
+        show_figure(self.plot_box, self._plot_fig)
+
+
+__all__ = ["CompressPanel", "METHODS"]

@@ -1,0 +1,222 @@
+""""Does attention explain it?": a section a tab adds under its prediction (Mask, Next sentence,
+"Use it"). Closed it costs nothing; opened, it computes the attribution of the tab's prediction and
+draws it beside the attention from the same token and the rollout, with their rank agreement and
+the heads test (switch off the heads the attention credits: does the prediction move?)."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+
+from bertlab.analysis.attention_check import DEFAULT_HEADS_OFF, AttentionCheck, check_attention
+from bertlab.analysis.attribution import METHOD_NAMES, Attribution, ExplainInput, Target, attribute
+from bertlab.panels.base import Level, Panel, show_figure
+from bertlab.tokenizer import Tokenizer
+from bertlab.viz.explain import agreement_text, heads_text, plot_attention_check
+
+# request(choice) -> (input, target): what the tab explains now; raises InputError when there is nothing.
+Request = Callable[[int], tuple[ExplainInput, Target]]
+TITLE = "Does attention explain it?"
+HELP = (
+    "Attention says where a token looks; an attribution says what the prediction rests on. Integrated "
+    "gradients follow the prediction's probability from a baseline (each word replaced by the {pad} "
+    "token) to your input and share the change among the tokens: red helped the prediction, blue worked "
+    "against it, and the scores add up to the change (the completeness gap says how closely). The rows are "
+    "each scaled to their largest value; the black box is the token the prediction is read at. ρ and τ: "
+    "do attention and rollout rank the words as the attribution does (1: same order, 0: unrelated)? "
+    "Bottom: switch off the heads the attention view credits and see whether the prediction moves, "
+    "compared with as many heads picked at random."
+)
+
+
+class ExplainSection(Panel):
+    """The attribution of a tab's prediction beside its attention, in a section that opens on demand."""
+
+    title = TITLE
+
+    def __init__(self, model: torch.nn.Module | None, tok: Tokenizer | None, request: Request,
+                 choices: list[str] | None = None, seed: int = 0) -> None:
+        super().__init__()
+        self.model, self.tok, self.request, self.seed = model, tok, request, seed
+        self.toggle = widgets.ToggleButton(
+            value=False, description=TITLE, layout=widgets.Layout(width="auto"),
+            tooltip="Attribution (integrated gradients) beside attention and rollout, and a test of the heads",
+        )
+        self.toggle.add_class("bertlab-explain-toggle")  # for the browser tests
+        self.method = widgets.ToggleButtons(
+            options=[(METHOD_NAMES["ig"], "ig"), (METHOD_NAMES["grad-x-input"], "grad-x-input")], value="ig",
+            description="Attribution", style=widgets.ToggleButtonsStyle(button_width="auto"))
+        self.choice = widgets.Dropdown(description="Explain", layout=widgets.Layout(width="min(100%, 420px)"))
+        self.layer = widgets.Dropdown(description="Attention", layout=widgets.Layout(width="220px"))
+        self.head = widgets.Dropdown(description="Head", layout=widgets.Layout(width="200px"))
+        self.explain_button = widgets.Button(description="Explain", button_style="primary",
+                                             tooltip="Compute the attribution and the checks again")
+        self.figure_box = widgets.VBox([])
+        self.figure_box.add_class("bertlab-explain-figure")
+        self.help = widgets.HTML()
+        self.attribution: Attribution | None = None
+        self.check: AttentionCheck | None = None
+        self._key: tuple | None = None  # what `attribution` was computed for
+        self._stale = True  # the tab's prediction changed since the section last computed
+        self._quiet = False  # set while the section fills its own dropdowns: no recompute
+        self.set_choices(choices or [])
+        self._fill_attention_options()
+        self.body = widgets.VBox(
+            [self.help, widgets.HBox([self.choice, self.method], layout=widgets.Layout(flex_flow="row wrap")),
+             widgets.HBox([self.layer, self.head, self.explain_button], layout=widgets.Layout(flex_flow="row wrap")),
+             self.message, self.figure_box],
+            layout=widgets.Layout(display="none", width="100%", border="1px solid #ddd", padding="4px"),
+        )
+        self._widget = widgets.VBox([self.toggle, self.body], layout=widgets.Layout(width="100%"))
+        self._widget.add_class("bertlab-explain")
+        self.toggle.observe(self._on_toggle, names="value")
+        self.explain_button.on_click(lambda _b: self.run())
+        for w in (self.method, self.choice):
+            w.observe(lambda _c: self._on_setting(), names="value")
+        for w in (self.layer, self.head):
+            w.observe(lambda _c: self._on_view(), names="value")
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return self._widget
+
+    @property
+    def is_open(self) -> bool:
+        return bool(self.toggle.value)
+
+    def set_model(self, model: torch.nn.Module | None, tok: Tokenizer | None, refresh: bool = True) -> None:
+        """Another model; `refresh` False when the tab refreshes the section itself after redrawing."""
+        self.model, self.tok = model, tok
+        self._fill_attention_options()
+        if refresh:
+            self.refresh()
+
+    def set_choices(self, choices: list[str]) -> None:
+        """What the tab can explain (e.g. one entry per hidden word); the dropdown hides for one or none."""
+        old = [label for label, _ in self.choice.options]
+        keep = old[self.choice.value] if self.choice.value is not None and self.choice.value < len(old) else None
+        self._quiet = True
+        try:
+            self.choice.options = [(label, i) for i, label in enumerate(choices)]
+            self.choice.value = choices.index(keep) if keep in choices else (0 if choices else None)
+        finally:
+            self._quiet = False
+        self.choice.layout.display = None if len(choices) > 1 else "none"
+
+    def refresh(self) -> None:
+        """The tab's prediction changed: recompute now if the section is open, else when it opens."""
+        self._stale = True
+        if self.is_open and self.model is not None:
+            self.run()
+        else:
+            self._clear()
+
+    def figures(self) -> dict[str, go.Figure]:
+        if self.check is None or not self.figure_box.children:
+            return {}
+        return {"does attention explain it": go.Figure(self.figure_box.children[0])}
+
+    # -- callbacks -------------------------------------------------------------------------
+    def _on_toggle(self, change) -> None:
+        self.body.layout.display = None if change["new"] else "none"
+        if change["new"] and (self._stale or self.check is None):
+            self.run()
+
+    def _on_setting(self) -> None:
+        if self._quiet:
+            return
+        if self.is_open:
+            self.run()
+        else:
+            self._stale = True
+
+    def _on_view(self) -> None:
+        """Another attention view: the attribution stays, the check is redone (no gradients)."""
+        if self._quiet:
+            return
+        if self.is_open and self.attribution is not None and not self._stale:
+            self.run(reuse=True)
+        elif self.is_open:
+            self.run()
+
+    # -- computing and drawing -------------------------------------------------------------------
+    def run(self, reuse: bool = False) -> None:
+        """Compute the attribution (unless `reuse` and it is current) and the checks; draw them."""
+        method = self.method.value
+        text = "Computing integrated gradients…" if method == "ig" else "Computing gradient × input…"
+        help_text = html.escape(HELP.format(pad=self.tok.pad_token))
+        self.help.value = f'<div style="color:#555;font-size:0.9em">{help_text}</div>'
+        drawn = False
+        with self.busy(self.explain_button, self.method, self.layer, self.head, text=text):
+            self.show_messages([])
+            with self.reporting():
+                ex, target = self.request(self.choice.value or 0)
+                key = (tuple(ex.input_ids[0].tolist()), tuple(ex.token_type_ids[0].tolist()), target, method)
+                if not (reuse and key == self._key and self.attribution is not None):
+                    self.attribution = attribute(self.model, self.tok, ex, target, method=method)
+                    self._key = key
+                layer = None if self.layer.value in (None, -1) else int(self.layer.value)
+                head = None if layer is None or self.head.value in (None, -1) else int(self.head.value)
+                self.check = check_attention(self.model, ex, target, self.attribution, layer, head,
+                                             heads_off=DEFAULT_HEADS_OFF, seed=self.seed)
+                self._stale = False
+                show_figure(self.figure_box, plot_attention_check(self.check, self.attribution))  # in place
+                self.show_messages(self._notes())
+                drawn = True
+        if not drawn:  # an old figure never stays under a new message
+            self._clear_figure()
+        self.head.disabled = self.layer.value in (None, -1)  # a head is picked within a layer
+
+    def _clear(self) -> None:
+        self._clear_figure()
+        self.show_messages([])
+
+    def _clear_figure(self) -> None:
+        self.check = None
+        for child in self.figure_box.children:
+            child.close()
+        self.figure_box.children = []
+
+    def _notes(self) -> list[tuple[Level, str]]:
+        a, c = self.attribution, self.check
+        notes: list[tuple[Level, str]] = []
+        what = f"{METHOD_NAMES[a.method]} of {a.target.name} = {100 * a.value:.1f}%"
+        if a.method == "ig":
+            what += (f": the scores add up to {100 * a.total:+.2f} points, the change from the baseline "
+                     f"({100 * a.baseline_value:.1f}%) is {100 * (a.value - a.baseline_value):+.2f} points "
+                     f"(completeness gap {100 * a.completeness_gap:.2f}%, {a.steps} steps).")
+        else:
+            what += ": the gradient at the input times the input (no baseline, no completeness)."
+        notes.append(("info", what))
+        top_attr, top_att = c.tokens[c.top_attribution], c.tokens[c.top_attention]
+        notes.append(("info", f"The attribution ranks {top_attr!r} first, the attention ({c.view}) {top_att!r}; "
+                              f"{agreement_text(c)}."))
+        if c.heads is not None:
+            notes.append(("info", heads_text(c)))
+        if a.warning:
+            notes.append(("warning", a.warning))
+        return notes
+
+    def _fill_attention_options(self) -> None:
+        self._quiet = True
+        try:
+            self._fill_layers_heads()
+        finally:
+            self._quiet = False
+
+    def _fill_layers_heads(self) -> None:
+        if self.model is None:  # "Use it" before any fine-tuned model: nothing to pick yet
+            return
+        cfg = self.model.config
+        layer = self.layer.value if isinstance(self.layer.value, int) and self.layer.value < cfg.num_hidden_layers \
+            else -1
+        self.layer.options = [("all layers", -1)] + [(f"layer {i}", i) for i in range(cfg.num_hidden_layers)]
+        self.layer.value = layer
+        head = self.head.value if isinstance(self.head.value, int) and self.head.value < cfg.num_attention_heads \
+            else -1
+        self.head.options = [("mean of heads", -1)] + [(f"head {h}", h) for h in range(cfg.num_attention_heads)]
+        self.head.value = head

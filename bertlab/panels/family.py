@@ -1,0 +1,415 @@
+"""Family tab: one sentence through two to four models side by side (the picker's models): how each
+tokenizer cuts it, each model's guesses for the same hidden word, where the parameters sit, and each
+model's pre-training objective on that sentence; for an ELECTRA generator + discriminator, the
+generator's replacements and the discriminator's verdict per piece."""
+
+from __future__ import annotations
+
+import html
+import logging
+from dataclasses import dataclass
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+
+from bertlab.analysis import InputError
+from bertlab.analysis.family import (
+    Distillation,
+    ElectraPicture,
+    ModelView,
+    WordChoice,
+    check_sentence,
+    default_word,
+    distillation,
+    electra_pair,
+    kind_note,
+    view_model,
+    word_choices,
+)
+from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
+from bertlab.hub import RECOMMENDED
+from bertlab.panels.base import Level, Panel, show_figure
+from bertlab.panels.state import ModelState
+from bertlab.settings import in_hub_cache
+from bertlab.tokenizer import Tokenizer
+from bertlab.training.preview import dynamic_draws
+from bertlab.viz.family import (
+    distillation_html,
+    objective_html,
+    objectives_html,
+    plot_electra,
+    plot_masked_words,
+    plot_parameters,
+    plot_token_cuts,
+)
+from bertlab.viz.pretrain import dynamic_html
+from bertlab.viz.replaced import plot_replaced
+from bertlab.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TEXT = "The quick brown fox jumps over the lazy dog. It sleeps in the sun."
+SLOTS = 4  # models side by side at most
+NONE = "—"
+HUB = "hub:"  # option values of hub-cache models not loaded yet
+HELP = (
+    "Pick two to four models (the model list above: the offline default, models you loaded or trained; "
+    "and models in this machine's hub cache). Each reads the same sentence with its own tokenizer; choose "
+    "a word to hide and compare their guesses. A word may be several pieces: then every piece is hidden "
+    "behind the model's own mask token and the bars show the guesses for the first piece. Pick an ELECTRA "
+    "generator and its discriminator together to watch replaced-token detection."
+)
+ONE_MODEL = ("Only one model is picked: add another (load one in the model list above, e.g. a folder or a "
+             "cached hub model, or train one in the Pre-training tab) to compare the family side by side.")
+
+
+@dataclass
+class Loaded:
+    name: str
+    model: torch.nn.Module
+    tok: Tokenizer
+
+
+class FamilyPanel(Panel):
+    """The family side by side on one sentence."""
+
+    title = "Family"
+    teaches = ("BERT, RoBERTa, ALBERT, DistilBERT and ELECTRA side by side on one sentence: their tokenizers, "
+               "their guesses for a hidden word, where their parameters sit, and what each was pre-trained to do.")
+    uses_state = True  # the app passes its ModelState: the tab lists the picker's models
+
+    def __init__(self, model: torch.nn.Module, tok: Tokenizer, state: ModelState | None = None,
+                 text: str = DEFAULT_TEXT, k: int = 5, seed: int = 0, workspace: Workspace | None = None) -> None:
+        super().__init__()
+        self.state = state or ModelState(model, tok, name="this model")
+        self.workspace = workspace
+        self.seed = seed
+        self.views: list[ModelView] = []
+        self.picture: ElectraPicture | None = None
+        self.replaced: ReplacedTokens | None = None
+        self.distilled: dict[str, tuple[str, Distillation]] = {}  # student -> (teacher, the loss on the word)
+        self._loaded: list[Loaded] = []
+        self._holding = False
+        self.text = widgets.Textarea(value=text, description="Sentence", continuous_update=False,
+                                     layout=widgets.Layout(width="min(100%, 720px)", height="3.2em"))
+        self.slots = [widgets.Dropdown(description=f"Model {i + 1}", layout=widgets.Layout(width="min(100%, 340px)"))
+                      for i in range(SLOTS)]
+        self.word = widgets.Dropdown(description="Hide word", layout=widgets.Layout(width="min(100%, 260px)"))
+        self.k = widgets.IntSlider(value=k, min=1, max=10, description="Top k", continuous_update=False,
+                                   layout=widgets.Layout(width="min(100%, 260px)"))
+        self.compare_button = widgets.Button(description="Compare", button_style="primary",
+                                             tooltip="Run the sentence through every picked model")
+        self.draw_button = widgets.Button(description="ELECTRA: draw again",
+                                          tooltip="Mask other pieces and let the generator sample again")
+        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(HELP)}</div>')
+        self.cuts_box, self.mask_box, self.params_box, self.electra_box = (widgets.VBox([]) for _ in range(4))
+        self.kinds = widgets.HTML()
+        self.objectives = widgets.HTML()
+        self._fill_options(first=True)
+        self._fill_words()
+        self.update()
+        for s in self.slots:
+            s.observe(self._on_change, names="value")
+        self.text.observe(self._on_text, names="value")
+        self.word.observe(self._on_change, names="value")
+        self.k.observe(self._on_change, names="value")
+        self.compare_button.on_click(lambda _: self.update())
+        self.draw_button.on_click(self._on_draw)
+        self.state.observe(self._on_state)
+        self._widget = widgets.VBox([
+            self.help,
+            widgets.HBox(self.slots[:2], layout=widgets.Layout(flex_flow="row wrap")),
+            widgets.HBox(self.slots[2:], layout=widgets.Layout(flex_flow="row wrap")),
+            self.text,
+            widgets.HBox([self.word, self.k, self.compare_button], layout=widgets.Layout(flex_flow="row wrap")),
+            self.message,
+            self.cuts_box, self.kinds, self.mask_box, self.params_box,
+            widgets.HTML('<div style="font-weight:600;margin-top:8px">Pre-training objectives on this sentence</div>'),
+            self.objectives,
+            widgets.HBox([self.draw_button]), self.electra_box,
+        ], layout=widgets.Layout(width="100%"))
+
+    @property
+    def widget(self) -> widgets.VBox:
+        return self._widget
+
+    # -- the model list ------------------------------------------------------------------------------
+    def options(self) -> list[tuple[str, str]]:
+        """(label, value) of the models a slot may show: the picker's, then cached hub models not loaded yet."""
+        out = [(NONE, "")] + [(name, name) for name in self.state.entries]
+        listed = {e.source for e in self.state.entries.values() if e.source}
+        out += [(f"{m.name} (hub cache)", HUB + m.name) for m in RECOMMENDED
+                if m.name not in listed and m.name not in self.state.entries and in_hub_cache(m.name)]
+        return out
+
+    def _fill_options(self, first: bool = False) -> None:
+        options = self.options()
+        values = [v for _, v in options]
+        self._holding = True
+        try:
+            for i, slot in enumerate(self.slots):
+                old = slot.value if not first else None
+                if old and old.startswith(HUB) and old.removeprefix(HUB) in values:  # a hub model just loaded
+                    old = old.removeprefix(HUB)
+                slot.options = options
+                if first:
+                    slot.value = self._default_for(i)
+                else:
+                    slot.value = old if old in values else ""
+        finally:
+            self._holding = False
+
+    def _default_for(self, i: int) -> str:
+        """Slot 1: the picker's current model; slot 2: another loaded model (none when there is none)."""
+        loaded = [n for n, e in self.state.entries.items() if e.loaded and n != self.state.name]
+        return {0: self.state.name, 1: loaded[0] if loaded else ""}.get(i, "")
+
+    def _fill_words(self) -> None:
+        """The words of the sentence, offered for hiding; keeps the chosen one when it is still there."""
+        try:
+            words = word_choices(self.text.value)
+        except InputError:
+            words = []
+        old = self.word.value
+        self._holding = True
+        try:
+            self.word.options = [(f"{w.index + 1}. {w.text}", w) for w in words]
+            same = [w for w in words if old is not None and (w.text, w.index) == (old.text, old.index)]
+            self.word.value = same[0] if same else (default_word(words) if words else None)
+        finally:
+            self._holding = False
+
+    def _on_state(self, state: ModelState) -> None:
+        """A model joined the picker's list (or it switched): offer it."""
+        self._fill_options()
+
+    def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
+        """The picker switched: slot 1 shows the new current model."""
+        self._fill_options()
+        self._holding = True
+        try:
+            self.slots[0].value = self.state.name
+        finally:
+            self._holding = False
+        self.update()
+
+    def pick(self, *names: str) -> None:
+        """Show these models (picker names, at most four), then compare once."""
+        values = [v for _, v in self.slots[0].options]
+        unknown = [n for n in names if n not in values]
+        if unknown or len(names) > SLOTS:
+            raise ValueError(f"pick up to {SLOTS} of {', '.join(v for v in values if v)}; not {unknown}.")
+        self._holding = True
+        try:
+            for i, slot in enumerate(self.slots):
+                slot.value = names[i] if i < len(names) else ""
+        finally:
+            self._holding = False
+        self.update()
+
+    # -- callbacks ---------------------------------------------------------------------------------------
+    def _on_text(self, _=None) -> None:
+        self._fill_words()
+        self.update()
+
+    def _on_change(self, _=None) -> None:
+        if not self._holding:
+            self.update()
+
+    def _on_draw(self, _=None) -> None:
+        self.seed += 1
+        self.update()
+
+    def update(self) -> None:
+        """Run the sentence through every picked model and redraw (errors in the page, figures cleared)."""
+        with self.busy(self.compare_button, self.draw_button, text="Running the sentence through the models…"):
+            drawn = False
+            with self.reporting():
+                self.views, self.picture, self.replaced, self.distilled, self._loaded = [], None, None, {}, []
+                notes = self._compute()
+                self._draw()  # in place where a figure is on show already (smooth in the browser)
+                self.show_messages(notes)
+                drawn = True
+            if not drawn:  # an old result never sits under a new message
+                self._clear()
+
+    def _clear(self) -> None:
+        self.views, self.picture, self.replaced, self.distilled, self._loaded = [], None, None, {}, []
+        for box in (self.cuts_box, self.mask_box, self.params_box, self.electra_box):
+            box.children = ()
+        self.kinds.value = self.objectives.value = ""
+        self.draw_button.layout.display = "none"
+
+    def _compute(self) -> list[tuple[Level, str]]:
+        text = check_sentence(self.text.value)
+        word: WordChoice | None = self.word.value
+        notes: list[tuple[Level, str]] = []
+        loaded = self._load_picked(notes)
+        if not loaded:
+            raise InputError("Pick at least one model that loads (Model 1 … Model 4).")
+        if len(loaded) == 1:
+            notes.append(("info", ONE_MODEL))
+        for m in loaded:
+            try:
+                view = view_model(m.name, m.model, m.tok, text, word, self.k.value)
+            except InputError as e:
+                notes.append(("warning", f"{m.name}: {e}"))
+                continue
+            notes += [(level, f"{m.name}: {t}") for level, t in view.notes]  # type: ignore[misc]
+            self.views.append(view)
+        self._loaded = loaded
+        notes += self._electra(loaded, text, word)
+        notes += self._distil(loaded, text, word)
+        return notes
+
+    def _distil(self, loaded: list[Loaded], text: str, word: WordChoice | None) -> list[tuple[Level, str]]:
+        """A distilled student (DistilBERT) beside a teacher with its vocabulary: the soft-target loss on the word."""
+        notes: list[tuple[Level, str]] = []
+        for v in self.views:
+            student = self._loaded_of(v.name)
+            if v.objective is None or v.objective.demo != "distil" or student is None or word is None \
+                    or not student.model.has_mlm:
+                continue
+            vocab = student.tok.get_vocab()
+            teachers = [m for m in loaded if m is not student and m.model.has_mlm and m.tok.get_vocab() == vocab
+                        and not view_for(self.views, m.name, "generator")]
+            if not teachers:
+                notes.append(("info", f"{v.name} was distilled from a teacher: pick a model with its vocabulary "
+                                      "(e.g. bert-base-uncased for distilbert-base-uncased) to see the distillation "
+                                      "loss on the hidden word."))
+                continue
+            t = teachers[0]
+            self.distilled[v.name] = (t.name, distillation(student.model, student.tok, t.model, t.tok, text, word))
+        return notes
+
+    def _load_picked(self, notes: list[tuple[Level, str]]) -> list[Loaded]:
+        """The picked models, loaded (a model that fails to load becomes an error note; the others show)."""
+        out: list[Loaded] = []
+        seen: set[str] = set()
+        for slot in self.slots:
+            value = slot.value
+            if not value or value in seen:
+                continue
+            seen.add(value)
+            try:
+                out.append(self._get(value))
+            except Exception as e:  # noqa: BLE001 (a broken folder or checkpoint: say which, keep the rest)
+                log.info("family tab: %s did not load: %s", value, e)
+                shown = value.removeprefix(HUB)
+                notes.append(("error", f"{shown} could not be loaded ({str(e)[:160]}); pick another model."))
+        return out
+
+    def _get(self, value: str) -> Loaded:
+        from bertlab.loading import load
+
+        if value.startswith(HUB):  # a cached hub model: load it and list it in the picker too
+            name = value.removeprefix(HUB)
+            where = (self.workspace or Workspace.for_session()).model_source(name)
+            model, tok = load(where)
+            listed = self.state.add(name, model, tok, source=where)
+            self._holding = True
+            try:
+                for slot in self.slots:
+                    if slot.value == value:
+                        slot.value = listed
+            finally:
+                self._holding = False
+            return Loaded(listed, model, tok)
+        entry = self.state.entries[value]
+        if not entry.loaded:
+            entry.model, entry.tok = load(entry.source)
+        return Loaded(value, entry.model, entry.tok)
+
+    def _electra(self, loaded: list[Loaded], text: str, word: WordChoice | None) -> list[tuple[Level, str]]:
+        """ELECTRA on the sentence: a generator + discriminator pair (replacements and the verdict), or a
+        discriminator alone (its verdict on the sentence as typed)."""
+        gens = [m for m in loaded if view_for(self.views, m.name, "generator")]
+        discs = [m for m in loaded if getattr(m.model, "has_rtd", False)]
+        if not discs:
+            return []
+        d = discs[0]
+        pair = next((g for g in gens if g.tok.get_vocab() == d.tok.get_vocab()), None)
+        if pair is None:
+            self.replaced = replaced_tokens(d.model, d.tok, text)
+            tip = (" The generator picked has another vocabulary: pick the one trained with this discriminator."
+                   if gens else " Pick its generator too to see the generator replace pieces first.")
+            return [("info", f"{d.name} is an ELECTRA discriminator: it says, for every word of the sentence as "
+                             f"typed, how likely it was replaced.{tip}")]
+        self.picture = electra_pair(pair.model, pair.tok, d.model, d.tok, text, word, seed=self.seed)
+        return [("info", f"ELECTRA: {pair.name} (the generator) filled the hidden pieces with samples; "
+                         f"{d.name} (the discriminator) says for every piece whether it was replaced. Vermilion bars: "
+                         "really replaced; outlined: pieces that were hidden (a sample may equal the original).")]
+
+    # -- drawing -----------------------------------------------------------------------------------------
+    def _draw(self) -> None:
+        views = self.views
+        if not views:
+            self._clear()
+            return
+        show_figure(self.cuts_box, plot_token_cuts([(v.name, v.cut) for v in views]))
+        kinds = {}
+        for v in views:
+            m = self._loaded_of(v.name)
+            if m is not None:
+                kinds.setdefault(v.cut.kind_name, kind_note(v.cut.kind, m.tok))
+        self.kinds.value = "".join(f'<div style="color:#444;font-size:0.9em"><b>{html.escape(k)}</b>: '
+                                   f"{html.escape(note)}.</div>" for k, note in kinds.items())
+        rows = [(v.name, v.masked, "no MLM head: it does not guess words" if v.masked is None else "")
+                for v in views]
+        if any(v.masked is not None for v in views):
+            show_figure(self.mask_box, plot_masked_words(rows))
+        else:
+            self.mask_box.children = ()
+        show_figure(self.params_box, plot_parameters([(v.name, v.params) for v in views]))
+        self.objectives.value = objectives_html([objective_html(v, self._extra(v)) for v in views])
+        self.draw_button.layout.display = None if self.picture is not None else "none"
+        if self.picture is not None:
+            show_figure(self.electra_box, plot_electra(self.picture))
+        elif self.replaced is not None:
+            show_figure(self.electra_box, plot_replaced(self.replaced))
+        else:
+            self.electra_box.children = ()
+
+    def _loaded_of(self, name: str) -> Loaded | None:
+        return next((m for m in self._loaded if m.name == name), None)
+
+    def _extra(self, view: ModelView) -> str:
+        """What a card adds for its objective: RoBERTa's dynamic masks, a note for the others."""
+        o, m = view.objective, self._loaded_of(view.name)
+        if o is None or m is None:
+            return ""
+        if o.demo == "dynamic":
+            try:
+                draws = dynamic_draws(m.tok, self.text.value, "token", 0.15, self.seed, epochs=3)
+            except (ValueError, IndexError) as e:
+                return f'<div style="color:#555">{html.escape(str(e))}</div>'
+            return ('<div style="margin-top:4px">The same sentence in three epochs, each with a new mask:</div>'
+                    + dynamic_html(draws))
+        if o.demo == "rtd":
+            return ('<div style="margin-top:4px">'
+                    + ("The generator: a small MLM that proposes replacements." if o.role == "generator"
+                       else "The discriminator: see its verdict per piece below.") + "</div>")
+        if o.demo == "distil":
+            depth = (f'<div style="margin-top:4px">{view.params.layers} layers: half of its teacher\'s depth (BERT '
+                     "base has 12).</div>")
+            if view.name in self.distilled:
+                teacher, d = self.distilled[view.name]
+                return depth + distillation_html(d, teacher)
+            return depth
+        if o.pair_task is None and o.demo == "pair":
+            return '<div style="color:#555">This checkpoint has no sentence-pair head to show.</div>'
+        return ""
+
+    def figures(self) -> dict[str, go.Figure]:
+        out = {}
+        for name, box in (("tokenizers", self.cuts_box), ("hidden word", self.mask_box),
+                          ("parameters", self.params_box), ("ELECTRA", self.electra_box)):
+            if box.children:
+                out[name] = go.Figure(box.children[0])
+        return out
+
+
+def view_for(views: list[ModelView], name: str, role: str) -> bool:
+    """Whether the model `name` plays `role` ("generator", "discriminator", ...) among `views`."""
+    return any(v.name == name and v.objective is not None and v.objective.role == role for v in views)

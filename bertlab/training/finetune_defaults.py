@@ -1,0 +1,76 @@
+"""The fine-tuning lab's defaults per task and mode: the encoder a run starts from and the loop's
+settings, chosen by measurement (the runs and their dev figures are in bench/results/finetune_sweep.json
+and bench/results/finetune_table.json; `python bench/finetune_table.py` re-measures the README's rows).
+
+    r = recipe("nli", "full")     # r.model, r.epochs, r.lr, r.batch_size, r.max_length, r.warmup_ratio
+
+`model` is a `bertlab.load` source. "default-encoder" is the offline default's encoder as the package
+ships it: bertlab's own MLM/NSP heads re-train all six of its layers, which costs the pair and span
+tasks (SICK, CoNLL, SQuAD) when they are fine-tuned from them; the task head is new either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_ENCODER = "default-encoder"  # = bertlab.loading.DEFAULT_ENCODER (kept here: no import of loading)
+OFFLINE_DEFAULT = None  # `bertlab.load(None)`: the offline default with bertlab's heads
+
+START_NAMES = {
+    DEFAULT_ENCODER: "the MiniLM encoder as its package ships it",
+    OFFLINE_DEFAULT: "the offline default (MiniLM with bertlab's re-trained layers)",
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a run of one task in one mode starts from and trains with, unless told otherwise."""
+
+    model: str | None  # the start encoder: a `bertlab.load` source (None = the offline default)
+    epochs: int
+    lr: float  # peak learning rate (linear warm-up, then linear decay to 0)
+    batch_size: int
+    max_length: int  # tokens per example (per window for QA)
+    warmup_ratio: float = 0.1
+    basis: str = ""  # what chose these settings: runs in bench/results/finetune_sweep.json or _table.json
+
+    @property
+    def start_name(self) -> str:
+        """The start encoder in words, for the picker, the tab and the log."""
+        return START_NAMES.get(self.model, str(self.model))
+
+
+_FULL = {
+    "sst2": Recipe(DEFAULT_ENCODER, epochs=1, lr=5e-5, batch_size=32, max_length=128,
+                   basis="start: table row sst2-4k vs sweep sst2-4k-offline-default; epochs and lr not re-tuned"),
+    "nli": Recipe(DEFAULT_ENCODER, epochs=3, lr=5e-5, batch_size=32, max_length=128,
+                  basis="sweep nli-pkg-e3 (dev accuracy after each epoch)"),
+    "ner": Recipe(DEFAULT_ENCODER, epochs=3, lr=1e-4, batch_size=32, max_length=128,
+                  basis="table row ner (dev F1 after each epoch)"),
+    "qa": Recipe(DEFAULT_ENCODER, epochs=2, lr=1e-4, batch_size=32, max_length=384,
+                 basis="start: sweeps qa-3000-encoder-e2 vs qa-3000-offline-default-e2; epochs and lr not re-tuned"),
+}
+_NOT_TUNED = "start and epochs as full mode, lr 1e-3: not re-tuned"
+_FEATURE = {task: Recipe(r.model, epochs=r.epochs, lr=1e-3, batch_size=r.batch_size, max_length=r.max_length,
+                         basis=_NOT_TUNED) for task, r in _FULL.items()}
+_ADAPTER = {task: Recipe(r.model, epochs=r.epochs, lr=1e-3, batch_size=r.batch_size, max_length=r.max_length,
+                         basis=_NOT_TUNED) for task, r in _FULL.items()}
+RECIPES: dict[tuple[str, str], Recipe] = {
+    **{(t, "full"): r for t, r in _FULL.items()},
+    **{(t, "feature"): r for t, r in _FEATURE.items()},
+    **{(t, "adapter"): r for t, r in _ADAPTER.items()},
+}
+
+
+def recipe(task: str, mode: str = "full") -> Recipe:
+    """The defaults of `task` (sst2, nli, ner, qa) in `mode` (full, feature, adapter)."""
+    try:
+        return RECIPES[(task, mode)]
+    except KeyError:
+        tasks = sorted({t for t, _ in RECIPES})
+        modes = sorted({m for _, m in RECIPES})
+        raise KeyError(f"no defaults for task {task!r} in mode {mode!r}: tasks {', '.join(tasks)}; "
+                       f"modes {', '.join(modes)}.") from None
+
+
+__all__ = ["DEFAULT_ENCODER", "RECIPES", "START_NAMES", "Recipe", "recipe"]

@@ -1,0 +1,27 @@
+"""Pre-training objectives of the BERT family, one module each, and their registry.
+
+    objective = get_objective("electra")
+    model = objective.build(ModelShape.of("mini"), tokenizer)
+    batch = objective.collate(tokenizer, seed)(objective.examples(docs, tokenizer, 128, seed)[:8])
+    loss, metrics = objective.loss(model, batch)
+
+`bertlab.training.pretrain.pretrain(PretrainConfig(objective=...))` runs one on the shared loop.
+"""
+
+from __future__ import annotations
+
+from bertlab.training.objectives import albert, bert, electra, roberta, spanbert
+from bertlab.training.objectives.base import SIZES, ModelShape, Objective, ObjectiveError
+
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in (bert.OBJECTIVE, roberta.OBJECTIVE, albert.OBJECTIVE,
+                                                        electra.OBJECTIVE, spanbert.OBJECTIVE)}
+
+
+def get_objective(name: str) -> Objective:
+    """The objective called `name`; an ObjectiveError listing the names otherwise."""
+    if name not in OBJECTIVES:
+        raise ObjectiveError(f"objective {str(name)[:40]!r} is not one of {', '.join(OBJECTIVES)}.")
+    return OBJECTIVES[name]
+
+
+__all__ = ["OBJECTIVES", "SIZES", "ModelShape", "Objective", "ObjectiveError", "get_objective"]

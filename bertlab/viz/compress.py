@@ -1,0 +1,139 @@
+"""Figures of the compression lab (pure: plain results in, a figure or an HTML string out).
+
+The pruning curve (task score against heads kept), the distillation curves (the student's
+training loss and dev score), and the comparison of a session's variants: one table and one
+plot of CPU latency × score, each marker's area the model's size.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from bertlab.viz.mask import empty_figure
+from bertlab.viz.theme import Theme, current, finish
+
+DECIMALS = 4
+METHOD_ORDER = ("original", "int8", "pruned", "distilled")
+
+
+def plot_prune_curve(points: Sequence[Mapping[str, Any]], metric: str = "accuracy", keep: int | None = None,
+                     style: Theme | None = None) -> go.Figure:
+    """Dev `metric` against heads kept (points: dicts with heads_kept, fraction, score); a dashed
+    line at `keep`, the heads a pruned model keeps."""
+    t = style or current()
+    if not points:
+        return empty_figure("Prune a fine-tuned model to see its score against the heads it keeps.", t)
+    fig = go.Figure(go.Scatter(
+        x=[p["heads_kept"] for p in points], y=[round(p["score"], DECIMALS) for p in points], mode="lines+markers",
+        line=dict(color=t.color(0)), name=metric,
+        customdata=[round(100 * p["fraction"]) for p in points],
+        hovertemplate=f"%{{x}} heads (%{{customdata}} %) kept: {metric} %{{y:.3f}}<extra></extra>",
+    ))
+    if keep is not None:
+        fig.add_vline(x=keep, line=dict(dash="dash", color="#777"), annotation_text="pruned model")
+    fig.update_layout(height=340, width=620, plot_bgcolor="white", margin=dict(l=60, r=20, t=40, b=50),
+                      title=dict(text=f"dev {metric} with the least important heads switched off"),
+                      xaxis=dict(title="attention heads kept", autorange="reversed"),
+                      yaxis=dict(title=metric, rangemode="tozero"))
+    return finish(fig, t)
+
+
+def plot_distill_curves(history: Sequence[Mapping[str, Any]], metric: str = "accuracy",
+                        teacher: float | None = None, style: Theme | None = None) -> go.Figure:
+    """The student's training loss (left) and dev `metric` (right) by step, with the teacher's
+    dev score as a dashed line (history: the loop's entries, kind train/eval)."""
+    t = style or current()
+    train = [h for h in history if h.get("kind") == "train" and h.get("loss") is not None]
+    evals = [h for h in history if h.get("kind") == "eval" and metric in h]
+    if not train and not evals:
+        return empty_figure("Distil a fine-tuned model to see the student learn.", t)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["student's loss (soft + hard)", f"dev {metric}"],
+                        horizontal_spacing=0.12)
+    fig.add_trace(go.Scatter(x=[h["step"] for h in train], y=[round(h["loss"], DECIMALS) for h in train],
+                             mode="lines", name="student", line=dict(color=t.color(0)),
+                             hovertemplate="step %{x}: loss %{y:.4f}<extra></extra>"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=[h["step"] for h in evals], y=[round(h[metric], DECIMALS) for h in evals],
+                             mode="lines+markers", name="student", showlegend=False, line=dict(color=t.color(0)),
+                             hovertemplate=f"step %{{x}}: {metric} %{{y:.3f}}<extra></extra>"), row=1, col=2)
+    if teacher is not None:
+        fig.add_hline(y=teacher, line=dict(dash="dash", color="#777"), annotation_text="teacher", row=1, col=2)
+    fig.update_xaxes(title_text="step")
+    fig.update_layout(height=340, width=900, plot_bgcolor="white", margin=dict(l=60, r=20, t=50, b=50))
+    return finish(fig, t)
+
+
+def _size(v: Mapping[str, Any]) -> float:
+    return v["disk_mb"] if v.get("disk_mb") is not None else v["memory_mb"]
+
+
+def plot_variants(variants: Sequence[Mapping[str, Any]], batch: int = 1, style: Theme | None = None) -> go.Figure:
+    """CPU latency at `batch` (x, ms) against score (y), one marker per variant, its area the model's
+    size (MB, on disk when saved, else in memory); one colour per method."""
+    t = style or current()
+    key = f"latency_ms_b{batch}"
+    rows = [v for v in variants if v.get(key) is not None]
+    if not rows:
+        return empty_figure("Compress a model: every variant of this session appears here.", t)
+    biggest = max(_size(v) for v in rows) or 1.0
+    fig = go.Figure()
+    methods = [m for m in METHOD_ORDER if any(v["method"] == m for v in rows)]
+    methods += sorted({v["method"] for v in rows} - set(methods))
+    for n, method in enumerate(methods):
+        mine = [v for v in rows if v["method"] == method]
+        fig.add_trace(go.Scatter(
+            x=[round(v[key], 2) for v in mine], y=[round(v["score"], DECIMALS) if v.get("score") is not None else None
+                                                   for v in mine],
+            mode="markers+text", name=method, text=[v["name"] for v in mine], textposition="top center",
+            marker=dict(color=t.color(n), size=[8 + 40 * math.sqrt(_size(v) / biggest) for v in mine],
+                        line=dict(color="white", width=1)),
+            customdata=[[round(_size(v), 1), v["heads"], v["layers"]] for v in mine],
+            hovertemplate="%{text}: %{x} ms, score %{y:.3f}, %{customdata[0]} MB, %{customdata[2]} layers, "
+                          "%{customdata[1]} heads<extra></extra>",
+        ))
+    fig.update_layout(height=380, width=720, plot_bgcolor="white", margin=dict(l=60, r=20, t=40, b=50),
+                      title=dict(text=f"size (marker area) × CPU latency × score, batch {batch}"),
+                      xaxis=dict(title=f"CPU latency, batch {batch} (ms)", rangemode="tozero"),
+                      yaxis=dict(title="score on held-out examples"), legend=dict(title=dict(text="method")))
+    return finish(fig, t)
+
+
+def _cell(value: Any, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def variants_html(variants: Sequence[Mapping[str, Any]]) -> str:
+    """One table row per variant: size, latency, score, and the ratios to the original of its run."""
+    if not variants:
+        return ""
+    head = ("<tr><th>model</th><th>method</th><th>layers</th><th>heads</th><th>size (MB)</th>"
+            "<th>in memory (MB)</th><th>× original</th><th>latency b1 (ms)</th><th>speed-up b1</th>"
+            "<th>latency b32 (ms)</th><th>speed-up b32</th><th>score</th><th>Δ score</th></tr>")
+    rows = []
+    for v in variants:
+        base = v.get("baseline") or {}
+        ratio = _size(v) / _size(base) if base else None
+        speed1 = base.get("latency_ms_b1") / v["latency_ms_b1"] if base and v.get("latency_ms_b1") else None
+        speed32 = base.get("latency_ms_b32") / v["latency_ms_b32"] if base and v.get("latency_ms_b32") else None
+        delta = (v["score"] - base["score"]) * 100 if base and v.get("score") is not None and \
+            base.get("score") is not None else None
+        rows.append(
+            f"<tr><td>{html.escape(v['name'])}</td><td>{html.escape(v['method'])}</td><td>{v['layers']}</td>"
+            f"<td>{v['heads']}</td><td>{_cell(_size(v), '.1f')}</td><td>{_cell(v.get('memory_mb'), '.1f')}</td>"
+            f"<td>{_cell(ratio, '.2f')}</td>"
+            f"<td>{_cell(v.get('latency_ms_b1'), '.1f')}</td><td>{_cell(speed1, '.2f')}</td>"
+            f"<td>{_cell(v.get('latency_ms_b32'), '.0f')}</td><td>{_cell(speed32, '.2f')}</td>"
+            f"<td>{_cell(v.get('score'), '.3f')}</td><td>{_cell(delta, '+.1f')}</td></tr>")
+    style = "border-collapse:collapse;font-size:0.9em"
+    return (f'<table class="bertlab-compress-table" style="{style}" cellpadding="4">{head}{"".join(rows)}</table>'
+            '<div style="color:#555;font-size:0.85em">Size: the saved weights (in memory when not saved); '
+            "× original and Δ score (points) against the model it came from; latency on this machine's CPU, "
+            "median of a few batches.</div>")
+
+
+__all__ = ["plot_distill_curves", "plot_prune_curve", "plot_variants", "variants_html"]

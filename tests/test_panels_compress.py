@@ -1,0 +1,155 @@
+"""Compression tab without a browser: a tiny SST-2 classifier (2 layers, 32 wide, the MiniLM
+vocabulary) quantized, pruned and distilled through the panel's widgets in class mode; every
+variant lands in the table and the plot with the original, joins the model list and is saved in
+the student's workspace; refusals and a path outside the workspace show as messages."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+import bertlab
+from bertlab.compress.structure import heads_per_layer
+from bertlab.config import BertConfig
+from bertlab.model import Bert
+from bertlab.panels.app import TABS
+from bertlab.panels.compress import CompressPanel
+from bertlab.training.tasks import SST2_LABELS
+from bertlab.workspace import Workspace
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def classifier(vocab: int, layers: int = 2) -> Bert:
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
+                     attention_probs_dropout_prob=0.0, task="sequence_classification", id2label=dict(SST2_LABELS))
+    return Bert(cfg).eval()
+
+
+def write_sst2(folder: Path) -> Path:
+    rng = random.Random(0)
+    folder.mkdir(parents=True)
+    for name, n in (("train.tsv", 64), ("dev.tsv", 24)):
+        rows = ["sentence\tlabel"]
+        for _ in range(n):
+            label = rng.randint(0, 1)
+            rows.append(f"the film was {rng.choice(['good', 'fun'] if label else ['bad', 'dull'])} today\t{label}")
+        (folder / name).write_text("\n".join(rows) + "\n")
+    return folder
+
+
+@pytest.fixture
+def panel(tok, tmp_path):
+    ws = Workspace(tmp_path / "ws")  # class mode: typed paths and outputs stay in here
+    data = write_sst2(ws.uploads / "sst2")
+    made: list = []
+    p = CompressPanel(classifier(tok.vocab_size), tok, workspace=ws, latency_reps=1)
+    p.model_made = lambda name, m, t: made.append((name, m))
+    p.path.value = str(data)
+    p.max_train.value, p.max_dev.value = 64, 24
+    p.made_list = made
+    return p
+
+
+def errors(panel) -> str:
+    return " ".join(text for level, text in panel.messages if level == "error")
+
+
+def test_the_tab_is_in_the_app():
+    assert ("Compression", "bertlab.panels.compress:CompressPanel") in TABS
+
+
+def test_each_method_makes_a_variant_that_joins_the_table_the_plot_and_the_list(panel, tok):
+    ws_runs = panel.workspace.runs
+    for method in ("quantize", "prune", "distill"):
+        panel.method.value = method
+        if method == "distill":
+            panel.layers.value, panel.epochs.value, panel.lr.value = 1, 1, 1e-3
+        panel.start_button.click()
+        assert panel.start_button.disabled and not panel.cancel_button.disabled or not panel.running
+        assert panel.wait(60), method
+        assert not errors(panel), errors(panel)
+        assert not panel.start_button.disabled and "bertlab-busy" not in panel.message.value
+    names = [v["name"] for v in panel.variants]
+    assert [v["method"] for v in panel.variants] == ["original", "int8", "pruned", "distilled"], names
+    original = panel.variants[0]
+    assert all(v["baseline"] == original for v in panel.variants[1:])  # each compared with the model it came from
+    assert all(v["score"] is not None and v["latency_ms_b1"] > 0 for v in panel.variants)
+    int8, pruned, student = panel.variants[1:]
+    assert int8["disk_mb"] < 0.4 * original["memory_mb"]
+    assert pruned["heads"] == 4 and student["layers"] == 1
+    # the table: one row per variant; the plot: one marker per variant, grouped by method
+    assert panel.table.value.count("<tr>") == 1 + 4
+    plot = panel.plot_box.children[0]
+    assert sorted(t.name for t in plot.data) == ["distilled", "int8", "original", "pruned"]
+    assert sum(len(t.x) for t in plot.data) == 4
+    # the last curve drawn is the student's (loss by step); the pruning curve was drawn before it
+    assert panel.curve_box.children[0].data[0].x
+    # the variants joined the model list, and each folder in the workspace reloads
+    assert [name for name, _ in panel.made_list] == names[1:]
+    folders = [Path(v["folder"]) for v in panel.variants[1:]]
+    assert all(ws_runs in f.parents for f in folders)
+    again, _ = bertlab.load(str(folders[1]))
+    assert heads_per_layer(again) == heads_per_layer(panel.made_list[1][1])
+    assert "runs/" in panel.message.value  # where it was saved, as the student sees it
+
+
+def test_the_pruning_curve_draws_every_fraction(panel):
+    panel.method.value = "prune"
+    panel.keep.value = 0.25
+    panel.start()
+    assert panel.wait(60)
+    curve = panel.curve_box.children[0]
+    assert list(curve.data[0].x) == [8, 7, 6, 6, 5, 4, 3, 2, 2, 2]  # heads kept, one head per layer at least
+    assert panel.variants[-1]["heads"] == 2 and "figures" not in errors(panel)
+    assert set(panel.figures()) == {"variants", "curve"}
+
+
+def test_refusals_are_messages(panel, tok):
+    panel.set_model(Bert(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                    num_attention_heads=4, intermediate_size=64)), tok)
+    panel.method.value = "prune"
+    panel.start_button.click()
+    assert "no sentiment, NLI or NER head" in errors(panel) and not panel.running
+    panel.method.value = "quantize"  # quantization needs no task: size and speed only
+    panel.start_button.click()
+    assert panel.wait(60) and not errors(panel)
+    assert panel.variants[-1]["method"] == "int8" and panel.variants[-1]["score"] is None
+    panel.set_model(panel.made_list[-1][1], tok)
+    panel.start_button.click()
+    assert "int8 already" in errors(panel)
+    panel.set_model(classifier(tok.vocab_size), tok)
+    panel.path.value = "/etc"
+    panel.method.value = "prune"
+    panel.start_button.click()
+    assert "Only files in your workspace" in errors(panel) and not panel.running
+
+
+def test_a_run_shows_a_busy_sign_and_cancel_stops_it(panel):
+    panel.method.value = "distill"
+    panel.layers.value, panel.epochs.value = 1, 50
+    panel.start()
+    assert "bertlab-busy" in panel.message.value and panel.start_button.disabled
+    panel.cancel_button.click()
+    assert panel.wait(60)
+    assert not errors(panel) and "bertlab-busy" not in panel.message.value
+    assert not panel.start_button.disabled and panel.cancel_button.disabled
+    assert panel.variants[-1]["method"] != "distilled" or panel.made_list  # a student so far joins, or nothing
+
+
+def test_a_variant_compressed_again_is_compared_with_its_own_row(panel, tok):
+    panel.method.value = "prune"
+    panel.start()
+    assert panel.wait(60)
+    pruned = panel.variants[-1]
+    panel.set_model(panel.made_list[-1][1], tok)  # the student picks the pruned model in the list
+    panel.method.value = "quantize"
+    panel.start()
+    assert panel.wait(60) and not errors(panel)
+    assert [v["method"] for v in panel.variants] == ["original", "pruned", "int8"]
+    assert panel.variants[-1]["baseline"] is pruned and panel.variants[-1]["heads"] == pruned["heads"]
