@@ -382,7 +382,64 @@ def forward() -> str:
     return "\n".join(rows)
 
 
+def dashboard() -> str:
+    """Widget edit to figure redrawn in the kernel, and start-up (bench/bench_dashboard.py)."""
+    d = _load("dashboard")
+    rows = ["| interaction | p50 ms | p95 ms |", "|---|---|---|"]
+    for r in d["interactions"]:
+        rows.append(f"| {r['interaction']} | {_num(r['p50_ms'])} | {_num(r['p95_ms'])} |")
+    worst = max(d["interactions"], key=lambda r: r["p95_ms"])
+    start = d["startup"]
+    rows.append("")
+    rows.append(f"Slowest p95: {worst['interaction']}, {_num(worst['p95_ms'])} ms (aim ≤ 100 ms). Start-up, a fresh "
+                f"process to the app built: median {start['median_s']:.2f} s of {len(start['runs_s'])} runs "
+                f"({min(start['runs_s']):.2f}–{max(start['runs_s']):.2f} s). (`python bench/bench_dashboard.py`, "
+                f"offline default, {d['meta']['tokens']} tokens, {d['meta']['repeats']} edits each, "
+                f"{d['meta']['threads']} threads)")
+    return "\n".join(rows)
+
+
+def pretrain() -> str:
+    """MLM pre-training tokens/s against HF's BertForMaskedLM (bench/bench_pretrain.py)."""
+    d = _load("pretrain")
+    rows = ["| shape | variant | batch × seq | ms per step | tokens/s | vs HF |", "|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        rows.append(f"| {r['preset']} | {r['variant']} | {r['batch']} × {r['seq']} | {_num(r['ms_per_step'])} "
+                    f"| {_num(r['tokens_per_s'])} | {r['speedup_vs_hf']:.2f} |")
+    m = d["meta"]
+    rows.append("")
+    rows.append(f"(`python bench/bench_pretrain.py`, {m['device']}, {m['threads']} thread(s), {m['precision']}, "
+                f"{m['steps']} steps after {m['warmup']} warm-up)")
+    return "\n".join(rows)
+
+
+def default_heads() -> str:
+    """The shipped heads' figures, as `bertlab train-default-heads` measured them on the file it wrote
+    (bertlab/assets/default_heads.json)."""
+    d = json.loads((ROOT / "bertlab" / "assets" / "default_heads.json").read_text(encoding="utf-8"))
+    wiki, text2 = d["mlm_wiki_held_out"], d["mlm_wikitext2_valid"]
+    packed, single, everyday = d["nsp_wiki_held_out"], d["nsp_wiki_held_out_sentences"], d["nsp_everyday_pairs"]
+    pairs = everyday["p_is_next"]
+    right = round(everyday["accuracy"] * len(pairs))
+    pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
+    rows = ["| held-out text | masked tokens | top-1 | top-5 | NSP accuracy |", "|---|---|---|---|---|",
+            f"| Wikipedia (offline corpus, held-out articles) | {wiki['masked_tokens']:,} | **{pct(wiki['top1'])}** "
+            f"| **{pct(wiki['top5'])}** | {pct(packed['accuracy'])} ({packed['pairs']:,} packed pairs), "
+            f"{pct(single['accuracy'])} ({single['pairs']:,} one-sentence pairs) |",
+            f"| WikiText-2 valid | {text2['masked_tokens']:,} | {pct(text2['top1'])} | {pct(text2['top5'])} | – |",
+            f"| {len(pairs)} everyday pairs (`EVERYDAY_PAIRS`) | – | – | – | {right} of {len(pairs)} |",
+            "", "| everyday pair (first half: real pairs; second half: random) | P(B follows A) |", "|---|---|"]
+    rows += [f"| {pair} | {pct(prob)} |" for pair, prob in pairs.items()]
+    rows += ["", "Fill-ins: " + "; ".join(f'"{k}" → {", ".join(v)}' for k, v in d["fill_ins"].items()) + ".",
+             "", f"({d['total_steps']:,} steps in all; `_how` in bertlab/assets/default_heads.json gives the chain of "
+             "commands)"]
+    return "\n".join(rows)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
+    "default-heads": default_heads,
+    "dashboard": dashboard,
+    "pretrain": pretrain,
     "forward": forward,
     "explain": explain,
     "compress": compress,

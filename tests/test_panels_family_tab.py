@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 
 import pytest
 import torch
@@ -157,6 +158,8 @@ def test_albert_shared_layer_factorised_embeddings_and_sop_on_the_halves(members
 def test_roberta_card_shows_dynamic_masking(members):
     panel = _panel(members, "roberta", "bert")
     assert "no next-sentence" in panel.objectives.value and panel.objectives.value.count('class="bl-epoch"') == 3
+    cells = re.findall(r'class="bl-tok"[^>]*>([^<]*)</span>', panel.objectives.value)  # the pieces on show
+    assert cells and not any("Ġ" in c for c in cells) and any(WORD_START_MARK in c for c in cells)  # as the Input tab
     assert next(v for v in panel.views if v.name == "roberta").pair is None
 
 

@@ -422,14 +422,10 @@ def electra_pair(generator: torch.nn.Module, gen_tok: Tokenizer, discriminator: 
     """Mask the pieces of `word` and a `rate` share of the others (drawn with `seed`), let the generator
     sample a replacement at each from its softmax (special tokens never drawn), and ask the discriminator,
     for every piece of the result, whether it was replaced (as in ELECTRA's pre-training)."""
-    generator.require("mlm")
     discriminator.require("rtd")
-    if gen_tok.get_vocab() != disc_tok.get_vocab():
-        raise InputError("The generator and the discriminator must share one vocabulary (an ELECTRA pair is "
-                         "trained together): pick the generator that belongs to this discriminator.")
-    text = check_sentence(text)
-    limit = min(max_tokens(generator), max_tokens(discriminator))
-    enc = gen_tok.encode(text, max_length=min(gen_tok.model_max_length, limit))
+    enc = _encode_for_pair(generator, gen_tok, discriminator, disc_tok, text,
+                           "The generator and the discriminator must share one vocabulary (an ELECTRA pair is "
+                           "trained together): pick the generator that belongs to this discriminator.")
     ordinary = [i for i, w in enumerate(enc.word_ids) if w is not None]
     if not ordinary:
         raise InputError("The sentence has no words the tokenizer can read: type a sentence.")
@@ -481,18 +477,26 @@ class Distillation:
     student_top: list[tuple[str, float]]
 
 
+def _encode_for_pair(a: torch.nn.Module, a_tok: Tokenizer, b: torch.nn.Module, b_tok: Tokenizer, text: str,
+                     not_shared: str) -> Encoding:
+    """`text` encoded for two models that must read one vocabulary (`not_shared` says so otherwise): `a`
+    predicts masked words; the length is what both can read."""
+    a.require("mlm")
+    if a_tok.get_vocab() != b_tok.get_vocab():
+        raise InputError(not_shared)
+    text = check_sentence(text)
+    limit = min(max_tokens(a), max_tokens(b))
+    return a_tok.encode(text, max_length=min(a_tok.model_max_length, limit))
+
+
 def distillation(student: torch.nn.Module, s_tok: Tokenizer, teacher: torch.nn.Module, t_tok: Tokenizer,
                  text: str, word: WordChoice, k: int = 3) -> Distillation:
     """The soft-target loss of DistilBERT's training on this sentence: hide `word` (all its pieces) in
     both models and compare their distributions at its first piece. They must share a vocabulary."""
-    student.require("mlm")
     teacher.require("mlm")
-    if s_tok.get_vocab() != t_tok.get_vocab():
-        raise InputError("The student and the teacher must share one vocabulary to compare their guesses: pick "
-                         "the teacher it was distilled from (e.g. bert-base-uncased for distilbert-base-uncased).")
-    text = check_sentence(text)
-    limit = min(max_tokens(student), max_tokens(teacher))
-    enc = s_tok.encode(text, max_length=min(s_tok.model_max_length, limit))
+    enc = _encode_for_pair(student, s_tok, teacher, t_tok, text,
+                           "The student and the teacher must share one vocabulary to compare their guesses: pick "
+                           "the teacher it was distilled from (e.g. bert-base-uncased for distilbert-base-uncased).")
     positions = hidden_positions(enc, word)
     if not positions:
         raise InputError(f"This tokenizer has no piece for {echo(word.text)}: choose another word.")

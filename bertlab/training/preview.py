@@ -53,6 +53,7 @@ class MaskedExample:
     warning: str | None = None  # set when a long text was cut
     special: list[bool] | None = None  # True for the tokenizer's special tokens (never chosen)
     mask_token: str = DEFAULT_SPECIALS["mask"]  # how the tokenizer spells its mask token
+    shown: list[str] | None = None  # `masked` as a student reads it (Tokenizer.readable_pieces); None = as is
 
     @property
     def num_eligible(self) -> int:
@@ -98,11 +99,13 @@ def mask_example(
         strategy=strategy, word_starts=word_starts_from_ids(ids, tables.continuation), mlm_probability=rate,
         exclude_from_random=tables.reserved,
     )
+    masked = tok.convert_ids_to_tokens(out.input_ids[0].tolist())
     return MaskedExample(
-        tokens=enc.tokens, masked=tok.convert_ids_to_tokens(out.input_ids[0].tolist()),
+        tokens=enc.tokens, masked=masked,
         kinds=[MaskKind(int(k)) for k in out.kind[0]], units=out.unit_ids[0].tolist(),
         strategy=strategy, rate=rate, seed=seed, warning=enc.warning,
         special=[bool(m) for m in enc.special_tokens_mask], mask_token=tok.mask_token,
+        shown=tok.readable_pieces(masked),
     )
 
 

@@ -112,7 +112,7 @@ def _masked_line(ex: MaskedExample) -> str:
         f'<span class="bl-tok" data-kind="{KIND_NAMES[k]}" title="{html.escape(_tip(ex, i), quote=True)}" '
         f'style="{_CELL};display:inline-block;margin:1px;background:{KIND_COLORS.get(k, "transparent")}">'
         f'{html.escape(seen)}</span>'
-        for i, (seen, k) in enumerate(zip(ex.masked, ex.kinds))
+        for i, (seen, k) in enumerate(zip(ex.shown or ex.masked, ex.kinds))
     )
 
 

@@ -7,10 +7,9 @@ Screenshots go to $TMPDIR/bertlab-screenshots (and docs/img with BERTLAB_UPDATE_
 from __future__ import annotations
 
 import re
-from urllib.parse import urlparse
 
 import pytest
-from dashboard_page import CURRENT, PLOT, TAB, open_tab
+from dashboard_page import CURRENT, PLOT, open_dashboard_offline, open_tab
 
 from bertlab.panels.app import TABS
 
@@ -27,23 +26,10 @@ def _slug(title: str) -> str:
 @pytest.fixture
 def app(dashboard_url, dashboard_page):
     """The dashboard loaded with the network cut off; yields (page, refused URLs, page errors)."""
-    page, refused, errors = dashboard_page, [], []
-    page.loaded = []  # loopback URLs the page asked for
-
-    def route(r):
-        if urlparse(r.request.url).hostname in ("127.0.0.1", "localhost"):
-            page.loaded.append(r.request.url)
-            r.continue_()
-        else:
-            refused.append(r.request.url)
-            r.abort()
-
-    page.route("**/*", route)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(dashboard_url, wait_until="domcontentloaded")
-    page.wait_for_selector(TAB)
-    page.wait_for_selector(f"{CURRENT} {PLOT}")  # the first tab drew
-    yield page, refused, errors
+    page = dashboard_page
+    seen = open_dashboard_offline(page, dashboard_url)
+    page.loaded = seen.loaded  # loopback URLs the page asked for
+    yield page, seen.refused, seen.errors
 
 
 def _errors_on_show(page) -> list[str]:

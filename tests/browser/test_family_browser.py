@@ -5,10 +5,8 @@ tokenizers' rows, both models' guesses, the parameter chart, the objective cards
 
 from __future__ import annotations
 
-from urllib.parse import urlparse
-
 import pytest
-from dashboard_page import CURRENT, PLOT, TAB, open_tab
+from dashboard_page import CURRENT, PLOT, open_dashboard_offline, open_tab
 from tiny_models import family_folder
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -16,20 +14,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 def test_family_tab_shows_two_models_side_by_side(dashboard_url, dashboard_page, tmp_path, screenshot_dirs):
     folder = family_folder(tmp_path, "roberta")
-    page, refused, errors = dashboard_page, [], []
-
-    def route(r):
-        if urlparse(r.request.url).hostname in ("127.0.0.1", "localhost"):
-            r.continue_()
-        else:
-            refused.append(r.request.url)
-            r.abort()
-
-    page.route("**/*", route)
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(dashboard_url, wait_until="domcontentloaded")
-    page.wait_for_selector(TAB)
-    page.wait_for_selector(f"{CURRENT} {PLOT}")
+    page = dashboard_page
+    seen = open_dashboard_offline(page, dashboard_url)
+    refused, errors = seen.refused, seen.errors
     # The student loads a second model in the picker (every tab switches to it; the default stays listed).
     page.get_by_placeholder("hub name or local folder").fill(str(folder))
     page.get_by_role("button", name="Load", exact=True).click()
