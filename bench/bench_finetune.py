@@ -6,17 +6,22 @@ order skips a partial last batch), tokenized once by bertlab's tokenizer (`featu
 same max length). The variants differ only in how they cut that epoch into batches and in the code that
 trains: so examples/s and real tokens/s are over the same sentences, and their ratios are like for like.
 The classifiers have the same shape (random initialisation: the speed does not depend on the weights),
-batch size, learning rate and linear decay, AdamW (fused on CUDA, no decay on biases/LayerNorm), gradient
-clipping at 1.0 and precision (bf16 autocast on CUDA, fp32 on CPU). Variants:
+batch size, learning rate and linear decay, AdamW (fused on CUDA, no decay on biases/LayerNorm) and gradient
+clipping at 1.0. Precision is each variant's own (the row's `precision`): bertlab's default, "auto", is bf16
+autocast where the device multiplies bf16 natively (a GPU; a CPU with AVX-512 BF16 or AMX), else fp32; HF's
+`Trainer` defaults to fp32 (the GPU runs give it bf16=True, as before). Variants:
 
   bertlab           `training.loop.train` with `BucketBatchSampler` (batches of similar lengths, padded to
                     their longest) and `tasks.collate`; loss = cross-entropy of `Bert`'s classifier logits.
                     Its buckets hold as many batches as HF's mega-batches (see `bucket_batches`: its default
-                    50 from 6,400 sentences up), so on a sample both bucketing samplers pad alike
-  bertlab-shuffled  the same loop with its default seeded shuffle (no bucketing)
+                    50 from 6,400 sentences up), so on a sample both bucketing samplers pad alike. Precision
+                    "auto", what `bertlab finetune` runs
+  bertlab-fp32      the same in fp32: like for like with `hf-grouped` on a CPU
+  bertlab-shuffled  the same loop (precision "auto") with its default seeded shuffle (no bucketing)
   hf                `Trainer` + `BertForSequenceClassification` (attn_implementation="sdpa") with the
-                    default `DataCollatorWithPadding` and random batches
+                    default `DataCollatorWithPadding` and random batches, HF's default precision
   hf-grouped        the same with `train_sampling_strategy="group_by_length"` (HF's own bucketing)
+  hf-grouped-bf16   the same with `bf16=True` (bf16 autocast): like for like with `bertlab` where it runs bf16
 
 Each variant runs in a fresh process, so that its peak memory is its own: on GPU
 `torch.cuda.max_memory_allocated` during training; on CPU the process's peak resident set (`ru_maxrss`)
@@ -64,8 +69,8 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "minilm": (6, 384, 12, 1536),  # the offline default's shape (all-MiniLM-L6-v2)
     "base": (12, 768, 12, 3072),  # BERT-base
 }
-VARIANTS = ("bertlab", "bertlab-shuffled", "hf", "hf-grouped")
-BASELINES = ("hf", "hf-grouped")  # the speed-ups are over these
+VARIANTS = ("bertlab", "bertlab-fp32", "bertlab-shuffled", "hf", "hf-grouped", "hf-grouped-bf16")
+BASELINES = ("hf", "hf-grouped", "hf-grouped-bf16")  # the speed-ups are over these
 LR = 2e-5
 RESULT = "RESULT "  # prefix of the worker's JSON line
 
@@ -177,14 +182,16 @@ def prepare_bertlab(spec: Mapping[str, Any], tok: Any, counting: CountingCollate
                             task="sequence_classification", id2label=SST2_LABELS))
     counting.fn = functools.partial(collate, pad_token_id=tok.pad_token_id)
 
+    precision = "fp32" if spec["variant"] == "bertlab-fp32" else "auto"
+
     def run(features: list, steps: int | None) -> None:
         sampler = None
-        if spec["variant"] == "bertlab":
+        if spec["variant"] in ("bertlab", "bertlab-fp32"):
             sampler = BucketBatchSampler([len(f) for f in features], spec["batch"],
                                          bucket_batches=bucket_batches(len(features), spec["batch"]), seed=spec["seed"])
         epoch_steps = len(features) // spec["batch"]
         cfg = TrainConfig(lr=LR, max_steps=steps, epochs=1, batch_size=spec["batch"], seed=spec["seed"],
-                          device=spec["device"], precision="auto", log_every=steps or epoch_steps,
+                          device=spec["device"], precision=precision, log_every=steps or epoch_steps,
                           max_grad_norm=1.0, weight_decay=0.01)
         train(model, classification_loss, features, cfg, collate=counting, batch_sampler=sampler).raise_for_status()
 
@@ -208,6 +215,7 @@ def prepare_hf(spec: Mapping[str, Any], tok: Any, counting: CountingCollate) -> 
     counting.fn = transformers.DataCollatorWithPadding(
         transformers.BertTokenizerFast.from_pretrained(str(default_model_folder())))
     gpu = spec["device"] == "cuda"
+    bf16 = gpu or spec["variant"] == "hf-grouped-bf16"
 
     def run(features: list, steps: int | None) -> None:
         data = [{"input_ids": f.input_ids, "token_type_ids": f.token_type_ids,
@@ -216,9 +224,9 @@ def prepare_hf(spec: Mapping[str, Any], tok: Any, counting: CountingCollate) -> 
         args = transformers.TrainingArguments(
             output_dir=out, per_device_train_batch_size=spec["batch"], num_train_epochs=1,
             max_steps=steps or -1, learning_rate=LR, weight_decay=0.01, warmup_steps=0, lr_scheduler_type="linear",
-            max_grad_norm=1.0, seed=spec["seed"], bf16=gpu, use_cpu=not gpu,
+            max_grad_norm=1.0, seed=spec["seed"], bf16=bf16, use_cpu=not gpu,
             optim="adamw_torch_fused" if gpu else "adamw_torch",
-            train_sampling_strategy="group_by_length" if spec["variant"] == "hf-grouped" else "random",
+            train_sampling_strategy="group_by_length" if spec["variant"].startswith("hf-grouped") else "random",
             logging_strategy="no", save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True,
             dataloader_num_workers=0,
         )
@@ -228,6 +236,15 @@ def prepare_hf(spec: Mapping[str, Any], tok: Any, counting: CountingCollate) -> 
             shutil.rmtree(out, ignore_errors=True)
 
     return run
+
+
+def variant_precision(variant: str, device: torch.device) -> str:
+    """"bf16" (autocast) or "fp32": what a variant's matrix products run in on `device`."""
+    from bertlab.training.loop import resolve_precision
+
+    if variant.startswith("hf"):
+        return "bf16" if device.type == "cuda" or variant == "hf-grouped-bf16" else "fp32"
+    return resolve_precision("fp32" if variant == "bertlab-fp32" else "auto", device)
 
 
 def worker(spec: Mapping[str, Any]) -> dict:
@@ -259,7 +276,8 @@ def worker(spec: Mapping[str, Any]) -> dict:
     if examples != len(timed):
         raise RuntimeError(f"{spec['variant']} trained on {examples} sentences, not the {len(timed)} asked for.")
     out = {
-        "preset": spec["preset"], "variant": spec["variant"], "batch": spec["batch"], "examples": examples,
+        "preset": spec["preset"], "variant": spec["variant"], "precision": variant_precision(spec["variant"], device),
+        "batch": spec["batch"], "examples": examples,
         "tokens": tokens, "positions": positions, "steps": len(counting.batches), "seconds": round(sec, 3),
         "setup_s": round(counting.first_call - t0, 3),
         "examples_per_s": round(examples / sec, 2), "tokens_per_s": round(tokens / sec, 1),
@@ -317,8 +335,9 @@ def add_speedups(rows: list[dict]) -> None:
                 round(r["examples_per_s"] / ref["examples_per_s"], 3) if ref else None)
 
 
-HEADER = ("| preset | variant | sentences | s | examples/s | real tokens/s | positions/s | vs hf | vs hf-grouped "
-          "| padding | mean padded len | peak MiB | RSS rise MiB |\n" + "|---" * 13 + "|")
+HEADER = ("| preset | variant | precision | sentences | s | examples/s | real tokens/s | positions/s | vs hf "
+          "| vs hf-grouped | vs hf-grouped-bf16 | padding | mean padded len | peak MiB | RSS rise MiB |\n"
+          + "|---" * 15 + "|")
 
 
 def _dash(v: object) -> object:
@@ -327,9 +346,10 @@ def _dash(v: object) -> object:
 
 def fmt_row(r: dict) -> str:
     mem = r["peak_mem_mb"] if r["peak_mem_mb"] is not None else r["peak_rss_mb"]
-    return (f"| {r['preset']} | {r['variant']} | {r['examples']} | {r['seconds']:.1f} | {r['examples_per_s']:.1f} | "
-            f"{r['tokens_per_s']:.0f} | {r['positions_per_s']:.0f} | {_dash(r.get('speedup_vs_hf'))} | "
-            f"{_dash(r.get('speedup_vs_hf_grouped'))} | {100 * r['padding']:.1f} % | {r['mean_len']} | {mem} | "
+    return (f"| {r['preset']} | {r['variant']} | {r['precision']} | {r['examples']} | {r['seconds']:.1f} | "
+            f"{r['examples_per_s']:.1f} | {r['tokens_per_s']:.0f} | {r['positions_per_s']:.0f} | "
+            f"{_dash(r.get('speedup_vs_hf'))} | {_dash(r.get('speedup_vs_hf_grouped'))} | "
+            f"{_dash(r.get('speedup_vs_hf_grouped_bf16'))} | {100 * r['padding']:.1f} % | {r['mean_len']} | {mem} | "
             f"{_dash(r['rss_increase_mb'])} |")
 
 
@@ -404,7 +424,7 @@ def main() -> None:
     meta = {"torch": torch.__version__, "transformers": importlib.metadata.version("transformers"), "device": a.device,
             "gpu": torch.cuda.get_device_name() if a.device == "cuda" else None,
             "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "threads": a.threads,
-            "precision": "bf16 autocast" if a.device == "cuda" else "fp32", "timed": "one epoch",
+            "precision": "per row", "timed": "one epoch",
             "examples": rows[0]["examples"] if rows else None, "examples_asked": a.examples or "all",
             "sample_seed": a.seed, "warmup_steps": a.warmup, "rounds": a.rounds,
             "bucket_batches": bucket_batches(rows[0]["examples"], a.batch) if rows else None, "batch": a.batch,

@@ -124,7 +124,8 @@ def row_from_results(name: str, task: str, args: list[str], summary: dict[str, A
         "train_examples": summary["train_examples"], "eval_examples": summary["eval_examples"],
         "trainable_parameters": summary["trainable_parameters"],
         "train_s": summary["wall_time_s"], "wall_s": round(wall, 1) if wall is not None else None,
-        "device": summary["device"], "threads": threads, "cpus": cpus or "any",
+        "device": summary["device"], "precision": summary.get("precision", "fp32"), "threads": threads,
+        "cpus": cpus or "any",
         "cores": os.cpu_count(), "cpu": platform.machine(), "load_avg_end": [round(x, 2) for x in os.getloadavg()],
         "when": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
     }

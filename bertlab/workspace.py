@@ -180,9 +180,9 @@ class Workspace:
     def model_source(self, user_text: str) -> str:
         """What `bertlab.loading.load` should get for a model the student typed: a folder, or a
         hub name. Class mode: a hub name only when it is in the hub cache, a folder only where
-        `resolve(..., "model")` allows it."""
+        `resolve(..., "model")` allows it; the models bertlab ships (e.g. default-encoder) always."""
         text = user_text.strip()
-        if not self.confined:
+        if not self.confined or text in settings.BUILT_IN_MODELS:  # shipped with bertlab: nothing outside to reach
             return text
         if _HUB_ID.fullmatch(text) and ".." not in text:
             local = [c for c in (self.root / text, settings.data_dir() / text) if c.exists()]

@@ -84,12 +84,19 @@ def test_pretrain_flops_formula():
 def test_finetune_script_times_every_variant_over_the_same_sentences(tmp_path, shared_data):
     pytest.importorskip("accelerate")
     out = tmp_path / "finetune.json"
-    proc = _run("bench_finetune.py", "--presets", "tiny", "--variants", "bertlab", "hf", "hf-grouped",
-                "--examples", "70", "--warmup", "1", "--batch", "8", "--rounds", "1", "--out", str(out),
+    variants = ["bertlab", "bertlab-fp32", "hf", "hf-grouped", "hf-grouped-bf16"]
+    proc = _run("bench_finetune.py", "--presets", "tiny", "--variants", *variants, "--examples", "70",
+                "--warmup", "1", "--batch", "8", "--rounds", "1", "--out", str(out),
                 env={"BERTLAB_DATA": str(shared_data)})
     result = json.loads(out.read_text())
     rows = {r["variant"]: r for r in result["rows"]}
-    assert set(rows) == {"bertlab", "hf", "hf-grouped"}
+    assert set(rows) == {"bertlab", "bertlab-fp32", "hf", "hf-grouped", "hf-grouped-bf16"}
+    # each row says what its products ran in: HF's default is fp32 on a CPU, bertlab's follows the CPU
+    from bertlab.training.loop import native_bf16
+
+    auto = "bf16" if native_bf16(torch.device("cpu")) else "fp32"
+    assert {v: r["precision"] for v, r in rows.items()} == {
+        "bertlab": auto, "bertlab-fp32": "fp32", "hf": "fp32", "hf-grouped": "fp32", "hf-grouped-bf16": "bf16"}
     # one whole epoch of the same 64 sentences (70 cut to whole batches of 8) for every variant
     assert {(r["examples"], r["tokens"], r["steps"]) for r in rows.values()} == {(64, rows["hf"]["tokens"], 8)}
     for r in rows.values():
@@ -98,6 +105,7 @@ def test_finetune_script_times_every_variant_over_the_same_sentences(tmp_path, s
         assert r["peak_rss_mb"] > 0 and r["rss_increase_mb"] is not None and r["setup_s"] >= 0
         assert r["rounds"] == 1 and len(r["load_before"]) == 1 and len(r["load_before"][0]) == 3
     assert rows["hf"]["speedup_vs_hf"] == 1.0 and rows["hf-grouped"]["speedup_vs_hf_grouped"] == 1.0
+    assert rows["hf-grouped-bf16"]["speedup_vs_hf_grouped_bf16"] == 1.0
     ratio = rows["bertlab"]["examples_per_s"] / rows["hf-grouped"]["examples_per_s"]
     assert rows["bertlab"]["speedup_vs_hf_grouped"] == pytest.approx(ratio, rel=0.01)
     # length-bucketing: both bucketing samplers pad less than random batches over the same epoch
@@ -105,7 +113,7 @@ def test_finetune_script_times_every_variant_over_the_same_sentences(tmp_path, s
     assert rows["hf-grouped"]["padding"] < rows["hf"]["padding"]
     meta = result["meta"]
     assert meta["examples"] == 64 and meta["timed"] == "one epoch" and len(meta["load_avg_start"]) == 3
-    assert "| tiny | hf-grouped | 64 |" in proc.stdout
+    assert "| tiny | hf-grouped | fp32 | 64 |" in proc.stdout
 
 
 def test_the_timed_sentences_are_a_seeded_sample_of_whole_batches():

@@ -257,7 +257,7 @@ def test_feature_mode_trains_the_head_only(synthetic, tok):
     start = with_task_head(cfg.model, get_task("sst2"))
     before = {k: v.clone() for k, v in start.state_dict().items()}
     r = finetune(cfg, tokenizer=tok)
-    assert r.status == "completed" and cfg.learning_rate == 1e-3
+    assert r.status == "completed" and cfg.learning_rate == recipe("sst2", "feature").lr
     changed = _changed(before, r.model)
     assert changed == {"classifier.weight", "classifier.bias", "bert.pooler.dense.weight", "bert.pooler.dense.bias"}
     assert r.trainable_parameters == sum(before[k].numel() for k in changed)

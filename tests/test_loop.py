@@ -161,10 +161,11 @@ def test_no_weight_decay_on_biases_and_layernorm():
 def test_grad_accumulation_equals_one_big_batch():
     big, small = Tiny(), Tiny()
     data = make_data(64)
+    exact = dict(max_steps=5, max_grad_norm=None, precision="fp32")  # bf16 rounds each micro-batch apart
     with optimizer_steps() as big_steps:
-        train(big, ce_loss, data, cfg(batch_size=8, grad_accum_steps=1, max_steps=5, max_grad_norm=None))
+        train(big, ce_loss, data, cfg(batch_size=8, grad_accum_steps=1, **exact))
     with optimizer_steps() as small_steps:
-        train(small, ce_loss, data, cfg(batch_size=2, grad_accum_steps=4, max_steps=5, max_grad_norm=None))
+        train(small, ce_loss, data, cfg(batch_size=2, grad_accum_steps=4, **exact))
     assert len(big_steps) == len(small_steps) == 5  # one optimizer step per 4 micro-batches
     assert [n for n, _ in small_steps] == pytest.approx([n for n, _ in big_steps], rel=1e-5)
     assert_same(weights(big), weights(small), atol=1e-6)
@@ -743,3 +744,58 @@ def test_bert_checkpoints_load_in_bertlab_and_transformers(tmp_path: Path, word_
     torch.testing.assert_close(reloaded.mlm_logits, mine.mlm_logits, atol=0, rtol=0)
     torch.testing.assert_close(theirs.prediction_logits, mine.mlm_logits, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(theirs.seq_relationship_logits, mine.nsp_logits, atol=1e-5, rtol=1e-4)
+
+
+# -- memory and precision on a CPU -----------------------------------------------------------------
+def test_a_cpu_run_hands_the_heaps_free_pages_back_every_few_steps_and_at_the_end(monkeypatch):
+    from bertlab.training import loop
+
+    calls = []
+    monkeypatch.setattr(loop, "release_free_memory", lambda: calls.append(1) or True)
+    train(Tiny(), ce_loss, make_data(), cfg(max_steps=2 * loop.TRIM_EVERY + 3))
+    assert len(calls) == 2 + 1  # steps 10 and 20, then once when the run ends
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
+def test_trimming_gives_freed_heap_memory_back_to_the_system():
+    from bertlab.training.loop import release_free_memory
+
+    def rss_mb() -> float:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD: these blocks come from the heap, as after glibc's own raising
+    try:
+        blocks = [libc.malloc(256 * 1024) for _ in range(1600)]  # 400 MB of heap blocks, touched
+        for b in blocks:
+            ctypes.memset(b, 1, 256 * 1024)
+        keep = blocks[-1]  # one block at the top keeps glibc from shrinking the heap by itself
+        for b in blocks[:-1]:
+            libc.free(b)
+        before = rss_mb()
+        assert release_free_memory() is True
+        assert rss_mb() < before - 300  # the freed pages in the middle of the heap went back
+        libc.free(keep)
+    finally:
+        libc.mallopt(-3, 128 * 1024)
+
+
+def test_auto_precision_means_bf16_only_where_the_device_has_it_natively(monkeypatch):
+    from bertlab.training import loop
+
+    cpu = torch.device("cpu")
+    assert loop.resolve_precision("fp32", cpu) == "fp32" and loop.resolve_precision("bf16", cpu) == "bf16"
+    monkeypatch.setattr(loop, "native_bf16", lambda device: False)
+    assert loop.resolve_precision("auto", cpu) == "fp32"
+    assert isinstance(loop.autocast_context("auto", cpu), contextlib.nullcontext)
+    monkeypatch.setattr(loop, "native_bf16", lambda device: True)
+    assert loop.resolve_precision("auto", cpu) == "bf16"
+    with loop.autocast_context("auto", cpu):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+    events = []
+    train(Tiny(), ce_loss, make_data(), cfg(max_steps=1), callbacks=[events.append])
+    assert "bf16 autocast" in events[0].message  # the run says what it computes in

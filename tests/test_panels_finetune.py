@@ -80,6 +80,10 @@ def test_a_run_draws_live_curves_and_the_model_joins_the_picker(session, tok):
     assert list(dev.x) == [2, 4, 6, 8]  # EVALS_PER_EPOCH = 4
     np.testing.assert_allclose(dev.y, [round(100 * a, 4) for a in accuracies])
     assert panel.progress.value == panel.progress.max == 8
+    from bertlab.training.loop import native_bf16
+
+    assert run.precision == ("bf16" if native_bf16(torch.device("cpu")) else "fp32")  # from the loop's start
+    assert ("bf16</span>" in panel.progress_text.value) == (run.precision == "bf16")  # said where it applies
     name, model, tok2 = made[0]
     assert re.fullmatch(r"sst2 · full \(accuracy=0\.\d+\)", name) and tok2 is tok
     pred = classify(model, tok, "a wonderful film")
@@ -334,7 +338,7 @@ def test_the_panel_opens_on_a_model_without_a_task_head(default_model, tmp_path)
     assert panel.max_train.value == 2000 and "cpu" in panel.device_note.value
     assert len(panel.curves.data) == 0  # an empty plot with a hint until the first run
     panel.mode.value = "adapter"
-    assert panel.lr.value == pytest.approx(1e-3)
+    assert panel.lr.value == pytest.approx(recipe(panel.task.value, "adapter").lr)
     panel.task.value = "qa"
     assert panel.max_length.value == 384
 

@@ -133,7 +133,12 @@ def test_models_may_also_come_from_the_teachers_folders_and_the_hub_cache(classr
     assert ws.model_source("org/cached") == "org/cached"  # in the hub cache: load() finds it there
     run = ws.new_run_dir("sst2-full")
     assert ws.model_source(ws.shown(run)) == str(run)  # "runs/..." as the Fine-tuning tab names it
-    for text in ("org/not-cached", "bert-base-uncased", "/etc", "/", "../../etc"):
+    from bertlab import loading, settings
+
+    assert set(settings.BUILT_IN_MODELS) == {"default", loading.DEFAULT_MODEL, loading.DEFAULT_ENCODER}
+    for built_in in settings.BUILT_IN_MODELS:  # shipped with bertlab: loadable by name in class mode
+        assert ws.model_source(f" {built_in} ") == built_in
+    for text in ("default-encoder/../../etc", "org/not-cached", "bert-base-uncased", "/etc", "/", "../../etc"):
         with pytest.raises(PathNotAllowed) as info:
             ws.model_source(text)
         assert str(info.value) == REFUSED["model"], text

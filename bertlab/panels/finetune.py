@@ -170,6 +170,7 @@ class Run:
     checkpoint: str | None = None
     error: str | None = None
     start: str = PICKED  # "Start from": the model picked above, or a start encoder's `bertlab.load` source
+    precision: str | None = None  # what the loop computes in ("bf16" autocast or "fp32"), from its start event
 
     @property
     def metric(self) -> str:
@@ -623,7 +624,7 @@ class FinetunePanel(Panel):
         """A loop event (from the training thread): record it and redraw. Never raises."""
         try:
             if event.kind == "start":
-                run.status, run.total_steps = "running", event.total_steps
+                run.status, run.total_steps, run.precision = "running", event.total_steps, event.precision
                 self.progress.max = max(1, event.total_steps)
             elif event.kind == "step":
                 run.history.append({"kind": "train", "step": event.step, "epoch": event.epoch, "loss": event.loss})
@@ -726,6 +727,9 @@ def _free_gpu_memory() -> None:
 def _progress_html(run: Run, event: TrainEvent) -> str:
     """One line: step, epoch, loss, speed, last dev score, time left."""
     parts = [f"<b>{html.escape(run.label)}</b>", f"step {event.step}/{event.total_steps}", f"epoch {event.epoch:.2f}"]
+    if run.precision == "bf16":  # said, since a run's figures differ a little from an fp32 run's
+        tip = "matrix products in bfloat16 (autocast); weights and optimizer in float32"
+        parts.append(f'<span title="{tip}">bf16</span>')
     losses = [h["loss"] for h in run.history if h["kind"] == "train"]
     if losses:
         parts.append(f"loss {losses[-1]:.3f}")

@@ -41,7 +41,7 @@ from bertlab.runtime import derive_seed, eval_mode, max_tokens, model_device
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import save_model_atomically, write_error, write_text_atomically
 from bertlab.training.finetune_defaults import Recipe, recipe
-from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, train
+from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, resolve_precision, train
 from bertlab.training.tasks import (
     CONLL_LABELS,
     IGNORE_INDEX,
@@ -110,6 +110,7 @@ class FinetuneConfig:
     overwrite: bool = False  # start afresh when out_dir/checkpoints already holds checkpoints
     log_every: int = 10
     device: str = "auto"
+    precision: str = "auto"  # "auto" (bf16 autocast where the device has native bf16), "bf16" or "fp32"
     extra_train: dict[str, Any] = field(default_factory=dict)  # any other TrainConfig field
 
     def __post_init__(self) -> None:
@@ -154,13 +155,13 @@ class FinetuneConfig:
         c = self.resolved()
         per_step = int(os.environ.get("WORLD_SIZE", "1")) * int(c.extra_train.get("grad_accum_steps", 1))
         eval_every = max(1, batches_per_epoch // per_step) if c.eval_every is None else c.eval_every
-        return TrainConfig(
+        settings = dict(
             lr=c.learning_rate, weight_decay=c.weight_decay, warmup_ratio=c.warmup_ratio,
             epochs=c.epochs, batch_size=c.batch_size, seed=c.seed, log_every=c.log_every,
-            eval_every=eval_every, checkpoint_every=c.checkpoint_every, device=c.device,
+            eval_every=eval_every, checkpoint_every=c.checkpoint_every, device=c.device, precision=c.precision,
             out_dir=str(Path(c.out_dir) / CHECKPOINTS) if c.out_dir else None, overwrite=c.overwrite,
-            **c.extra_train,
         )
+        return TrainConfig(**{**settings, **c.extra_train})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly settings (a Bert given as `model` shows as its one-line description)."""
@@ -193,6 +194,7 @@ class FinetuneResult:
     saved_to: Path | None = None  # the final model folder (or the last checkpoint of a cancelled run)
     data_note: str = ""  # where the train and dev examples came from
     dev_held_out: bool = False  # the dev examples were held out of the training data (no dev part given)
+    precision: str = "fp32"  # what the matrix products ran in: "bf16" (autocast) or "fp32"
 
     @property
     def status(self) -> str:
@@ -216,7 +218,7 @@ class FinetuneResult:
             "wall_time_s": round(self.wall_time_s, 2), "device": self.device, "mode": self.mode,
             "trainable_parameters": self.trainable_parameters, "total_parameters": self.total_parameters,
             "train_examples": self.train_examples, "eval_examples": self.eval_examples,
-            "data": self.data_note, "dev_held_out": self.dev_held_out,
+            "data": self.data_note, "dev_held_out": self.dev_held_out, "precision": self.precision,
             "saved_to": str(self.saved_to) if self.saved_to else None,
         }
 
@@ -542,8 +544,9 @@ def finetune(
     sampler = BucketBatchSampler([len(f) for f in features], cfg.batch_size, seed=cfg.seed)
     log.info("fine-tuning %s (%s mode): %d examples -> %d features, %d dev examples; %.2fM of %.2fM parameters "
              "train", task.name, cfg.mode, len(train_ex), len(features), len(dev_ex), trainable / 1e6, total / 1e6)
+    train_cfg = cfg.train_config(len(sampler))
     result = train(
-        model, LOSSES[task.head], features, cfg.train_config(len(sampler)),
+        model, LOSSES[task.head], features, train_cfg,
         collate=functools.partial(collate, pad_token_id=tok.pad_token_id), batch_sampler=sampler,
         eval_fn=(lambda m: evaluate_set(m, eval_set)) if eval_set is not None else None,
         callbacks=callbacks, cancel=cancel, tokenizer=tok, resume_from=resume_from,
@@ -554,6 +557,7 @@ def finetune(
         model, tok, result, dict(result.eval_metrics), history, task.main_metric, time.perf_counter() - t0,
         str(next(model.parameters()).device), cfg.mode, trainable, total, len(train_ex), len(dev_ex),
         data_note=data_note, dev_held_out=held_out,
+        precision=resolve_precision(train_cfg.precision, next(model.parameters()).device),
     )
     _finish(out, cfg)
     return out

@@ -44,6 +44,7 @@ def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     """`bertlab finetune`: options mirror FinetuneConfig."""
     from bertlab.training.finetune import MODES, FinetuneConfig
     from bertlab.training.finetune_defaults import RECIPES
+    from bertlab.training.loop import PRECISIONS
     from bertlab.training.tasks import TASKS
 
     d = FinetuneConfig()
@@ -90,6 +91,8 @@ def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p.add_argument("--overwrite", action="store_true", help="delete checkpoints an earlier run left in OUT")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--precision", default="auto", choices=list(PRECISIONS),
+                   help="auto (default): bf16 autocast where the device has native bf16 (recent CPUs, GPUs), else fp32")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_finetune)
     return p
@@ -105,7 +108,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         max_eval_examples=args.max_eval_examples, doc_stride=args.doc_stride, label_all_pieces=args.label_all_pieces,
         warmup_ratio=getattr(args, "warmup_ratio", None),
         seed=args.seed, out_dir=args.out, eval_every=args.eval_every, checkpoint_every=args.checkpoint_every,
-        overwrite=args.overwrite, device=args.device,
+        overwrite=args.overwrite, device=args.device, precision=getattr(args, "precision", "auto"),
     )
 
 

@@ -47,14 +47,34 @@ _FULL = {
                   basis="sweep nli-pkg-e3 (dev accuracy after each epoch)"),
     "ner": Recipe(DEFAULT_ENCODER, epochs=3, lr=1e-4, batch_size=32, max_length=128,
                   basis="table row ner (dev F1 after each epoch)"),
-    "qa": Recipe(DEFAULT_ENCODER, epochs=2, lr=1e-4, batch_size=32, max_length=384,
-                 basis="start: sweeps qa-3000-encoder-e2 vs qa-3000-offline-default-e2; epochs and lr not re-tuned"),
+    "qa": Recipe(DEFAULT_ENCODER, epochs=3, lr=1e-4, batch_size=32, max_length=384,
+                 basis="start: sweeps qa-3000-encoder-e2 vs qa-3000-offline-default-e2; epochs: table row qa "
+                       "(dev F1 after each epoch); lr not re-tuned"),
 }
-_NOT_TUNED = "start and epochs as full mode, lr 1e-3: not re-tuned"
-_FEATURE = {task: Recipe(r.model, epochs=r.epochs, lr=1e-3, batch_size=r.batch_size, max_length=r.max_length,
-                         basis=_NOT_TUNED) for task, r in _FULL.items()}
-_ADAPTER = {task: Recipe(r.model, epochs=r.epochs, lr=1e-3, batch_size=r.batch_size, max_length=r.max_length,
-                         basis=_NOT_TUNED) for task, r in _FULL.items()}
+_NOT_TUNED = "not re-tuned: start and epochs as full mode, lr 1e-3"
+# (lr, epochs or None = full mode's, basis) per task where a sweep chose them (bench/results/finetune_sweep.json)
+_FEATURE_TUNED = {
+    "sst2": (1e-2, 3, "sweeps sst2-4k-feature-lr{1e-3,3e-3,1e-2}, -lr{3e-3,1e-2}-e3"),
+    "nli": (1e-2, None, "sweeps nli-feature-lr{1e-3,3e-3,1e-2}"),
+}
+_ADAPTER_TUNED = {
+    "sst2": (3e-3, None, "sweeps sst2-4k-adapter-lr{3e-4,1e-3,3e-3}"),
+    "nli": (1e-3, None, "sweeps nli-adapter-lr{3e-4,1e-3,3e-3}"),
+}
+
+
+def _light(tuned: dict[str, tuple[float, int | None, str]]) -> dict[str, Recipe]:
+    """A frozen-encoder mode's recipes: full mode's start, batch and length, with the swept lr (and epochs)."""
+    out = {}
+    for task, r in _FULL.items():
+        lr, epochs, basis = tuned.get(task, (1e-3, None, _NOT_TUNED))
+        out[task] = Recipe(r.model, epochs=epochs or r.epochs, lr=lr, batch_size=r.batch_size,
+                           max_length=r.max_length, basis=basis)
+    return out
+
+
+_FEATURE = _light(_FEATURE_TUNED)
+_ADAPTER = _light(_ADAPTER_TUNED)
 RECIPES: dict[tuple[str, str], Recipe] = {
     **{(t, "full"): r for t, r in _FULL.items()},
     **{(t, "feature"): r for t, r in _FEATURE.items()},

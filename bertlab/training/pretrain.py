@@ -65,6 +65,7 @@ class PretrainConfig:
     eval_every: int = 0
     seed: int = 0
     device: str = "auto"
+    precision: str = "auto"  # "auto" (bf16 autocast where the device has native bf16), "bf16" or "fp32"
     extra_train: dict[str, Any] = field(default_factory=dict)  # any other TrainConfig field
 
     def __post_init__(self) -> None:
@@ -92,11 +93,12 @@ class PretrainConfig:
         return ModelShape.of(self.size, self.embedding_size, shared, max_len=max(512, self.seq_len))
 
     def train_config(self) -> TrainConfig:
-        return TrainConfig(
+        settings = dict(
             lr=self.lr, warmup_ratio=self.warmup_ratio, max_steps=self.steps, batch_size=self.batch_size,
             seed=self.seed, log_every=self.log_every, eval_every=self.eval_every, out_dir=self.out_dir,
-            checkpoint_every=self.checkpoint_every, device=self.device, **self.extra_train,
+            checkpoint_every=self.checkpoint_every, device=self.device, precision=self.precision,
         )
+        return TrainConfig(**{**settings, **self.extra_train})
 
 
 def new_model(size: str, tokenizer: Tokenizer, pair_task: str = "nsp", max_len: int = 512) -> Bert:

@@ -45,6 +45,8 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", default=None, help="a checkpoint folder of an earlier run to go on from")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--precision", default=d.precision, choices=["auto", "bf16", "fp32"],
+                   help="auto (default): bf16 autocast where the device has native bf16 (recent CPUs, GPUs), else fp32")
     p.add_argument("--out", required=True,
                    help="output folder: checkpoints, and the final model in OUT/final (written only when the run "
                         "completes)")
@@ -95,7 +97,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         lr=args.lr, masking=args.masking or d.masking, pair_task=args.pair_task or d.pair_task,
         objective=args.objective, embedding_size=args.embedding_size, shared_layers=args.shared_layers,
         max_documents=args.max_documents, out_dir=str(out / "checkpoints"), checkpoint_every=args.checkpoint_every,
-        seed=args.seed, device=args.device,
+        seed=args.seed, device=args.device, precision=args.precision,
     )
     if args.resume and not Path(args.resume).is_dir():
         raise FileNotFoundError(f"--resume {args.resume[:80]}: no such checkpoint folder (give one of "

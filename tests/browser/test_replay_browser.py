@@ -82,6 +82,13 @@ def test_what_a_fine_tuning_run_changed_shows_in_the_browser(dashboard_url, dash
         arg=f"{CURRENT} {REPLAY}", timeout=120_000)
     text = page.inner_text(changed)
     assert "Jensen" in text and "linear CKA" in text and "sst2 · full" in text
+    import torch
+
+    from bertlab.training.loop import native_bf16
+
+    if native_bf16(torch.device("cpu")):  # the server's kernel runs here too: its run said it computed in bf16
+        assert "bf16" in page.locator(CURRENT).get_by_text("sst2 · full · step").first.inner_text()
+        page.locator(CURRENT).screenshot(path=str(screenshot_dirs[0] / "fine-tuning-tab-bf16.png"))
     assert not page.eval_on_selector_all(f"{changed} .bertlab-error", "els => els.map(e => e.textContent)")
     page.set_viewport_size({"width": 1200, "height": 1600})  # the section is taller than the default page
     page.locator(f"{changed} {PLOT}").last.scroll_into_view_if_needed()
