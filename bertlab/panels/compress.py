@@ -35,7 +35,7 @@ from bertlab.compress.lab import (
 from bertlab.compress.measure import measure
 from bertlab.compress.quantize import quantize
 from bertlab.compress.structure import CompressError
-from bertlab.panels.base import Panel, SyncedFigureWidget, show_figure
+from bertlab.panels.base import BackgroundWork, Panel, SyncedFigureWidget, show_figure
 from bertlab.panels.finetune import STUDENT_ERRORS, model_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.loop import TrainEvent
@@ -64,7 +64,7 @@ REDRAW_EVERY_S = 0.5
 PLAIN_SENTENCES = ["the film was a delight from start to end .", "a dull , tired story with nothing new ."]
 
 
-class CompressPanel(Panel):
+class CompressPanel(BackgroundWork, Panel):
     """Compress the picked model in the background; compare all variants of the session."""
 
     title = "Compression"
@@ -81,7 +81,6 @@ class CompressPanel(Panel):
         self.variants: list[dict[str, Any]] = []  # every row of the session (originals included)
         self._originals: dict[int, dict[str, Any]] = {}  # id(model) -> its row
         self._data_cache: dict[tuple, TaskData] = {}
-        self._thread: threading.Thread | None = None
         self._cancel = threading.Event()
         self._last_draw = 0.0
         self._curve: list[dict[str, Any]] = []
@@ -150,10 +149,6 @@ class CompressPanel(Panel):
     def widget(self) -> widgets.VBox:
         return self._widget
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         """The next run compresses this model; the session's table stays."""
         if model is self.model:
@@ -170,12 +165,6 @@ class CompressPanel(Panel):
         if self._curve or self._history:
             figs["curve"] = self._curve_fig
         return figs
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the run in progress ends (True) or `timeout` seconds pass (False)."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return not self.running
 
     def cancel(self) -> None:
         self._cancel.set()
@@ -223,9 +212,7 @@ class CompressPanel(Panel):
         self.messages = []
         self._set_running(True, f"{METHODS[method]} of the model picked above…")
         self.progress.value, self.progress.max = 0, 1
-        self._thread = threading.Thread(target=self._run, args=(method, model, tok, task, source, settings),
-                                        name=f"bertlab-compress-{method}", daemon=True)
-        self._thread.start()
+        self.start_work(self._run, (method, model, tok, task, source, settings), f"bertlab-compress-{method}")
 
     def _set_running(self, running: bool, text: str = "") -> None:
         self.start_button.disabled = running

@@ -31,7 +31,7 @@ from bertlab.analysis.attribution import ExplainInput, Target
 from bertlab.analysis.predict import answer, classify, cls_vectors, entail, entities, pca_2d, split_words
 from bertlab.analysis.targets import class_target, span_target, tag_target
 from bertlab.model import Bert
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, retire, show_figure
+from bertlab.panels.base import BackgroundWork, Level, Panel, SyncedFigureWidget, retire, show_figure
 from bertlab.panels.explain import ExplainSection
 from bertlab.panels.finetune_diff import ChangedSection, measure_change
 from bertlab.panels.replay import ReplaySection
@@ -186,7 +186,7 @@ class Run:
 # ---------------------------------------------------------------------------------------------
 # The panel
 # ---------------------------------------------------------------------------------------------
-class FinetunePanel(Panel):
+class FinetunePanel(BackgroundWork, Panel):
     """Fine-tune the picked model on a task in the background; compare runs; use the result."""
 
     title = "Fine-tuning"
@@ -202,7 +202,6 @@ class FinetunePanel(Panel):
         self.runs_dir = Path(runs_dir) if runs_dir is not None else None
         self.device = device
         self.runs: list[Run] = []
-        self._thread: threading.Thread | None = None
         self._cancel = threading.Event()
         self._draw_lock = threading.Lock()
         self._last_draw = 0.0
@@ -311,10 +310,6 @@ class FinetunePanel(Panel):
     def widget(self) -> widgets.VBox:
         return self._widget
 
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def set_model(self, model: Bert, tok: Tokenizer) -> None:
         """The next run fine-tunes this model; a model with a task head goes to "Use it"."""
         if model is self.model:
@@ -332,12 +327,6 @@ class FinetunePanel(Panel):
         if self._confusion_fig is not None:
             figs["confusion matrix"] = self._confusion_fig
         return {**figs, **self.use.figures(), **self.replay.figures(), **self.changed.figures()}
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the run in progress ends (True) or `timeout` seconds pass (False)."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return not self.running
 
     def cancel(self) -> None:
         """Stop the run after its current step; the loop saves a checkpoint of the model so far."""
@@ -485,9 +474,7 @@ class FinetunePanel(Panel):
         self.progress.value, self.progress.max = 0, 1
         self._draw_curves(force=True)
         on_event = functools.partial(self._on_event, run)
-        self._thread = threading.Thread(target=self._train, args=(run, cfg, self.tok, source, on_event),
-                                        name=f"bertlab-finetune-{run.label}", daemon=True)
-        self._thread.start()
+        self.start_work(self._train, (run, cfg, self.tok, source, on_event), f"bertlab-finetune-{run.label}")
 
     def _on_cancel(self, _=None) -> None:
         self.cancel()

@@ -25,7 +25,7 @@ import torch
 
 from bertlab.analysis import normalise_masks
 from bertlab.analysis.mask import Candidate, fill_mask
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, note_html
+from bertlab.panels.base import BackgroundWork, Level, Panel, SyncedFigureWidget, note_html
 from bertlab.panels.pretrain_compare import ComparedRun, CompareView
 from bertlab.panels.replay import ReplaySection
 from bertlab.settings import data_dir
@@ -138,7 +138,7 @@ def documents_for_run(documents: Sequence[Document], tokens_needed: int, seed: i
     return out
 
 
-class PretrainPanel(Panel):
+class PretrainPanel(BackgroundWork, Panel):
     """See one example as BERT sees it, and pre-train a mini BERT live."""
 
     title = "Pre-training"
@@ -320,7 +320,6 @@ class PretrainPanel(Panel):
         self.compare = CompareView(hide=self.workspace.hide_root)
         self.last_run: ComparedRun | None = None
         # run state, read by the tests and the thread
-        self.thread: threading.Thread | None = None
         self.points: list[dict[str, Any]] = []
         self.probe_rows: list[tuple[int, list[Candidate]]] = []
         self.trained: torch.nn.Module | None = None
@@ -363,10 +362,6 @@ class PretrainPanel(Panel):
         self.show_run_messages([(level, text)])
 
     # -- section 2: start / stop ----------------------------------------------------------------
-    @property
-    def running(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
-
     def _on_start(self, _=None) -> None:
         if self.running:
             return
@@ -383,9 +378,7 @@ class PretrainPanel(Panel):
         self._draw_curves(f"mini BERT ({cfg.size}): preparing the data…")
         self.start.disabled, self.stop.disabled = True, False
         self.show_run_message(f"Loading {cfg.corpus} and cutting it into masked sentence pairs…")
-        self.thread = threading.Thread(target=self._run, args=(cfg, self.tok, self.probe.value),
-                                       name="bertlab-pretrain", daemon=True)
-        self.thread.start()
+        self.start_work(self._run, (cfg, self.tok, self.probe.value), "bertlab-pretrain")
 
     def _on_stop(self, _=None) -> None:
         self._cancel.set()
@@ -396,12 +389,6 @@ class PretrainPanel(Panel):
     def stop_run(self) -> None:
         """Ask the run to stop (as the Stop button does)."""
         self._on_stop()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the run (if any) ends; True when no run is left running."""
-        if self.thread is not None:
-            self.thread.join(timeout)
-        return not self.running
 
     def _config(self) -> PretrainConfig:
         typed = self.corpus_path.value.strip()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import logging
-import threading
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any, Callable
 import ipywidgets as widgets
 
 from bertlab.loading import load
-from bertlab.panels.base import Level, SyncedFigureWidget, note_html, redraw
+from bertlab.panels.base import BackgroundWork, Level, SyncedFigureWidget, note_html, redraw
 from bertlab.settings import data_dir
 from bertlab.training.checkpoint import save_model_atomically
 from bertlab.training.objectives.compare import SST2_SETTINGS, sst2_probe, sst2_score, untrained_like
@@ -57,7 +56,7 @@ def zip_folder(folder: Path) -> bytes:
     return buf.getvalue()
 
 
-class CompareView:
+class CompareView(BackgroundWork):
     """Runs on one plot and their SST-2 scores; `widget` is its box."""
 
     def __init__(self, sst2_dir: Path | None = None, sst2_train: int = SST2_TRAIN, sst2_dev: int = SST2_DEV,
@@ -75,7 +74,6 @@ class CompareView:
         self.scores = widgets.HTML()
         self.message = widgets.HTML()
         self.messages: list[tuple[Level, str]] = []
-        self.thread: threading.Thread | None = None
         self.widget = widgets.VBox([
             widgets.HTML("<b>Compare objectives</b>: every run of this session on one plot. Pre-train with two or "
                          "more objectives (same size, corpus and steps) to see which learns most for the compute."),
@@ -101,15 +99,6 @@ class CompareView:
                                           "probe": (r.probe or {}).get("accuracy", "not yet")} for r in shown])
         self.finetune.disabled = self.running or not self.runs
 
-    @property
-    def running(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        if self.thread is not None:
-            self.thread.join(timeout)
-        return not self.running
-
     def _on_finetune(self, _=None) -> None:
         if self.running:
             return
@@ -119,8 +108,7 @@ class CompareView:
             return
         self.finetune.disabled = True
         self.show(f"Fine-tuning {len(todo)} model(s) on SST-2 (and an untrained one), one after the other…")
-        self.thread = threading.Thread(target=self._score_all, args=(todo,), name="bertlab-compare", daemon=True)
-        self.thread.start()
+        self.start_work(self._score_all, (todo,), "bertlab-compare")
 
     def _score_all(self, todo: list[ComparedRun]) -> None:
         """Never raises: an error becomes the message line. Waits for a slot in the class queue first."""

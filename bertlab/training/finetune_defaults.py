@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DEFAULT_ENCODER = "default-encoder"  # = bertlab.loading.DEFAULT_ENCODER (kept here: no import of loading)
+from bertlab.settings import DEFAULT_ENCODER  # settings, not loading: this module imports no torch
+
 OFFLINE_DEFAULT = None  # `bertlab.load(None)`: the offline default with bertlab's heads
 
 START_NAMES = {

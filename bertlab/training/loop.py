@@ -17,6 +17,7 @@ import atexit
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import inspect
 import logging
 import math
@@ -324,12 +325,20 @@ def release_free_memory() -> bool:
     resident memory then creeps up step after step (by gigabytes over a SQuAD fine-tune) and stays up
     after the run, in a kernel that goes on living. Trimming now and then keeps it near what a step needs.
     """
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):  # not glibc (macOS, Windows, musl): nothing to do
+    trim = _malloc_trim()
+    if trim is None:
         return False
     trim(0)
     return True
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's malloc_trim, looked up once; None elsewhere (macOS, Windows, musl)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
 
 
 def native_bf16(device: torch.device) -> bool:

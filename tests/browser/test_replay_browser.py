@@ -24,13 +24,19 @@ def _wait_for_title(page, start: str, has: str = "") -> None:
         arg=[f"{CURRENT} {REPLAY} {PLOT}", start, has])
 
 
-def test_a_pretraining_run_replays_in_the_browser(dashboard_url, dashboard_page, screenshot_dirs):
-    page = dashboard_page
+def _open(page, url: str, tab: str) -> list[str]:
+    """The dashboard at `tab`; the list fills with the page's uncaught errors."""
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(dashboard_url, wait_until="domcontentloaded")
+    page.goto(url, wait_until="domcontentloaded")
     page.wait_for_selector(TAB)
-    open_tab(page, "Pre-training")
+    open_tab(page, tab)
+    return errors
+
+
+def test_a_pretraining_run_replays_in_the_browser(dashboard_url, dashboard_page, screenshot_dirs):
+    page = dashboard_page
+    errors = _open(page, dashboard_url, "Pre-training")
     _field(page, "Steps").fill("16")
     _field(page, "Steps").press("Enter")
     _field(page, "Batch").fill("4")
@@ -64,11 +70,7 @@ def test_what_a_fine_tuning_run_changed_shows_in_the_browser(dashboard_url, dash
     if not (Path(os.environ.get("BERTLAB_DATA", "/nonexistent")) / "sst2").is_dir():
         pytest.skip("BERTLAB_DATA with sst2/ is not set for the server")
     page = dashboard_page
-    errors: list[str] = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(dashboard_url, wait_until="domcontentloaded")
-    page.wait_for_selector(TAB)
-    open_tab(page, "Fine-tuning")
+    errors = _open(page, dashboard_url, "Fine-tuning")
     for label, value in (("Epochs", "1"), ("Batch", "16"), ("Max train examples", "32"), ("Max dev examples", "16")):
         _field(page, label).fill(value)
         _field(page, label).press("Enter")
