@@ -182,7 +182,7 @@ def prepare_bertlab(spec: Mapping[str, Any], tok: Any, counting: CountingCollate
                             task="sequence_classification", id2label=SST2_LABELS))
     counting.fn = functools.partial(collate, pad_token_id=tok.pad_token_id)
 
-    precision = "fp32" if spec["variant"] == "bertlab-fp32" else "auto"
+    precision = variant_precision(spec["variant"], torch.device(spec["device"]))
 
     def run(features: list, steps: int | None) -> None:
         sampler = None
@@ -215,7 +215,7 @@ def prepare_hf(spec: Mapping[str, Any], tok: Any, counting: CountingCollate) -> 
     counting.fn = transformers.DataCollatorWithPadding(
         transformers.BertTokenizerFast.from_pretrained(str(default_model_folder())))
     gpu = spec["device"] == "cuda"
-    bf16 = gpu or spec["variant"] == "hf-grouped-bf16"
+    bf16 = variant_precision(spec["variant"], torch.device(spec["device"])) == "bf16"
 
     def run(features: list, steps: int | None) -> None:
         data = [{"input_ids": f.input_ids, "token_type_ids": f.token_type_ids,
