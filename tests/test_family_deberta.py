@@ -306,3 +306,49 @@ def test_checkpoint_loads_with_its_tokenizer(tokenizers_pair, tmp_path):
         out = model(ids, types, torch.ones_like(ids))
         ref = T.DebertaV2ForMaskedLM.from_pretrained(tmp_path / "m").eval()(input_ids=ids, token_type_ids=types).logits
     assert _diff(out.mlm_logits, ref) <= TOL
+
+
+def sentencepiece_folder(folder):
+    """A folder as the hub's DeBERTa-v3 repositories hold the tokenizer: spm.model (trained here with
+    sentencepiece), a tokenizer_config.json that names no class, config.json's model_type; its path."""
+    import io
+    import json
+
+    spm = pytest.importorskip("sentencepiece")
+    folder.mkdir(parents=True, exist_ok=True)
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS), model_writer=out, vocab_size=130,
+                                   model_type="unigram", pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="[PAD]",
+                                   bos_piece="[CLS]", eos_piece="[SEP]", unk_piece="[UNK]", character_coverage=1.0,
+                                   minloglevel=2)
+    (folder / "spm.model").write_bytes(out.getvalue())
+    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False, "vocab_type": "spm"}))
+    if not (folder / "config.json").exists():
+        (folder / "config.json").write_text(json.dumps({"model_type": "deberta-v2"}))
+    return folder
+
+
+def test_spm_model_folder_equals_transformers(tmp_path):
+    """A folder with only spm.model: transformers converts it (the [MASK] it lacks appended); so does bertlab."""
+    folder = sentencepiece_folder(tmp_path / "spm")
+    hf = _hf().AutoTokenizer.from_pretrained(folder)
+    ours = Tokenizer.from_folder(folder)
+    assert ours.vocab_size == len(hf) == 131 and ours.mask_token_id == hf.mask_token_id == 130
+    assert ours.special_tokens == SPECIALS and ours.tokenizer_class == "DebertaV2Tokenizer"
+    for text in [*TEXTS, f"The capital of France is {ours.mask_token}."]:
+        _same(ours.encode(text), hf(text, return_offsets_mapping=True), text)
+    for a, b in PAIRS:
+        _same(ours.encode(a, b), hf(a, b, return_offsets_mapping=True), (a, b))
+    ours.save(tmp_path / "saved")  # written back as tokenizer.json, which transformers reads the same
+    back = _hf().AutoTokenizer.from_pretrained(tmp_path / "saved")
+    assert [back(t)["input_ids"] for t in TEXTS] == [hf(t)["input_ids"] for t in TEXTS]
+
+
+def test_damaged_spm_model_is_refused(tmp_path):
+    from bertlab.tokenizer import TokenizerError
+
+    folder = sentencepiece_folder(tmp_path / "spm")
+    data = (folder / "spm.model").read_bytes()
+    (folder / "spm.model").write_bytes(data[: len(data) // 3])
+    with pytest.raises(TokenizerError, match="spm.model|SentencePiece"):
+        Tokenizer.from_folder(folder)

@@ -39,7 +39,7 @@ from bertlab.model import (
     decoder_is_tied,
     task_logits,
 )
-from bertlab.tokenizer import TOKENIZER_PIPELINES
+from bertlab.tokenizer import MODEL_TOKENIZERS, TOKENIZER_PIPELINES
 
 log = logging.getLogger(__name__)
 
@@ -470,6 +470,7 @@ def deberta_pipeline(tok: dict, cfg: dict) -> dict:
 
 TOKENIZER_PIPELINES["DebertaV2Tokenizer"] = deberta_pipeline
 TOKENIZER_PIPELINES["DebertaV2TokenizerFast"] = deberta_pipeline
+MODEL_TOKENIZERS["deberta-v2"] = "DebertaV2Tokenizer"  # the hub's DeBERTa-v3 folders name no tokenizer class
 
 
 # ---------------------------------------------------------------------------------------------
