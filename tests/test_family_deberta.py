@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import CORPUS
+from tiny_models import CORPUS, sentencepiece_folder
 
 from bertlab.families import FAMILIES, LAYER_HOOKS
 from bertlab.loading import load, load_model, save_pretrained
@@ -306,26 +306,6 @@ def test_checkpoint_loads_with_its_tokenizer(tokenizers_pair, tmp_path):
         out = model(ids, types, torch.ones_like(ids))
         ref = T.DebertaV2ForMaskedLM.from_pretrained(tmp_path / "m").eval()(input_ids=ids, token_type_ids=types).logits
     assert _diff(out.mlm_logits, ref) <= TOL
-
-
-def sentencepiece_folder(folder):
-    """A folder as the hub's DeBERTa-v3 repositories hold the tokenizer: spm.model (trained here with
-    sentencepiece), a tokenizer_config.json that names no class, config.json's model_type; its path."""
-    import io
-    import json
-
-    spm = pytest.importorskip("sentencepiece")
-    folder.mkdir(parents=True, exist_ok=True)
-    out = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS), model_writer=out, vocab_size=130,
-                                   model_type="unigram", pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="[PAD]",
-                                   bos_piece="[CLS]", eos_piece="[SEP]", unk_piece="[UNK]", character_coverage=1.0,
-                                   minloglevel=2)
-    (folder / "spm.model").write_bytes(out.getvalue())
-    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False, "vocab_type": "spm"}))
-    if not (folder / "config.json").exists():
-        (folder / "config.json").write_text(json.dumps({"model_type": "deberta-v2"}))
-    return folder
 
 
 def test_spm_model_folder_equals_transformers(tmp_path):

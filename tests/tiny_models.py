@@ -165,3 +165,57 @@ def electra_pair_folders(root, seed: int = 0):
         tok.save_pretrained(folder)
         out.append(folder)
     return tuple(out)
+
+
+def sentencepiece_folder(folder):
+    """A folder as the hub's DeBERTa-v3 repositories hold the tokenizer: spm.model (trained here with
+    sentencepiece), a tokenizer_config.json that names no class, config.json's model_type; its path."""
+    import io
+    import json
+
+    import pytest
+
+    spm = pytest.importorskip("sentencepiece")
+    folder.mkdir(parents=True, exist_ok=True)
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS), model_writer=out, vocab_size=130,
+                                   model_type="unigram", pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="[PAD]",
+                                   bos_piece="[CLS]", eos_piece="[SEP]", unk_piece="[UNK]", character_coverage=1.0,
+                                   minloglevel=2)
+    (folder / "spm.model").write_bytes(out.getvalue())
+    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False, "vocab_type": "spm"}))
+    if not (folder / "config.json").exists():
+        (folder / "config.json").write_text(json.dumps({"model_type": "deberta-v2"}))
+    return folder
+
+
+
+def deberta_hub_folder(folder, seed: int = 0):
+    """A tiny DeBERTa-v3 laid out as the hub's microsoft/deberta-v3-* repositories are: config.json without
+    architectures, pytorch_model.bin holding the encoder, DeBERTa's own MLM head (`lm_predictions`), the
+    replaced-token detector (`mask_predictions`) and unused absolute position embeddings, spm.model and a
+    tokenizer_config.json that names no class; its path."""
+    import json
+    from pathlib import Path
+
+    T = _transformers()
+    folder = Path(folder)
+    torch.manual_seed(seed)
+    cfg = T.DebertaV2Config(vocab_size=140, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=64, max_position_embeddings=64, relative_attention=True,
+                            position_buckets=8, max_relative_positions=-1, norm_rel_ebd="layer_norm",
+                            share_att_key=True, pos_att_type="p2c|c2p", position_biased_input=False,
+                            type_vocab_size=0, legacy=False)
+    model = T.DebertaV2ForMaskedLM(cfg).eval()
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    g = torch.Generator().manual_seed(seed)
+    state.update({"mask_predictions.dense.weight": torch.randn(32, 32, generator=g),
+                  "mask_predictions.classifier.weight": torch.randn(1, 32, generator=g),
+                  "deberta.embeddings.position_embeddings.weight": torch.randn(64, 32, generator=g)})
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(state, folder / "pytorch_model.bin")
+    d = json.loads(cfg.to_json_string())
+    for key in ("architectures", "legacy", "transformers_version", "dtype", "torch_dtype"):
+        d.pop(key, None)
+    (folder / "config.json").write_text(json.dumps(d, indent=2))
+    return sentencepiece_folder(folder)

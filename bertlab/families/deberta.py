@@ -500,13 +500,16 @@ def _spec(d: dict, kwargs: dict) -> None:
 
 def _read_state(spec: BertConfig, state: dict) -> tuple[BertConfig, dict]:
     """Build the MLM head under the layout the file holds (hub checkpoints hold `lm_predictions` with a
-    config that says nothing, which transformers reads as legacy); leave out the replaced-token
-    detector (`mask_predictions.*`) that DeBERTa-v3 files carry and transformers does not read either."""
-    dropped = [k for k in state if k.startswith("mask_predictions.")]
+    config that says nothing, which transformers reads as legacy); leave out what transformers does not
+    read either: the replaced-token detector (`mask_predictions.*`) that DeBERTa-v3 files carry, and
+    absolute position embeddings in a file whose config adds none (position_biased_input false)."""
+    unused = ("mask_predictions.",)
+    if spec.extra.get("position_biased_input", True) is False:
+        unused += ("deberta.embeddings.position_embeddings.",)
+    dropped = [k for k in state if k.startswith(unused)]
     if dropped:
-        log.info("not read: DeBERTa's replaced-token detection head (%d weights, mask_predictions.*); "
-                 "transformers has no class for it", len(dropped))
-        state = {k: v for k, v in state.items() if not k.startswith("mask_predictions.")}
+        log.info("not read (transformers does not read them either): %s", ", ".join(dropped))
+        state = {k: v for k, v in state.items() if not k.startswith(unused)}
     if "lm_predictions.lm_head.dense.weight" in state and "cls.predictions.transform.dense.weight" not in state:
         spec = spec.replace(extra={**spec.extra, "legacy": False})
     return spec, state
