@@ -228,9 +228,10 @@ SPECIALS = {"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "unk": "[UNK]", "mas
 def deberta_tokenizer(lower: bool = False, split_by_punct: bool = False):
     """A DeBERTa-v3-style Unigram tokenizer trained on CORPUS, wrapped in transformers' fast DebertaV2Tokenizer."""
     from tokenizers import Tokenizer as RustTokenizer
-    from tokenizers import models, trainers
+    from tokenizers import models, pre_tokenizers, trainers
 
     tok = RustTokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always")  # "▁word" pieces
     trainer = trainers.UnigramTrainer(vocab_size=400, special_tokens=["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"],
                                       unk_token="[UNK]")
     tok.train_from_iterator(CORPUS, trainer)
