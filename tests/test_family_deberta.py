@@ -173,6 +173,18 @@ def test_protocol_hooks_and_what_a_v3_model_lacks(checkpoints):
     assert FAMILIES["deberta-v2"].holds_head("mlm", {"lm_predictions.lm_head.dense.weight": None})
 
 
+def test_the_sentence_pooler_belongs_to_the_head(checkpoints):
+    """DeBERTa's ContextPooler sits outside the encoder (`pooler.dense`): feature-mode fine-tuning trains it."""
+    from bertlab.training.finetune import set_trainable
+
+    model, _ = load_model(checkpoints["v3", "ForSequenceClassification"])
+    assert model.family.pooler_prefix == "pooler."
+    trainable, _ = set_trainable(model, "feature")
+    learning = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert learning == {"pooler.dense.weight", "pooler.dense.bias", "classifier.weight", "classifier.bias"}
+    assert trainable == 32 * 32 + 32 + 3 * 32 + 3
+
+
 @pytest.mark.parametrize("variant,head", [("v3", "ForMaskedLM"), ("v3-lm-head", "ForMaskedLM"),
                                           ("v2-conv", "ForSequenceClassification"),
                                           ("v3", "ForQuestionAnswering")])

@@ -210,9 +210,10 @@ class ModelFamily:
 
     @property
     def pooler_prefix(self) -> str | None:
-        """Prefix of the pooler's parameters ("bert.pooler."), None for a family without one."""
+        """Prefix of the pooler's parameters ("bert.pooler."; DeBERTa's sits outside the encoder: "pooler."),
+        None for a family without one."""
         key = self.family.pooler_key
-        return None if key is None else key[: key.index(".pooler.") + len(".pooler.")]
+        return None if key is None else key[: key.index("pooler.") + len("pooler.")]
 
     @property
     def head_prefixes(self) -> tuple[str, ...]:

@@ -534,7 +534,7 @@ FAMILY = Family(
     hook_paths={**bert_layer_hook_paths("deberta"),
                 **{h: "deberta.encoder.layer.{i}.attention.self." for h in ("hook_c2c", "hook_c2p", "hook_p2c")}},
     head_keys={"mlm": ("cls.predictions.transform.dense.weight", "lm_predictions.lm_head.dense.weight")},
-    pooler_key=None,  # the ContextPooler (`pooler.dense`) is part of the sentence classifier
+    pooler_key="pooler.dense.weight",  # the ContextPooler, outside the encoder: only sentence classifiers have it
     tokenizer_kind="unigram",
     special_tokens={"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "unk": "[UNK]", "mask": "[MASK]"},
     base_keys=("embeddings.", "encoder."),
