@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import CORPUS, sentencepiece_folder
+from tiny_models import CORPUS, deberta_detector, deberta_detector_logits, sentencepiece_folder
 
 from bertlab.families import FAMILIES, LAYER_HOOKS
 from bertlab.loading import load, load_model, save_pretrained
@@ -203,8 +203,9 @@ def test_bertlab_save_reads_back_in_transformers(checkpoints, tmp_path, variant,
     assert again.config.pretraining_heads == model.config.pretraining_heads
 
 
-def test_hub_layout_loads_its_lm_head_and_leaves_out_the_detector(checkpoints, tmp_path):
-    """A DeBERTa-v3 hub file: no architectures, no legacy flag, `lm_predictions` + `mask_predictions` keys."""
+def test_hub_layout_loads_its_lm_head_and_its_detector(checkpoints, tmp_path):
+    """A DeBERTa-v3 hub file: no architectures, no legacy flag, `lm_predictions` + `mask_predictions` keys;
+    bertlab's save of it reads back in transformers' DebertaV2ForMaskedLM (the detector left unread)."""
     import json
 
     from safetensors.torch import load_file, save_file
@@ -217,13 +218,23 @@ def test_hub_layout_loads_its_lm_head_and_leaves_out_the_detector(checkpoints, t
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps(cfg))
     state = load_file(src / "model.safetensors")
-    state.update({"mask_predictions.dense.weight": torch.zeros(32, 32), "mask_predictions.classifier.weight":
-                  torch.zeros(1, 32)})
+    state.update(deberta_detector(32))
     save_file(state, folder / "model.safetensors")
     model, _ = load_model(folder)
-    assert model.has_mlm and model.lm_predictions is not None
+    assert model.has_mlm and model.lm_predictions is not None and model.has_rtd
     hf = _hf().DebertaV2ForMaskedLM.from_pretrained(src).eval()
     _compare(model, hf, "ForMaskedLM", "sdpa")
+    ids, _, mask = _batch(types=False)
+    with torch.no_grad():
+        out = model(ids, None, mask)
+        ref = deberta_detector_logits(hf(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+                                      .hidden_states[-1], state)
+    assert out.rtd_logits.shape == (3, SEQ) and _diff(out.rtd_logits, ref, mask) <= TOL
+    save_pretrained(model, None, tmp_path / "saved")
+    back = _hf().DebertaV2ForMaskedLM.from_pretrained(tmp_path / "saved").eval()
+    assert back.config.architectures == ["DebertaV2ForMaskedLM"] and back.config.legacy is False
+    _compare(model, back, "ForMaskedLM", "eager", seed=2)
+    assert load_model(tmp_path / "saved")[0].config.pretraining_heads == ("mlm", "rtd")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -130,7 +130,7 @@ def test_deberta_v3_hub_layout_downloads_and_loads_offline(tmp_path):
     import bertlab
 
     model, tok = bertlab.load(str(snapshot))
-    assert model.family.name == "deberta-v2" and model.has_mlm and not model.family.has_segments
+    assert model.family.name == "deberta-v2" and model.has_mlm and model.has_rtd and not model.family.has_segments
     text = f"the quick {tok.mask_token} fox"
     ref_tok = transformers.AutoTokenizer.from_pretrained(snapshot)
     enc = tok.encode(text, "jumps")
@@ -141,6 +141,10 @@ def test_deberta_v3_hub_layout_downloads_and_loads_offline(tmp_path):
         ours = model(ids, torch.tensor([enc.type_ids])).last_hidden_state
         theirs = ref(input_ids=ids, token_type_ids=torch.tensor([enc.type_ids])).last_hidden_state
     torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
+    from bertlab.analysis.replaced import replaced_tokens  # the detector the hub file carries, in the lab
+
+    assert len(replaced_tokens(model, tok, "the quick brown fox jumps").tokens) == len(tok.encode("the quick brown "
+                                                                                                  "fox jumps"))
 
 
 # -- the picker: recommended models, size, progress, class mode --------------------------------

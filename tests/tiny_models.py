@@ -190,6 +190,28 @@ def sentencepiece_folder(folder):
 
 
 
+def deberta_detector(width: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random weights of DeBERTa-v3's replaced-token detector (`mask_predictions.*`), as its hub files carry."""
+    g = torch.Generator().manual_seed(seed + 1)
+    return {"mask_predictions.dense.weight": 0.2 * torch.randn(width, width, generator=g),
+            "mask_predictions.dense.bias": 0.1 * torch.randn(width, generator=g),
+            "mask_predictions.LayerNorm.weight": 1 + 0.1 * torch.randn(width, generator=g),
+            "mask_predictions.LayerNorm.bias": 0.1 * torch.randn(width, generator=g),
+            "mask_predictions.classifier.weight": 0.2 * torch.randn(1, width, generator=g),
+            "mask_predictions.classifier.bias": 0.1 * torch.randn(1, generator=g)}
+
+
+def deberta_detector_logits(hidden: torch.Tensor, state: dict[str, torch.Tensor], eps: float = 1e-7) -> torch.Tensor:
+    """The detector's logits [batch, seq] from last hidden states [batch, seq, d], written out as DeBERTa's own
+    code computes them (LayerNorm of each state plus the first token's, dense, gelu, classifier)."""
+    import torch.nn.functional as F
+
+    w = {k.removeprefix("mask_predictions."): v for k, v in state.items() if k.startswith("mask_predictions.")}
+    h = F.layer_norm(hidden[:, :1] + hidden, hidden.shape[-1:], w["LayerNorm.weight"], w["LayerNorm.bias"], eps)
+    h = F.gelu(F.linear(h, w["dense.weight"], w["dense.bias"]))
+    return F.linear(h, w["classifier.weight"], w["classifier.bias"]).squeeze(-1)
+
+
 def deberta_hub_folder(folder, seed: int = 0):
     """A tiny DeBERTa-v3 laid out as the hub's microsoft/deberta-v3-* repositories are: config.json without
     architectures, pytorch_model.bin holding the encoder, DeBERTa's own MLM head (`lm_predictions`), the
@@ -208,10 +230,9 @@ def deberta_hub_folder(folder, seed: int = 0):
                             type_vocab_size=0, legacy=False)
     model = T.DebertaV2ForMaskedLM(cfg).eval()
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    state.update(deberta_detector(32, seed))
     g = torch.Generator().manual_seed(seed)
-    state.update({"mask_predictions.dense.weight": torch.randn(32, 32, generator=g),
-                  "mask_predictions.classifier.weight": torch.randn(1, 32, generator=g),
-                  "deberta.embeddings.position_embeddings.weight": torch.randn(64, 32, generator=g)})
+    state["deberta.embeddings.position_embeddings.weight"] = torch.randn(64, 32, generator=g)
     folder.mkdir(parents=True, exist_ok=True)
     torch.save(state, folder / "pytorch_model.bin")
     d = json.loads(cfg.to_json_string())

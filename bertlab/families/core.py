@@ -74,6 +74,9 @@ class Family:
     hf_hook: Callable[[BertConfig, dict], None] | None = None  # undoes spec_hook when writing config.json
     title: str = ""  # how people write the name ("RoBERTa"); default: name
     read_state: Callable[[BertConfig, dict], tuple[BertConfig, dict]] | None = None
+    # head sets no transformers class holds -> the class that reads all of it but one extra head, which
+    # transformers leaves unread (DeBERTa-v3's replaced-token detector beside its MLM head)
+    unread_heads: dict[tuple[str, ...], str] = field(default_factory=dict)
 
     # -- config.json <-> neutral spec -----------------------------------------------------------
     def spec_from_hf(self, d: dict[str, Any]) -> BertConfig:
@@ -133,6 +136,8 @@ class Family:
         for name, (heads, task) in self.architectures.items():
             if heads == spec.pretraining_heads and task == spec.task:
                 return name
+        if spec.task is None and spec.pretraining_heads in self.unread_heads:
+            return self.unread_heads[spec.pretraining_heads]
         raise FamilyError(f"no {self.name} architecture has heads {spec.pretraining_heads} and task {spec.task}.")
 
     def holds_head(self, head: str, state: dict) -> bool:

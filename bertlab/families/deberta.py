@@ -10,6 +10,8 @@ them with the content's own query/key weights. DeBERTa-v3 adds no absolute posit
 (conv_kernel_size) mixes neighbouring tokens after the first layer. Each score term has its hook point
 (`hook_c2c`, `hook_c2p`, `hook_p2c`), so the lab can show them apart.
 
+DeBERTa-v3's replaced-token detector (`mask_predictions`, which its hub files carry and transformers
+leaves unread) is read as the RTD head: `rtd_logits`, > 0 = "replaced", as ELECTRA's discriminator.
 The MLM head has two layouts in transformers: `cls.predictions.*` (config.json's legacy, the default)
 and DeBERTa's own `lm_predictions.lm_head.*` (legacy false, what the hub checkpoints hold); both are
 the same computation and are read and written under the names the file uses.
@@ -381,6 +383,22 @@ class DebertaOnlyMLMHead(nn.Module):
         self.lm_head = DebertaLMHead(cfg)
 
 
+class MaskPredictionHead(nn.Module):
+    """`mask_predictions`: DeBERTa-v3's replaced-token detector (its original code's LMMaskPredictionHead):
+    each token's state plus the first token's, LayerNorm, dense, activation, one logit (> 0 = "replaced")."""
+
+    def __init__(self, cfg: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
+        self.act = activation_fn(cfg.hidden_act)
+        self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
+        self.classifier = nn.Linear(cfg.hidden_size, 1)
+
+    def forward(self, seq: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.dense(self.LayerNorm(seq[:, :1] + seq)))
+        return self.classifier(h).squeeze(-1)  # [batch, seq]
+
+
 class ContextPooler(nn.Module):
     """The sentence classifier's pooler (top-level `pooler.dense`): first token, dropout, dense, activation."""
 
@@ -408,6 +426,7 @@ class DebertaV2(FamilyModel):
                 self.cls = LegacyOnlyMLMHead(config)
             else:
                 self.lm_predictions = DebertaOnlyMLMHead(config)
+        self.mask_predictions = MaskPredictionHead(config) if "rtd" in config.pretraining_heads else None
         cls_dropout = config.extra.get("cls_dropout")
         add_task_heads(self, config, dropout_p=config.hidden_dropout_prob if cls_dropout is None else cls_dropout)
         self.pooler = ContextPooler(config) if config.task == "sequence_classification" else None
@@ -422,6 +441,8 @@ class DebertaV2(FamilyModel):
         out = ModelOutput(last_hidden_state=seq)
         if self.has_mlm:
             out.mlm_logits = self.mlm_head(seq if mlm_positions is None else seq[mlm_positions])
+        if self.mask_predictions is not None:
+            out.rtd_logits = self.mask_predictions(seq)
         task_logits(out, self, seq, self.pooler(seq) if self.pooler is not None else None)
         return out
 
@@ -500,16 +521,16 @@ def _spec(d: dict, kwargs: dict) -> None:
 
 def _read_state(spec: BertConfig, state: dict) -> tuple[BertConfig, dict]:
     """Build the MLM head under the layout the file holds (hub checkpoints hold `lm_predictions` with a
-    config that says nothing, which transformers reads as legacy); leave out what transformers does not
-    read either: the replaced-token detector (`mask_predictions.*`) that DeBERTa-v3 files carry, and
-    absolute position embeddings in a file whose config adds none (position_biased_input false)."""
-    unused = ("mask_predictions.",)
+    config that says nothing, which transformers reads as legacy); leave out absolute position embeddings
+    in a file whose config adds none (position_biased_input false), as transformers does. The
+    replaced-token detector (`mask_predictions.*`) that DeBERTa-v3 files carry is read as the RTD head."""
     if spec.extra.get("position_biased_input", True) is False:
-        unused += ("deberta.embeddings.position_embeddings.",)
-    dropped = [k for k in state if k.startswith(unused)]
-    if dropped:
-        log.info("not read (transformers does not read them either): %s", ", ".join(dropped))
-        state = {k: v for k, v in state.items() if not k.startswith(unused)}
+        unused = "deberta.embeddings.position_embeddings."
+        dropped = [k for k in state if k.startswith(unused)]
+        if dropped:
+            log.info("not read (position_biased_input is false; transformers leaves them unread too): %s",
+                     ", ".join(dropped))
+            state = {k: v for k, v in state.items() if not k.startswith(unused)}
     if "lm_predictions.lm_head.dense.weight" in state and "cls.predictions.transform.dense.weight" not in state:
         spec = spec.replace(extra={**spec.extra, "legacy": False})
     return spec, state
@@ -533,12 +554,16 @@ FAMILY = Family(
     },
     hook_paths={**bert_layer_hook_paths("deberta"),
                 **{h: "deberta.encoder.layer.{i}.attention.self." for h in ("hook_c2c", "hook_c2p", "hook_p2c")}},
-    head_keys={"mlm": ("cls.predictions.transform.dense.weight", "lm_predictions.lm_head.dense.weight")},
+    head_keys={"mlm": ("cls.predictions.transform.dense.weight", "lm_predictions.lm_head.dense.weight"),
+               "rtd": "mask_predictions.classifier.weight"},
     pooler_key="pooler.dense.weight",  # the ContextPooler, outside the encoder: only sentence classifiers have it
     tokenizer_kind="unigram",
     special_tokens={"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "unk": "[UNK]", "mask": "[MASK]"},
     base_keys=("embeddings.", "encoder."),
-    head_prefixes=("cls.", "lm_predictions."),
+    head_prefixes=("cls.", "lm_predictions.", "mask_predictions."),
+    # transformers has no class for the detector: the encoder (and MLM head) are saved for its classes,
+    # which leave `mask_predictions` unread (DebertaV2ForMaskedLM by name)
+    unread_heads={("rtd",): "DebertaV2Model", ("mlm", "rtd"): "DebertaV2ForMaskedLM"},
     tied={"cls.predictions.decoder.weight": "deberta.embeddings.word_embeddings.weight",
           "cls.predictions.decoder.bias": "cls.predictions.bias"},
     check=_check,
