@@ -32,8 +32,13 @@ from bertlab.families.core import check_state as family_check_state
 from bertlab.families.core import normalise_keys as family_keys
 from bertlab.families.core import tied_in, ties_decoder
 from bertlab.model import HookedModel
-from bertlab.settings import DEFAULT_ENCODER, DEFAULT_MODEL, hub_cache_dir  # DEFAULT_*: re-exported
-from bertlab.settings import DEFAULT_MODEL_DIR_ENV, default_model_dir_override
+from bertlab.settings import (  # DEFAULT_ENCODER, DEFAULT_MODEL: re-exported
+    DEFAULT_ENCODER,
+    DEFAULT_MODEL,
+    DEFAULT_MODEL_DIR_ENV,
+    default_model_dir_override,
+    hub_cache_dir,
+)
 from bertlab.tokenizer import Tokenizer, TokenizerError
 
 log = logging.getLogger(__name__)

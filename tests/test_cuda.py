@@ -30,7 +30,8 @@ from bertlab.training.loop import TrainConfig, TrainEvent, make_optimizer, train
 REPO = Path(__file__).resolve().parents[1]
 DEVICE = os.environ.get("BERTLAB_TEST_DEVICE", "cuda")
 HAS_DEVICE = DEVICE == "cpu" or torch.cuda.is_available()
-on_device = pytest.mark.skipif(not HAS_DEVICE, reason="no CUDA GPU here (BERTLAB_TEST_DEVICE=cpu runs these on the CPU)")
+on_device = pytest.mark.skipif(not HAS_DEVICE,
+                               reason="no CUDA GPU here (BERTLAB_TEST_DEVICE=cpu runs these on the CPU)")
 
 
 def gpu_test(fn):
@@ -51,8 +52,8 @@ def sentence_batches(tok, n: int = 64, seed: int = 0) -> list[dict[str, torch.Te
                f"{words[int(torch.randint(len(words), (1,), generator=g))]}"
         ids = tok.encode(text).ids
         pad = 12 - len(ids)
-        out.append({"ids": torch.tensor(ids + [tok.pad_token_id] * pad), "mask": torch.tensor([1] * len(ids) + [0] * pad),
-                    "label": label})
+        out.append({"ids": torch.tensor(ids + [tok.pad_token_id] * pad),
+                    "mask": torch.tensor([1] * len(ids) + [0] * pad), "label": label})
     return out
 
 
