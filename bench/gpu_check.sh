@@ -13,7 +13,8 @@
 #   bench_ft   bench/bench_finetune.py, BERT-base shape: bertlab against HF Trainer (bf16), same sentences
 #   bench_pt   bench/bench_pretrain.py, MiniLM and BERT-base shapes: tokens/s, MFU against the GPU's bf16 peak
 #   heads      bertlab train-default-heads continuing the shipped heads, as many steps as the time left allows
-#              (at most HEADS_MAX_S), the new heads file brought back in parts under 16 MiB
+#              (at most HEADS_MAX_S), a new seed and lr 3e-4 as the shipped file's later continuations
+#              (GPU_CHECK_HEADS_ARGS), the new heads file brought back in parts under 16 MiB
 # GPU_CHECK_STEPS="qa heads" repeats only those steps (a rerun with the time left).
 # Into $OUT (at most 8 files come back): log.txt, summary.json, junit.xml, bench_finetune.json,
 # bench_pretrain.json, heads.json, heads.safetensors.part-00, -01. bench/gpu_results.py reads them here.
@@ -123,7 +124,7 @@ if [ "${STEPS:-0}" -gt 0 ]; then
   [ "$DEVICE" = cpu ] && PREC=auto
   step heads "$HEADS_S" "${BERTLAB[@]}" train-default-heads --device "$DEVICE" --precision "$PREC" \
     --init-heads bertlab/assets/default_heads.safetensors --corpus "$WORK/corpus/wiki-offline.jsonl" \
-    --steps "$STEPS" --out "$WORK/heads/default_heads.safetensors"
+    --steps "$STEPS" --out "$WORK/heads/default_heads.safetensors" ${GPU_CHECK_HEADS_ARGS:---seed 15 --lr 3e-4}
   if [ -f "$WORK/heads/default_heads.safetensors" ]; then
     split -b 15M -d -a 2 "$WORK/heads/default_heads.safetensors" "$OUT/heads.safetensors.part-"
     # the figures come after the file: a step stopped by its cap still brings the heads back, without them
