@@ -79,7 +79,9 @@ step() {
 say "gpu check: device $DEVICE, tiny $TINY, budget ${BUDGET_S}s, python $($PY -c 'import sys;print(sys.version.split()[0])')"
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 || true; } >>"$LOG"
 $PY -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__, 'gpu', torch.cuda.get_device_name() if torch.cuda.is_available() else None)" 2>&1 | tee -a "$LOG"
-if ! tar -xJf "$ROOT/.gpu/bundle.tar.xz" -C "$WORK" 2>>"$LOG"; then
+# python's tarfile, not tar -J: the machine need not have xz
+if ! $PY -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='data')" \
+    "$ROOT/.gpu/bundle.tar.xz" "$WORK" 2>>"$LOG"; then
   say "no .gpu/bundle.tar.xz: run bench/gpu_prepare.sh here first and carry .gpu"
   exit 2
 fi
