@@ -25,6 +25,7 @@ DEVICE=${GPU_CHECK_DEVICE:-cuda}
 TINY=${GPU_CHECK_TINY:-0}
 BUDGET_S=${GPU_CHECK_BUDGET_S:-480}  # the whole script; the run's timeout_s leaves room above it
 HEADS_MAX_S=${GPU_CHECK_HEADS_MAX_S:-300}
+CAP_SCALE=${GPU_CHECK_CAP_SCALE:-1}  # a CPU dry run on a busy machine: the steps' caps times this
 STEPS_ON=" ${GPU_CHECK_STEPS:-tests sst2 qa bench_ft bench_pt heads} "  # a rerun can name the steps it repeats
 PY=${PYTHON:-python3}
 OUT=${OUT:-$ROOT/out/gpu-check}
@@ -61,6 +62,7 @@ step() {
     echo "{\"step\": \"$name\", \"rc\": null, \"skipped\": \"time\", \"wall_s\": 0}" >>"$WORK/steps.jsonl"
     return
   fi
+  cap=$((cap * CAP_SCALE))
   [ "$cap" -gt "$l" ] && cap=$l
   say "$name (at most ${cap}s): $*"
   local t0 rc
