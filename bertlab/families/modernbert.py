@@ -166,7 +166,7 @@ class ModernBertAttention(AttentionHooks):
         k = self.hook_rot_k(rotate(k, *rope))
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [batch, head, seq, d_head]
         if self.uses_eager():
-            scores = (q * self.d_head**-0.5) @ k.transpose(-1, -2)  # [batch, head, query, key]
+            scores = (q @ k.transpose(-1, -2)) * self.d_head**-0.5  # [batch, head, query, key]
             if mask is not None:
                 scores = scores + mask
             pattern = self.hook_pattern(self.hook_scores(scores).softmax(dim=-1))  # zero outside a local band
