@@ -299,9 +299,37 @@ class ModernBert(FamilyModel):
         self.finish()
 
     def _init_weights(self, m: nn.Module) -> None:
-        super()._init_weights(m)
-        if isinstance(m, nn.LayerNorm) and m.bias is None:  # bias-free norms: only the weight to fill
+        """transformers' initialisation: truncated normals (± initializer_cutoff_factor std), the output
+        projections narrower with depth, the classifier at hidden_size^-0.5; norms at identity. Runs
+        after the children (`apply`), so a block's own rule overrides the generic one of its Linears."""
+        if isinstance(m, nn.LayerNorm):
             nn.init.ones_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+            return
+        super()._init_weights(m)
+        cfg = self.config
+        std_in = cfg.initializer_range
+        std_out = cfg.initializer_range / (2.0 * cfg.num_hidden_layers) ** 0.5
+        cutoff = float(option(cfg, "initializer_cutoff_factor", 2.0))
+
+        def fill(linear: nn.Module, std: float) -> None:
+            nn.init.trunc_normal_(linear.weight, std=std, a=-cutoff * std, b=cutoff * std)
+            if getattr(linear, "bias", None) is not None:
+                nn.init.zeros_(linear.bias)
+
+        if isinstance(m, ModernBertEmbeddings):
+            fill(m.tok_embeddings, std_in)
+        elif isinstance(m, (ModernBertMLP, ModernBertAttention)):
+            fill(m.Wi if isinstance(m, ModernBertMLP) else m.Wqkv, std_in)
+            fill(m.Wo, std_out)
+        elif isinstance(m, ModernBertPredictionHead):
+            fill(m.dense, std_out)
+        elif m is self:
+            if isinstance(getattr(self, "decoder", None), nn.Linear):
+                fill(self.decoder, std_out)
+            if getattr(self, "classifier", None) is not None:
+                fill(self.classifier, cfg.hidden_size**-0.5)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, head_mask=None,
                 mlm_positions=None) -> ModelOutput:
