@@ -61,10 +61,12 @@ def rope_theta(cfg: BertConfig, kind: str) -> float:
     key = "full_attention" if kind == "global" else "sliding_attention"
     if (params.get(key) or {}).get("rope_theta") is not None:
         return float(params[key]["rope_theta"])
-    value = cfg.extra.get(f"{kind}_rope_theta")
-    if value is None and kind == "local":
-        return rope_theta(cfg, "global")
-    return float(THETA[kind] if value is None else value)
+    key = f"{kind}_rope_theta"
+    if key not in cfg.extra:
+        return THETA[kind]
+    if cfg.extra[key] is None:  # written as null: the local layers turn as the global ones
+        return rope_theta(cfg, "global") if kind == "local" else THETA[kind]
+    return float(cfg.extra[key])
 
 
 def half_window(cfg: BertConfig) -> int:
