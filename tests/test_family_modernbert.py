@@ -214,21 +214,25 @@ def test_the_comparison_sees_the_rotation_the_window_and_the_pooling(checkpoints
         assert _diff(out.logits, want.logits) > 1e-3, change
 
 
-def test_the_hubs_older_config_spelling_equals_transformers(tmp_path, hf_tok):
+@pytest.mark.parametrize("thetas", [(500.0, 30.0), None])
+def test_the_hubs_older_config_spelling_equals_transformers(tmp_path, hf_tok, thetas):
     """global_rope_theta / local_rope_theta / global_attn_every_n_layers (what hub checkpoints carry),
-    with thetas unlike the defaults, every third layer global; transformers reads the same file."""
+    with thetas unlike the defaults (or none: transformers' defaults), every third layer global;
+    transformers reads the same file."""
     folder = write_checkpoint(tmp_path / "old", "ModernBertForMaskedLM", hf_tok, seed=5)
     cfg = json.loads((folder / "config.json").read_text())
     for key in ("rope_parameters", "layer_types"):
         cfg.pop(key)
-    cfg.update(global_rope_theta=500.0, local_rope_theta=30.0, global_attn_every_n_layers=3)
+    cfg.update(global_attn_every_n_layers=3)
+    if thetas:
+        cfg.update(global_rope_theta=thetas[0], local_rope_theta=thetas[1])
     (folder / "config.json").write_text(json.dumps(cfg))
     model, tok = load(str(folder))
     assert [layer.attn.kind for layer in model.model.layers] == ["global", "local", "local", "global", "local"]
     ids, mask = _batch(tok)
     for path in ("eager", "sdpa"):
         hf = _hf().ModernBertForMaskedLM.from_pretrained(folder, attn_implementation=path).eval()
-        assert hf.config.rope_parameters["sliding_attention"]["rope_theta"] == 30.0
+        assert hf.config.rope_parameters["sliding_attention"]["rope_theta"] == (thetas[1] if thetas else 10000.0)
         compare(model, hf, "ModernBertForMaskedLM", ids, mask, path)
 
 

@@ -117,27 +117,24 @@ def rotary(theta: float, d_head: int, seq: int, device: torch.device, dtype: tor
 
 
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [batch, seq, head, d_head] turned by the rotary tables [seq, d_head] (computed in float32)."""
+    """x [batch, head, seq, d_head] turned by the rotary tables [seq, d_head] (computed in float32)."""
     x32 = x.float()
     half = x32.shape[-1] // 2
     turned = torch.cat((-x32[..., half:], x32[..., :half]), dim=-1)
-    return (x32 * cos[:, None] + turned * sin[:, None]).to(x.dtype)
+    return (x32 * cos + turned * sin).to(x.dtype)
 
 
-def attention_masks(attention_mask: torch.Tensor | None, seq: int, window: int, dtype: torch.dtype,
-                    device: torch.device) -> dict[str, torch.Tensor | None]:
-    """Additive masks [batch or 1, 1, query, key] by layer kind: "global" hides padding (None when
-    nothing is padded), "local" also every key more than `window` tokens away from the query."""
+def attention_masks(attention_mask: torch.Tensor | None, seq: int, window: int, device: torch.device
+                    ) -> dict[str, torch.Tensor | None]:
+    """Boolean masks [batch or 1, 1, query, key], True where a query reads a key, by layer kind:
+    "global" hides padding (None when nothing is padded), "local" also every key more than `window`
+    tokens away from the query (None when the band covers the whole input)."""
     keep = None if attention_mask is None or bool(attention_mask.all()) else attention_mask[:, None, None, :].bool()
+    if seq - 1 <= window:
+        return {"global": keep, "local": keep}
     pos = torch.arange(seq, device=device)
     band = ((pos[:, None] - pos[None, :]).abs() <= window)[None, None]  # [1, 1, query, key]
-    local = band if keep is None else band & keep
-    low = torch.finfo(dtype).min
-
-    def additive(mask: torch.Tensor) -> torch.Tensor:
-        return torch.zeros((), dtype=dtype, device=device).masked_fill(~mask, low)
-
-    return {"global": None if keep is None else additive(keep), "local": additive(local)}
+    return {"global": keep, "local": band if keep is None else band & keep}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,16 +158,17 @@ class ModernBertAttention(AttentionHooks):
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None,
                 head_mask: torch.Tensor | None) -> torch.Tensor:
+        """x [batch, seq, d_model]; rope: (cos, sin) [seq, d_head]; mask: boolean, True where read."""
         qkv = self.Wqkv(x).view(*x.shape[:2], 3, self.n_heads, self.d_head)
         q, k, v = (self.hook_q(qkv[:, :, 0]), self.hook_k(qkv[:, :, 1]),
                    self.hook_v(qkv[:, :, 2]))  # [batch, seq, head, d_head]
-        q = self.hook_rot_q(rotate(q, *rope))
-        k = self.hook_rot_k(rotate(k, *rope))
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [batch, head, seq, d_head]
+        q = self.hook_rot_q(rotate(q, *rope).transpose(1, 2)).transpose(1, 2)  # turned in [batch, head, ...]
+        k = self.hook_rot_k(rotate(k, *rope).transpose(1, 2)).transpose(1, 2)  # layout, as SDPA reads them
         if self.uses_eager():
             scores = (q @ k.transpose(-1, -2)) * self.d_head**-0.5  # [batch, head, query, key]
             if mask is not None:
-                scores = scores + mask
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
             pattern = self.hook_pattern(self.hook_scores(scores).softmax(dim=-1))  # zero outside a local band
             z = self.dropout(pattern) @ v
         else:
@@ -247,7 +245,7 @@ class ModernBertModel(nn.Module):
                 head_mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.embeddings(input_ids)
         seq, cfg = x.shape[1], self.config
-        masks = attention_masks(attention_mask, seq, half_window(cfg), x.dtype, x.device)
+        masks = attention_masks(attention_mask, seq, half_window(cfg), x.device)
         ropes = {kind: rotary(rope_theta(cfg, kind), cfg.head_dim, seq, x.device, x.dtype)
                  for kind in {layer.attn.kind for layer in self.layers}}
         last = len(self.layers) - 1
