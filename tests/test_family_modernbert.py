@@ -293,6 +293,35 @@ def test_hook_points_protocol_and_modernbert_own(checkpoints):
     assert model.family.embeddings(model).word_embeddings is model.model.embeddings.tok_embeddings
 
 
+def test_pruned_and_quantized_modernbert_equal_their_references_and_reload(checkpoints, tmp_path):
+    """Pruning cuts a head's rows out of the fused Wqkv (in q, k and v) and its columns out of Wo: the
+    same numbers as switching the head off; the int8 copy saved and read back gives its own numbers."""
+    import copy
+
+    from bertlab.compress.quantize import quantize
+    from bertlab.compress.storage import save_compressed
+    from bertlab.compress.structure import heads_per_layer, prune_heads
+
+    model, tok = load(str(checkpoints["ModernBertForSequenceClassification"]))
+    ids, mask = _batch(tok)
+    gone = {0: [1, 3], 1: [0]}
+    head_mask = torch.ones(5, 4)
+    for layer, heads in gone.items():
+        head_mask[layer, heads] = 0
+    with torch.no_grad():
+        ref = model(ids, None, mask, head_mask=head_mask)
+        small = prune_heads(copy.deepcopy(model), gone)
+        out = small(ids, None, mask)
+    assert heads_per_layer(small) == [2, 3, 4, 4, 4]
+    assert small.model.layers[0].attn.Wqkv.weight.shape == (3 * 2 * 8, 32)
+    assert _diff(out.logits, ref.logits) <= TOL and _diff(out.last_hidden_state, ref.last_hidden_state, mask) <= TOL
+    int8 = quantize(small)
+    again, _ = load_model(save_compressed(int8, None, tmp_path / "int8"))
+    with torch.no_grad():
+        assert torch.equal(int8(ids, None, mask).logits, again(ids, None, mask).logits)
+        assert _diff(int8(ids, None, mask).logits, out.logits) < 0.5  # int8 stays near the float model
+
+
 @pytest.mark.parametrize("change,message", [
     ({"layer_types": ["full_attention", "sliding_attention"]}, "layer_types must list"),
     ({"rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 2.0}}}, "rope_type 'linear'"),
