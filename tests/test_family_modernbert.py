@@ -291,6 +291,13 @@ def test_hook_points_protocol_and_modernbert_own(checkpoints):
     assert parts[0] in cache and parts[3] in cache and parts[1] not in cache and parts[2] not in cache
     assert not fam.has_segments
     assert model.family.embeddings(model).word_embeddings is model.model.embeddings.tok_embeddings
+    # the last layer's output is the encoder's (final_norm'ed, as transformers' last hidden state); the
+    # stream before the norm has its own hook
+    last = fam.hook_name(fam.num_layers - 1, "hook_resid_post")
+    out, cache = model.run_with_cache(ids, None, mask, names=[last, "model.hook_resid_final"])
+    assert torch.equal(cache[last], out.last_hidden_state)
+    assert torch.allclose(model.model.final_norm(cache["model.hook_resid_final"]), cache[last])
+    assert cache["model.hook_resid_final"].norm() > 2 * cache[last].norm()
 
 
 def test_pruned_and_quantized_modernbert_equal_their_references_and_reload(checkpoints, tmp_path):

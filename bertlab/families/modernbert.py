@@ -25,7 +25,7 @@ As in transformers' `hidden_states`, the last layer's `hook_resid_post` is the e
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -222,7 +222,8 @@ class ModernBertEncoderLayer(nn.Module):
         self.hook_resid_post = HookPoint()  # [batch, seq, d_model] resid_mid + MLP (the last layer: final_norm'ed)
 
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None,
-                head_mask: torch.Tensor | None, final: nn.Module | None = None) -> torch.Tensor:
+                head_mask: torch.Tensor | None, final: Callable[[torch.Tensor], torch.Tensor] | None = None
+                ) -> torch.Tensor:
         x = self.hook_resid_pre(x)
         mid = self.hook_resid_mid(x + self.attn(self.attn_norm(x), rope, mask, head_mask))
         out = mid + self.mlp(self.mlp_norm(mid))
@@ -250,10 +251,14 @@ class ModernBertModel(nn.Module):
                  for kind in {layer.attn.kind for layer in self.layers}}
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            final = nn.Sequential(self.hook_resid_final, self.final_norm) if i == last else None
             kind = layer.attn.kind
-            x = layer(x, ropes[kind], masks[kind], None if head_mask is None else head_mask[i], final)
+            x = layer(x, ropes[kind], masks[kind], None if head_mask is None else head_mask[i],
+                      self.finish if i == last else None)
         return x
+
+    def finish(self, x: torch.Tensor) -> torch.Tensor:
+        """The stream after the last layer, normalised: the encoder's output."""
+        return self.final_norm(self.hook_resid_final(x))
 
 
 # ---------------------------------------------------------------------------------------------
