@@ -80,6 +80,24 @@ def test_the_mask_tab_holds_the_answer_after_the_guess_until_the_reveal(default_
     assert panel.predictions and panel.predictions[0].candidates[0].token == question.model[0][0]
 
 
+def test_guesses_drawn_before_the_push_are_held_back_once_it_comes(default_model, tmp_path, monkeypatch):
+    from bertlab.panels.mask import MaskPanel
+
+    model, tok = default_model
+    path = tmp_path / "class.sqlite"
+    monkeypatch.setenv("BERTLAB_CLASS_STORE", str(path))
+    store = ClassStore(path)
+    panel = MaskPanel(model, tok, text=ASKED.format(mask=tok.mask_token), class_poll_s=None)
+    panel.class_box.poll()
+    assert panel.predictions  # no question yet: the tab works as ever
+    question = store.push(mask_question(model, tok, ASKED.format(mask=tok.mask_token)))
+    panel.class_box.poll()  # what its thread does every second
+    assert panel.predictions == [] and ("info", HELD_NOTE) in panel.messages
+    store.reveal(question.id)
+    panel.class_box.poll()
+    assert panel.predictions and ("info", HELD_NOTE) not in panel.messages
+
+
 def test_the_family_tab_holds_the_answer(default_model, live):
     from bertlab.panels.family import FamilyPanel
 

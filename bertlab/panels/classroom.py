@@ -110,12 +110,16 @@ class ClassQuestionBox:
     """The live class question of one kind, a guess to send, and the reveal. Hidden when there is none.
 
     `on_hide(True)` asks the tab to hide its own results (a question is open and this student has
-    not answered), `on_hide(False)` to show them again. `poll_s=None` starts no thread: call `poll()`."""
+    not answered), `on_hide(False)` to show them again; `on_change()` says the live question came,
+    was revealed or went (results computed before may now be held back, or free again). `poll_s=None`
+    starts no thread: call `poll()`."""
 
     def __init__(self, store: ClassStore, kind: Kind, on_hide: Callable[[bool], None] | None = None,
                  poll_s: float | None = POLL_LIVE_S, idle_s: float = POLL_IDLE_S,
-                 mask_token: str | None = None) -> None:
+                 mask_token: str | None = None, on_change: Callable[[], None] | None = None) -> None:
         self.store, self.kind, self.on_hide, self.mask_token = store, kind, on_hide, mask_token
+        self.on_change = on_change
+        self._state: tuple[int, bool] | None = None  # (id, revealed) of the live question of any kind
         self.student = uuid.uuid4().hex  # anonymous: one id per page
         self.question: Question | None = None  # the live question of this kind
         self.elsewhere: Question | None = None  # a live question of the other kind
@@ -183,6 +187,11 @@ class ClassQuestionBox:
             else:
                 self._show_question(mine)
             self._hide_results(mine is not None and not mine.revealed and self.guess is None)
+            state = (current.id, current.revealed) if current is not None else None
+            if state != self._state:
+                self._state = state
+                if self.on_change is not None:
+                    self.on_change()
 
     def send(self) -> None:
         """Send the guess in the input (or change the one sent)."""

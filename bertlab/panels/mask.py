@@ -109,7 +109,8 @@ class MaskPanel(Panel):
         self.explain = ExplainSection(model, tok, self._explain_request)  # "Does attention explain it?"
         store = classroom if classroom is not None else class_store()
         self.class_box = None if store is None else ClassQuestionBox(  # the teacher's question, in class mode
-            store, "mask", on_hide=self._hide_results, poll_s=class_poll_s, mask_token=tok.mask_token)
+            store, "mask", on_hide=self._hide_results, poll_s=class_poll_s, mask_token=tok.mask_token,
+            on_change=self._on_question)
         self.answer_hold = AnswerHold(store.path if store is not None else None)  # the answer, until the reveal
         self._on_text()
 
@@ -163,6 +164,12 @@ class MaskPanel(Panel):
         """While a class question waits for this student's guess, the tab's own guesses stay hidden."""
         for box in (self.fill_box, self.each_box, self.explain.widget):
             box.layout.display = "none" if hide else None
+
+    def _on_question(self) -> None:
+        """The class question came, was revealed or went: guesses already on show for its sentence are
+        held back now, or computed again after the reveal (cached: no model run for other sentences)."""
+        with self.reporting():
+            self._refresh(rescore=self.scoring)
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
     def _on_predict(self, _=None) -> None:
