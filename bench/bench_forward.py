@@ -143,7 +143,7 @@ def run(batch: int, lengths: list[int], repeats: int, models: list[str]) -> list
 
 
 HEADER = ("| model | batch | seq | bertlab plain ms | HF plain ms | ratio | bertlab capture ms | HF capture ms "
-          "| ratio | capture / plain | one layer / plain | one head / plain |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| ratio | capture / plain | one layer / plain | one head / plain |\n" + "|---" * 12 + "|")
 
 
 def _fmt(r: dict) -> str:

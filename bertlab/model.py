@@ -533,7 +533,8 @@ class HookedModel(nn.Module):
         cache = ActivationCache(layers=self.family)
 
         def store(x: torch.Tensor, name: str) -> None:
-            if head_list is not None and name.endswith(("hook_pattern", "hook_scores")) and x.shape[1] != len(head_list):
+            per_head = name.endswith(("hook_pattern", "hook_scores"))
+            if head_list is not None and per_head and x.shape[1] != len(head_list):
                 x = x[:, head_list]  # a family whose attention computes every head
             x = x.detach()
             cache[name] = x.to(dtype) if dtype is not None and x.is_floating_point() else x
