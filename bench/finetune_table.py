@@ -52,7 +52,7 @@ class Row:
 
 
 ROWS: tuple[Row, ...] = (
-    Row("sst2", "sst2", "all 60,614 sentences"),
+    Row("sst2", "sst2", "all training rows, dev held out by whole sentences"),
     Row("sst2-4k", "sst2", "4,000 sentences", ("--max-train-examples", "4000")),
     Row("sst2-4k-adapter", "sst2", "4,000 sentences", ("--max-train-examples", "4000", "--mode", "adapter")),
     Row("sst2-4k-feature", "sst2", "4,000 sentences", ("--max-train-examples", "4000", "--mode", "feature")),
