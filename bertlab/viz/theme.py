@@ -51,6 +51,7 @@ class Theme:
     line_gain: float = 1.6  # head-view line opacity = gain × weight / sqrt(heads shown), at most 1
     label_gap: float = 1.5  # an axis label needs this many times its font size of room
     segment_fill: tuple[str, str] = ("#e8f1fb", "#fdf0e2")  # cell tints of sentence A (blue) and B (orange)
+    warning: str = "#a34700"  # text that says a figure means little (too few examples, noisy timings)
 
     def px(self, size: float) -> int:
         """`size` (px on the normal page) in this theme."""

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from bertlab.runtime import derive_seed
-from bertlab.settings import DataNotFoundError, data_dir
+from bertlab.settings import DataNotFoundError
 from bertlab.training.tasks.readers import DataFormatError, NoPartsError
 from bertlab.training.tasks.squad import squad_article_split
 
@@ -72,7 +72,7 @@ def hold_out(examples: Sequence[Any], seed: int, where: str,
     if len(unique) < 2:
         raise DataFormatError(
             f"{where}: {len(unique)} {what}; at least 2 are needed to hold one out as dev. "
-            f"Add data, or give a separate dev file (eval_data, bertlab finetune --eval-data)."
+            f"Add data, or give a separate dev file of your own."
         )
     target = max(1, round(DEV_SHARE * len(examples)))
     if group is None:
@@ -151,7 +151,7 @@ def hold_out_sentences(examples: Sequence[Any], seed: int, where: str) -> DataSp
     if len(roots) < 2:
         raise DataFormatError(
             f"{where}: {len(roots)} sentences; at least 2 are needed to hold one out as dev. "
-            f"Add data, or give a separate dev file (eval_data, bertlab finetune --eval-data)."
+            f"Add data, or give a separate dev file of your own."
         )
     index = _PhraseIndex(texts)
     target = max(1, round(DEV_SHARE * len(examples)))
@@ -185,7 +185,7 @@ def read_train_dev(task: Any, data: str | os.PathLike | None = None,
                    eval_data: str | os.PathLike | None = None, seed: int = 0) -> DataSplit:
     """The task's train and dev examples from BERTLAB_DATA (data None), a folder or one file,
     with dev from `eval_data` when given, else holding out a seeded dev part (module docstring)."""
-    where = str(data) if data is not None else f"BERTLAB_DATA ({data_dir()})"
+    where = str(data) if data is not None else "BERTLAB_DATA"
     if eval_data is not None:
         train, dev = task.read("train", path=data), task.read("dev", path=eval_data)
         return DataSplit(train, dev, f"{len(train):,} training examples from {where}, "
