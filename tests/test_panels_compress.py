@@ -184,3 +184,11 @@ def test_a_delta_between_scores_on_other_examples_is_not_shown():
     assert "1.05 (noise)" in table and "2.00 (noise)" not in table and "2.00" in table
     same = variants_html([{**other, "eval_key": "a"}])
     assert "-50.0" in same
+
+
+def test_an_essay_in_the_data_field_is_one_short_message(panel):
+    panel.path.value = "word " * 5000
+    panel.start_button.click()
+    panel.wait(30)
+    text = errors(panel)
+    assert "not a path" in text and "Errno" not in text and len(text) < 300
