@@ -6,6 +6,8 @@ import pytest
 
 from bertlab.analysis.sample_size import MIN_EXAMPLES, examples_text, measured_on, share_interval, too_few
 from bertlab.viz.finetune import plot_confusion_matrix, plot_training_curves
+from bertlab.viz.objectives import plot_objective_curves
+from bertlab.viz.theme import share_tickformat
 
 
 def test_wilson_interval_of_a_share():
@@ -47,3 +49,20 @@ def test_the_confusion_matrix_names_its_sample_and_interval():
     assert any("too few" in t for t in _texts(fig))
     big = plot_confusion_matrix([[400, 50], [40, 382]], ["negative", "positive"])
     assert "of 872 dev examples" in big.layout.title.text and not _texts(big)
+
+
+@pytest.mark.parametrize("top", [0.93, 0.31, 0.05, 0.0123, 0.002, 0.00021, 0.00008])
+def test_share_ticks_read_differently_and_never_in_si_units(top):
+    fmt = share_tickformat([top / 3, top])
+    decimals = int(fmt[1:-1])
+    labels = [f"{100 * top * k / 8:.{decimals}f} %" for k in range(9)]  # d3's ".N%" as Python writes it
+    assert len(set(labels)) == len(labels), labels
+    assert fmt.endswith("%") and "s" not in fmt  # "s" would be d3's SI format ("80μ")
+
+
+def test_compare_objectives_before_any_run_is_a_message_not_empty_log_axes():
+    fig = plot_objective_curves({})
+    assert not fig.data and "Pre-train with two or more objectives" in _texts(fig)[0]
+    one = plot_objective_curves({"bert": [{"step": 1, "own_loss": 5.0, "mlm_acc": 0.01, "probe_p": 0.0001},
+                                          {"step": 2, "own_loss": 4.0, "mlm_acc": 0.02, "probe_p": 0.00015}]})
+    assert len(one.data) == 3 and one.layout.yaxis3.tickformat == ".3%"

@@ -91,6 +91,16 @@ def is_projector(theme: Theme | None = None) -> bool:
     return (theme or current()).full_width
 
 
+def share_tickformat(values: Sequence[float], ticks: int = 8) -> str:
+    """A d3 tick format for an axis of shares (0..1) drawn as percents, with enough decimals that ticks
+    about max/`ticks` apart read differently (no "0.01 %, 0.01 %"), and no SI prefix ("80μ")."""
+    top = max((abs(float(v)) for v in values), default=0.0)
+    if top <= 0:
+        return ".0%"
+    step = top / ticks * 100  # percent between ticks
+    return f".{max(0, min(6, -math.floor(math.log10(step))))}%"
+
+
 # -- figures ------------------------------------------------------------------------------------
 _TRACE_FONTS = ("textfont", "insidetextfont", "outsidetextfont")
 
