@@ -745,7 +745,7 @@ def _phrase_rows(n_sentences: int) -> list[str]:
 def test_sst2_dev_holds_out_whole_sentences_with_every_phrase(tmp_path):
     file = _write(tmp_path / "phrases.tsv", "".join(_phrase_rows(20)))
     split = read_train_dev(get_task("sst2"), file, seed=0)
-    assert split.held_out and "whole sentences" in split.note
+    assert split.held_out and "whole sentence" in split.note
     dev_sentences = {e.text_a for e in split.dev
                      if e.text_a.startswith("movie ") and e.text_a.endswith(("good", "bad"))}
     assert dev_sentences, "a whole sentence is held out"

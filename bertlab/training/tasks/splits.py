@@ -165,8 +165,9 @@ def hold_out_sentences(examples: Sequence[Any], seed: int, where: str) -> DataSp
         sentences += 1
     train = [e for i, e in enumerate(examples) if i not in dev_rows]
     dev = [e for i, e in enumerate(examples) if i in dev_rows]
-    note = (f"{where}: {len(train):,} training examples, {len(dev):,} held out as dev: {sentences:,} whole "
-            f"sentences of {len(roots):,} with every phrase of them ({DEV_SHARE:.0%}, seed {seed}).")
+    note = (f"{where}: {len(train):,} training examples, {len(dev):,} held out as dev ({DEV_SHARE:.0%}, seed {seed}): "
+            f"{sentences:,} whole sentence{'s' if sentences != 1 else ''} of {len(roots):,}, each with every phrase "
+            f"of it.")
     return DataSplit(train, dev, note, held_out=True)
 
 
