@@ -56,7 +56,7 @@ def spec_from_hf(d: dict[str, Any]) -> tuple[Family, BertConfig]:
 
 def model_family(model) -> ModelFamily:
     """The protocol object of a loaded model (any family)."""
-    return ModelFamily(family_for(model.config.model_type), model.config)
+    return family_for(model.config.model_type).bind(model.config)
 
 
 __all__ = ["FAMILIES", "LAYER_HOOKS", "Assembly", "Family", "FamilyError", "FamilyModel", "ModelFamily",
