@@ -5,7 +5,9 @@
     model.family.hook_name(3, "hook_pattern")         # the protocol code above the core speaks
 
 Adding a member: write its module (config fields, weight names, heads, tokenizer kind, special
-tokens) and add it to `FAMILIES`; nothing in analysis, training, viz or panels changes.
+tokens, and what the lab says about it: positions, segments, objective, changes; see `Family`), set
+`ModelClass.FAMILY = FAMILY` there (the model finds its protocol through it: the model core never
+imports the families), and add it to `FAMILIES`; nothing in analysis, training, viz or panels changes.
 """
 
 from __future__ import annotations
