@@ -151,6 +151,15 @@ def test_a_new_config_gets_the_members_own_fields(options, groups, width):
     assert (d["num_hidden_groups"], d["embedding_size"]) == (groups, width)
 
 
+def test_a_new_config_speaks_the_members_config_names():
+    f = FAMILIES["distilbert"]
+    d = f.new_config("DistilBertForMaskedLM", **SIZE, pad_token_id=0)
+    assert (d["dim"], d["n_layers"], d["n_heads"], d["hidden_dim"]) == (32, 2, 4, 128)
+    spec = f.spec_from_hf(d)
+    assert (spec.hidden_size, spec.num_hidden_layers, spec.intermediate_size, spec.max_position_embeddings) == (
+        32, 2, 128, 64)
+
+
 def test_a_new_config_refuses_an_architecture_of_another_member():
     with pytest.raises(FamilyError, match="'BertForMaskedLM' is not a RoBERTa architecture"):
         FAMILIES["roberta"].new_config("BertForMaskedLM", **SIZE, pad_token_id=1)

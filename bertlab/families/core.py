@@ -179,23 +179,24 @@ class Family:
                    max_len: int, pad_token_id: int, embedding_size: int | None = None, shared_layers: bool = False,
                    **extra: Any) -> dict[str, Any]:
         """The config.json dict of a new, randomly initialised model with the heads of HF class
-        `architecture` (what transformers would read): BERT's shape names, intermediate 4 x hidden, room for
-        `max_len` tokens after the family's position offset, and what only the family has (`new_fields`)."""
+        `architecture` (what transformers would read), under the family's own field names: intermediate
+        4 x hidden, room for `max_len` tokens after the family's position offset, and what only the family
+        has (`new_fields`). `extra`: more config.json fields, by the family's names."""
         if architecture not in self.architectures:
             raise FamilyError(f"{architecture!r} is not a {self.display} architecture; they are "
                               f"{', '.join(self.architectures)}.")
-        d: dict[str, Any] = {
-            "model_type": self.name, "architectures": [architecture], "vocab_size": vocab_size,
-            "hidden_size": hidden_size, "num_hidden_layers": num_layers, "num_attention_heads": num_heads,
-            "intermediate_size": 4 * hidden_size, "pad_token_id": pad_token_id, "max_position_embeddings": max_len,
-            **extra,
-        }
+        hf = {ours: theirs for theirs, ours in self.fields.items()}  # spec name -> the family's config.json name
+        shape = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_hidden_layers": num_layers,
+                 "num_attention_heads": num_heads, "intermediate_size": 4 * hidden_size,
+                 "pad_token_id": pad_token_id, "max_position_embeddings": max_len}
+        d: dict[str, Any] = {"model_type": self.name, "architectures": [architecture],
+                             **{hf.get(k, k): v for k, v in shape.items()}, **extra}
         if embedding_size is not None:
-            d["embedding_size"] = embedding_size
+            d[hf.get("embedding_size", "embedding_size")] = embedding_size
         if self.new_fields is not None:
             self.new_fields(d, {"embedding_size": embedding_size, "shared_layers": shared_layers})
         offset = self.spec_from_hf(d).position_offset  # positions that count from an offset need room for it
-        d["max_position_embeddings"] = max_len + offset
+        d[hf.get("max_position_embeddings", "max_position_embeddings")] = max_len + offset
         return d
 
     @property
