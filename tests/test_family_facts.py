@@ -117,6 +117,14 @@ def test_the_family_card_shows_what_the_member_changed_from_its_module(default_m
     assert "Architecture:" not in objective_html(view_model("b", tiny(), tok, "The quick brown fox.", None))
 
 
+@pytest.mark.parametrize("positions, shown", [("learned", "learned position embeddings"), ("rotary", "rotary"),
+                                              ("relative", "relative")])
+def test_the_family_card_says_how_each_member_knows_positions(default_model, positions, shown):
+    _, tok = default_model
+    card = objective_html(view_model("m", tiny(member(positions=positions)), tok, "The quick brown fox.", None))
+    assert f"Positions: {shown}" in card
+
+
 # -- the sentence-pair task --------------------------------------------------------------------------
 @pytest.mark.parametrize("heads, task", [(("mlm", "nsp"), "nsp"), (("mlm",), None)])
 def test_the_pair_task_is_the_protocols_answer(heads, task):

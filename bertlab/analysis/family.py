@@ -545,13 +545,15 @@ class ModelView:
     objective: Objective | None = None
     pair: PairScores | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)  # (level, text)
+    positions: str = ""  # how the model knows where each token is, in a few words (its family says it)
 
 
 def view_model(name: str, model: torch.nn.Module, tok: Tokenizer, text: str, word: WordChoice | None,
                k: int = 5) -> ModelView:
     """What the Family tab shows for one model. What the model lacks (an MLM head, a pair head) becomes
     a note, not an error: the other parts still show."""
-    view = ModelView(name, model.family.name, objective=objective_of(model), params=parameter_count(model))
+    view = ModelView(name, model.family.name, objective=objective_of(model), params=parameter_count(model),
+                     positions=model.family.positions_title)
     view.cut = token_cut(model, tok, text)
     if view.cut.warning:
         view.notes.append(("warning", view.cut.warning))

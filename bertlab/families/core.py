@@ -39,6 +39,9 @@ POSITION_NOTES = {
                 "scores each pair of tokens also by their distance (relative position embeddings), apart from "
                 "what the tokens say.",
 }
+POSITION_TITLES = {"learned": "learned position embeddings, added to the input",
+                   "rotary": "rotary (queries and keys turned by position, inside attention)",
+                   "relative": "relative (token distances scored inside attention)"}
 OBJECTIVE_DEMOS = ("pair", "dynamic", "rtd", "distil", "")
 HEAD_WORDS = {"mlm": "masked-word prediction (MLM)", "nsp": "next-sentence prediction (NSP)",
               "sop": "sentence-order prediction (SOP)", "rtd": "replaced-token detection (ELECTRA's discriminator)"}
@@ -246,6 +249,11 @@ class ModelFamily:
     def positions(self) -> str:
         """How the model knows where each token is: "learned", "rotary" or "relative" (Family.positions)."""
         return self.family.positions
+
+    @property
+    def positions_title(self) -> str:
+        """The kind of positions in a few words, for the Family tab's card."""
+        return POSITION_TITLES[self.family.positions]
 
     @property
     def has_position_embeddings(self) -> bool:

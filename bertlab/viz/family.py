@@ -238,6 +238,8 @@ def objective_html(view: ModelView, extra: str = "") -> str:
              f'<div style="color:#555;font-size:0.9em">{html.escape(view.family)} · '
              f'<b>{html.escape(o.name)}</b></div>' if o else "",
              f'<div style="font-size:0.9em;margin:2px 0 4px">{html.escape(o.about)}</div>' if o else ""]
+    if view.positions:
+        lines.append(f'<div style="font-size:0.9em;margin:0 0 4px">Positions: {html.escape(view.positions)}.</div>')
     if o is not None and o.changes:  # what the member changed in the architecture (its family module says)
         lines.append('<div style="font-size:0.9em;margin:0 0 4px">Architecture: '
                      + "; ".join(html.escape(c) for c in o.changes) + ".</div>")
