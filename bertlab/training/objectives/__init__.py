@@ -10,11 +10,13 @@
 
 from __future__ import annotations
 
-from bertlab.training.objectives import albert, bert, electra, roberta, spanbert
+from bertlab.training.objectives import albert, bert, deberta, electra, modernbert, roberta, spanbert
 from bertlab.training.objectives.base import SIZES, ModelShape, Objective, ObjectiveError
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (bert.OBJECTIVE, roberta.OBJECTIVE, albert.OBJECTIVE,
-                                                        electra.OBJECTIVE, spanbert.OBJECTIVE)}
+                                                        electra.OBJECTIVE, spanbert.OBJECTIVE,
+                                                        modernbert.OBJECTIVE, deberta.OBJECTIVE)}
+DEFAULT_OBJECTIVE = bert.OBJECTIVE.name  # what a run without an objective trains (MLM + a pair head)
 
 
 def get_objective(name: str) -> Objective:
@@ -24,4 +26,4 @@ def get_objective(name: str) -> Objective:
     return OBJECTIVES[name]
 
 
-__all__ = ["OBJECTIVES", "SIZES", "ModelShape", "Objective", "ObjectiveError", "get_objective"]
+__all__ = ["DEFAULT_OBJECTIVE", "OBJECTIVES", "SIZES", "ModelShape", "Objective", "ObjectiveError", "get_objective"]
