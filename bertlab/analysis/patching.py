@@ -192,7 +192,7 @@ class PatchingGrid:
 
     def as_json(self) -> dict:
         return {"tokens": self.inp.tokens, "layers": self.rows, "kind": self.kind,
-                "recovery": [[round(float(v), 4) for v in row] for row in self.recovery],
+                "recovery": [[None if v != v else round(v, 4) + 0.0 for v in row] for row in self.recovery.tolist()],
                 "clean_diff": round(self.clean_diff, 4), "corrupt_diff": round(self.corrupt_diff, 4)}
 
 

@@ -261,14 +261,19 @@ class ProbeResult:
         return [a - c for a, c in zip(self.accuracy, self.control_accuracy)]
 
     def as_json(self) -> dict:
-        r = lambda v: None if v is None else [round(float(a), 4) for a in v]  # noqa: E731
+        r = lambda v: None if v is None else [_num(a) for a in v]  # noqa: E731
         return {"property": self.prop, "layers": self.stages, "accuracy": r(self.accuracy),
                 "control_accuracy": r(self.control_accuracy), "selectivity": r(self.selectivity),
-                "mix": {"weights": r(self.mix_weights), "gamma": round(self.mix_gamma, 4),
-                        "accuracy": round(self.mix_accuracy, 4)},
-                "majority_baseline": round(self.majority, 4), "pool": self.pool,
+                "mix": {"weights": r(self.mix_weights), "gamma": _num(self.mix_gamma),
+                        "accuracy": _num(self.mix_accuracy)},
+                "majority_baseline": _num(self.majority), "pool": self.pool,
                 "train_sentences": self.train_sentences, "eval_sentences": self.eval_sentences,
                 "train_words": self.train_words, "eval_words": self.eval_words}
+
+
+def _num(v: float) -> float | None:
+    """Rounded for JSON; None for NaN (JSON has no NaN)."""
+    return None if v != v else round(float(v), 4)
 
 
 def probe_property(

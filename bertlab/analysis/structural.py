@@ -17,7 +17,7 @@ from torch import nn
 
 from bertlab.analysis import InputError
 from bertlab.analysis.probe_data import TaggedSentence
-from bertlab.analysis.probes import Cancelled, Progress, word_features
+from bertlab.analysis.probes import Cancelled, Progress, _num, word_features
 from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
 
@@ -192,7 +192,7 @@ class StructuralResult:
     pool: str
 
     def as_json(self) -> dict:
-        r = lambda v: [round(float(a), 4) for a in v]  # noqa: E731
+        r = lambda v: [_num(a) for a in v]  # noqa: E731
         return {"property": "tree", "layers": self.stages, "accuracy": r(self.uuas), "uuas": r(self.uuas),
                 "spearman": r(self.spearman), "control_accuracy": None, "selectivity": None, "mix": None,
                 "rank": self.rank, "pool": self.pool, "train_sentences": self.train_sentences,
