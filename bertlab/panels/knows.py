@@ -8,6 +8,7 @@ Wikipedia corpus for the neighbours.
 
 from __future__ import annotations
 
+import html
 import logging
 import threading
 from collections.abc import Callable
@@ -45,15 +46,15 @@ PROPERTIES = (("part of speech (CoNLL-2003)", "pos"), ("chunk (CoNLL-2003)", "ch
               ("dependency relation (UD EWT)", "deprel"), ("tree: structural probe (UD EWT)", "tree"))
 UD_FILE = ("ud_ewt", "en_ewt-ud-dev.conllu")
 CONLL_FILES = (("conll2003", "train.txt"), ("conll2003", "dev.txt"))
-DEFAULT_CLEAN = "When John and Mary went to the store, Mary gave a drink to [MASK]."
-DEFAULT_CORRUPT = "When John and Mary went to the store, John gave a drink to [MASK]."
+DEFAULT_CLEAN = "When John and Mary went to the store, Mary gave a drink to {mask}."  # spelled by the tokenizer
+DEFAULT_CORRUPT = "When John and Mary went to the store, John gave a drink to {mask}."
 DEFAULT_NEURON_TEXT = "The cat sat on the mat because it was tired."
 DEFAULT_NEIGHBOUR_TEXT = "I went to the bank to deposit money."
 PROBE_HELP = ("A linear probe per layer learns to read a property off frozen word vectors (a word's first piece). "
               "The dashed line is the control task: the same probe on a random label per word type; selectivity "
               "(hover) is accuracy − control. The dotted line is the scalar mix: a learned weighted sum of all "
               "layers (its weights below). Trained on training sentences, scored on held-out ones.")
-PATCH_HELP = ("Two sentences that differ in one word, each with one [MASK]. Each cell copies one activation of the "
+PATCH_HELP = ("Two sentences that differ in one word, each with one {mask}. Each cell copies one activation of the "
               "clean run into the corrupted run: 1 = the clean answer−wrong logit difference fully restored, "
               "0 = no effect.")
 NEURON_HELP = ("A head's score from one token to another is its query vector times the other's key vector, "
@@ -100,8 +101,8 @@ class KnowsPanel(BackgroundWork, Panel):
         self.tree_box = widgets.Box([SyncedFigureWidget(empty_figure("Train the tree probe in Probes first."))])
         # patching
         wide = widgets.Layout(width="720px")
-        self.clean = widgets.Text(value=DEFAULT_CLEAN, description="Clean", layout=wide)
-        self.corrupt = widgets.Text(value=DEFAULT_CORRUPT, description="Corrupted", layout=wide)
+        self.clean = widgets.Text(value=tok.spell(DEFAULT_CLEAN), description="Clean", layout=wide)
+        self.corrupt = widgets.Text(value=tok.spell(DEFAULT_CORRUPT), description="Corrupted", layout=wide)
         self.answer = widgets.Text(value="john", description="Answer")
         self.wrong = widgets.Text(value="mary", description="Wrong")
         self.kind = widgets.Dropdown(options=[("residual stream", "residual"), ("attention output", "attention"),
@@ -139,7 +140,8 @@ class KnowsPanel(BackgroundWork, Panel):
             widgets.VBox([note("The probe's tree is the minimum spanning tree of its distances; gold from UD EWT."),
                           self.tree_sentence, self.tree_text, widgets.HBox([self.tree_stage, self.tree_button]),
                           self.tree_box]),
-            widgets.VBox([note(PATCH_HELP), self.clean, self.corrupt, widgets.HBox([self.answer, self.wrong]),
+            widgets.VBox([note(html.escape(tok.spell(PATCH_HELP))), self.clean, self.corrupt,
+                          widgets.HBox([self.answer, self.wrong]),
                           widgets.HBox([self.kind, self.head_layer, self.patch_button]), self.patch_box]),
             widgets.VBox([note(NEURON_HELP), self.neuron_text,
                           widgets.HBox([self.neuron_layer, self.neuron_head, self.neuron_token, self.neuron_button]),
