@@ -26,8 +26,7 @@ from bertlab.tokenizer import Tokenizer
 log = logging.getLogger(__name__)
 
 SENTENCES_PER_BATCH = 32
-MAX_SENTENCE_TOKENS = 128  # longer sentences are cut: neighbours come with their sentence, which should be short
-CHUNK = 131072  # index rows per matrix product of a query
+RERANK = 4  # a query re-scores RERANK × k candidates in float32 (the float16 product finds them)
 
 
 @dataclass
@@ -83,7 +82,7 @@ def build_index(model: Bert, tok: Tokenizer, sentences: Sequence[str], stage: in
                                   tok.convert_ids_to_tokens(saved["ids"].tolist()), sentences)
         except Exception:  # a damaged file: build again
             log.warning("ignoring unreadable neighbour index %s", path)
-    limit = min(MAX_SENTENCE_TOKENS, max_tokens(model))
+    limit = max_tokens(model)
     device = model_device(model)
     vecs, sent_of, pos, ids = [], [], [], []
     for start in range(0, len(sentences), SENTENCES_PER_BATCH):
@@ -118,13 +117,16 @@ def build_index(model: Bert, tok: Tokenizer, sentences: Sequence[str], stage: in
 
 
 def nearest(index: NeighbourIndex, vector: torch.Tensor, k: int = 10) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cosines [k], rows [k]) of the k index rows nearest to `vector` [d], best first."""
+    """(cosines [k], rows [k]) of the k index rows nearest to `vector` [d], best first: one float16
+    matrix-vector product over the index, then the best RERANK × k rows scored again in float32."""
     if k < 1:
         raise InputError(f"k must be at least 1; got {k}.")
     q = F.normalize(vector.float(), dim=-1)
-    scores = torch.cat([chunk.float() @ q for chunk in index.vectors.split(CHUNK)])  # [tokens]
-    values, rows = scores.topk(min(k, len(scores)))
-    return values, rows
+    rough = index.vectors @ q.to(index.vectors.dtype)  # [tokens]
+    candidates = rough.topk(min(RERANK * k, len(rough))).indices
+    exact = index.vectors[candidates].float() @ q
+    values, order = exact.topk(min(k, len(exact)))
+    return values, candidates[order]
 
 
 def word_vector(model: Bert, tok: Tokenizer, text: str, word: str, stage: int, occurrence: int = 0
@@ -152,7 +154,7 @@ def corpus_neighbours(model: Bert, tok: Tokenizer, index: NeighbourIndex, text: 
     """The k corpus tokens nearest to `word` in `text` at the index's stage, with their sentences."""
     vector, _, _ = word_vector(model, tok, text, word, index.stage, occurrence)
     values, rows = nearest(index, vector, k)
-    limit = min(MAX_SENTENCE_TOKENS, max_tokens(model))
+    limit = max_tokens(model)
     out = []
     for v, r in zip(values.tolist(), rows.tolist()):
         s = int(index.sentence_of[r])

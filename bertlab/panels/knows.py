@@ -29,8 +29,8 @@ from bertlab.panels.base import BackgroundWork, Panel, SyncedFigureWidget, show_
 from bertlab.settings import data_path
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.knows import (
-    neighbour_table,
     plot_mix_weights,
+    plot_neighbours,
     plot_neuron_view,
     plot_patching,
     plot_probe_layers,
@@ -341,7 +341,7 @@ class KnowsPanel(BackgroundWork, Panel):
             found = corpus_neighbours(self.model, self.tok, self.index, self.nb_text.value, self.nb_word.value,
                                       self.nb_k.value)
             name = stage_names(self.model.config.num_hidden_layers)[self.index.stage]
-            show_figure(self.nb_box, neighbour_table(found, self.nb_word.value, name))
+            show_figure(self.nb_box, plot_neighbours(found, self.nb_word.value, name))
             self.neighbours = found
             self.show_messages([])
 

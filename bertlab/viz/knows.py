@@ -147,7 +147,7 @@ def plot_neuron_view(view: NeuronView, style: Theme | None = None) -> go.Figure:
     return finish(fig, t)
 
 
-def neighbour_table(neighbours: Sequence[Neighbour], word: str, stage_name: str,
+def plot_neighbours(neighbours: Sequence[Neighbour], word: str, stage_name: str,
                     style: Theme | None = None) -> go.Figure:
     """The neighbours, best first: piece, cosine and its sentence with the piece in bold."""
     t = style or current()
