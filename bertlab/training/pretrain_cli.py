@@ -30,7 +30,8 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--objective", default=None, choices=list(OBJECTIVES),
                    help="the family member's pre-training objective: bert (MLM + NSP), roberta (dynamic MLM, "
                         "full sentences), albert (MLM + SOP, factorised embedding, shared layers), electra "
-                        "(generator + replaced-token detection), spanbert (spans + span-boundary objective). "
+                        "(generator + replaced-token detection), spanbert (spans + span-boundary objective), "
+                        "modernbert (MLM at 30 %, no NSP, on a ModernBERT: rotary, local/global attention, GeGLU). "
                         "Default: bert, with --masking and --pair-task free to change")
     p.add_argument("--embedding-size", type=int, default=None,
                    help="albert/electra: factorised embedding width (default: the objective's)")
@@ -73,6 +74,10 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
                    help="override how many of the encoder's top layers are re-trained (default: the recipe's)")
     h.add_argument("--sentence-pair-prob", type=float, default=None,
                    help="override the share of NSP pairs made of one sentence + one sentence")
+    h.add_argument("--corpus", default=None,
+                   help="override the recipe's corpus (e.g. a .jsonl file that save_documents wrote from it)")
+    h.add_argument("--precision", default=None, choices=["auto", "bf16", "fp32"],
+                   help="override the recipe's precision (bf16: autocast, on a GPU)")
     h.add_argument("--init-heads", default=None,
                    help="continue from this heads file (e.g. the shipped one) instead of fresh heads")
     h.set_defaults(func=cmd_train_default_heads)
@@ -166,6 +171,7 @@ def cmd_train_default_heads(args: argparse.Namespace) -> int:
     figures = train_default_heads(out=args.out, recipe=args.recipe, callbacks=[TqdmCallback(desc="heads")],
                                   init_heads=args.init_heads, steps=args.steps, device=args.device, lr=args.lr,
                                   seed=args.seed, train_top_layers=args.train_top_layers,
-                                  sentence_pair_prob=args.sentence_pair_prob)
+                                  sentence_pair_prob=args.sentence_pair_prob, corpus=args.corpus,
+                                  precision=args.precision)
     print(json.dumps(figures))
     return 0
