@@ -65,3 +65,20 @@ def test_query_is_a_matrix_product(default_model, tmp_path):
     index.vectors = index.vectors.repeat(3, 1)  # three equal copies: the top 3 are the one row, thrice
     values, rows = nearest(index, index.vectors[row].float(), k=3)
     assert sorted(int(r) % (len(index.vectors) // 3) for r in rows) == [row] * 3
+
+
+def test_neuron_view_uses_the_rotated_q_and_k_where_the_family_rotates(tmp_path):
+    pytest.importorskip("transformers")
+    from test_family_modernbert import _hf, modernbert_tokenizer, write_checkpoint
+
+    import bertlab
+
+    modernbert_tokenizer().save_pretrained(tmp_path / "tok")
+    hf_tok = _hf().AutoTokenizer.from_pretrained(tmp_path / "tok")
+    model, tok = bertlab.load(str(write_checkpoint(tmp_path / "mb", "ModernBertForMaskedLM", hf_tok)))
+    v = neuron_view(model, tok, "The cat sat on the mat.", layer=0, head=1, query=3)  # layer 0 attends globally
+    torch.testing.assert_close(v.scores, v.model_scores, atol=1e-4, rtol=1e-4)
+    ids = torch.tensor([tok.encode("The cat sat on the mat.").ids])
+    _, cache = model.run_with_cache(ids, names=[model.family.hook_name(0, "hook_q")])
+    plain_q = cache[model.family.hook_name(0, "hook_q")][0, 3, 1]
+    assert not torch.allclose(plain_q, v.q)  # the rotation moved it: the view shows what the scores multiply

@@ -1,8 +1,9 @@
 """The neuron view of one head (bertviz's): the query vector of a chosen token, the key vector of every
 token, their elementwise product, and the score it sums to (÷ √d_head) with the softmax weight it gives.
 
-q and k are read at the family's own hook points (`hook_q`, `hook_k`: after the projection, as the scores
-use them), and the scores are checked against the model's own (`hook_scores`).
+q and k are read at the family's own hook points, as the scores use them: `hook_rot_q` / `hook_rot_k` where the
+family rotates them (rotary positions), else `hook_q` / `hook_k`; the weights are the softmax of the model's own
+scores (`hook_scores`, with its attention mask: a local band, padding).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ class NeuronView:
     k: torch.Tensor  # [seq, d_head] every token's key vector
     product: torch.Tensor  # [seq, d_head] q * k elementwise
     scores: torch.Tensor  # [seq] product summed ÷ √d_head (before the softmax)
-    weights: torch.Tensor  # [seq] the softmax of the scores: the head's attention from the chosen token
+    weights: torch.Tensor  # [seq] the head's attention from the chosen token (softmax of the model's scores)
     model_scores: torch.Tensor  # [seq] the model's own scores at hook_scores (a check)
     warning: str | None = None
 
@@ -38,7 +39,7 @@ def neuron_view(model: Bert, tok: Tokenizer, text: str, layer: int, head: int, q
                 text_b: str | None = None) -> NeuronView:
     """q, k, q∘k and the scores of head `head` in layer `layer` for token `query` of the text."""
     fam = model.family
-    names = [fam.hook_name(layer, s) for s in ("hook_q", "hook_k", "hook_scores")]  # IndexError names the layers
+    names = [_qk_hook(fam, layer, s) for s in ("q", "k")] + [fam.hook_name(layer, "hook_scores")]
     heads = model.config.num_attention_heads
     if not 0 <= head < heads:
         raise IndexError(f"head {head} does not exist: each layer has heads 0..{heads - 1}.")
@@ -54,5 +55,14 @@ def neuron_view(model: Bert, tok: Tokenizer, text: str, layer: int, head: int, q
     k = cache[names[1]][0, :, head].float().cpu()  # [seq, d_head]
     product = q[None] * k
     scores = product.sum(-1) / q.shape[0] ** 0.5
-    return NeuronView(list(enc.tokens), layer, head, query, q, k, product, scores, scores.softmax(-1),
-                      cache[names[2]][0, head, query].float().cpu(), enc.warning)
+    model_scores = cache[names[2]][0, head, query].float().cpu()
+    return NeuronView(list(enc.tokens), layer, head, query, q, k, product, scores, model_scores.softmax(-1),
+                      model_scores, enc.warning)
+
+
+def _qk_hook(fam, layer: int, which: str) -> str:
+    """The hook of the q (or k) the scores multiply: the rotated one where the family has it."""
+    try:
+        return fam.hook_name(layer, f"hook_rot_{which}")
+    except KeyError:
+        return fam.hook_name(layer, f"hook_{which}")  # IndexError names the layers
