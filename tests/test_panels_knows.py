@@ -103,3 +103,15 @@ def test_neighbours(panel):
     table = panel.nb_box.children[0].data[0]
     assert table.type == "table" and table.cells.values[0][0] == "bank"
     assert "<b>bank</b>" in table.cells.values[2][0] and "river" in table.cells.values[2][0]
+
+
+def test_neighbour_cells_escape_the_sentence_but_bold_the_piece(default_model, tmp_path):
+    from bertlab.analysis.neighbours import build_index, corpus_neighbours
+    from bertlab.viz.knows import plot_neighbours
+
+    model, tok = default_model
+    corpus = ['He typed <a href="http://evil.example/">bank</a> & left.']
+    index = build_index(model, tok, corpus, 3, folder=tmp_path)
+    found = corpus_neighbours(model, tok, index, corpus[0], "bank", k=2)
+    cells = plot_neighbours(found, "<b>bank</b>", "layer 2").data[0].cells.values[2]
+    assert all("<a" not in c and "&lt;" in c for c in cells) and any("<b>bank</b>" in c for c in cells)

@@ -2,11 +2,12 @@
 properties with their control tasks, the scalar mix's weights, the activation-patching grid, the neuron view
 of one head, corpus neighbours, and a predicted dependency tree against the gold one.
 
-Every piece of student text (tokens, words, sentences) is escaped before it reaches a figure."""
+Student text (tokens, words, sentences) is drawn as typed: `finish` escapes the data strings, and the titles
+that carry student text escape it where they are built (`plain_text`); the neighbour table, which bolds a
+piece itself, escapes its cells here."""
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
 
@@ -19,16 +20,12 @@ from bertlab.analysis.neurons import NeuronView
 from bertlab.analysis.patching import PatchingGrid
 from bertlab.analysis.probes import ProbeResult
 from bertlab.analysis.structural import StructuralResult, TreePrediction
+from bertlab.viz.text import plain_text
 from bertlab.viz.theme import NEUTRAL, Theme, current, finish
 
 DECIMALS = 4
 PROPERTY_TITLES = {"pos": "part of speech", "chunk": "chunk", "ner": "named entity", "upos": "UPOS",
                    "deprel": "dependency relation", "tree": "tree (UUAS)"}
-
-
-def esc(text: str) -> str:
-    """Student text made safe for plotly labels (which render a subset of HTML)."""
-    return html.escape(str(text), quote=False)
 
 
 def _round(values: Sequence[float] | None) -> list[float | None]:
@@ -50,7 +47,7 @@ def plot_probe_layers(results: Sequence[ProbeResult | StructuralResult], style: 
             fig.add_scatter(x=stages, y=_round(r.spearman), mode="lines", name="tree (distance Spearman)",
                             line=dict(color=colour, dash="dot"))
             continue
-        name = PROPERTY_TITLES.get(r.prop, esc(r.prop))
+        name = PROPERTY_TITLES.get(r.prop, r.prop)
         sel = _round(r.selectivity) if r.selectivity is not None else [None] * len(stages)
         fig.add_scatter(x=stages, y=_round(r.accuracy), mode="lines+markers", name=name, line=dict(color=colour),
                         customdata=sel, hovertemplate=f"{name}<br>%{{x}}: %{{y:.3f}}<br>selectivity "
@@ -75,7 +72,7 @@ def plot_mix_weights(results: Sequence[ProbeResult], style: Theme | None = None)
     t = style or current()
     fig = go.Figure()
     for i, r in enumerate(x for x in results if isinstance(x, ProbeResult)):
-        name = PROPERTY_TITLES.get(r.prop, esc(r.prop))
+        name = PROPERTY_TITLES.get(r.prop, r.prop)
         fig.add_bar(x=r.stages, y=_round(r.mix_weights), name=f"{name} (γ = {r.mix_gamma:.2f})",
                     marker_color=t.color(i))
     fig.update_layout(
@@ -90,7 +87,7 @@ def plot_patching(grid: PatchingGrid, style: Theme | None = None) -> go.Figure:
     """Rows (stages, layers or heads) × tokens: the share of the clean logit difference each patch restores."""
     t = style or current()
     z = np.round(grid.recovery.numpy(), DECIMALS)
-    tokens = [f"{i}: {esc(tok)}" for i, tok in enumerate(grid.inp.tokens)]
+    tokens = [f"{i}: {tok}" for i, tok in enumerate(grid.inp.tokens)]  # escaped by finish
     finite = z[np.isfinite(z)]
     bound = float(max(1.0, np.abs(finite).max() if finite.size else 1.0))
     what = {"residual": "the residual stream", "attention": "attention output", "mlp": "MLP output",
@@ -101,8 +98,9 @@ def plot_patching(grid: PatchingGrid, style: Theme | None = None) -> go.Figure:
         colorbar=dict(title=dict(text="recovery"), thickness=12),
     ))
     fig.update_layout(
-        title=dict(text=f"Patching {what}: share of “{esc(grid.inp.answer)}” − “{esc(grid.inp.wrong)}” restored "
-                        f"(clean {grid.clean_diff:+.2f}, corrupted {grid.corrupt_diff:+.2f})", font=dict(size=13)),
+        title=dict(text=f"Patching {what}: share of “{plain_text(grid.inp.answer)}” − "
+                        f"“{plain_text(grid.inp.wrong)}” restored (clean {grid.clean_diff:+.2f}, "
+                        f"corrupted {grid.corrupt_diff:+.2f})", font=dict(size=13)),
         xaxis=dict(title="token (clean sentence)", tickangle=-45),
         yaxis=dict(title="", autorange="reversed"),
         width=int(min(1100, 220 + 42 * len(tokens))), height=int(min(720, 200 + 32 * len(grid.rows))),
@@ -115,7 +113,7 @@ def plot_neuron_view(view: NeuronView, style: Theme | None = None) -> go.Figure:
     """Query vector of the chosen token, every token's key, their elementwise product, and the scores
     (bars: score; the softmax weight in the hover)."""
     t = style or current()
-    tokens = [f"{i}: {esc(tok)}" for i, tok in enumerate(view.tokens)]
+    tokens = [f"{i}: {tok}" for i, tok in enumerate(view.tokens)]  # escaped by finish
     d = view.q.shape[0]
     fig = make_subplots(rows=1, cols=4, column_widths=[0.06, 0.36, 0.36, 0.22], shared_yaxes=True,
                         horizontal_spacing=0.02,
@@ -139,8 +137,8 @@ def plot_neuron_view(view: NeuronView, style: Theme | None = None) -> go.Figure:
     fig.update_xaxes(showticklabels=False, col=2)
     fig.update_xaxes(showticklabels=False, col=3)
     fig.update_layout(
-        title=dict(text=f"Layer {view.layer}, head {view.head}: why “{esc(view.tokens[view.query])}” attends where "
-                        f"it does", font=dict(size=14)),
+        title=dict(text=f"Layer {view.layer}, head {view.head}: why “{plain_text(view.tokens[view.query])}” "
+                        f"attends where it does", font=dict(size=14)),
         width=960, height=int(min(800, 160 + 24 * len(tokens))), margin=dict(l=110, r=20, t=80, b=30),
         plot_bgcolor="white", showlegend=False,
     )
@@ -153,20 +151,20 @@ def plot_neighbours(neighbours: Sequence[Neighbour], word: str, stage_name: str,
     t = style or current()
     rows = []
     for n in neighbours:
-        ctx = [esc(tok) for tok in n.context]
+        ctx = [plain_text(tok) for tok in n.context]
         ctx[n.position] = f"<b>{ctx[n.position]}</b>"
-        rows.append((esc(n.piece), f"{n.score:.3f}", " ".join(ctx[1:-1])))
+        rows.append((plain_text(n.piece), f"{n.score:.3f}", " ".join(ctx[1:-1])))
     cols = list(zip(*rows)) if rows else [[], [], []]
     fig = go.Figure(go.Table(
         columnwidth=[90, 60, 600],
         header=dict(values=["piece", "cosine", "in its sentence"], fill_color="#eef4fa", align="left"),
         cells=dict(values=[list(c) for c in cols], align="left", height=26),
     ))
-    fig.update_layout(title=dict(text=f"Nearest corpus tokens to “{esc(word)}” ({esc(stage_name)})",
+    fig.update_layout(title=dict(text=f"Nearest corpus tokens to “{plain_text(word)}” ({plain_text(stage_name)})",
                                  font=dict(size=14)),
                       width=900, height=int(min(720, 120 + 30 * max(1, len(rows)))),
                       margin=dict(l=10, r=10, t=50, b=10))
-    return finish(fig, t)
+    return finish(fig, t, markup=True)  # the cells bold the piece: every student string escaped above
 
 
 def _arcs(edges: Sequence[tuple[int, int]], up: bool) -> tuple[list[float | None], list[float | None]]:
@@ -199,7 +197,7 @@ def plot_tree(pred: TreePrediction, style: Theme | None = None) -> go.Figure:
             x, y = _arcs(edges, up)
             fig.add_scatter(x=x, y=y, mode="lines", name=name, line=dict(color=colour, width=2), hoverinfo="skip")
     n = len(pred.words)
-    fig.add_scatter(x=list(range(n)), y=[0] * n, mode="text", text=[esc(w) for w in pred.words], textfont=dict(size=12),
+    fig.add_scatter(x=list(range(n)), y=[0] * n, mode="text", text=list(pred.words), textfont=dict(size=12),
                     hoverinfo="skip", showlegend=False)
     found = len(ours & gold)
     score = f" · UUAS {found}/{len(gold)}" if pred.gold is not None and gold else ""
