@@ -71,8 +71,8 @@ def test_each_method_makes_a_variant_that_joins_the_table_the_plot_and_the_list(
         if method == "distill":
             panel.layers.value, panel.epochs.value, panel.lr.value = 1, 1, 1e-3
         panel.start_button.click()
-        assert panel.start_button.disabled and not panel.cancel_button.disabled or not panel.running
-        assert panel.wait(60), method
+        assert panel.start_button.disabled and not panel.cancel_button.disabled or not panel.job.running
+        assert panel.job.wait(60), method
         assert not errors(panel), errors(panel)
         assert not panel.start_button.disabled and "bertlab-busy" not in panel.message.value
     names = [v["name"] for v in panel.variants]
@@ -103,7 +103,7 @@ def test_the_pruning_curve_draws_every_fraction(panel):
     panel.method.value = "prune"
     panel.keep.value = 0.25
     panel.start()
-    assert panel.wait(60)
+    assert panel.job.wait(60)
     curve = panel.curve_box.children[0]
     assert list(curve.data[0].x) == [8, 7, 6, 6, 5, 4, 3, 2, 2, 2]  # heads kept, one head per layer at least
     assert panel.variants[-1]["heads"] == 2 and "figures" not in errors(panel)
@@ -115,10 +115,10 @@ def test_refusals_are_messages(panel, tok):
                                     num_attention_heads=4, intermediate_size=64)), tok)
     panel.method.value = "prune"
     panel.start_button.click()
-    assert "no sentiment, NLI or NER head" in errors(panel) and not panel.running
+    assert "no sentiment, NLI or NER head" in errors(panel) and not panel.job.running
     panel.method.value = "quantize"  # quantization needs no task: size and speed only
     panel.start_button.click()
-    assert panel.wait(60) and not errors(panel)
+    assert panel.job.wait(60) and not errors(panel)
     assert panel.variants[-1]["method"] == "int8" and panel.variants[-1]["score"] is None
     panel.set_model(panel.made_list[-1][1], tok)
     panel.start_button.click()
@@ -127,7 +127,7 @@ def test_refusals_are_messages(panel, tok):
     panel.path.value = "/etc"
     panel.method.value = "prune"
     panel.start_button.click()
-    assert "Only files in your workspace" in errors(panel) and not panel.running
+    assert "Only files in your workspace" in errors(panel) and not panel.job.running
 
 
 def test_a_run_shows_a_busy_sign_and_cancel_stops_it(panel):
@@ -136,7 +136,7 @@ def test_a_run_shows_a_busy_sign_and_cancel_stops_it(panel):
     panel.start()
     assert "bertlab-busy" in panel.message.value and panel.start_button.disabled
     panel.cancel_button.click()
-    assert panel.wait(60)
+    assert panel.job.wait(60)
     assert not errors(panel) and "bertlab-busy" not in panel.message.value
     assert not panel.start_button.disabled and panel.cancel_button.disabled
     assert panel.variants[-1]["method"] != "distilled" or panel.made_list  # a student so far joins, or nothing
@@ -145,11 +145,11 @@ def test_a_run_shows_a_busy_sign_and_cancel_stops_it(panel):
 def test_a_variant_compressed_again_is_compared_with_its_own_row(panel, tok):
     panel.method.value = "prune"
     panel.start()
-    assert panel.wait(60)
+    assert panel.job.wait(60)
     pruned = panel.variants[-1]
     panel.set_model(panel.made_list[-1][1], tok)  # the student picks the pruned model in the list
     panel.method.value = "quantize"
     panel.start()
-    assert panel.wait(60) and not errors(panel)
+    assert panel.job.wait(60) and not errors(panel)
     assert [v["method"] for v in panel.variants] == ["original", "pruned", "int8"]
     assert panel.variants[-1]["baseline"] is pruned and panel.variants[-1]["heads"] == pruned["heads"]

@@ -9,7 +9,6 @@ import hashlib
 import html
 import json
 import logging
-import threading
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Literal
@@ -31,28 +30,6 @@ _STYLE: dict[str, str] = {
     "warning": "color:#5c3d00;background:#fff6e0;border-left:4px solid #e0a100",
     "error": "color:#6b0b0b;background:#fdecec;border-left:4px solid #d62728",
 }
-
-
-class BackgroundWork:
-    """A panel's one slow job at a time in a background thread (a training or compression run): start it,
-    ask whether it still runs, wait for it (tests, the CLI of a notebook)."""
-
-    thread: threading.Thread | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
-
-    def start_work(self, target: Callable[..., None], args: tuple, name: str) -> None:
-        """Run `target(*args)` in a new daemon thread named `name` (the caller checked `running`)."""
-        self.thread = threading.Thread(target=target, args=args, name=name, daemon=True)
-        self.thread.start()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the job in progress ends (True) or `timeout` seconds pass (False)."""
-        if self.thread is not None:
-            self.thread.join(timeout)
-        return not self.running
 
 
 class Panel:

@@ -14,9 +14,7 @@ import functools
 import html
 import logging
 import math
-import re
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,16 +29,17 @@ from bertlab.analysis.attribution import ExplainInput, Target
 from bertlab.analysis.predict import answer, classify, cls_vectors, entail, entities, pca_2d, split_words
 from bertlab.analysis.targets import class_target, span_target, tag_target
 from bertlab.model import Bert
-from bertlab.panels.base import BackgroundWork, Level, Panel, SyncedFigureWidget, retire, show_figure
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, retire, show_figure
 from bertlab.panels.explain import ExplainSection
 from bertlab.panels.finetune_diff import ChangedSection, measure_change
 from bertlab.panels.replay import ReplaySection
+from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, BackgroundRun, error_text
+from bertlab.runtime import resolve_device
 from bertlab.settings import DataNotFoundError, data_dir, upload_max_bytes
 from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
 from bertlab.training.finetune import MODES, FinetuneConfig, finetune, subset
 from bertlab.training.finetune_defaults import START_NAMES, Recipe, recipe
 from bertlab.training.loop import TrainEvent
-from bertlab.training.queue import turn as queue_turn
 from bertlab.training.queue import waiting_text
 from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
 from bertlab.training.tasks import (
@@ -65,12 +64,8 @@ from bertlab.workspace import UploadTooLarge, Workspace
 
 log = logging.getLogger(__name__)
 
-STUDENT_ERRORS = (ValueError, KeyError, DataNotFoundError, DataSourceError)  # their message says what to change
-
-CPU_MAX_TRAIN, CPU_MAX_DEV = 2000, 500  # CPU runs must stay small (0 = all, the default on a GPU)
 EVALS_PER_EPOCH = 4  # dev evaluations per epoch: enough points for a live curve
 PCA_SAMPLE = 200  # dev examples in the [CLS] picture
-REDRAW_EVERY_S = 0.5  # the curves redraw at most this often while training
 MODE_HELP = {
     "full": "every weight learns",
     "feature": "frozen encoder, only the head learns",
@@ -128,21 +123,6 @@ def is_offline_default(model: Bert) -> bool:
     return getattr(getattr(model, "load_report", None), "source", None) == DEFAULT_MODEL
 
 
-def is_out_of_memory(error: BaseException | str | None) -> bool:
-    """Whether an exception (or a failed run's error text) is the GPU running out of memory."""
-    if isinstance(error, torch.OutOfMemoryError):
-        return True
-    return error is not None and re.search(r"out of (gpu )?memory", str(error), re.IGNORECASE) is not None
-
-
-def oom_message(batch_size: int, max_length: int) -> str:
-    smaller = max(1, batch_size // 2)
-    shorter = max(32, max_length // 2)
-    return (f"Out of GPU memory with batches of {batch_size} × up to {max_length} tokens. Try a smaller batch "
-            f"(e.g. {smaller}) or shorter sequences (max length {shorter}), then press Start again. "
-            "Earlier runs and saved models are not affected.")
-
-
 def percent(task: str, value: float) -> float:
     """The task's main metric in percent (SQuAD's F1 already is)."""
     return value if task == "qa" else 100 * value
@@ -186,7 +166,7 @@ class Run:
 # ---------------------------------------------------------------------------------------------
 # The panel
 # ---------------------------------------------------------------------------------------------
-class FinetunePanel(BackgroundWork, Panel):
+class FinetunePanel(Panel):
     """Fine-tune the picked model on a task in the background; compare runs; use the result."""
 
     title = "Fine-tuning"
@@ -202,13 +182,11 @@ class FinetunePanel(BackgroundWork, Panel):
         self.runs_dir = Path(runs_dir) if runs_dir is not None else None
         self.device = device
         self.runs: list[Run] = []
-        self._cancel = threading.Event()
         self._draw_lock = threading.Lock()
-        self._last_draw = 0.0
         self._data_cache: dict[tuple[str, str], DataSplit] = {}
         self._upload_path: Path | None = None
         self._upload_name = ""  # the file's name on the student's machine
-        on_gpu = self._device_name().startswith("cuda")
+        on_gpu = resolve_device(device).type == "cuda"
         style = {"description_width": "initial"}
 
         self.task = widgets.Dropdown(
@@ -255,6 +233,7 @@ class FinetunePanel(BackgroundWork, Panel):
                                            tooltip="Fine-tune the model picked above (a copy of it)")
         self.cancel_button = widgets.Button(description="Cancel", button_style="warning", icon="stop", disabled=True,
                                             tooltip="Stop after the current step; the model so far is kept")
+        self.job = BackgroundRun("bertlab-finetune", self.start_button, self.cancel_button)
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
         self.progress_text = widgets.HTML('<span style="color:#777">No run yet.</span>')
         self._curves_fig = plot_training_curves({}, "accuracy")
@@ -330,11 +309,11 @@ class FinetunePanel(BackgroundWork, Panel):
 
     def cancel(self) -> None:
         """Stop the run after its current step; the loop saves a checkpoint of the model so far."""
-        self._cancel.set()
+        self.job.cancel()
 
     # -- settings callbacks ---------------------------------------------------------------------
     def _on_task(self, change) -> None:
-        if not self.running:  # a message about the previous task's data or run no longer applies
+        if not self.job.running:  # a message about the previous task's data or run no longer applies
             self.show_messages([])
         self._apply_recipe()
         if self.data.value == "upload":
@@ -454,8 +433,8 @@ class FinetunePanel(BackgroundWork, Panel):
             self.start()
 
     def start(self) -> None:
-        """Start fine-tuning a copy of the current model in a background thread."""
-        if self.running:
+        """Start fine-tuning a copy of the current model in the background."""
+        if self.job.running:
             raise InputError("A run is in progress: cancel it or wait for it to end.")
         task, mode = self.task.value, self.mode.value
         source = self._source(self.data.value)  # fails early on a missing path / upload
@@ -468,61 +447,49 @@ class FinetunePanel(BackgroundWork, Panel):
         run = Run(self._label(task, mode), task, mode, Path(cfg.out_dir), base=self.model,
                   start=self.start_from.value)
         self.runs.append(run)
-        self._cancel = threading.Event()
-        self._set_running(True)
         self.show_message(f"{run.label}: reading the data…")
         self.progress.value, self.progress.max = 0, 1
         self._draw_curves(force=True)
-        on_event = functools.partial(self._on_event, run)
-        self.start_work(self._train, (run, cfg, self.tok, source, on_event), f"bertlab-finetune-{run.label}")
+        self.job.start(functools.partial(self._train, run, cfg, self.tok, source), queue=run.label,
+                       on_place=lambda ahead: self.show_message(f"{run.label}: {waiting_text(ahead)}"),
+                       on_left_queue=functools.partial(self._left_queue, run),
+                       on_error=functools.partial(self._failed, run, cfg), on_done=self._ended)
 
     def _on_cancel(self, _=None) -> None:
         self.cancel()
         self.progress_text.value = "Cancelling: finishing the current step and saving a checkpoint…"
 
-    def _train(self, run: Run, cfg: FinetuneConfig, tok: Tokenizer, source: str | None,
-               on_event: Callable[[TrainEvent], None]) -> None:
-        """The background thread: wait for a slot in the class queue, read the data, fine-tune,
-        report; never raises."""
-        turn = None
-        try:
-            turn = queue_turn(run.label)
-            if not turn.wait(self._cancel, lambda ahead: self.show_message(f"{run.label}: {waiting_text(ahead)}")):
-                run.status = "cancelled"
-                self.progress_text.value = ""
-                self.show_message(f"{run.label}: you left the class queue before the run started; nothing ran.",
-                                  "warning")
-                return
-            if run.start != PICKED:  # the task's start encoder instead of the offline default
-                self.show_message(f"{run.label}: loading {START_NAMES.get(run.start, run.start)}…")
-                run.base, tok = self._start_encoder(run.start)
-                cfg = dataclasses.replace(cfg, model=run.base)
-            data = self._read(run.task, source)
-            cfg = self._cadence(cfg, len(data.train))
-            run.dev = subset(data.dev, cfg.max_eval_examples, cfg.seed, "dev")  # what finetune scores
-            self.show_message(f"{run.label}: {data.note}")
-            keeper = SnapshotKeeper(run.out_dir / REPLAY_DIR)  # a few weights-only snapshots, for the replay
-            result = finetune(cfg, callbacks=[on_event, keeper], cancel=self._cancel, tokenizer=tok,
-                              train_examples=data.train, eval_examples=data.dev)
-        except Exception as e:
-            run.status, run.error = "failed", self._failure_text(e, cfg)
-            if not isinstance(e, STUDENT_ERRORS) and not is_out_of_memory(e):
-                log.exception("fine-tuning run %s failed", run.label)
-            self.show_message(f"{run.label}: {run.error}", "error")
-            if run.total_steps == 0 and not run.history:  # it never started: no row, no run number, no curve
-                self.runs.remove(run)
-        else:
-            self._finished(run, result, cfg)
-            self._replay_and_compare(run, result, keeper.folder, cfg.max_length or 128)
-            del result
-        finally:
-            if turn is not None:
-                turn.leave()  # the next student's run may start
-            if run.status == "failed":
-                _free_gpu_memory()  # outside the except block: the traceback no longer holds the tensors
-            self._set_running(False)
-            self._draw_curves(force=True)
-            self._draw_table()
+    def _train(self, run: Run, cfg: FinetuneConfig, tok: Tokenizer, source: str | None) -> None:
+        """The background job (its place in the class queue is taken): read the data, fine-tune, report."""
+        if run.start != PICKED:  # the task's start encoder instead of the offline default
+            self.show_message(f"{run.label}: loading {START_NAMES.get(run.start, run.start)}…")
+            run.base, tok = self._start_encoder(run.start)
+            cfg = dataclasses.replace(cfg, model=run.base)
+        data = self._read(run.task, source)
+        cfg = self._with_schedule(cfg, len(data.train))
+        run.dev = subset(data.dev, cfg.max_eval_examples, cfg.seed, "dev")  # what finetune scores
+        self.show_message(f"{run.label}: {data.note}")
+        keeper = SnapshotKeeper(run.out_dir / REPLAY_DIR)  # a few weights-only snapshots, for the replay
+        result = finetune(cfg, callbacks=[functools.partial(self._on_event, run), keeper], cancel=self.job.cancel_event,
+                          tokenizer=tok, train_examples=data.train, eval_examples=data.dev)
+        self._finished(run, result)
+        self._replay_and_compare(run, result, keeper.folder, cfg.max_length or 128)
+
+    def _left_queue(self, run: Run) -> None:
+        run.status = "cancelled"
+        self.progress_text.value = ""
+        self.show_message(f"{run.label}: you left the class queue before the run started; nothing ran.", "warning")
+
+    def _failed(self, run: Run, cfg: FinetuneConfig, error: BaseException) -> None:
+        run.status = "failed"
+        run.error = error_text(error, self.workspace.hide_root, cfg.batch_size, cfg.max_length)
+        self.show_message(f"{run.label}: {run.error}", "error")
+        if run.total_steps == 0 and not run.history:  # it never started: no row, no run number, no curve
+            self.runs.remove(run)
+
+    def _ended(self) -> None:
+        self._draw_curves(force=True)
+        self._draw_table()
 
     def _replay_and_compare(self, run: Run, result: Any, folder: Path, max_length: int) -> None:
         """A run that took a step joins the Replay section (replayed at once) and "What changed" (measured
@@ -550,7 +517,7 @@ class FinetunePanel(BackgroundWork, Panel):
             self._encoders[source] = load(source)
         return self._encoders[source]
 
-    def _cadence(self, cfg: FinetuneConfig, n_train: int) -> FinetuneConfig:
+    def _with_schedule(self, cfg: FinetuneConfig, n_train: int) -> FinetuneConfig:
         """Evaluate a few times an epoch, log ~20 times an epoch, checkpoint once an epoch (keeping
         the last checkpoint only: with its optimizer state it is 3× the model's size)."""
         n = min(n_train, cfg.max_train_examples or n_train)
@@ -558,21 +525,12 @@ class FinetunePanel(BackgroundWork, Panel):
         return dataclasses.replace(cfg, eval_every=max(1, steps // EVALS_PER_EPOCH), checkpoint_every=steps,
                                    log_every=max(1, min(10, steps // 20)), extra_train={"keep_last": 1})
 
-    def _failure_text(self, error: BaseException, cfg: FinetuneConfig) -> str:
-        if is_out_of_memory(error):
-            return oom_message(cfg.batch_size, cfg.max_length or 128)
-        if isinstance(error, STUDENT_ERRORS):
-            return str(error.args[0] if isinstance(error, KeyError) and error.args else error)
-        return f"the run stopped ({type(error).__name__}: {error})."
-
-    def _finished(self, run: Run, result: Any, cfg: FinetuneConfig) -> None:
+    def _finished(self, run: Run, result: Any) -> None:
         """Report how the run ended; a completed or cancelled model joins the picker and "Use it"."""
         run.status, run.step, run.summary = result.status, result.train.step, result.summary()
         run.id2label = dict(result.model.config.id2label)
-        if result.status == "failed":
-            oom = is_out_of_memory(result.train.exception) or is_out_of_memory(result.error)
-            run.error = (oom_message(cfg.batch_size, cfg.max_length or 128) if oom
-                         else f"the run failed: {result.error}")
+        if result.status == "failed":  # the loop's own message (out of memory included)
+            run.error = f"the run failed: {result.error}"
             self.show_message(f"{run.label}: {run.error}", "error")
             return
         if run.step == 0:
@@ -623,7 +581,7 @@ class FinetunePanel(BackgroundWork, Panel):
             run.step = event.step
             self.progress.value = min(event.step, self.progress.max)
             self.progress_text.value = _progress_html(run, event)
-            if event.kind in ("eval", "end") or time.perf_counter() - self._last_draw > REDRAW_EVERY_S:
+            if self.job.redraw.due(force=event.kind in ("eval", "end")):
                 self._draw_curves()
         except Exception:
             log.exception("the fine-tuning panel could not show a training event")
@@ -632,7 +590,6 @@ class FinetunePanel(BackgroundWork, Panel):
     def _draw_curves(self, force: bool = False) -> None:
         """Every run's loss and dev curve; swap in a new widget when the runs (traces) change."""
         with self._draw_lock:
-            self._last_draw = time.perf_counter()
             metric, curves = self._curve_data()
             fig = plot_training_curves(curves, metric)
             self._curves_fig = fig
@@ -673,10 +630,6 @@ class FinetunePanel(BackgroundWork, Panel):
         show_figure(self.confusion_box, self._confusion_fig)
 
     # -- small things -----------------------------------------------------------------------------
-    def _set_running(self, running: bool) -> None:
-        self.start_button.disabled = running
-        self.cancel_button.disabled = not running
-
     def _label(self, task: str, mode: str) -> str:
         label = f"{task} · {mode}"
         n = sum(1 for r in self.runs if r.task == task and r.mode == mode)
@@ -686,13 +639,8 @@ class FinetunePanel(BackgroundWork, Panel):
         """A new folder for a run, made now: no other run (of any session) can get the same one."""
         return self.workspace.new_run_dir(f"{task}-{mode}", parent=self.runs_dir)
 
-    def _device_name(self) -> str:
-        if self.device != "auto":
-            return self.device
-        return "cuda" if torch.cuda.is_available() else "cpu"
-
     def _device_note(self) -> str:
-        name = self._device_name()
+        name = str(resolve_device(self.device))
         if name.startswith("cuda"):
             what = f"{name} ({torch.cuda.get_device_name()})"
             tip = "the whole training set fits in minutes."
@@ -704,11 +652,6 @@ class FinetunePanel(BackgroundWork, Panel):
     @staticmethod
     def _mode_note(mode: str) -> str:
         return f'<span style="color:#555;font-size:0.9em;margin-left:8px">{MODE_HELP[mode]}</span>'
-
-
-def _free_gpu_memory() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
 
 
 def _progress_html(run: Run, event: TrainEvent) -> str:

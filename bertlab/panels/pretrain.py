@@ -9,12 +9,11 @@ Section 2 runs `training.pretrain.pretrain` in a background thread: a progress b
 
 from __future__ import annotations
 
+import functools
 import html
 import importlib.util
 import logging
 import random
-import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,9 +24,10 @@ import torch
 
 from bertlab.analysis import normalise_masks
 from bertlab.analysis.mask import Candidate, fill_mask
-from bertlab.panels.base import BackgroundWork, Level, Panel, SyncedFigureWidget, note_html
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, note_html
 from bertlab.panels.pretrain_compare import ComparedRun, CompareView
 from bertlab.panels.replay import ReplaySection
+from bertlab.panels.runs import BackgroundRun, error_text
 from bertlab.settings import data_dir
 from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.training.checkpoint import save_model_atomically
@@ -45,7 +45,6 @@ from bertlab.training.pretrain import (
     pretrain,
     pretrain_objective,
 )
-from bertlab.training.queue import turn as queue_turn
 from bertlab.training.queue import waiting_text
 from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
 from bertlab.viz.pretrain import (
@@ -80,7 +79,6 @@ DEFAULT_PROBE_TEMPLATE = "Paris is the capital of {mask}."  # spelled with the m
 DEFAULT_PROBE = spell_specials(DEFAULT_PROBE_TEMPLATE)  # as the offline default (WordPiece) spells it
 PAIR_SOURCE = "ovos-wiki"  # quick to load (~0.5 s); built-in documents when it is not installed
 MAX_TOKENS = 128  # section 1 shows at most this many tokens (longer text is cut, with a note)
-DRAW_EVERY_S = 0.5  # at most ~2 figure updates a second while training
 HELP_DATA = (
     "BERT learns by guessing hidden tokens. A share of the tokens (15 % in BERT) is chosen; of those, "
     "80 % become {mask}, 10 % a random token, 10 % stay as they are, and the model must predict the "
@@ -138,7 +136,7 @@ def documents_for_run(documents: Sequence[Document], tokens_needed: int, seed: i
     return out
 
 
-class PretrainPanel(BackgroundWork, Panel):
+class PretrainPanel(Panel):
     """See one example as BERT sees it, and pre-train a mini BERT live."""
 
     title = "Pre-training"
@@ -324,8 +322,7 @@ class PretrainPanel(BackgroundWork, Panel):
         self.probe_rows: list[tuple[int, list[Candidate]]] = []
         self.trained: torch.nn.Module | None = None
         self.result: TrainResult | None = None
-        self._cancel = threading.Event()
-        self._last_draw = 0.0
+        self.job = BackgroundRun("bertlab-pretrain", self.start, self.stop)
         self.train_section = widgets.VBox([
             widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP_TRAIN}</div>'),
             self.objective,
@@ -363,27 +360,26 @@ class PretrainPanel(BackgroundWork, Panel):
 
     # -- section 2: start / stop ----------------------------------------------------------------
     def _on_start(self, _=None) -> None:
-        if self.running:
+        if self.job.running:
             return
         try:
             cfg = self._config()
         except ValueError as e:
             self.show_run_message(str(e), "error")
             return
-        self._cancel = threading.Event()
-        self.points, self.probe_rows, self.result, self._last_draw = [], [], None, 0.0
+        self.points, self.probe_rows, self.result = [], [], None
         self.progress.max, self.progress.value = cfg.steps, 0
         self.progress_label.value = "preparing the data…"
         self.probe_html.value = ""
         self._draw_curves(f"mini BERT ({cfg.size}): preparing the data…")
-        self.start.disabled, self.stop.disabled = True, False
         self.show_run_message(f"Loading {cfg.corpus} and cutting it into masked sentence pairs…")
-        self.start_work(self._run, (cfg, self.tok, self.probe.value), "bertlab-pretrain")
+        self.job.start(functools.partial(self._run, cfg, self.tok, self.probe.value), queue=f"pre-training {cfg.size}",
+                       on_place=lambda ahead: self.show_run_message(waiting_text(ahead, leave="Stop")),
+                       on_left_queue=self._left_queue, on_error=self._failed)
 
     def _on_stop(self, _=None) -> None:
-        self._cancel.set()
-        self.stop.disabled = True
-        if self.running:
+        self.job.cancel()
+        if self.job.running:
             self.show_run_message("Stopping after the current step…")
 
     def stop_run(self) -> None:
@@ -412,50 +408,41 @@ class PretrainPanel(BackgroundWork, Panel):
 
     # -- section 2: the run (in the background thread) ----------------------------------------
     def _run(self, cfg: PretrainConfig, tok: Tokenizer, probe: str) -> None:
-        """Wait for a slot in the class queue; load, build, train; report through the widgets.
-        Never raises."""
-        turn = None
-        try:
-            turn = queue_turn(f"pre-training {cfg.size}")
-            if not turn.wait(self._cancel, lambda ahead: self.show_run_message(waiting_text(ahead, leave="Stop"))):
-                self.show_run_message("You left the class queue before the run started: nothing was trained.",
-                                      "warning")
-                self._draw_curves("Not started: you left the class queue")
-                return
-            docs = self._load(cfg.corpus)
-            docs = documents_for_run(docs, cfg.steps * cfg.batch_size * cfg.seq_len, cfg.seed)
-            objective = get_objective(cfg.objective or "bert")  # your own mix is recorded as BERT's curves
-            model = objective_module(objective, cfg, tok) if cfg.objective else new_model(cfg.size, tok, cfg.pair_task)
-            recorder = CurveRecorder(model, objective, tok)
-            self.trained, self._run_tok = objective.mlm_model(model), tok  # the probe reads the MLM part
-            self._probe_text = probe if tok.mask_token in normalise_masks(probe, tok) else ""  # any case
-            self._probe_every = self.probe_every.value
-            self._probed_at = -1
-            if not self._probe_text:
-                self.show_run_message(f"The probe has no {tok.mask_token}: training without a probe.", "warning")
-            keeper = self._snapshot_keeper(cfg, self.trained)
-            callbacks = [self._on_event, keeper, recorder]
-            run = None
-            if cfg.objective:
-                run = pretrain_objective(cfg, tokenizer=tok, documents=docs, callbacks=callbacks,
-                                         cancel=self._cancel, module=model)
-                result = run.result
-            else:
-                _, _, result = pretrain(cfg, model=model, tokenizer=tok, documents=docs, callbacks=callbacks,
-                                        cancel=self._cancel)
-            self.result = result
-            self._finish(cfg, model, tok, result, run, recorder, keeper.folder.parent)
-            self._offer_replay(self.trained, tok, result, keeper)
-        except Exception as e:
-            if not isinstance(e, (ValueError, OSError)):
-                log.exception("pre-training failed")
-            self.show_run_message(f"The run could not go on: {self.workspace.hide_root(str(e))}", "error")
-            self._draw_curves("The run stopped on an error")
-            self.progress_label.value = "stopped on an error"
-        finally:
-            if turn is not None:
-                turn.leave()  # the next student's run may start
-            self.start.disabled, self.stop.disabled = False, True
+        """The background job (its place in the class queue is taken): load, build, train; report
+        through the widgets."""
+        docs = self._load(cfg.corpus)
+        docs = documents_for_run(docs, cfg.steps * cfg.batch_size * cfg.seq_len, cfg.seed)
+        objective = get_objective(cfg.objective or "bert")  # your own mix is recorded as BERT's curves
+        model = objective_module(objective, cfg, tok) if cfg.objective else new_model(cfg.size, tok, cfg.pair_task)
+        recorder = CurveRecorder(model, objective, tok)
+        self.trained, self._run_tok = objective.mlm_model(model), tok  # the probe reads the MLM part
+        self._probe_text = probe if tok.mask_token in normalise_masks(probe, tok) else ""  # any case
+        self._probe_every = self.probe_every.value
+        self._probed_at = -1
+        if not self._probe_text:
+            self.show_run_message(f"The probe has no {tok.mask_token}: training without a probe.", "warning")
+        keeper = self._snapshot_keeper(cfg, self.trained)
+        callbacks = [self._on_event, keeper, recorder]
+        run = None
+        if cfg.objective:
+            run = pretrain_objective(cfg, tokenizer=tok, documents=docs, callbacks=callbacks,
+                                     cancel=self.job.cancel_event, module=model)
+            result = run.result
+        else:
+            _, _, result = pretrain(cfg, model=model, tokenizer=tok, documents=docs, callbacks=callbacks,
+                                    cancel=self.job.cancel_event)
+        self.result = result
+        self._finish(cfg, model, tok, result, run, recorder, keeper.folder.parent)
+        self._offer_replay(self.trained, tok, result, keeper)
+
+    def _left_queue(self) -> None:
+        self.show_run_message("You left the class queue before the run started: nothing was trained.", "warning")
+        self._draw_curves("Not started: you left the class queue")
+
+    def _failed(self, error: BaseException) -> None:
+        self.show_run_message(f"The run could not go on: {error_text(error, self.workspace.hide_root)}", "error")
+        self._draw_curves("The run stopped on an error")
+        self.progress_label.value = "stopped on an error"
 
     def _load(self, corpus: str) -> list[Document]:
         if corpus not in self._corpora:
@@ -466,7 +453,7 @@ class PretrainPanel(BackgroundWork, Panel):
         return self._corpora[corpus]
 
     def _on_event(self, event: TrainEvent) -> None:
-        """The loop's callback: record, then redraw at most every DRAW_EVERY_S (never raises)."""
+        """The loop's callback: record, then redraw when the job's throttle allows (never raises)."""
         try:
             if event.kind == "start":
                 self.show_run_message(f"Training: {event.message}. Press Stop at any time: the model so far is kept.")
@@ -481,9 +468,7 @@ class PretrainPanel(BackgroundWork, Panel):
                 self.progress.value = event.step
                 self.progress_label.value = progress_text(event.step, event.total_steps, event.tokens_per_s,
                                                           event.elapsed_s)
-            now = time.monotonic()
-            if event.kind == "step" and now - self._last_draw >= DRAW_EVERY_S:
-                self._last_draw = now
+            if event.kind == "step" and self.job.redraw.due():
                 self._draw_curves(f"step {event.step} / {event.total_steps}")
         except Exception:
             log.exception("pre-training callback failed on %r", event.kind)

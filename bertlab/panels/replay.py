@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import plotly.graph_objects as go
 from bertlab.analysis.replay import Replay, replay, with_borrowed_mlm
 from bertlab.model import Bert
 from bertlab.panels.base import Panel, SyncedFigureWidget, show_figure
+from bertlab.panels.runs import in_background
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.snapshots import iter_snapshots, list_snapshots
 from bertlab.viz.replay import VIEWS, marker, plot_frame, plot_trajectory
@@ -245,7 +245,7 @@ class ReplaySection(Panel):
                     log.debug("prebuilding step %d failed", step, exc_info=True)
                     return
 
-        threading.Thread(target=work, name="bertlab-replay-prebuild", daemon=True).start()
+        in_background(work, "bertlab-replay-prebuild")
 
     def _show_controls(self) -> None:
         view = self.view.value

@@ -159,8 +159,8 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from bertlab.loading import load
+    from bertlab.runtime import resolve_device
     from bertlab.training.finetune import evaluate
-    from bertlab.training.loop import resolve_device
     from bertlab.training.tasks import get_task
 
     try:
