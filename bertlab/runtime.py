@@ -48,6 +48,12 @@ def max_tokens(model: torch.nn.Module) -> int:
     return model.config.max_position_embeddings - model.config.position_offset
 
 
+def input_limit(model: torch.nn.Module, tok: Any) -> int:
+    """How many tokens one input to `model` may have: the tokenizer's limit or the model's positions,
+    whichever is less."""
+    return min(tok.model_max_length, max_tokens(model))
+
+
 def cap_threads() -> int | None:
     """Hold torch to `BERTLAB_THREADS` threads (intra-op and inter-op), so that many kernels share
     the cores instead of each taking them all; returns the cap (None: unset, torch's default kept)."""

@@ -156,11 +156,12 @@ def test_int8_stays_within_the_stated_tolerance_and_keeps_every_hook(model_type)
 
 
 def test_analysis_functions_run_on_an_int8_model(tok):
+    from bertlab.analysis import encode_input
     from bertlab.analysis.ablation import masked_log_probs, masked_query
     from bertlab.analysis.attention import attention_patterns
     from bertlab.analysis.mask import fill_mask
     from bertlab.analysis.representation import input_representation
-    from bertlab.analysis.similarity import batch_hidden_states, encode_input
+    from bertlab.analysis.similarity import batch_hidden_states
 
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

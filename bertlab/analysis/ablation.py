@@ -15,8 +15,17 @@ from functools import partial
 
 import torch
 
-from bertlab.analysis import InputError, echo, eval_mode, model_device, normalise_masks, require_context, require_text
-from bertlab.analysis.similarity import encode_input, hidden_states, stage_names
+from bertlab.analysis import (
+    InputError,
+    echo,
+    encode_input,
+    eval_mode,
+    model_device,
+    normalise_masks,
+    require_context,
+    require_text,
+)
+from bertlab.analysis.similarity import hidden_states, stage_names
 from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
 

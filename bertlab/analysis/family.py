@@ -26,6 +26,7 @@ from torch import nn
 from bertlab.analysis import InputError, echo, eval_mode, max_tokens, model_device, require_text
 from bertlab.analysis.mask import MaskPrediction, fill_mask
 from bertlab.analysis.nsp import next_sentence
+from bertlab.runtime import input_limit
 from bertlab.tokenizer import WORD_START_MARK, Encoding, Tokenizer
 
 MAX_CHARS = 300  # the tab compares one sentence (or two): longer text is refused, not cut
@@ -543,7 +544,7 @@ def _mlm_logits(model: torch.nn.Module, tok: Tokenizer, ids: Sequence[int], posi
 
 
 def _encode(model: torch.nn.Module, tok: Tokenizer, text: str) -> Encoding:
-    enc = tok.encode(text, max_length=min(tok.model_max_length, max_tokens(model)))
+    enc = tok.encode(text, max_length=input_limit(model, tok))
     if not enc.word_spans():
         raise InputError("The sentence has no words this tokenizer can read: type a sentence.")
     return enc

@@ -12,7 +12,8 @@ from typing import Iterable, Sequence
 
 import torch
 
-from bertlab.analysis import InputError, eval_mode, max_tokens, model_device, require_text
+from bertlab.analysis import InputError, eval_mode, model_device, require_text
+from bertlab.runtime import input_limit
 from bertlab.tokenizer import DEFAULT_SPECIALS, Encoding, Tokenizer
 
 A, B = "A", "B"
@@ -160,7 +161,7 @@ def random_sentence(
 # Helpers
 # ---------------------------------------------------------------------------------------------
 def _encode_pair(model: torch.nn.Module, tok: Tokenizer, a: str, b: str) -> Encoding:
-    enc = tok.encode(a, b, max_length=min(tok.model_max_length, max_tokens(model)))
+    enc = tok.encode(a, b, max_length=input_limit(model, tok))
     if A not in token_groups(enc) or B not in token_groups(enc):
         which = "first (A)" if A not in token_groups(enc) else "second (B)"
         raise InputError(f"The {which} sentence has no words the tokenizer can read: type a sentence.")

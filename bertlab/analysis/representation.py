@@ -11,8 +11,8 @@ from typing import Sequence
 
 import torch
 
-from bertlab.analysis import InputError, eval_mode, model_device
-from bertlab.analysis.similarity import encode_input, project_2d
+from bertlab.analysis import InputError, encode_input, eval_mode, model_device
+from bertlab.analysis.similarity import project_2d
 from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
 

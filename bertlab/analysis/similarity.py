@@ -16,7 +16,14 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from bertlab.analysis import InputError, echo, eval_mode, max_tokens, model_device, optional_text, require_text
+from bertlab.analysis import (
+    InputError,
+    echo,
+    encode_input,
+    eval_mode,
+    model_device,
+    require_text,
+)
 from bertlab.model import Bert
 from bertlab.tokenizer import Encoding, Tokenizer
 
@@ -48,13 +55,6 @@ BASELINE_SENTENCES: tuple[str, ...] = (
 def stage_names(num_layers: int) -> list[str]:
     """["embeddings", "layer 0", ..., "layer {num_layers-1}"]: the name of each stage."""
     return ["embeddings"] + [f"layer {i}" for i in range(num_layers)]
-
-
-def encode_input(model: Bert, tok: Tokenizer, a: str, b: str | None = None, what: str = "text") -> Encoding:
-    """Encode `a` (and `b` as sentence B), cut to what the model reads; InputError when `a` is empty."""
-    a = require_text(a, what)
-    b = optional_text(b, "second sentence (B)")
-    return tok.encode(a, b, max_length=max_tokens(model))
 
 
 def hidden_states(

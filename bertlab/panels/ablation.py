@@ -18,9 +18,10 @@ from bertlab.analysis.ablation import (
     logit_lens,
     single_head_effects,
 )
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, redraw
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, redraw, run_button
 from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.viz.ablation import plot_head_effects, plot_logit_lens
+from bertlab.viz.theme import FAINT, help_html
 
 DEFAULT_TEMPLATE = "The capital of France is {mask}."  # spelled with the model's mask token
 DEFAULT_TEXT = spell_specials(DEFAULT_TEMPLATE)  # as the offline default (WordPiece) spells it
@@ -58,7 +59,7 @@ class AblationPanel(Panel):
             value=target, description="Target", placeholder="blank = the model's top guess",
             continuous_update=False, tooltip="The word (one vocabulary piece) whose probability to follow",
         )
-        self.show_button = widgets.Button(description="Show", button_style="primary", tooltip="Run the model")
+        self.show_button = run_button()
         self.reset_button = widgets.Button(description="All heads on", tooltip="Switch every head back on")
         self.grid = widgets.GridBox(layout=widgets.Layout(grid_gap="2px"))
         self.head_buttons: list[list[widgets.ToggleButton]] = []
@@ -72,7 +73,7 @@ class AblationPanel(Panel):
         self.effects_box = widgets.VBox(layout=widgets.Layout(width="100%"))
         self.lens_box = widgets.VBox(layout=widgets.Layout(width="100%"))
         help_text = HELP.format(mask=html.escape(tok.mask_token))
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{help_text}</div>')
+        self.help = widgets.HTML(help_html(help_text))
 
         self.ablation: AblationResult | None = None
         self.lens: LogitLens | None = None
@@ -106,9 +107,6 @@ class AblationPanel(Panel):
         )
         self.update()
 
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
     def _on_text(self, _=None) -> None:
@@ -316,7 +314,7 @@ def _summary_html(result: AblationResult) -> str:
 
 
 def _top_html(title: str, top: list[tuple[str, float]]) -> str:
-    rows = "".join(f"<li>{html.escape(piece)} <span style='color:#777'>{p:.3f}</span></li>" for piece, p in top)
+    rows = "".join(f"<li>{html.escape(piece)} <span style='{FAINT}'>{p:.3f}</span></li>" for piece, p in top)
     return f'<div><i>{html.escape(title)}</i><ol style="margin:2px 0">{rows}</ol></div>'
 
 

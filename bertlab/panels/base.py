@@ -46,9 +46,12 @@ class Panel:
         # and the model joins the picker.
         self.model_made: Callable[[str, torch.nn.Module, Tokenizer], None] | None = None
 
+    _widget: widgets.Widget  # set by the subclass's __init__
+
     @property
     def widget(self) -> widgets.Widget:
-        raise NotImplementedError
+        """The tab's root widget, to show."""
+        return self._widget
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         """The picker switched model: recompute and redraw with it (same inputs)."""
@@ -105,6 +108,28 @@ class Panel:
                 "if it keeps happening, report it with the text you typed.",
                 "error",
             )
+
+
+WIDE = "min(100%, 720px)"  # the width of a text input: the whole tab on a phone, a line's length elsewhere
+
+
+def sentence_pair(a: str, b: str = "", placeholder_a: str = "Type a sentence, then press Show",
+                  placeholder_b: str = "optional second sentence",
+                  both_areas: bool = False) -> tuple[widgets.Textarea, widgets.Text | widgets.Textarea]:
+    """The sentence A / sentence B inputs of every tab that reads a pair: A a text area, B one line (or
+    two equal areas, `both_areas`, where B matters as much as A). Both update on Enter or leaving the box."""
+    height = "3.2em" if both_areas else "4.5em"
+    text_a = widgets.Textarea(value=a, description="Sentence A", placeholder=placeholder_a, continuous_update=False,
+                              layout=widgets.Layout(width=WIDE, height=height))
+    kind = widgets.Textarea if both_areas else widgets.Text
+    text_b = kind(value=b, description="Sentence B", placeholder=placeholder_b, continuous_update=False,
+                  layout=widgets.Layout(width=WIDE, height=height if both_areas else None))
+    return text_a, text_b
+
+
+def run_button(description: str = "Show", tooltip: str = "Run the model") -> widgets.Button:
+    """The primary button that runs the tab's computation on its inputs."""
+    return widgets.Button(description=description, button_style="primary", tooltip=tooltip)
 
 
 NEEDS = ("mlm", "pair", "segments")

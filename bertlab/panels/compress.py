@@ -41,6 +41,7 @@ from bertlab.tokenizer import Tokenizer
 from bertlab.training.loop import TrainEvent
 from bertlab.viz.compress import plot_distill_curves, plot_prune_curve, plot_variants, variants_html
 from bertlab.viz.mask import empty_figure
+from bertlab.viz.theme import FAINT, MUTED, help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ class CompressPanel(Panel):
                                             tooltip="Stop the run (distillation keeps the student so far)")
         self.job = BackgroundRun("bertlab-compress", self.start_button, self.cancel_button)
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
-        self.progress_text = widgets.HTML('<span style="color:#777">No run yet.</span>')
+        self.progress_text = widgets.HTML(f'<span style="{FAINT}">No run yet.</span>')
         self._curve_fig = empty_figure("Prune or distil a model to see its curve here.")
         self.curve = SyncedFigureWidget(self._curve_fig)
         self.curve_box = widgets.Box([self.curve])
@@ -128,7 +129,7 @@ class CompressPanel(Panel):
         self.batch_choice = widgets.ToggleButtons(options=[("batch 1", 1), ("batch 32", 32)], value=1,
                                                   description="Latency at", style=style)
         self.table = widgets.HTML()
-        help_html = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP}</div>')
+        help_line = widgets.HTML(help_html(HELP))
 
         self.method.observe(lambda _: self._show_options(), names="value")
         self.batch_choice.observe(lambda _: self._draw_variants(), names="value")
@@ -136,15 +137,11 @@ class CompressPanel(Panel):
         self.cancel_button.on_click(lambda _: self.cancel())
         self._show_options()
         self._widget = widgets.VBox([
-            help_html, self.method, self.method_help, self.options,
+            help_line, self.method, self.method_help, self.options,
             widgets.HBox([self.path, self.max_dev], layout=widgets.Layout(flex_flow="row wrap")),
             widgets.HBox([self.start_button, self.cancel_button, self.progress, self.progress_text]),
             self.message, self.curve_box, self.table, self.batch_choice, self.plot_box,
         ], layout=widgets.Layout(width="100%"))
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         """The next run compresses this model; the session's table stays."""
@@ -170,7 +167,7 @@ class CompressPanel(Panel):
     # -- settings -----------------------------------------------------------------------------
     def _show_options(self) -> None:
         method = self.method.value
-        self.method_help.value = f'<div style="color:#555;font-size:0.9em">{METHOD_HELP[method]}</div>'
+        self.method_help.value = help_html(METHOD_HELP[method])
         wrap = widgets.Layout(flex_flow="row wrap")
         self.options.children = {  # training examples: what head scores average over, what a student learns on
             "quantize": [],
@@ -343,7 +340,7 @@ class CompressPanel(Panel):
         return unique
 
     def _status(self, text: str) -> None:
-        self.progress_text.value = f'<span style="color:#555">{text}</span>'
+        self.progress_text.value = f'<span style="{MUTED}">{text}</span>'
 
     # -- drawing ------------------------------------------------------------------------------
     def _draw_curve(self, keep: int | None = None) -> None:

@@ -45,6 +45,7 @@ from bertlab.viz.family import (
 )
 from bertlab.viz.pretrain import dynamic_html
 from bertlab.viz.replaced import plot_replaced
+from bertlab.viz.theme import MUTED, help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ class FamilyPanel(Panel):
                                              tooltip="Run the sentence through every picked model")
         self.draw_button = widgets.Button(description="ELECTRA: draw again",
                                           tooltip="Mask other pieces and let the generator sample again")
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(HELP)}</div>')
+        self.help = widgets.HTML(help_html(html.escape(HELP)))
         self.cuts_box, self.mask_box, self.params_box, self.electra_box = (widgets.VBox([]) for _ in range(4))
         self.kinds = widgets.HTML()
         self.objectives = widgets.HTML()
@@ -130,9 +131,6 @@ class FamilyPanel(Panel):
             widgets.HBox([self.draw_button]), self.electra_box,
         ], layout=widgets.Layout(width="100%"))
 
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     # -- the model list ------------------------------------------------------------------------------
     def options(self) -> list[tuple[str, str]]:
@@ -383,7 +381,7 @@ class FamilyPanel(Panel):
             try:
                 draws = dynamic_draws(m.tok, self.text.value, "token", 0.15, self.seed, epochs=3)
             except (ValueError, IndexError) as e:
-                return f'<div style="color:#555">{html.escape(str(e))}</div>'
+                return f'<div style="{MUTED}">{html.escape(str(e))}</div>'
             return ('<div style="margin-top:4px">The same sentence in three epochs, each with a new mask:</div>'
                     + dynamic_html(draws))
         if o.demo == "rtd":
@@ -398,7 +396,7 @@ class FamilyPanel(Panel):
                 return depth + distillation_html(d, teacher)
             return depth
         if o.pair_task is None and o.demo == "pair":
-            return '<div style="color:#555">This checkpoint has no sentence-pair head to show.</div>'
+            return f'<div style="{MUTED}">This checkpoint has no sentence-pair head to show.</div>'
         return ""
 
     def figures(self) -> dict[str, go.Figure]:

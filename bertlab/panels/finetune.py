@@ -34,7 +34,7 @@ from bertlab.panels.explain import ExplainSection
 from bertlab.panels.finetune_diff import ChangedSection, measure_change
 from bertlab.panels.replay import ReplaySection
 from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, BackgroundRun, error_text
-from bertlab.runtime import resolve_device
+from bertlab.runtime import input_limit, resolve_device
 from bertlab.settings import DataNotFoundError, data_dir, upload_max_bytes
 from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
 from bertlab.training.finetune import MODES, FinetuneConfig, finetune, subset
@@ -60,6 +60,7 @@ from bertlab.viz.finetune import (
     plot_span_probabilities,
     plot_training_curves,
 )
+from bertlab.viz.theme import FAINT, help_html
 from bertlab.workspace import UploadTooLarge, Workspace
 
 log = logging.getLogger(__name__)
@@ -235,7 +236,7 @@ class FinetunePanel(Panel):
                                             tooltip="Stop after the current step; the model so far is kept")
         self.job = BackgroundRun("bertlab-finetune", self.start_button, self.cancel_button)
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
-        self.progress_text = widgets.HTML('<span style="color:#777">No run yet.</span>')
+        self.progress_text = widgets.HTML(f'<span style="{FAINT}">No run yet.</span>')
         self._curves_fig = plot_training_curves({}, "accuracy")
         self.curves = SyncedFigureWidget(self._curves_fig)
         self._curves_key: tuple = ()
@@ -247,7 +248,7 @@ class FinetunePanel(Panel):
         self.replay = ReplaySection(tok, tok.spell(REPLAY_PROBE), intro="Replay a run of this session.")
         self.replay.show_message("Fine-tune a model above: its run can then be replayed here.")
         self.changed = ChangedSection()
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP}</div>')
+        self.help = widgets.HTML(help_html(HELP))
 
         self.task.observe(self._on_task, names="value")
         self.mode.observe(self._on_mode, names="value")
@@ -284,10 +285,6 @@ class FinetunePanel(Panel):
             ],
             layout=widgets.Layout(width="100%"),
         )
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     def set_model(self, model: Bert, tok: Tokenizer) -> None:
         """The next run fine-tunes this model; a model with a task head goes to "Use it"."""
@@ -350,7 +347,7 @@ class FinetunePanel(Panel):
         else:
             text = (f"Fine-tunes a copy of {START_NAMES[choice]}, not the offline default picked above: bertlab's "
                     "MLM/NSP heads re-trained its layers, which fine-tune worse on this task (see the README).")
-        self.start_note.value = f'<span style="color:#555;font-size:0.9em">{html.escape(text)}</span>'
+        self.start_note.value = help_html(html.escape(text), "span")
 
     def _on_data(self, _=None) -> None:
         self.path.disabled = self.data.value != "path"
@@ -364,7 +361,7 @@ class FinetunePanel(Panel):
             notes["path"] += " In class: a path inside the class data folder (e.g. sst2) or your workspace."
             if not self._upload_path:
                 notes["upload"] += f" Up to {upload_max_bytes() / 2**20:g} MB."
-        self.data_note.value = f'<span style="color:#555;font-size:0.9em">{notes[self.data.value]}</span>'
+        self.data_note.value = help_html(notes[self.data.value], "span")
 
     def _on_path(self, change) -> None:
         if change["new"].strip() and self.data.value != "path":
@@ -647,11 +644,11 @@ class FinetunePanel(Panel):
         else:
             what = f"cpu ({torch.get_num_threads()} threads)"
             tip = f"keep runs small: about {CPU_MAX_TRAIN:,} examples and 1–2 epochs take a minute or two."
-        return f'<span style="color:#555;font-size:0.9em">Trains on <b>{html.escape(what)}</b>: {tip}</span>'
+        return help_html(f"Trains on <b>{html.escape(what)}</b>: {tip}", "span")
 
     @staticmethod
     def _mode_note(mode: str) -> str:
-        return f'<span style="color:#555;font-size:0.9em;margin-left:8px">{MODE_HELP[mode]}</span>'
+        return help_html(MODE_HELP[mode], "span", extra=";margin-left:8px")
 
 
 def _progress_html(run: Run, event: TrainEvent) -> str:
@@ -774,10 +771,6 @@ class UsePanel(Panel):
         else:
             self._show_header()
 
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
-
     def set_model(self, model: Bert, tok: Tokenizer) -> None:
         if model_task(model):
             self.show_model(model, tok, "the model picked above")
@@ -786,7 +779,7 @@ class UsePanel(Panel):
         """Name the [CLS] picture after the tokenizer's own first token."""
         self.pca_button.description = f"{cls} before / after"
         self.pca_button.tooltip = f"PCA of the {cls} vectors of {PCA_SAMPLE} dev examples"
-        self.help.value = f'<div style="color:#555;font-size:0.9em">{USE_HELP.format(cls=html.escape(cls))}</div>'
+        self.help.value = help_html(USE_HELP.format(cls=html.escape(cls)))
 
     def figures(self) -> dict[str, go.Figure]:
         pca = {f"{self.tok.cls_token} PCA": self._pca_figure} if self._pca_figure is not None else {}
@@ -809,7 +802,7 @@ class UsePanel(Panel):
 
     def _show_header(self) -> None:
         if self.model is None or self.kind is None:
-            self.header.value = ('<span style="color:#777">Fine-tune a model above (or pick a fine-tuned one) '
+            self.header.value = (f'<span style="{FAINT}">Fine-tune a model above (or pick a fine-tuned one) '
                                  "to try it here.</span>")
             self.pca_button.disabled = True
             return
@@ -873,7 +866,7 @@ class UsePanel(Panel):
         found = entities(self.model, self.tok, text)
         self.entities_out.value = entities_html(text, found)
         self._figures = {}
-        enc = self.tok.encode(text, max_length=min(self.tok.model_max_length, max_tokens(self.model)))
+        enc = self.tok.encode(text, max_length=input_limit(self.model, self.tok))
         notes = _cut_notes(enc.warning and (enc.warning + " Words after the cut are not tagged."), enc.tokens,
                            self.tok.unk_token)
         return notes or [("info", f"{len(found)} entit{'y' if len(found) == 1 else 'ies'} found.")]

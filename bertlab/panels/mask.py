@@ -10,7 +10,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError, echo, max_tokens
+from bertlab.analysis import InputError, echo
 from bertlab.analysis.attribution import ExplainInput, Target
 from bertlab.analysis.mask import (
     MaskPrediction,
@@ -25,9 +25,11 @@ from bertlab.classroom.store import ClassStore
 from bertlab.panels.base import Level, Panel, lacks, show_figure
 from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
 from bertlab.panels.explain import ExplainSection
+from bertlab.runtime import input_limit
 from bertlab.tokenizer import DEFAULT_SPECIALS, WORDPIECE_PREFIX, Tokenizer, join_wordpieces, spell_specials
 from bertlab.viz.mask import empty_figure, plot_fill_mask, plot_word_predictability
 from bertlab.viz.replaced import plot_replaced
+from bertlab.viz.theme import help_html
 
 DEFAULT_TEMPLATE = "The man went to the {mask} to buy a gallon of milk."  # spelled with the model's mask token
 DEFAULT_TEXT = spell_specials(DEFAULT_TEMPLATE)  # as the offline default (WordPiece) spells it
@@ -89,7 +91,7 @@ class MaskPanel(Panel):
                                             layout=widgets.Layout(display="none"))
         self.word_buttons = widgets.Box(layout=widgets.Layout(display="flex", flex_flow="row wrap", width="100%"))
         self.reads = widgets.HTML()  # the text as the model reads it, hidden pieces marked
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(help_text(tok))}</div>')
+        self.help = widgets.HTML(help_html(html.escape(help_text(tok))))
 
         self.words: list[str] = []
         self.hidden: set[int] = set()  # words hidden by clicking, indices as in text_words
@@ -134,10 +136,6 @@ class MaskPanel(Panel):
             ],
             layout=widgets.Layout(width="100%"),
         )
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         """Same text and hidden words, another model (and maybe another tokenizer: words re-read)."""
@@ -223,7 +221,7 @@ class MaskPanel(Panel):
             self.words = []
         self._word_notes, self._cut = [], False
         if self.words:
-            enc = self.tok.encode(text, max_length=min(self.tok.model_max_length, max_tokens(self.model)))
+            enc = self.tok.encode(text, max_length=input_limit(self.model, self.tok))
             self._word_notes += [("warning", enc.warning)] if enc.warning else []
             self._cut = enc.truncated
         if len(self.words) > MAX_WORD_BUTTONS:

@@ -10,7 +10,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError, max_tokens, require_text
+from bertlab.analysis import InputError, require_text
 from bertlab.analysis.attention import attention_patterns
 from bertlab.analysis.attribution import ExplainInput, Target
 from bertlab.analysis.nsp import (
@@ -25,13 +25,15 @@ from bertlab.analysis.nsp import (
 )
 from bertlab.analysis.targets import pair_target
 from bertlab.classroom.store import ClassStore
-from bertlab.panels.base import Level, Panel, lacks, pair_task, show_figure
+from bertlab.panels.base import Level, Panel, lacks, pair_task, run_button, sentence_pair, show_figure
 from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
 from bertlab.panels.explain import ExplainSection
+from bertlab.runtime import input_limit
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import CorpusError, Document, load_corpus
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.nsp import plot_attention_mass, plot_nsp_probability
+from bertlab.viz.theme import help_html
 
 DEFAULT_A = "The man went to the store."
 DEFAULT_B = "He bought a gallon of milk."
@@ -78,19 +80,16 @@ class NSPPanel(Panel):
         super().__init__()
         self._shown_inputs: tuple[str, str] | None = None  # the pair the figures show
         self.model, self.tok = model, tok
-        wide = widgets.Layout(width="min(100%, 720px)", height="3.2em")
-        self.text_a = widgets.Textarea(value=a, description="Sentence A", continuous_update=False, layout=wide,
-                                       placeholder="The first sentence")
-        self.text_b = widgets.Textarea(value=b, description="Sentence B", continuous_update=False, layout=wide,
-                                       placeholder="The sentence that may (or may not) follow A")
-        self.check_button = widgets.Button(description="Check", button_style="primary", tooltip="Run the model")
+        self.text_a, self.text_b = sentence_pair(a, b, "The first sentence",
+                                                 "The sentence that may (or may not) follow A", both_areas=True)
+        self.check_button = run_button("Check")
         self.random_button = widgets.Button(description="Random B",
                                             tooltip="Swap in a sentence from a Wikipedia article")
         self.pair_button = widgets.Button(description="Real pair",
                                           tooltip="Two sentences that follow each other in a Wikipedia article")
         self.swap_button = widgets.Button(description="Swap A ↔ B", tooltip="Does the order matter?")
         self.source = widgets.HTML()  # where the sentences on show came from
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(tok.spell(HELP))}</div>')
+        self.help = widgets.HTML(help_html(html.escape(tok.spell(HELP))))
 
         self.seed = seed  # of the random B sentences (and the lab record says it)
         self.rng = torch.Generator().manual_seed(seed)
@@ -129,10 +128,6 @@ class NSPPanel(Panel):
             ],
             layout=widgets.Layout(width="100%"),
         )
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     def _hide_results(self, hide: bool) -> None:
         """While a class question waits for this student's guess, the tab's own verdict stays hidden."""
@@ -190,7 +185,7 @@ class NSPPanel(Panel):
         finally:
             self._holding = False
         self.update()
-        self.source.value = f'<div style="color:#555;font-size:0.9em">{html.escape(source)}</div>'
+        self.source.value = help_html(html.escape(source))
 
     def _buttons(self) -> tuple[widgets.Button, ...]:
         return self.check_button, self.random_button, self.pair_button, self.swap_button
@@ -311,7 +306,7 @@ def pair_attention_mass(
 ) -> tuple[AttentionMass, str | None]:
     """(attention mass between the parts of the pair A, B; a warning if it was cut), with the
     encoder alone: what `next_sentence` gives as `.attention`, for models without an NSP head."""
-    limit = min(tok.model_max_length, max_tokens(model))
+    limit = input_limit(model, tok)
     result = attention_patterns(model, tok, a, b, max_length=limit)
     groups = token_groups(tok.encode(a, b, max_length=limit))
     for group, which in ((A, "first (A)"), (B, "second (B)")):

@@ -13,6 +13,7 @@ from bertlab.panels.base import Panel, busy_html
 from bertlab.panels.runs import BackgroundRun, in_background
 from bertlab.panels.state import ModelState
 from bertlab.settings import in_hub_cache
+from bertlab.viz.theme import help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,7 @@ class ModelPicker(Panel):
         self.load_button = widgets.Button(description="Load", tooltip="Load this model and show it in every tab")
         self.card = widgets.HTML(model_card(state.model, state.name))
         self._syncing = False  # True while _on_state rewrites the dropdown (its changes are not the student's)
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.85em">'
-                                 f'{CLASS_HELP if self.workspace.confined else HELP}</div>')
+        self.help = widgets.HTML(help_html(CLASS_HELP if self.workspace.confined else HELP))
         # Recommended hub models: size, download progress, then load (in a background thread).
         self.hub_choice = widgets.Dropdown(options=hub_options(self.workspace.confined), value="",
                                            description="Hub", layout=widgets.Layout(width="min(100%, 420px)"))
@@ -112,10 +112,6 @@ class ModelPicker(Panel):
              self.card, self.message],
             layout=widgets.Layout(width="100%", border="1px solid #ddd", padding="4px 8px"),
         )
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     def _on_choice(self, change) -> None:
         if self._syncing or change["new"] == self.state.name:
@@ -235,4 +231,4 @@ def model_lacks(model) -> list[str]:
 
 
 def _small(text: str) -> str:
-    return f'<span style="color:#555;font-size:0.9em">{html.escape(text)}</span>'
+    return help_html(html.escape(text), "span")

@@ -66,6 +66,7 @@ from bertlab.viz.pretrain import (
     strategies_html,
     vocab_tables,
 )
+from bertlab.viz.theme import HELP_STYLE, help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -168,9 +169,6 @@ class PretrainPanel(Panel):
             layout=widgets.Layout(width="100%"),
         )
 
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     # -- section 1: widgets -------------------------------------------------------------------
     def _build_data_section(self, text: str, seed: int) -> None:
@@ -199,7 +197,7 @@ class PretrainPanel(Panel):
         self.seed.observe(self._on_seed, names="value")
         self.new_draw.on_click(self._on_new_draw)
         help_data = HELP_DATA.format(mask=html.escape(self.tok.mask_token))
-        note = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{help_data}</div>')
+        note = widgets.HTML(help_html(help_data))
         self.data_section = widgets.VBox([
             note, self.text, self.strategy, widgets.HBox([self.rate, self.seed, self.new_draw]), self.message,
             self.example_html,
@@ -243,7 +241,7 @@ class PretrainPanel(Panel):
             docs = self._documents_for_pairs()
             demo = example_pairs(docs, self.tok, seed=self.seed.value)
             titles = html.escape(", ".join(demo.titles))
-            source = (f'<div style="color:#555;font-size:0.9em">From {len(demo.titles)} documents of '
+            source = (f'<div style="{HELP_STYLE}">From {len(demo.titles)} documents of '
                       f'{html.escape(self._pair_source)} drawn with the seed: {titles}.</div>')
             self.pairs_html.value = source + pairs_html(demo, self.tok)
 
@@ -324,7 +322,7 @@ class PretrainPanel(Panel):
         self.result: TrainResult | None = None
         self.job = BackgroundRun("bertlab-pretrain", self.start, self.stop)
         self.train_section = widgets.VBox([
-            widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP_TRAIN}</div>'),
+            widgets.HTML(help_html(HELP_TRAIN)),
             self.objective,
             widgets.HBox([self.size, self.train_strategy, self.pair_task]),
             widgets.HBox([self.embedding_size, self.shared_layers]),

@@ -23,6 +23,7 @@ from bertlab.panels.runs import in_background
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.snapshots import iter_snapshots, list_snapshots
 from bertlab.viz.replay import VIEWS, marker, plot_frame, plot_trajectory
+from bertlab.viz.theme import help_html
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +88,6 @@ class ReplaySection(Panel):
         self._widget.add_class("bertlab-replay")  # for the browser tests
         self._show_controls()
 
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
-
     def set_model(self, model, tok: Tokenizer) -> None:
         """The picker's model does not change a replay: a run replays the model it trained."""
 
@@ -106,7 +103,7 @@ class ReplaySection(Panel):
     @staticmethod
     def _help(intro: str, tok: Tokenizer) -> str:
         text = (intro + " " if intro else "") + HELP.format(mask=tok.mask_token)
-        return f'<div style="color:#555;font-size:0.9em">{text}</div>'
+        return help_html(text)
 
     # -- runs -------------------------------------------------------------------------------------
     def add_run(self, label: str, model: Bert, tok: Tokenizer, folder: str | Path, base: Bert | None = None,

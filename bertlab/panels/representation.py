@@ -13,7 +13,7 @@ import torch
 
 from bertlab.analysis.representation import Representation, input_representation
 from bertlab.analysis.similarity import project_2d
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, show_figure
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, run_button, sentence_pair, show_figure
 from bertlab.tokenizer import DEFAULT_SPECIALS, WORD_START_MARK, Tokenizer, join_wordpieces
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.representation import (
@@ -22,6 +22,7 @@ from bertlab.viz.representation import (
     plot_part_norms,
     plot_part_projection,
 )
+from bertlab.viz.theme import help_html
 
 DEFAULT_TEXT = "The unbelievably clueless gamer played it."
 DEFAULT_TEXT_B = "It was fine."
@@ -55,15 +56,8 @@ class RepresentationPanel(Panel):
     ) -> None:
         super().__init__()
         self.model, self.tok, self.max_shown = model, tok, max_shown
-        self.text_a = widgets.Textarea(
-            value=text, description="Sentence A", placeholder="Type a sentence, then press Show",
-            continuous_update=False, layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"),
-        )
-        self.text_b = widgets.Text(
-            value=text_b, description="Sentence B", placeholder="optional second sentence",
-            continuous_update=False, layout=widgets.Layout(width="min(100%, 720px)"),
-        )
-        self.show_button = widgets.Button(description="Show", button_style="primary", tooltip="Read the input")
+        self.text_a, self.text_b = sentence_pair(text, text_b)
+        self.show_button = run_button(tooltip="Read the input")
         self.rep = self._compute()
         # Each FigureWidget starts from a complete figure (one filled after creation shows blank in Voilà).
         self.table, self.norms, self.projection = (SyncedFigureWidget(f) for f in self._figures())
@@ -77,10 +71,6 @@ class RepresentationPanel(Panel):
             layout=widgets.Layout(width="100%"),
         )
 
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
-
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         self.model, self.tok = model, tok
         self.help.value = self._help_html()
@@ -88,7 +78,7 @@ class RepresentationPanel(Panel):
 
     def _help_html(self) -> str:
         kind = self.model.family.tokenizer_title
-        return f'<div style="color:#555;font-size:0.9em;max-width:760px">{help_text(self.tok, kind)}</div>'
+        return help_html(help_text(self.tok, kind), extra=";max-width:760px")
 
     def figures(self) -> dict[str, go.Figure]:
         if self.rep is None:

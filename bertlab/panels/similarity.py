@@ -26,7 +26,7 @@ from bertlab.analysis.similarity import (
     word_in_contexts,
     word_projection,
 )
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, show_figure
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, run_button, show_figure
 from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.similarity import (
@@ -35,6 +35,7 @@ from bertlab.viz.similarity import (
     plot_word_projection,
     word_lines,
 )
+from bertlab.viz.theme import help_html
 
 DEFAULT_TEXT = "I went to the bank to deposit money, then sat on the river bank."
 DEFAULT_WORD = "bank"
@@ -108,7 +109,7 @@ class SimilarityPanel(Panel):
         self.text = widgets.Textarea(value=text, description="Text", continuous_update=False,
                                      placeholder="Type a sentence, then press Show",
                                      layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"))
-        self.text_button = widgets.Button(description="Show", button_style="primary", tooltip="Run the model")
+        self.text_button = run_button()
         self.token_stage = widgets.SelectionSlider(options=stages, value=last, description="Stage",
                                                    continuous_update=True, layout=wide)
         # 2. one word across contexts
@@ -157,10 +158,6 @@ class SimilarityPanel(Panel):
         self.map_stage.observe(self._on_map_stage, names="value")
         self.sections.observe(self._on_section, names="selected_index")
         self._widget = widgets.VBox([self.sections, _help(HELP)], layout=widgets.Layout(width="100%"))
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         self.model, self.tok, self._baseline = model, tok, None
@@ -308,7 +305,7 @@ def _lines(text: str) -> list[str]:
 
 
 def _help(text: str) -> widgets.HTML:
-    return widgets.HTML(f'<div style="color:#555;font-size:0.9em;max-width:760px">{text}</div>')
+    return widgets.HTML(help_html(text, extra=";max-width:760px"))
 
 
 def parse_contexts(text: str) -> tuple[list[str] | None, list[str]]:

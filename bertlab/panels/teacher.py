@@ -100,10 +100,6 @@ class TeacherPanel(Panel):
         if poll_s:
             self.watch.poll(self.refresh, poll_s)
 
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
-
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         """The next question is asked of this model (the live one keeps its answer)."""
         self.model, self.tok = model, tok
