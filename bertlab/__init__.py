@@ -7,9 +7,10 @@
 """
 
 from bertlab.config import BertConfig
-from bertlab.loading import CheckpointError, load, save_pretrained
+from bertlab.loading import load, save_pretrained
 from bertlab.model import Bert, MissingHeadError, ModelOutput
 from bertlab.tokenizer import Encoding, Tokenizer
+from bertlab.weights import CheckpointError
 
 __version__ = "0.1.0"
 __all__ = [

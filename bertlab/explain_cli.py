@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from bertlab.analysis import InputError
+from bertlab.inputs import InputError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

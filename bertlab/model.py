@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Literal
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Literal
 
 import torch
 import torch.nn.functional as F
@@ -434,6 +434,9 @@ class HookedModel(nn.Module):
 
     config: BertConfig
     hook_points: dict[str, HookPoint]
+    # How a model finds its family's protocol: set by `bertlab.families` when it is imported (the families
+    # build on this module, so it names them only through this slot). `import bertlab` imports them.
+    protocol_of: ClassVar[Callable[["HookedModel"], Any] | None] = None
 
     def _init_weights(self, m: nn.Module) -> None:
         """HF's initialisation of one module (`self.apply(self._init_weights)`): normal(0, initializer_range)
@@ -461,9 +464,9 @@ class HookedModel(nn.Module):
     def family(self):
         """The model's family protocol (`bertlab.families.ModelFamily`): logical layers, hook
         names, special tokens, word boundaries."""
-        from bertlab.families import model_family  # the families import this module
-
-        return model_family(self)
+        if HookedModel.protocol_of is None:
+            raise RuntimeError("bertlab.families is not imported: `import bertlab` first.")
+        return HookedModel.protocol_of(self)
 
     def hook_names(self) -> list[str]:
         return list(self.hook_points)

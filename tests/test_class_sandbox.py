@@ -1,4 +1,4 @@
-"""Each student in a sandbox (issue 14), through the panels as a student uses them, without a
+"""Each student in a sandbox, through the panels as a student uses them, without a
 browser: every field that takes a path refuses what lies outside the student's workspace and
 the class data with one message that quotes no file and does not say whether the path exists;
 the Export tab writes nothing outside the workspace; two runs started in the same second keep

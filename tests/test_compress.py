@@ -1,4 +1,4 @@
-"""The compression lab (issue 18) on tiny random models: pruning equals masking, int8 stays close to
+"""The compression lab on tiny random models: pruning equals masking, int8 stays close to
 float32 and keeps every hook, saved folders reload exactly, distillation brings the student nearer
 the teacher, head scores find a dead head, and the `bertlab compress` commands write folders that
 `bertlab.load` and `bertlab evaluate` read."""
@@ -20,12 +20,13 @@ from bertlab.compress.lab import TaskData
 from bertlab.compress.measure import memory_bytes
 from bertlab.compress.prune import head_importance, head_mask_hooks, heads_to_prune, prune
 from bertlab.compress.quantize import quantize
-from bertlab.compress.storage import save_compressed
-from bertlab.compress.structure import CompressError, heads_per_layer, prune_heads
+from bertlab.compressed.storage import save_compressed
+from bertlab.compressed.structure import CompressError, heads_per_layer, prune_heads
 from bertlab.config import BertConfig
 from bertlab.families import FAMILIES
-from bertlab.loading import CheckpointError, save_pretrained
-from bertlab.training.tasks import SST2_LABELS
+from bertlab.loading import save_pretrained
+from bertlab.tasks import SST2_LABELS
+from bertlab.weights import CheckpointError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""Issue 16, items 2 and 6: code above the model core speaks the family protocol, and layers point one way.
+"""Code above the model core speaks the family protocol, and layers point one way.
 
 - No string in bertlab/ outside the family modules spells one family's names: no "bert." weight/hook
   prefix, no literal [MASK]/[UNK]/[CLS]/[SEP]/[PAD], no "##" test (docstrings and comments may name
@@ -87,26 +87,32 @@ def test_the_leak_scanner_sees_code_but_not_prose(tmp_path):
 # ---------------------------------------------------------------------------------------------
 # Layers point one way
 # ---------------------------------------------------------------------------------------------
-# Module-name prefix -> layer (the longest prefix wins). Same layer: allowed unless SIBLINGS says no.
+# Package (or top-level module) -> layer. A module may import from its own layer or the ones below;
+# every module of a package has the package's layer: no module has a layer of its own.
 LAYERS: dict[str, int] = {
     "bertlab.tokenizer": 0, "bertlab.config": 0, "bertlab.hooks": 0, "bertlab.settings": 0,
     "bertlab.runtime": 0, "bertlab.inputs": 0, "bertlab.workspace": 0,
     "bertlab.model": 1, "bertlab.families": 1,
-    "bertlab.loading": 2, "bertlab.default_heads_file": 2, "bertlab.hub": 2,
-    # the tasks layer: datasets, features and metrics of the fine-tuning tasks (below training and analysis)
-    "bertlab.training.tasks": 3, "bertlab.training.metrics": 3,
-    "bertlab.training": 4, "bertlab.analysis": 4, "bertlab.classroom.store": 4,
-    # the default heads' recipe trains (training) and then evaluates with the Mask/NSP computations (analysis)
-    "bertlab.training.default_heads": 5,
-    # the compression lab quantizes, prunes (scored with analysis-style hooks) and distils (training's loop);
-    # its storage (pruned shapes, int8 tensors) sits beside loading, which reads compressed folders with it
-    "bertlab.compress": 5, "bertlab.compress.storage": 2, "bertlab.compress.structure": 2, "bertlab.compress.cli": 7,
-    "bertlab.viz": 5, "bertlab.classroom": 5,
-    "bertlab.panels": 6,
-    "bertlab.panels.app": 7, "bertlab.cli": 7, "bertlab.serving": 7, "bertlab.training.pretrain_cli": 7,
-    "bertlab.training.finetune_cli": 7, "bertlab": 7,
+    "bertlab.weights": 2, "bertlab.compressed": 2, "bertlab.loading": 3, "bertlab.default_heads_file": 3,
+    "bertlab.hub": 3,
+    "bertlab.tasks": 4,  # task specs, readers, features, metrics, decoding: below training and analysis
+    "bertlab.training": 5, "bertlab.analysis": 5,
+    "bertlab.compress": 6, "bertlab.recipes": 6, "bertlab.viz": 6, "bertlab.classroom": 6,
+    "bertlab.panels": 7,
+    "bertlab.serving": 8, "bertlab.cli": 8, "bertlab.explain_cli": 8, "bertlab": 8,
 }
+# the two halves of a layer that must not lean on each other
 SIBLINGS = (("bertlab.training", "bertlab.analysis"), ("bertlab.analysis", "bertlab.training"))
+
+
+def test_the_layers_are_packages():
+    """No entry names a module inside a package: a package has one layer, all its modules share it."""
+    inside = [name for name in LAYERS if name.count(".") > 1]
+    assert not inside, inside
+    for name in LAYERS:
+        if name != "bertlab":
+            path = ROOT.parent / name.replace(".", "/")
+            assert path.is_dir() or path.with_suffix(".py").is_file(), name
 
 
 def layer_of(module: str) -> tuple[int, str]:
@@ -155,7 +161,7 @@ def test_layers_point_one_way():
 
 
 @pytest.mark.parametrize("module, target", [
-    ("bertlab.loading", "bertlab.training.default_heads"),  # the heads file's path and layers moved down
+    ("bertlab.loading", "bertlab.recipes.default_heads"),  # the heads file's path and layers moved down
     ("bertlab.training.finetune", "bertlab.analysis"),  # eval_mode, model_device, max_tokens: bertlab.runtime
     ("bertlab.training.masking", "bertlab.training.loop"),  # derive_seed: bertlab.runtime
     ("bertlab.viz.pretrain", "bertlab.training.masking.mask_tokens"),  # masks are computed in training.preview
@@ -240,3 +246,71 @@ def test_cache_finds_layers_through_the_protocol(roberta):
     bare = ActivationCache(cache)
     with pytest.raises(KeyError, match="run_with_cache"):
         bare.layer(0, "hook_pattern")
+
+
+# ---------------------------------------------------------------------------------------------
+# No import cycles, imports inside functions included
+# ---------------------------------------------------------------------------------------------
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the bertlab modules it imports, at the top or inside a function (packages by their
+    __init__)."""
+    modules = {_module_name(rel): path for rel, path in _modules()}
+    graph: dict[str, set[str]] = {}
+    for me, path in modules.items():
+        targets = set()
+        for _, target in imports_of(path):
+            while target not in modules and "." in target:  # `from pkg.mod import name`: the module
+                target = target.rsplit(".", 1)[0]
+            if target in modules and target != me:
+                targets.add(target)
+        graph[me] = targets
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_cycle_finder_sees_imports_inside_functions(tmp_path):
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+    f = tmp_path / "m.py"
+    f.write_text("def late():\n    from bertlab.loading import load\n    return load\n")
+    assert [t for _, t in imports_of(f)] == ["bertlab.loading"]
+
+
+def test_no_import_cycles():
+    cycles = import_cycles(import_graph())
+    assert not cycles, "modules that import each other (imports inside functions count):\n" + "\n".join(
+        " <-> ".join(c) for c in cycles)

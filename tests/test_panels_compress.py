@@ -12,12 +12,12 @@ import pytest
 import torch
 
 import bertlab
-from bertlab.compress.structure import heads_per_layer
+from bertlab.compressed.structure import heads_per_layer
 from bertlab.config import BertConfig
 from bertlab.model import Bert
 from bertlab.panels.app import TABS
 from bertlab.panels.compress import CompressPanel
-from bertlab.training.tasks import SST2_LABELS
+from bertlab.tasks import SST2_LABELS
 from bertlab.workspace import Workspace
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -17,10 +17,12 @@ from tiny_models import tiny_bert
 from bertlab.analysis.predict import classify, entities
 from bertlab.loading import load
 from bertlab.model import Bert
-from bertlab.panels.finetune import FinetunePanel, model_task, save_upload
+from bertlab.panels.data_source import save_upload
+from bertlab.panels.finetune import FinetunePanel
+from bertlab.tasks import CONLL_LABELS, NLI_LABELS, SST2_LABELS, get_task, read_train_dev
+from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.finetune_defaults import recipe
-from bertlab.training.tasks import CONLL_LABELS, NLI_LABELS, SST2_LABELS, get_task, read_train_dev
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not (SHARED_DATA / "sst2").is_dir(), reason="shared data folder not present")
@@ -403,7 +405,7 @@ def test_cls_picture_of_a_picked_model_reads_dev_from_the_data_source(heads, tok
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 15: failed starts, stale errors, odd text, controls that do not apply
+# failed starts, stale errors, odd text, controls that do not apply
 # ---------------------------------------------------------------------------------------------
 def test_a_failed_start_adds_no_row_no_run_number_and_no_empty_axes(tok, tmp_path):
     panel = small_panel(tiny_bert(tok), tok, tmp_path, [])

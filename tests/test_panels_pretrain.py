@@ -12,14 +12,9 @@ import pytest
 import torch
 
 from bertlab.analysis.mask import fill_mask
-from bertlab.panels.pretrain import (
-    DEFAULT_TEXT,
-    FALLBACK_DOCUMENTS,
-    PretrainPanel,
-    documents_for_run,
-)
+from bertlab.panels.pretrain import DEFAULT_TEXT, FALLBACK_DOCUMENTS, PretrainPanel
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.corpora import Document
+from bertlab.training.corpora import Document, documents_for_run
 from bertlab.training.masking import (
     MaskKind,
     mask_tokens,
@@ -28,10 +23,8 @@ from bertlab.training.masking import (
     word_starts_from_ids,
 )
 from bertlab.training.pretrain import new_model
+from bertlab.training.preview import example_pairs, mask_every_strategy, mask_example
 from bertlab.viz.pretrain import (
-    example_pairs,
-    mask_every_strategy,
-    mask_example,
     masked_example_html,
     plot_pretrain_curves,
     progress_text,
@@ -299,7 +292,7 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_the_progress_line_says_where_a_stopped_run_ended(train_panel, tmp_path):
-    """Issue 15: after Stop the line said "step 80 / 3000 · about 11:06 left" (the last logged step)."""
+    """After Stop the line said "step 80 / 3000 · about 11:06 left" (the last logged step)."""
     p = train_panel
     _stop_after_two_steps(p)
     assert p.job.wait(60) and p.result.status == "cancelled"

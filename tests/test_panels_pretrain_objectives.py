@@ -1,4 +1,4 @@
-"""Issue 17, items 2-4 in the Pre-training tab, without a browser: an objective chosen in the tab trains
+"""The Pre-training tab, without a browser: an objective chosen in the tab trains
 its own model, the model is written to the run folder, joins the picker, can be downloaded, and the
 session's runs share one comparison plot and a "fine-tune each on SST-2" button."""
 

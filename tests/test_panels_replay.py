@@ -1,4 +1,4 @@
-"""Issue 20, items 3 and 4 in the training tabs, without a browser: a pre-training run and fine-tuning runs
+"""The training tabs, without a browser: a pre-training run and fine-tuning runs
 keep snapshots, the Replay section's slider shows each view at each step, and "What changed" compares the
 session's runs (a frozen encoder changes nothing). Tiny models; the fine-tuning runs read SST-2."""
 

@@ -6,8 +6,8 @@ import functools
 import re
 from typing import TYPE_CHECKING, Collection
 
-from bertlab.inputs import ECHO_CHARS, InputError, echo, optional_text, require_text  # noqa: F401 (re-exported)
-from bertlab.runtime import eval_mode, input_limit, max_tokens, model_device  # noqa: F401 (re-exported)
+from bertlab.inputs import InputError, optional_text, require_text
+from bertlab.runtime import input_limit
 
 if TYPE_CHECKING:
     from bertlab.tokenizer import Encoding, Tokenizer

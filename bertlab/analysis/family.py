@@ -23,10 +23,10 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from bertlab.analysis import InputError, echo, eval_mode, max_tokens, model_device, require_text
 from bertlab.analysis.mask import MaskPrediction, fill_mask
 from bertlab.analysis.nsp import next_sentence
-from bertlab.runtime import input_limit
+from bertlab.inputs import InputError, echo, require_text
+from bertlab.runtime import eval_mode, input_limit, max_tokens, model_device
 from bertlab.tokenizer import WORD_START_MARK, Encoding, Tokenizer
 
 MAX_CHARS = 300  # the tab compares one sentence (or two): longer text is refused, not cut

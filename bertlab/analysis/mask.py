@@ -19,15 +19,9 @@ from typing import Callable, Sequence
 
 import torch
 
-from bertlab.analysis import (
-    InputError,
-    eval_mode,
-    model_device,
-    normalise_masks,
-    require_context,
-    require_text,
-)
-from bertlab.runtime import input_limit
+from bertlab.analysis import normalise_masks, require_context
+from bertlab.inputs import InputError, require_text
+from bertlab.runtime import eval_mode, input_limit, model_device
 from bertlab.tokenizer import Encoding, Tokenizer, join_wordpieces
 
 # tokenizer -> {(vocab, device): [vocab] bool}: `_ordinary`'s masks, dropped with their tokenizer

@@ -17,13 +17,11 @@ from typing import NamedTuple
 
 import torch
 
-from bertlab.analysis import InputError, eval_mode, max_tokens, model_device, optional_text, require_text
 from bertlab.analysis.similarity import project_2d
+from bertlab.inputs import InputError, optional_text, require_text
 from bertlab.model import Bert
-from bertlab.runtime import input_limit
-from bertlab.tokenizer import Tokenizer
-from bertlab.training.metrics import get_entities
-from bertlab.training.tasks import (
+from bertlab.runtime import eval_mode, input_limit, max_tokens, model_device
+from bertlab.tasks import (
     FeatureError,
     QAExample,
     SpanPrediction,
@@ -31,6 +29,8 @@ from bertlab.training.tasks import (
     featurize_qa,
     predict_spans,
 )
+from bertlab.tasks.metrics import get_entities
+from bertlab.tokenizer import Tokenizer
 
 TASK_NAMES = {
     "sequence_classification": "sentence classification",

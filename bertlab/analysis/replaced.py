@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from bertlab.analysis import eval_mode, model_device, require_text
-from bertlab.runtime import input_limit
+from bertlab.inputs import require_text
+from bertlab.runtime import eval_mode, input_limit, model_device
 from bertlab.tokenizer import Tokenizer
 
 

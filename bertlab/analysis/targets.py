@@ -13,20 +13,14 @@ from __future__ import annotations
 
 import torch
 
-from bertlab.analysis import (
-    InputError,
-    encode_input,
-    eval_mode,
-    model_device,
-    normalise_masks,
-    require_text,
-)
+from bertlab.analysis import encode_input, normalise_masks
 from bertlab.analysis.ablation import target_piece_id
 from bertlab.analysis.attribution import ExplainInput, Target, head_kwargs
 from bertlab.analysis.predict import require_head, split_words
-from bertlab.runtime import input_limit
+from bertlab.inputs import InputError, require_text
+from bertlab.runtime import eval_mode, input_limit, model_device
+from bertlab.tasks import encode_words
 from bertlab.tokenizer import Encoding, Tokenizer
-from bertlab.training.tasks import encode_words
 
 
 def explain_input(model: torch.nn.Module, tok: Tokenizer, a: str, b: str | None = None) -> ExplainInput:

@@ -24,6 +24,7 @@ from bertlab.families.core import (
     assemble,
     check_dtypes,
 )
+from bertlab.model import HookedModel
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (bert.FAMILY, roberta.FAMILY, albert.FAMILY,
                                                      distilbert.FAMILY, electra.FAMILY)}
@@ -58,6 +59,8 @@ def model_family(model) -> ModelFamily:
     """The protocol object of a loaded model (any family)."""
     return ModelFamily(family_for(model.config.model_type), model.config)
 
+
+HookedModel.protocol_of = model_family  # every model's `.family`
 
 __all__ = ["FAMILIES", "LAYER_HOOKS", "Assembly", "Family", "FamilyError", "FamilyModel", "ModelFamily",
            "assemble", "check_dtypes", "family_for", "model_family", "spec_from_hf"]

@@ -4,7 +4,6 @@ the effect of every head alone as a layer x head heatmap; the logit lens at the 
 from __future__ import annotations
 
 import html
-import math
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
@@ -20,8 +19,8 @@ from bertlab.analysis.ablation import (
 )
 from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, redraw, run_button
 from bertlab.tokenizer import Tokenizer, spell_specials
-from bertlab.viz.ablation import plot_head_effects, plot_logit_lens
-from bertlab.viz.theme import FAINT, help_html
+from bertlab.viz.ablation import plot_head_effects, plot_logit_lens, summary_html
+from bertlab.viz.theme import help_html
 
 DEFAULT_TEMPLATE = "The capital of France is {mask}."  # spelled with the model's mask token
 DEFAULT_TEXT = spell_specials(DEFAULT_TEMPLATE)  # as the offline default (WordPiece) spells it
@@ -185,7 +184,7 @@ class AblationPanel(Panel):
 
     def _ready(self) -> bool:
         """Whether this model can predict the masked word; if not, say where to get an MLM head."""
-        lack = lacks(self.model, "mlm")
+        lack = lacks(self.model, "mlm_head")
         if lack is None:
             return True
         self._clear()
@@ -240,7 +239,7 @@ class AblationPanel(Panel):
             raise
         self.ablation = result
         self.effects_button.disabled = False
-        self.summary.value = _summary_html(result)
+        self.summary.value = summary_html(result)
         self.show_messages(_notes(result, self.tok, guessed=self._target() is None))
 
     def _run_lens(self) -> None:
@@ -286,36 +285,6 @@ def _show(box: widgets.VBox, widget: go.FigureWidget | None, fig: go.Figure) -> 
     if tuple(box.children) != (widget,):
         box.children = [widget]
     return widget
-
-
-def _summary_html(result: AblationResult) -> str:
-    """The target's log-probability with all heads on and with the chosen ones off, and the top-k of each."""
-    q, esc = result.query, html.escape
-    base = f"log P(“{esc(q.target)}”) = <b>{result.base_log_prob:.2f}</b> (rank {result.base_rank}) with every head on"
-    if not result.heads_off:
-        lines = [base + ". Click heads above to switch them off."]
-    else:
-        names = ", ".join(f"L{la}H{h}" for la, h in result.heads_off[:12])
-        more = f" and {len(result.heads_off) - 12} more" if len(result.heads_off) > 12 else ""
-        colour = "#d62728" if result.change < 0 else "#1f77b4"
-        lines = [
-            base + ";",
-            (f"with {len(result.heads_off)} head(s) off ({esc(names)}{more}): <b>{result.ablated_log_prob:.2f}</b> "
-             f"(rank {result.ablated_rank}), change <b style=\"color:{colour}\">{result.change:+.2f} nats</b> "
-             f"(probability ×{math.exp(result.change):.3g})."),
-        ]
-    tops = _top_html("all heads on", result.base_top)
-    if result.heads_off:
-        tops += _top_html("chosen heads off", result.ablated_top)
-    return (
-        f'<div style="line-height:1.6">{"<br>".join(lines)}</div>'
-        f'<div style="display:flex;gap:2em;margin-top:4px">{tops}</div>'
-    )
-
-
-def _top_html(title: str, top: list[tuple[str, float]]) -> str:
-    rows = "".join(f"<li>{html.escape(piece)} <span style='{FAINT}'>{p:.3f}</span></li>" for piece, p in top)
-    return f'<div><i>{html.escape(title)}</i><ol style="margin:2px 0">{rows}</ol></div>'
 
 
 def _notes(result: AblationResult, tok: Tokenizer, guessed: bool = False) -> list[tuple[Level, str]]:

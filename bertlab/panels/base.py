@@ -132,30 +132,30 @@ def run_button(description: str = "Show", tooltip: str = "Run the model") -> wid
     return widgets.Button(description=description, button_style="primary", tooltip=tooltip)
 
 
-NEEDS = ("mlm", "pair", "segments")
+NEEDS = ("mlm_head", "pair_head", "segment_embeddings")
 
 
 def lacks(model: torch.nn.Module, need: str) -> str | None:
     """What `model` lacks for `need`, in a sentence a student can act on; None when it has it.
-    need: "mlm" (an MLM head, to guess hidden words), "pair" (an NSP or SOP head, to judge a
-    sentence pair), "segments" (segment embeddings, which tell sentence A from B). Every tab says
+    need: "mlm_head" (to guess hidden words), "pair_head" (an NSP or SOP head, to judge a sentence
+    pair), "segment_embeddings" (which tell sentence A from B). Every tab says
     it this one way."""
     family = model.family
-    if need == "mlm":
+    if need == "mlm_head":
         if model.has_mlm:
             return None
         why = (" It is an ELECTRA discriminator: it was trained to spot replaced tokens instead (the Mask tab "
                "shows that)." if getattr(model, "has_rtd", False) else "")
         return (f"This {family.name} model has no MLM head, so it cannot guess hidden words.{why} Pick a model "
                 "that has one in the model list, or train one in the Pre-training tab.")
-    if need == "pair":
+    if need == "pair_head":
         if model.has_nsp:
             return None
         return (f"This {family.name} model has no sentence-pair head (neither BERT's next-sentence prediction nor "
                 "ALBERT's sentence order), so it cannot judge whether B follows A; what needs only the encoder "
                 "(the attention) still works. Pick a BERT or ALBERT model, or train an NSP head in the "
                 "Pre-training tab.")
-    if need == "segments":
+    if need == "segment_embeddings":
         if family.has_segments:
             return None
         return (f"This {family.name} model has no segment embeddings: it reads A and B as one text, told apart "
@@ -326,20 +326,20 @@ def show_figure(box: widgets.Box, fig: go.Figure) -> go.FigureWidget:
     widget = SyncedFigureWidget(fig)
     box.children = (widget,)
     if old is not None:
-        retire(box, old)
+        close_later(box, old)
     return widget
 
 
-_retired: weakref.WeakKeyDictionary[widgets.Box, widgets.Widget] = weakref.WeakKeyDictionary()
+_left_boxes: weakref.WeakKeyDictionary[widgets.Box, widgets.Widget] = weakref.WeakKeyDictionary()
 
 
-def retire(box: widgets.Box, old: widgets.Widget) -> None:
+def close_later(box: widgets.Box, old: widgets.Widget) -> None:
     """`old` has just left `box`: close the widget that left it the time before, and keep `old` until
     next time. Closing `old` at once races its view, which may still be talking to the kernel for a
     moment (a resize, a hover): each of its messages then arrives at a closed comm, and JupyterLab's
     log shows "No such comm". By the next swap the page has long dropped that view."""
-    before = _retired.get(box)
-    _retired[box] = old
+    before = _left_boxes.get(box)
+    _left_boxes[box] = old
     if before is not None and before is not old:
         before.close()
 

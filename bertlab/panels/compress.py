@@ -19,10 +19,9 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.compress.distill import DistillConfig
 from bertlab.compress.lab import (
-    Made,
+    CompressedModel,
     TaskData,
     check_method,
     measure_variant,
@@ -33,10 +32,11 @@ from bertlab.compress.lab import (
 )
 from bertlab.compress.measure import measure
 from bertlab.compress.quantize import quantize
-from bertlab.compress.structure import CompressError
+from bertlab.compressed.structure import CompressError
+from bertlab.inputs import InputError
 from bertlab.panels.base import Panel, SyncedFigureWidget, show_figure
-from bertlab.panels.finetune import model_task
 from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, BackgroundRun, error_text
+from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.loop import TrainEvent
 from bertlab.viz.compress import plot_distill_curves, plot_prune_curve, plot_variants, variants_html
@@ -85,7 +85,7 @@ class CompressPanel(Panel):
         self._teacher_score: float | None = None
         self._curve_kind = "prune"
         self._metric = "accuracy"
-        self.made: list[Made] = []
+        self.made: list[CompressedModel] = []
         style = {"description_width": "initial"}
         layers = model.family.num_layers
 
@@ -259,14 +259,15 @@ class CompressPanel(Panel):
         return self._originals[id(model)]
 
     def _compress(self, method: str, model: torch.nn.Module, tok: Tokenizer, data: TaskData | None,
-                  folder: Path, settings: dict[str, Any]) -> Made:
+                  folder: Path, settings: dict[str, Any]) -> CompressedModel:
         reps = self.latency_reps
         if method == "quantize":
             self._status("quantizing to int8…")
             if data is None:  # no task head: size and speed only
                 small = quantize(model)
                 saved = save_variant(small, tok, folder)
-                return Made(small, measure(small, tok, "int8", "int8", PLAIN_SENTENCES, folder=saved, reps=reps))
+                measured = measure(small, tok, "int8", "int8", PLAIN_SENTENCES, folder=saved, reps=reps)
+                return CompressedModel(small, measured)
             return run_quantize(model, tok, data, folder, reps=reps)
         if method == "prune":
             self._curve, self._curve_kind = [], "prune"
@@ -312,7 +313,7 @@ class CompressPanel(Panel):
         except Exception:
             log.exception("the compression panel could not show a training event")
 
-    def _announce(self, row: dict[str, Any], made: Made) -> None:
+    def _announce(self, row: dict[str, Any], made: CompressedModel) -> None:
         base = row["baseline"] or {}
         parts = [f"{row['name']}: {row['disk_mb'] or row['memory_mb']:.1f} MB"]
         if base.get("latency_ms_b1") and row.get("latency_ms_b1"):

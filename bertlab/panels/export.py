@@ -12,8 +12,8 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.attention import AttentionResult, attention_patterns
+from bertlab.inputs import InputError
 from bertlab.panels.base import Level, Panel, sentence_pair
 from bertlab.panels.record import session_header, session_sections
 from bertlab.tokenizer import Tokenizer

@@ -13,7 +13,6 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.family import (
     Distillation,
     ElectraPicture,
@@ -29,6 +28,7 @@ from bertlab.analysis.family import (
 )
 from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.hub import RECOMMENDED
+from bertlab.inputs import InputError
 from bertlab.panels.base import Level, Panel, show_figure
 from bertlab.panels.state import ModelState
 from bertlab.settings import in_hub_cache

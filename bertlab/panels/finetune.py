@@ -15,7 +15,6 @@ import html
 import logging
 import math
 import threading
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,49 +23,33 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError, max_tokens
-from bertlab.analysis.attribution import ExplainInput, Target
-from bertlab.analysis.predict import answer, classify, cls_vectors, entail, entities, pca_2d, split_words
-from bertlab.analysis.targets import class_target, span_target, tag_target
+from bertlab.inputs import InputError
 from bertlab.model import Bert
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, retire, show_figure
-from bertlab.panels.explain import ExplainSection
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, close_later, show_figure
+from bertlab.panels.data_source import DataSource
 from bertlab.panels.finetune_diff import ChangedSection, measure_change
 from bertlab.panels.replay import ReplaySection
 from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, BackgroundRun, error_text
-from bertlab.runtime import input_limit, resolve_device
-from bertlab.settings import DataNotFoundError, data_dir, upload_max_bytes
-from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
+from bertlab.panels.use import UsePanel
+from bertlab.runtime import max_tokens, resolve_device
+from bertlab.tasks import (
+    TASKS,
+    get_task,
+)
+from bertlab.tasks.models import model_task
+from bertlab.tokenizer import Tokenizer
 from bertlab.training.finetune import MODES, FinetuneConfig, finetune, subset
 from bertlab.training.finetune_defaults import START_NAMES, Recipe, recipe
 from bertlab.training.loop import TrainEvent
 from bertlab.training.queue import waiting_text
 from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
-from bertlab.training.tasks import (
-    NLI_LABELS,
-    SST2_LABELS,
-    TASKS,
-    DataSourceError,
-    DataSplit,
-    get_task,
-    read_train_dev,
-)
-from bertlab.viz.finetune import (
-    answer_html,
-    entities_html,
-    plot_class_probabilities,
-    plot_cls_pca,
-    plot_confusion_matrix,
-    plot_span_probabilities,
-    plot_training_curves,
-)
+from bertlab.viz.finetune import plot_confusion_matrix, plot_training_curves, progress_html, runs_html
 from bertlab.viz.theme import FAINT, help_html
-from bertlab.workspace import UploadTooLarge, Workspace
+from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
 EVALS_PER_EPOCH = 4  # dev evaluations per epoch: enough points for a live curve
-PCA_SAMPLE = 200  # dev examples in the [CLS] picture
 MODE_HELP = {
     "full": "every weight learns",
     "feature": "frozen encoder, only the head learns",
@@ -79,44 +62,9 @@ HELP = (
     "stays on the plot (labelled task · mode) so full fine-tuning, a frozen encoder and adapters compare. "
     "Cancel keeps the model so far; finished and cancelled models join the model list above."
 )
-USE_HELP = (
-    "Try the model just made (or a fine-tuned model picked above) on your own text. "
-    "The {cls} picture projects dev examples onto 2 axes before and after fine-tuning."  # the model's {cls}
-)
-DEFAULT_SENTENCE = "A gripping, funny and beautifully acted film."
-DEFAULT_PREMISE, DEFAULT_HYPOTHESIS = "A man is playing a guitar on a stage.", "A person is playing an instrument."
-DEFAULT_NER_TEXT = "Angela Merkel met Emmanuel Macron in Paris to talk about Airbus and the European Union."
-DEFAULT_QUESTION = "Who designed the Eiffel Tower?"
-DEFAULT_PARAGRAPH = (
-    "The Eiffel Tower was built for the 1889 World's Fair in Paris. It was designed by the engineering "
-    "company of Gustave Eiffel and is 330 metres tall, the tallest structure in the city."
-)
-
-
 # ---------------------------------------------------------------------------------------------
-# Pure helpers: data, models, failures
+# Pure helpers
 # ---------------------------------------------------------------------------------------------
-def save_upload(upload: dict[str, Any], folder: Path) -> Path:
-    """Write one ipywidgets.FileUpload entry (name, content) into `folder`; returns the file."""
-    name = Path(str(upload.get("name") or "")).name  # no folders: only the file's own name
-    if name in ("", ".", ".."):
-        name = "upload"
-    path = folder / name
-    path.write_bytes(bytes(upload["content"]))
-    return path
-
-
-def model_task(model: Bert) -> str | None:
-    """The "use it" view a model's head calls for: sst2, nli, classification, ner, qa (None = no head)."""
-    cfg = model.config
-    if cfg.task == "sequence_classification":
-        labels = {str(v).lower() for v in cfg.id2label.values()}
-        if labels == set(NLI_LABELS.values()):
-            return "nli"
-        return "sst2" if labels == set(SST2_LABELS.values()) else "classification"
-    return {"token_classification": "ner", "question_answering": "qa"}.get(cfg.task)
-
-
 def is_offline_default(model: Bert) -> bool:
     """Whether `model` is the offline default as `bertlab.load()` gives it (with bertlab's heads)."""
     from bertlab.loading import DEFAULT_MODEL
@@ -184,9 +132,6 @@ class FinetunePanel(Panel):
         self.device = device
         self.runs: list[Run] = []
         self._draw_lock = threading.Lock()
-        self._data_cache: dict[tuple[str, str], DataSplit] = {}
-        self._upload_path: Path | None = None
-        self._upload_name = ""  # the file's name on the student's machine
         on_gpu = resolve_device(device).type == "cuda"
         style = {"description_width": "initial"}
 
@@ -200,15 +145,8 @@ class FinetunePanel(Panel):
             tooltips=[MODE_HELP[m] for m in MODES],
         )
         self.mode_help = widgets.HTML(self._mode_note("full"))
-        self.data = widgets.Dropdown(
-            options=[("BERTLAB_DATA folder", "default"), ("a path (file or folder)", "path"),
-                     ("an uploaded file", "upload")],
-            value="default", description="Data", style=style, layout=widgets.Layout(width="300px"),
-        )
-        self.path = widgets.Text(placeholder="data file or folder", continuous_update=False,
-                                 layout=widgets.Layout(width="min(100%, 340px)"))
-        self.upload = widgets.FileUpload(accept=".tsv,.txt,.json,.conll", multiple=False, description="Upload")
-        self.data_note = widgets.HTML()
+        self.source = DataSource(self, self.workspace, lambda: self.task.value)
+        self.data, self.path, self.upload = self.source.choice, self.source.path, self.source.upload
         self.epochs = widgets.BoundedIntText(value=2, min=1, max=100, description="Epochs", style=style,
                                              layout=widgets.Layout(width="120px"))
         self.lr = widgets.BoundedFloatText(value=recipe("sst2").lr, min=1e-7, max=1.0, step=1e-5,
@@ -253,12 +191,8 @@ class FinetunePanel(Panel):
         self.task.observe(self._on_task, names="value")
         self.mode.observe(self._on_mode, names="value")
         self.start_from.observe(lambda _: self._show_start_note(), names="value")
-        self.data.observe(self._on_data, names="value")
-        self.path.observe(self._on_path, names="value")
-        self.upload.observe(self._on_upload, names="value")
         self.start_button.on_click(self._on_start)
         self.cancel_button.on_click(self._on_cancel)
-        self._on_data()
         wrap = widgets.Layout(flex_flow="row wrap")
         self._widget = widgets.VBox(
             [
@@ -266,8 +200,7 @@ class FinetunePanel(Panel):
                 self.task,
                 widgets.HBox([self.mode, self.mode_help]),
                 widgets.HBox([self.start_from, self.start_note], layout=wrap),
-                widgets.HBox([self.data, self.path, self.upload]),
-                self.data_note,
+                self.source.widget,
                 widgets.HBox([self.epochs, self.lr, self.batch, self.max_length], layout=wrap),
                 widgets.HBox([self.max_train, self.max_dev], layout=wrap),
                 self.device_note,
@@ -314,7 +247,7 @@ class FinetunePanel(Panel):
             self.show_messages([])
         self._apply_recipe()
         if self.data.value == "upload":
-            self._check_upload()
+            self.source.check_upload()
 
     def _on_mode(self, change) -> None:
         self.epochs.value, self.lr.value = self.recipe.epochs, self.recipe.lr  # batch and length stay the task's
@@ -349,80 +282,9 @@ class FinetunePanel(Panel):
                     "MLM/NSP heads re-trained its layers, which fine-tune worse on this task (see the README).")
         self.start_note.value = help_html(html.escape(text), "span")
 
-    def _on_data(self, _=None) -> None:
-        self.path.disabled = self.data.value != "path"
-        notes = {
-            "default": f"The task's copy under BERTLAB_DATA ({html.escape(str(data_dir()))}).",
-            "path": "A data file in the task's format, or a folder holding its train and dev files.",
-            "upload": (f"Uploaded: {html.escape(self._upload_name)}" if self._upload_path
-                       else "Upload a file in the task's format (SST-2 TSV, SICK TSV, CoNLL text, SQuAD JSON)."),
-        }
-        if self.workspace.confined:  # class mode: say what the path field and uploads accept
-            notes["path"] += " In class: a path inside the class data folder (e.g. sst2) or your workspace."
-            if not self._upload_path:
-                notes["upload"] += f" Up to {upload_max_bytes() / 2**20:g} MB."
-        self.data_note.value = help_html(notes[self.data.value], "span")
-
-    def _on_path(self, change) -> None:
-        if change["new"].strip() and self.data.value != "path":
-            self.data.value = "path"
-
-    def _on_upload(self, change) -> None:
-        """Save the file and read it at once: a malformed file is named with its line here."""
-        with self.reporting():
-            if not change["new"]:
-                return
-            entry = change["new"][0]
-            try:
-                self.workspace.check_upload(memoryview(entry["content"]).nbytes)  # class mode: size-limited
-            except UploadTooLarge:
-                self.upload.value = ()  # do not keep the refused bytes in the kernel
-                raise
-            self._upload_path = save_upload(entry, self.workspace.uploads)
-            self._upload_name = str(entry.get("name") or self._upload_path.name)
-            self._data_cache = {k: v for k, v in self._data_cache.items() if k[1] != str(self._upload_path)}
-            self.data.value = "upload"
-            self._on_data()
-            self._check_upload()
-
-    def _check_upload(self) -> None:
-        with self.reporting():
-            if self._upload_path is None:
-                raise InputError("Upload a data file first (the Upload button).")
-            split = self._read(self.task.value, self._source("upload"))
-            self.show_message(split.note)
-
-    # -- data -------------------------------------------------------------------------------------
-    def _source(self, kind: str) -> str | None:
-        if kind == "path":
-            path = self.path.value.strip()
-            if not path:
-                raise InputError("Type the path of a data file or folder (or pick BERTLAB_DATA).")
-            return str(self.workspace.resolve(path, "data"))  # class mode: the workspace and BERTLAB_DATA only
-        if kind == "upload":
-            if self._upload_path is None:
-                raise InputError("Upload a data file first (the Upload button), or pick another data source.")
-            return str(self._upload_path)
-        return None
-
-    def _read(self, task: str, source: str | None) -> DataSplit:
-        """The examples of `task` from `source` (None = BERTLAB_DATA), cached; errors name the
-        uploaded file as the student knows it."""
-        key = (task, source or "")
-        if key not in self._data_cache:
-            try:
-                self._data_cache[key] = read_train_dev(get_task(task), source)
-            except (ValueError, DataNotFoundError, DataSourceError) as e:
-                text = str(e)
-                if self._upload_path is not None:
-                    text = text.replace(str(self._upload_path), self._upload_name)
-                text = self.workspace.hide_root(text)
-                raise InputError(text) from e
-        return self._data_cache[key]
-
     def dev_examples(self, task: str) -> list[Any]:
         """Dev examples of `task` from the chosen data source (for the [CLS] picture of a picked model)."""
-        return self._read(task, self._source(self.data.value)).dev
+        return self.source.read(task, self.source.chosen()).dev
 
     # -- a run ------------------------------------------------------------------------------------
     def _on_start(self, _=None) -> None:
@@ -434,7 +296,7 @@ class FinetunePanel(Panel):
         if self.job.running:
             raise InputError("A run is in progress: cancel it or wait for it to end.")
         task, mode = self.task.value, self.mode.value
-        source = self._source(self.data.value)  # fails early on a missing path / upload
+        source = self.source.chosen()  # fails early on a missing path / upload
         cfg = FinetuneConfig(
             task=task, mode=mode, model=self.model, epochs=self.epochs.value, lr=self.lr.value,
             batch_size=self.batch.value, eval_batch_size=max(64, self.batch.value), max_length=self.max_length.value,
@@ -462,7 +324,7 @@ class FinetunePanel(Panel):
             self.show_message(f"{run.label}: loading {START_NAMES.get(run.start, run.start)}…")
             run.base, tok = self._start_encoder(run.start)
             cfg = dataclasses.replace(cfg, model=run.base)
-        data = self._read(run.task, source)
+        data = self.source.read(run.task, source)
         cfg = self._with_schedule(cfg, len(data.train))
         run.dev = subset(data.dev, cfg.max_eval_examples, cfg.seed, "dev")  # what finetune scores
         self.show_message(f"{run.label}: {data.note}")
@@ -577,7 +439,7 @@ class FinetunePanel(Panel):
                 run.checkpoint = event.path
             run.step = event.step
             self.progress.value = min(event.step, self.progress.max)
-            self.progress_text.value = _progress_html(run, event)
+            self.progress_text.value = progress_html(run, event)
             if self.job.redraw.due(force=event.kind in ("eval", "end")):
                 self._draw_curves()
         except Exception:
@@ -598,7 +460,7 @@ class FinetunePanel(Panel):
             else:
                 old, self.curves = self.curves, SyncedFigureWidget(fig)
                 self.curves_box.children = (self.curves,)
-                retire(self.curves_box, old)  # closed at the next swap: its view may still be talking
+                close_later(self.curves_box, old)  # closed at the next swap: its view may still be talking
                 self._curves_key = key
 
     def _curve_data(self) -> tuple[str, dict[str, list[dict[str, Any]]]]:
@@ -651,298 +513,3 @@ class FinetunePanel(Panel):
         return help_html(MODE_HELP[mode], "span", extra=";margin-left:8px")
 
 
-def _progress_html(run: Run, event: TrainEvent) -> str:
-    """One line: step, epoch, loss, speed, last dev score, time left."""
-    parts = [f"<b>{html.escape(run.label)}</b>", f"step {event.step}/{event.total_steps}", f"epoch {event.epoch:.2f}"]
-    if run.precision == "bf16":  # said, since a run's figures differ a little from an fp32 run's
-        tip = "matrix products in bfloat16 (autocast); weights and optimizer in float32"
-        parts.append(f'<span title="{tip}">bf16</span>')
-    losses = [h["loss"] for h in run.history if h["kind"] == "train"]
-    if losses:
-        parts.append(f"loss {losses[-1]:.3f}")
-    if event.examples_per_s:
-        parts.append(f"{event.examples_per_s:.0f} examples/s")
-    if run.score is not None:
-        parts.append(f"dev {run.metric} {run.score:.3g}")
-    if 0 < event.step < event.total_steps and event.kind not in ("end", "error"):
-        left = event.elapsed_s / event.step * (event.total_steps - event.step)
-        parts.append(f"~{left:.0f} s left")
-    if event.kind == "end" and event.message:
-        parts.append(html.escape(event.message))
-    return " · ".join(parts)
-
-
-def runs_html(runs: Sequence[Run], shown: Callable[[str], str] = str) -> str:
-    """A table of this session's runs: how each ended, its dev score, what it trained, where it is."""
-    if not runs:
-        return ""
-    head = "".join(f'<th style="text-align:left;padding:2px 10px">{h}</th>'
-                   for h in ("run", "status", "steps", "dev score", "trained parameters", "time", "saved in"))
-    rows = []
-    for r in runs:
-        s = r.summary
-        score = f"{r.metric} {r.score:.3g}" if r.score is not None else "–"
-        trained = (f"{s['trainable_parameters'] / 1e6:.2f}M of {s['total_parameters'] / 1e6:.1f}M "
-                   f"({100 * s['trainable_parameters'] / max(1, s['total_parameters']):.1f}%)" if s else "–")
-        cells = (r.label, r.status, f"{r.step}/{r.total_steps or '?'}", score, trained,
-                 f"{s['wall_time_s']:.0f} s" if s else "–", shown(s.get("saved_to") or r.checkpoint or "–"))
-        rows.append("<tr>" + "".join(f'<td style="padding:2px 10px">{html.escape(str(c))}</td>' for c in cells)
-                    + "</tr>")
-    return (f'<table style="border-collapse:collapse;font-size:0.9em;margin:6px 0"><tr>{head}</tr>'
-            f'{"".join(rows)}</table>')
-
-
-# ---------------------------------------------------------------------------------------------
-# "Use it": the fine-tuned model on the student's own text
-# ---------------------------------------------------------------------------------------------
-class UsePanel(Panel):
-    """Class probabilities, entailment, entities or the answer span of a fine-tuned model, and
-    the [CLS] vectors of dev examples before and after fine-tuning."""
-
-    title = "Use it"
-    teaches = "A fine-tuned head turns the encoder's vectors into a task's answer: try it on your own text."
-
-    def __init__(self, model: Bert | None = None, tok: Tokenizer | None = None,
-                 dev_examples: Callable[[str], list[Any]] | None = None) -> None:
-        super().__init__()
-        self.model: Bert | None = None
-        self.tok = tok
-        self.name = ""
-        self.kind: str | None = None  # sst2, nli, classification, ner, qa
-        self.task: str | None = None  # the fine-tuning task the model came from, when known
-        self.before: Bert | None = None
-        self.dev: list[Any] | None = None
-        self.dev_examples = dev_examples
-        self._figures: dict[str, go.Figure] = {}  # the view's figure (by name), on show
-        self._pca_figure: go.Figure | None = None
-        wide = widgets.Layout(width="min(100%, 720px)")
-
-        def button(text: str, tip: str) -> widgets.Button:
-            b = widgets.Button(description=text, button_style="primary", tooltip=tip)
-            b.on_click(self._on_use)
-            return b
-
-        def text_box(view: str, value: str, description: str, area: bool = False,
-                     placeholder: str = "") -> widgets.Widget:
-            cls = widgets.Textarea if area else widgets.Text
-            w = cls(value=value, description=description, placeholder=placeholder, continuous_update=False,
-                    layout=widgets.Layout(width="min(100%, 720px)", height="4.5em" if area else None))
-            w.observe(lambda _change: self._on_input(view), names="value")
-            return w
-
-        self.header = widgets.HTML()
-        self.sentence = text_box("sst2", DEFAULT_SENTENCE, "Sentence", area=True)
-        self.sentence_b = text_box("sst2", "", "Sentence B", placeholder="optional second sentence")
-        self.premise = text_box("nli", DEFAULT_PREMISE, "Premise (A)")
-        self.hypothesis = text_box("nli", DEFAULT_HYPOTHESIS, "Hypothesis (B)")
-        self.ner_text = text_box("ner", DEFAULT_NER_TEXT, "Text", area=True)
-        self.question = text_box("qa", DEFAULT_QUESTION, "Question")
-        self.paragraph = text_box("qa", DEFAULT_PARAGRAPH, "Paragraph", area=True)
-        self.top_k = widgets.IntSlider(value=5, min=1, max=10, description="Top k spans")
-        self.top_k.observe(lambda _change: self._on_input("qa"), names="value")
-        self.probs_box = widgets.Box([])
-        self.entities_out = widgets.HTML(layout=wide)
-        self.answer_out = widgets.HTML(layout=wide)
-        self.spans_box = widgets.Box([])
-        self.top_spans = widgets.HTML()
-        classify_button = button("Classify", "Class probabilities")
-        self.views: dict[str, widgets.VBox] = {
-            "sst2": widgets.VBox([self.sentence, classify_button, self.probs_box]),  # SST-2 reads one sentence
-            # another sentence classifier may have been trained on pairs: it gets a sentence B field
-            "classification": widgets.VBox([self.sentence, self.sentence_b, classify_button, self.probs_box]),
-            "nli": widgets.VBox([self.premise, self.hypothesis, button("Infer", "Entailment probabilities"),
-                                 self.probs_box]),
-            "ner": widgets.VBox([self.ner_text, button("Find entities", "Tag each word"), self.entities_out]),
-            "qa": widgets.VBox([self.question, self.paragraph, widgets.HBox([button("Answer", "Find the span"),
-                                                                            self.top_k]),
-                                self.answer_out, self.top_spans, self.spans_box]),
-        }
-        self.view = widgets.Box([])
-        self.pca_button = widgets.Button(icon="braille")
-        self.pca_button.on_click(self._on_pca)
-        self.pca_box = widgets.Box([])
-        self.help = widgets.HTML()
-        self._label_cls(tok.cls_token if tok is not None else DEFAULT_SPECIALS["cls"])
-        self.explain = ExplainSection(None, tok, self._explain_request)  # "Does attention explain it?"
-        self._widget = widgets.VBox([self.help, self.header, self.view, self.message, self.explain.widget,
-                                     self.pca_button, self.pca_box], layout=widgets.Layout(width="100%"))
-        if model is not None and model_task(model):
-            self.show_model(model, tok, "the model picked above")
-        else:
-            self._show_header()
-
-    def set_model(self, model: Bert, tok: Tokenizer) -> None:
-        if model_task(model):
-            self.show_model(model, tok, "the model picked above")
-
-    def _label_cls(self, cls: str) -> None:
-        """Name the [CLS] picture after the tokenizer's own first token."""
-        self.pca_button.description = f"{cls} before / after"
-        self.pca_button.tooltip = f"PCA of the {cls} vectors of {PCA_SAMPLE} dev examples"
-        self.help.value = help_html(USE_HELP.format(cls=html.escape(cls)))
-
-    def figures(self) -> dict[str, go.Figure]:
-        pca = {f"{self.tok.cls_token} PCA": self._pca_figure} if self._pca_figure is not None else {}
-        return {**self._figures, **pca, **self.explain.figures()}
-
-    def show_model(self, model: Bert, tok: Tokenizer, name: str, before: Bert | None = None,
-            dev: list[Any] | None = None, task: str | None = None) -> None:
-        """Show the view for `model`'s head and run it on the text already typed."""
-        self.model, self.tok, self.name = model, tok, name
-        self._label_cls(tok.cls_token)
-        self.kind = model_task(model)
-        self.task = task or (self.kind if self.kind in ("sst2", "nli") else None)
-        self.before, self.dev = before, dev
-        self._figures, self._pca_figure = {}, None
-        self.pca_box.children = ()
-        self._show_header()
-        self.view.children = (self.views[self.kind],) if self.kind else ()
-        self.explain.set_model(model, tok, refresh=False)  # update refreshes it
-        self.update()
-
-    def _show_header(self) -> None:
-        if self.model is None or self.kind is None:
-            self.header.value = (f'<span style="{FAINT}">Fine-tune a model above (or pick a fine-tuned one) '
-                                 "to try it here.</span>")
-            self.pca_button.disabled = True
-            return
-        labels = ", ".join(str(v) for v in self.model.config.id2label.values())
-        what = {"sst2": "sentiment", "nli": "entailment", "classification": "sentence classification",
-                "ner": "named entities", "qa": "question answering"}[self.kind]
-        self.header.value = (f"Using <b>{html.escape(self.name)}</b>: {what}"
-                             f"{f' ({html.escape(labels)})' if labels and len(labels) < 120 else ''}.")
-        self.pca_button.disabled = False
-
-    # -- the views --------------------------------------------------------------------------------
-    def _on_use(self, _=None) -> None:
-        self.update()
-
-    def _on_input(self, view: str) -> None:
-        """An input of `view` changed: rerun only if that view is on show."""
-        if {"classification": "sst2"}.get(self.kind or "", self.kind) == view:
-            self.update()
-
-    def update(self) -> None:
-        """Run the model on the current view's input and show the result (or a message)."""
-        if self.model is None or self.kind is None:
-            return
-        with self.reporting():
-            notes = {"sst2": self._classify, "classification": self._classify, "nli": self._entail,
-                     "ner": self._entities, "qa": self._answer}[self.kind]()
-            self.show_messages(notes)
-        self.explain.set_choices(explain_choices(self.kind, self.ner_text.value))
-        self.explain.refresh()
-
-    def _explain_request(self, which: int) -> tuple[ExplainInput, Target]:
-        """What "Does attention explain it?" explains: the predicted class, the tag of the first entity
-        (or of word `which` - 1), the answer's start (`which` 0) or end (1)."""
-        if self.kind in ("sst2", "classification"):
-            text_b = self.sentence_b.value if self.kind == "classification" else None
-            return class_target(self.model, self.tok, self.sentence.value, text_b)
-        if self.kind == "nli":
-            return class_target(self.model, self.tok, self.premise.value, self.hypothesis.value)
-        if self.kind == "ner":
-            return tag_target(self.model, self.tok, self.ner_text.value, None if which == 0 else which - 1)
-        if self.kind == "qa":
-            return span_target(self.model, self.tok, self.question.value, self.paragraph.value, end=which == 1)
-        raise InputError("Fine-tune a model first (or pick a fine-tuned one): there is no prediction to explain.")
-
-    def _classify(self) -> list[tuple[Level, str]]:
-        text_b = self.sentence_b.value if self.kind == "classification" else None  # not on show for SST-2
-        pred = classify(self.model, self.tok, self.sentence.value, text_b)
-        return self._show_probabilities(pred)
-
-    def _entail(self) -> list[tuple[Level, str]]:
-        return self._show_probabilities(entail(self.model, self.tok, self.premise.value, self.hypothesis.value))
-
-    def _show_probabilities(self, pred) -> list[tuple[Level, str]]:
-        fig = plot_class_probabilities(pred)
-        self._figures = {"class probabilities": fig}
-        show_figure(self.probs_box, fig)
-        return _cut_notes(pred.warning, pred.tokens, self.tok.unk_token)
-
-    def _entities(self) -> list[tuple[Level, str]]:
-        text = self.ner_text.value
-        found = entities(self.model, self.tok, text)
-        self.entities_out.value = entities_html(text, found)
-        self._figures = {}
-        enc = self.tok.encode(text, max_length=input_limit(self.model, self.tok))
-        notes = _cut_notes(enc.warning and (enc.warning + " Words after the cut are not tagged."), enc.tokens,
-                           self.tok.unk_token)
-        return notes or [("info", f"{len(found)} entit{'y' if len(found) == 1 else 'ies'} found.")]
-
-    def _answer(self) -> list[tuple[Level, str]]:
-        result = answer(self.model, self.tok, self.question.value, self.paragraph.value, k=self.top_k.value)
-        self.answer_out.value = answer_html(result)
-        self.top_spans.value = _top_spans_html(result.top_k)
-        fig = plot_span_probabilities(result)
-        self._figures = {"answer span probabilities": fig}
-        show_figure(self.spans_box, fig)
-        notes: list[tuple[Level, str]] = []
-        if result.windows > 1:
-            notes.append(("info", (f"The paragraph is long: the model read it in {result.windows} overlapping "
-                                  "windows and kept the best span of all.")))
-        return notes + _cut_notes(None, result.tokens, self.tok.unk_token)
-
-    # -- [CLS] before and after -------------------------------------------------------------------
-    def _on_pca(self, _=None) -> None:
-        with self.reporting():
-            self.show_cls_pca()
-
-    def show_cls_pca(self) -> None:
-        """PCA of the last layer's [CLS] of PCA_SAMPLE dev examples, before and after fine-tuning."""
-        if self.model is None or self.kind is None:
-            raise InputError("Fine-tune a model first: the picture compares the sentence vectors before and after.")
-        if self.kind not in ("sst2", "nli") or self.task not in ("sst2", "nli"):
-            cls = self.tok.cls_token
-            raise InputError(f"The {cls} picture is for sentence classification (SST-2 or NLI), where the head "
-                             f"reads {cls}; NER and QA read every token.")
-        examples = self.dev if self.dev else (self.dev_examples(self.task) if self.dev_examples else [])
-        if not examples:
-            raise InputError(f"No {self.task} dev examples to project: check the data source above.")
-        sample = subset(examples, PCA_SAMPLE, 0, "cls pca")
-        texts, texts_b = [e.text_a for e in sample], [e.text_b for e in sample]
-        id2label = self.model.config.id2label
-        labels = [str(id2label[e.label]) for e in sample]
-        models = {"before fine-tuning": self.before, "after fine-tuning": self.model} if self.before is not None \
-            else {"this model": self.model}
-        points, explained = {}, {}
-        for name, model in models.items():
-            points[name], explained[name] = pca_2d(cls_vectors(model, self.tok, texts, texts_b))
-        fig = plot_cls_pca(points, labels, [t if b is None else f"{t} / {b}" for t, b in zip(texts, texts_b)],
-                           explained, cls_token=self.tok.cls_token)
-        self._pca_figure = fig
-        show_figure(self.pca_box, fig)
-        note = "" if self.before is not None else " Fine-tune here to see it before and after."
-        self.show_message(f"{self.tok.cls_token} of {len(sample)} dev examples, coloured by their gold label.{note}")
-
-
-def explain_choices(kind: str | None, ner_text: str, limit: int = 60) -> list[str]:
-    """What "Does attention explain it?" offers for a view: NER a word's tag, QA the start or end."""
-    if kind == "ner":
-        words = split_words(ner_text)[:limit] if ner_text.strip() else []
-        return ["tag of the first entity"] + [f"tag of word {i}: {w}" for i, (w, _, _) in enumerate(words)]
-    if kind == "qa":
-        return ["answer start", "answer end"]
-    return []
-
-
-def _cut_notes(warning: str | None, tokens: Sequence[str], unk_token: str) -> list[tuple[Level, str]]:
-    notes: list[tuple[Level, str]] = []
-    if warning:
-        notes.append(("warning", warning))
-    unknown = sum(1 for t in tokens if t == unk_token)
-    if unknown:
-        notes.append(("warning", (f"{unknown} piece(s) are not in this model's vocabulary and show as {unk_token} "
-                                 "(emoji and rare symbols often are).")))
-    return notes
-
-
-def _top_spans_html(spans: Sequence[Any]) -> str:
-    rows = "".join(
-        f'<tr><td style="padding:1px 8px">{i}</td><td style="padding:1px 8px">{html.escape(s.text)}</td>'
-        f'<td style="padding:1px 8px;text-align:right">{100 * s.probability:.1f}%</td></tr>'
-        for i, s in enumerate(spans, start=1)
-    )
-    return (f'<table style="font-size:0.9em;border-collapse:collapse"><tr><th>#</th><th style="text-align:left">'
-            f'span</th><th>probability</th></tr>{rows}</table>' if spans else "")

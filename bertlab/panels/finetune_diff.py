@@ -15,13 +15,13 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import model_device
 from bertlab.analysis.finetune_diff import FinetuneDiff, LossSlice, finetune_diff, loss_slice
 from bertlab.model import Bert
 from bertlab.panels.base import Panel, show_figure
+from bertlab.runtime import model_device
+from bertlab.tasks import collate, get_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.finetune import LOSSES, featurize
-from bertlab.training.tasks import collate, get_task
 from bertlab.viz.finetune_diff import plot_attention_change, plot_loss_slices, plot_representation_change
 from bertlab.viz.theme import help_html
 

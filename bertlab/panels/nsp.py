@@ -10,25 +10,22 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError, require_text
-from bertlab.analysis.attention import attention_patterns
 from bertlab.analysis.attribution import ExplainInput, Target
 from bertlab.analysis.nsp import (
     A,
     AttentionMass,
     B,
     NSPResult,
-    attention_mass,
     next_sentence,
+    pair_attention_mass,
     random_sentence,
-    token_groups,
 )
 from bertlab.analysis.targets import pair_target
 from bertlab.classroom.store import ClassStore
+from bertlab.inputs import InputError, require_text
 from bertlab.panels.base import Level, Panel, lacks, pair_task, run_button, sentence_pair, show_figure
 from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
 from bertlab.panels.explain import ExplainSection
-from bertlab.runtime import input_limit
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import CorpusError, Document, load_corpus
 from bertlab.viz.mask import empty_figure
@@ -235,12 +232,12 @@ class NSPPanel(Panel):
         mass = self.mass
         a_to_b, a_to_a = float(mass.share(A, B).mean()), float(mass.share(A, A).mean())
         b_to_a, b_to_b = float(mass.share(B, A).mean()), float(mass.share(B, B).mean())
-        notes: list[tuple[Level, str]] = [("warning", lack) for lack in (lacks(self.model, "pair"),) if lack]
+        notes: list[tuple[Level, str]] = [("warning", lack) for lack in (lacks(self.model, "pair_head"),) if lack]
         if pair_task(self.model) == "sop":
             notes.append(("info", "This model's pair head is ALBERT's sentence order (SOP): it was trained on two "
                                   "sentences that follow each other, given in order or swapped, and says whether A "
                                   "comes before B; not whether B is a random sentence. Try Swap A ↔ B."))
-        segments = lacks(self.model, "segments")
+        segments = lacks(self.model, "segment_embeddings")
         if segments:
             notes.append(("info", segments))
         notes.append((
@@ -299,20 +296,6 @@ class NSPPanel(Panel):
         if not self._pairs:
             raise InputError(NO_CORPUS)
         return self._pairs[int(torch.randint(len(self._pairs), (1,), generator=self.rng))]
-
-
-def pair_attention_mass(
-    model: torch.nn.Module, tok: Tokenizer, a: str, b: str
-) -> tuple[AttentionMass, str | None]:
-    """(attention mass between the parts of the pair A, B; a warning if it was cut), with the
-    encoder alone: what `next_sentence` gives as `.attention`, for models without an NSP head."""
-    limit = input_limit(model, tok)
-    result = attention_patterns(model, tok, a, b, max_length=limit)
-    groups = token_groups(tok.encode(a, b, max_length=limit))
-    for group, which in ((A, "first (A)"), (B, "second (B)")):
-        if group not in groups:
-            raise InputError(f"The {which} sentence has no words the tokenizer can read: type a sentence.")
-    return attention_mass(result.patterns, groups), result.warning
 
 
 def _fits(sentence: str) -> bool:

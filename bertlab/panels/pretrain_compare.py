@@ -19,11 +19,11 @@ from bertlab.loading import load
 from bertlab.panels.base import Level, SyncedFigureWidget, note_html, redraw
 from bertlab.panels.runs import BackgroundRun, error_text
 from bertlab.settings import data_dir
+from bertlab.tasks import get_task
+from bertlab.tasks.splits import subset
 from bertlab.training.checkpoint import save_model_atomically
 from bertlab.training.objectives.compare import SST2_SETTINGS, sst2_probe, sst2_score, untrained_like
 from bertlab.training.queue import waiting_text
-from bertlab.training.tasks import get_task
-from bertlab.training.tasks.splits import subset
 from bertlab.viz.export import download_link
 from bertlab.viz.objectives import plot_objective_curves, scores_html
 

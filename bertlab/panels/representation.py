@@ -5,14 +5,12 @@ and the token + segment + position embeddings that add up to each token's input 
 from __future__ import annotations
 
 import html
-from dataclasses import replace
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis.representation import Representation, input_representation
-from bertlab.analysis.similarity import project_2d
+from bertlab.analysis.representation import Representation, first_tokens, input_representation
 from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, run_button, sentence_pair, show_figure
 from bertlab.tokenizer import DEFAULT_SPECIALS, WORD_START_MARK, Tokenizer, join_wordpieces
 from bertlab.viz.mask import empty_figure
@@ -105,7 +103,7 @@ class RepresentationPanel(Panel):
             a, b = self._inputs()
             full = input_representation(self.model, self.tok, a, b)
             self.show_messages(notes(full, self.max_shown, pair_asked=bool(self.text_b.value), tok=self.tok,
-                                     segments=lacks(self.model, "segments")))
+                                     segments=lacks(self.model, "segment_embeddings")))
             return first_tokens(full, self.max_shown)
         return None
 
@@ -130,22 +128,6 @@ class RepresentationPanel(Panel):
         self.table, self.norms, self.projection = (
             show_figure(box, new) for box, new in zip(self.boxes, self._figures())
         )
-
-
-def first_tokens(rep: Representation, n: int) -> Representation:
-    """The first `n` tokens of `rep`, with the 2-D map refitted to them. Exact: a token's input
-    vector depends only on its own piece, segment and position."""
-    if len(rep.tokens) <= n:
-        return rep
-    parts = {name: v[:n] for name, v in rep.parts.items()}  # [n, d] each
-    points, explained = project_2d(torch.cat([parts[p] for p in rep.projected_parts]), center=False)
-    return replace(
-        rep,
-        tokens=rep.tokens[:n], ids=rep.ids[:n], segment_ids=rep.segment_ids[:n],
-        position_ids=rep.position_ids[:n], word_ids=rep.word_ids[:n], shown=rep.shown[:n],
-        parts=parts, norms={name: v[:n] for name, v in rep.norms.items()},
-        projection=points.view(len(rep.projected_parts), n, 2), explained=explained,
-    )
 
 
 def help_text(tok: Tokenizer, kind: str = "") -> str:

@@ -22,8 +22,8 @@ import ipywidgets as widgets
 
 from bertlab.inputs import InputError
 from bertlab.runtime import is_out_of_memory, out_of_memory_text, release_free_memory
+from bertlab.tasks import DataSourceError
 from bertlab.training.queue import join_queue
-from bertlab.training.tasks import DataSourceError
 
 log = logging.getLogger(__name__)
 

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.similarity import (
     Anisotropy,
     TokenSimilarity,
     WordAcrossContexts,
     WordProjection,
     anisotropy_baseline,
+    first_similarity_tokens,
+    parse_contexts,
     stage_names,
     token_similarity,
     word_in_contexts,
@@ -251,7 +251,7 @@ class SimilarityPanel(Panel):
 
     def _compute_tokens(self) -> tuple[TokenSimilarity, list[tuple[Level, str]]]:
         sim = token_similarity(self.model, self.tok, self.text.value)
-        return first_tokens(sim, self.max_shown), token_notes(sim, self.max_shown, self.tok.unk_token)
+        return first_similarity_tokens(sim, self.max_shown), token_notes(sim, self.max_shown, self.tok.unk_token)
 
     def _compute_word(self) -> tuple[WordAcrossContexts, list[tuple[Level, str]]]:
         senses, contexts = parse_contexts(self.contexts.value)
@@ -306,33 +306,6 @@ def _lines(text: str) -> list[str]:
 
 def _help(text: str) -> widgets.HTML:
     return widgets.HTML(help_html(text, extra=";max-width:760px"))
-
-
-def parse_contexts(text: str) -> tuple[list[str] | None, list[str]]:
-    """(sense labels or None, contexts) from one context per line, each optionally "label | sentence"."""
-    lines = _lines(text)
-    if not lines:
-        raise InputError("No contexts: type at least two sentences that contain the word, one per line.")
-    split = [line.partition("|") for line in lines]
-    labelled = [bool(bar) and bool(label.strip()) for label, bar, _ in split]
-    if not any(labelled):
-        return None, lines
-    if not all(labelled):
-        missing = ", ".join(str(i) for i, ok in enumerate(labelled, start=1) if not ok)
-        raise InputError(
-            f"Some contexts have a sense label (“river | …”) and some do not (line {missing}): "
-            "label every context or none."
-        )
-    return [label.strip() for label, _, _ in split], [sentence.strip() for _, _, sentence in split]
-
-
-def first_tokens(sim: TokenSimilarity, n: int) -> TokenSimilarity:
-    """The cosines among the first `n` tokens (computed with the whole text as context)."""
-    if len(sim.tokens) <= n:
-        return sim
-    b = sim.sentence_b_start
-    return replace(sim, tokens=sim.tokens[:n], matrices=sim.matrices[:, :n, :n],
-                   sentence_b_start=b if b is not None and b < n else None)
 
 
 def token_notes(sim: TokenSimilarity, max_shown: int = MAX_SHOWN, unk_token: str = DEFAULT_SPECIALS["unk"]

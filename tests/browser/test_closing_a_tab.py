@@ -1,4 +1,4 @@
-"""Closing a dashboard tab frees its kernel at once (issue 14): Voila's page sends a shutdown
+"""Closing a dashboard tab frees its kernel at once: Voila's page sends a shutdown
 request on `beforeunload`, which Voila itself refuses for want of an `_xsrf` cookie (voila#1458);
 `bertlab serve` sets that cookie, so the kernel does not wait for the culler."""
 
