@@ -17,7 +17,7 @@ from bertlab.analysis.ablation import (
     logit_lens,
     single_head_effects,
 )
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, redraw, run_button
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, redraw, run_button, unknown_notes
 from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.viz.ablation import plot_head_effects, plot_logit_lens, summary_html
 from bertlab.viz.theme import help_html
@@ -105,7 +105,6 @@ class AblationPanel(Panel):
             layout=widgets.Layout(width="100%"),
         )
         self.update()
-
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
     def _on_text(self, _=None) -> None:
@@ -296,9 +295,4 @@ def _notes(result: AblationResult, tok: Tokenizer, guessed: bool = False) -> lis
     ]
     if q.warning:
         notes.append(("warning", q.warning))
-    unk = tok.id_to_token(tok.unk_token_id)
-    unknown = q.tokens.count(unk)
-    if unknown:
-        notes.append(("warning", (f"{unknown} piece(s) are not in this model's vocabulary and read as {unk} "
-                                  "(emoji and rare symbols often are).")))
-    return notes
+    return notes + unknown_notes(q.tokens, tok.id_to_token(tok.unk_token_id))

@@ -17,7 +17,7 @@ import torch
 
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.analysis.rollout import RolloutResult, rollout_from_attention
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, redraw, run_button, sentence_pair
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, redraw, run_button, sentence_pair, unknown_notes
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention import (
     empty_heatmap,
@@ -137,7 +137,6 @@ class AttentionPanel(Panel):
             ],
             layout=widgets.Layout(width="100%"),
         )
-
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
     def _on_text(self, _=None) -> None:
@@ -370,10 +369,4 @@ def _notes(result: AttentionResult) -> list[tuple[Level, str]]:
     ]
     if result.warning:
         notes.append(("warning", result.warning))
-    if result.num_unknown:
-        notes.append((
-            "warning",
-            (f"{result.num_unknown} piece(s) are not in this model's vocabulary and show as {result.unk_token} "
-             "(emoji and rare symbols often are); the model sees them all as the same token."),
-        ))
-    return notes
+    return notes + unknown_notes(result.tokens, result.unk_token, "the model sees them all as the same token")

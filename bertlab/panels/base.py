@@ -10,7 +10,7 @@ import html
 import json
 import logging
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
 
 import ipywidgets as widgets
@@ -168,6 +168,17 @@ def pair_task(model: torch.nn.Module) -> str | None:
     if not model.has_nsp:
         return None
     return "sop" if "sop" in model.config.pretraining_heads else "nsp"
+
+
+def unknown_notes(tokens: Sequence[str], unk_token: str, meaning: str = "") -> list[tuple[Level, str]]:
+    """A warning when pieces of `tokens` are outside the vocabulary (each read as `unk_token`), with what
+    that means for the tab (`meaning`); [] when there are none. Every tab says it this one way."""
+    unknown = sum(1 for t in tokens if t == unk_token)
+    if not unknown:
+        return []
+    meaning = f": {meaning}" if meaning else ""
+    return [("warning", f"{unknown} piece(s) are not in this model's vocabulary and read as {unk_token} (emoji and "
+                        f"rare symbols often are){meaning}.")]
 
 
 def note_html(level: Level, text: str) -> str:

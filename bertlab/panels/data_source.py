@@ -101,7 +101,6 @@ class DataSource:
             split = self.read(self.task(), self.source("upload"))
             self.owner.show_message(split.note)
 
-
     def source(self, kind: str) -> str | None:
         """Where `kind` ("default", "path", "upload") reads from: None for BERTLAB_DATA."""
         if kind == "path":

@@ -81,7 +81,6 @@ class ExplainSection(Panel):
         for w in (self.layer, self.head):
             w.observe(lambda _c: self._on_view(), names="value")
 
-
     @property
     def is_open(self) -> bool:
         return bool(self.toggle.value)

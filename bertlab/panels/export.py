@@ -14,7 +14,7 @@ import torch
 
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.inputs import InputError
-from bertlab.panels.base import Level, Panel, sentence_pair
+from bertlab.panels.base import Level, Panel, sentence_pair, unknown_notes
 from bertlab.panels.record import session_header, session_sections
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention_view import to_standalone_html
@@ -272,11 +272,7 @@ def _view_notes(result: AttentionResult) -> list[tuple[Level, str]]:
     notes: list[tuple[Level, str]] = [("info", holds)]
     if result.warning:
         notes.append(("warning", result.warning))
-    if result.num_unknown:
-        unknown = (f"{result.num_unknown} piece(s) are not in this model's vocabulary and show as {result.unk_token} "
-                   "(emoji and rare symbols often are).")
-        notes.append(("warning", unknown))
-    return notes
+    return notes + unknown_notes(result.tokens, result.unk_token)
 
 
 def _short(text: str, limit: int = 80) -> str:

@@ -131,7 +131,6 @@ class FamilyPanel(Panel):
             widgets.HBox([self.draw_button]), self.electra_box,
         ], layout=widgets.Layout(width="100%"))
 
-
     # -- the model list ------------------------------------------------------------------------------
     def options(self) -> list[tuple[str, str]]:
         """(label, value) of the models a slot may show: the picker's, then cached hub models not loaded yet."""

@@ -22,7 +22,7 @@ from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.analysis.targets import input_from_tokens, word_target
 from bertlab.classroom.store import ClassStore
 from bertlab.inputs import InputError, echo
-from bertlab.panels.base import Level, Panel, lacks, show_figure
+from bertlab.panels.base import Level, Panel, lacks, show_figure, unknown_notes
 from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
 from bertlab.panels.explain import ExplainSection
 from bertlab.runtime import input_limit
@@ -332,14 +332,8 @@ class MaskPanel(Panel):
                     (f"'{self.words[split[0]]}' is several pieces ({pieces}): only the first is hidden, so the "
                      "model still sees the rest. Tick whole-word masking to hide them all."),
                 ))
-        unknown = predictions[0].tokens.count(self.tok.id_to_token(self.tok.unk_token_id))
-        if unknown:
-            notes.append((
-                "warning",
-                (f"{unknown} piece(s) are not in this model's vocabulary and read as {self.tok.unk_token} (emoji and "
-                 "rare symbols often are): the model cannot guess them, nor use them as context."),
-            ))
-        return notes
+        return notes + unknown_notes(predictions[0].tokens, self.tok.id_to_token(self.tok.unk_token_id),
+                                     "the model cannot guess them, nor use them as context")
 
     # -- drawing ---------------------------------------------------------------------------------
     def _draw_fill(self) -> None:

@@ -23,7 +23,7 @@ from bertlab.analysis.nsp import (
 from bertlab.analysis.targets import pair_target
 from bertlab.classroom.store import ClassStore
 from bertlab.inputs import InputError, require_text
-from bertlab.panels.base import Level, Panel, lacks, pair_task, run_button, sentence_pair, show_figure
+from bertlab.panels.base import Level, Panel, lacks, pair_task, run_button, sentence_pair, show_figure, unknown_notes
 from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
 from bertlab.panels.explain import ExplainSection
 from bertlab.tokenizer import Tokenizer
@@ -248,19 +248,9 @@ class NSPPanel(Panel):
         ))
         if warning:
             notes.append(("warning", warning))
-        unknown = self._unknown()
-        if unknown:
-            notes.append((
-                "warning",
-                (f"{unknown} piece(s) are not in this model's vocabulary and read as {self.tok.unk_token} (emoji "
-                 "and rare symbols often are); the model sees them all as the same token."),
-            ))
-        return notes
-
-    def _unknown(self) -> int:
         tokens = self.result.tokens if self.result is not None else self.tok.encode(
             self.text_a.value, self.text_b.value).tokens
-        return tokens.count(self.tok.unk_token)
+        return notes + unknown_notes(tokens, self.tok.unk_token, "the model sees them all as the same token")
 
     # -- the corpus ----------------------------------------------------------------------------
     def _load_documents(self) -> list[Document]:

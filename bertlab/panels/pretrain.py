@@ -22,7 +22,7 @@ import torch
 
 from bertlab.analysis import normalise_masks
 from bertlab.analysis.mask import Candidate, fill_mask
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, note_html
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, note_html, unknown_notes
 from bertlab.panels.pretrain_compare import ComparedRun, CompareView
 from bertlab.panels.replay import ReplaySection
 from bertlab.panels.runs import BackgroundRun, error_text
@@ -136,7 +136,6 @@ class PretrainPanel(Panel):
              widgets.HTML("<h3>3. Replay the run</h3>"), self.replay.widget],
             layout=widgets.Layout(width="100%"),
         )
-
 
     # -- section 1: widgets -------------------------------------------------------------------
     def _build_data_section(self, text: str, seed: int) -> None:
@@ -565,12 +564,5 @@ class PretrainPanel(Panel):
 
 
 def _example_notes(ex: MaskedExample, unk_token: str) -> list[tuple[Level, str]]:
-    notes: list[tuple[Level, str]] = []
-    if ex.warning:
-        notes.append(("warning", ex.warning))
-    unknown = sum(t == unk_token for t in ex.tokens)
-    if unknown:
-        notes.append(("warning", (f"{unknown} piece(s) are not in the vocabulary and show as {unk_token} (emoji "
-                                  f"and rare symbols often are); BERT masks and predicts {unk_token} like any other "
-                                  "token.")))
-    return notes
+    notes: list[tuple[Level, str]] = [("warning", ex.warning)] if ex.warning else []
+    return notes + unknown_notes(ex.tokens, unk_token, f"BERT masks and predicts {unk_token} like any other token")

@@ -11,7 +11,16 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.representation import Representation, first_tokens, input_representation
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, run_button, sentence_pair, show_figure
+from bertlab.panels.base import (
+    Level,
+    Panel,
+    SyncedFigureWidget,
+    lacks,
+    run_button,
+    sentence_pair,
+    show_figure,
+    unknown_notes,
+)
 from bertlab.tokenizer import DEFAULT_SPECIALS, WORD_START_MARK, Tokenizer, join_wordpieces
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.representation import (
@@ -181,13 +190,7 @@ def notes(rep: Representation, max_shown: int = MAX_SHOWN, pair_asked: bool = Fa
         out.append(("info", "Sentence B is blank, so only sentence A is read (all segment 0)."))
     if specials["mask"] in rep.tokens:
         out.append(("info", f"{specials['mask']} is an ordinary vocabulary piece here, with its own token embedding."))
-    unknown = rep.tokens.count(specials["unk"])
-    if unknown:
-        out.append((
-            "warning",
-            (f"{unknown} piece(s) are not in this model's vocabulary and show as {specials['unk']} (emoji and rare "
-             "symbols often are): they all get the same token embedding."),
-        ))
+    out += unknown_notes(rep.tokens, specials["unk"], "they all get the same token embedding")
     if rep.warning:
         out.append(("warning", rep.warning))
     if n > max_shown:

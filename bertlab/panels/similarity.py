@@ -26,7 +26,7 @@ from bertlab.analysis.similarity import (
     word_in_contexts,
     word_projection,
 )
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, run_button, show_figure
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, run_button, show_figure, unknown_notes
 from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.similarity import (
@@ -318,10 +318,7 @@ def token_notes(sim: TokenSimilarity, max_shown: int = MAX_SHOWN, unk_token: str
         ("info", (f"{n} tokens. Mean cosine between two different tokens: {first:.2f} at the embeddings, "
                   f"{last:.2f} after the last layer.")),
     ]
-    unknown = sim.tokens.count(unk_token)
-    if unknown:
-        out.append(("warning", (f"{unknown} piece(s) are not in the vocabulary and show as {unk_token} (emoji and "
-                                "rare symbols often are): they share one embedding.")))
+    out += unknown_notes(sim.tokens, unk_token, "they share one embedding")
     if sim.warning:
         out.append(("warning", sim.warning))
     if n > max_shown:

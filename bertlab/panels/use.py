@@ -15,7 +15,7 @@ from bertlab.analysis.predict import answer, classify, cls_vectors, entail, enti
 from bertlab.analysis.targets import class_target, span_target, tag_target
 from bertlab.inputs import InputError
 from bertlab.model import Bert
-from bertlab.panels.base import Level, Panel, show_figure
+from bertlab.panels.base import Level, Panel, show_figure, unknown_notes
 from bertlab.panels.explain import ExplainSection
 from bertlab.runtime import input_limit
 from bertlab.tasks import subset
@@ -282,8 +282,4 @@ def _cut_notes(warning: str | None, tokens: Sequence[str], unk_token: str) -> li
     notes: list[tuple[Level, str]] = []
     if warning:
         notes.append(("warning", warning))
-    unknown = sum(1 for t in tokens if t == unk_token)
-    if unknown:
-        notes.append(("warning", (f"{unknown} piece(s) are not in this model's vocabulary and show as {unk_token} "
-                                 "(emoji and rare symbols often are).")))
-    return notes
+    return notes + unknown_notes(tokens, unk_token)
