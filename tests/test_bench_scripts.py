@@ -238,6 +238,27 @@ def test_memory_script_reports_pss_per_process_and_the_marginal_cost(tmp_path):
     assert "marginal PSS per kernel" in proc.stdout
 
 
+@pytest.mark.slow  # ~20 s: a parent loads the model, two children build the dashboard
+@linux_only
+def test_memory_script_measures_children_forked_from_a_warm_parent(tmp_path):
+    out = tmp_path / "memory_fork.json"
+    cmd = [sys.executable, str(BENCH / "bench_memory.py"), "--mode", "fork", "--kernels", "1", "2",
+           "--settle", "0", "--out", str(out)]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    rows = {r["kernels"]: r for r in result["rows"]}
+    assert set(rows) == {1, 2} and result["meta"]["mode"] == "fork"
+    for k, r in rows.items():
+        assert len(r["pss_mb"]) == k + 1  # the parent counts: the server keeps it
+        for pss, rss, uss in zip(r["pss_mb"], r["rss_mb"], r["uss_mb"]):
+            assert 0 < uss <= pss <= rss
+    # a child holds little of its own: most of what it maps is the parent's (a fresh process holds over half)
+    assert all(uss < rss / 3 for uss, rss in zip(rows[2]["uss_mb"][1:], rows[2]["rss_mb"][1:]))
+    assert result["summary"]["marginal_pss_mb"] == pytest.approx(rows[2]["pss_total_mb"] - rows[1]["pss_total_mb"],
+                                                                 abs=0.2)
+
+
 @linux_only
 def test_memory_parses_smaps_rollup_and_the_marginal_formula():
     bm = _module("bench_memory")
@@ -248,3 +269,22 @@ def test_memory_parses_smaps_rollup_and_the_marginal_formula():
     assert bm.marginal({2: 500.0}) is None
     own = bm.smaps_rollup(os.getpid())
     assert own["Pss"] > 0 and own["Rss"] >= own["Pss"]
+
+
+# -- the GPU check's helpers -------------------------------------------------------------------
+def test_the_bf16_peak_is_looked_up_by_the_gpus_name():
+    bp = _module("bench_pretrain")
+    assert bp.known_peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
+    assert bp.known_peak_tflops("NVIDIA H100 PCIe") == 756.0 and bp.known_peak_tflops("NVIDIA H200") == 989.0
+    assert bp.known_peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0 and bp.known_peak_tflops("Some GPU") is None
+
+
+def test_heads_steps_fit_the_time_left(tmp_path):
+    gb = _module("gpu_bundle")
+    result = tmp_path / "pretrain.json"
+    result.write_text(json.dumps({"rows": [{"preset": "minilm", "variant": "hf", "tokens_per_s": 1.0},
+                                           {"preset": "minilm", "variant": "bertlab", "tokens_per_s": 409600.0}]}))
+    # 210 s - 90 s fixed = 120 s at 0.4 x 100 steps/s (409,600 tokens/s over batches of 32 x 128)
+    assert gb.heads_steps(result, 210) == 4800
+    assert gb.heads_steps(result, 80) == 0  # nothing fits after loading and evaluating
+    assert gb.heads_steps(tmp_path / "missing.json", 300) == 2000 and gb.heads_steps(tmp_path / "x.json", 150) == 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from bertlab.config import BertConfig, ConfigError
-from bertlab.families import albert, bert, distilbert, electra, modernbert, roberta
+from bertlab.families import albert, bert, deberta, distilbert, electra, modernbert, roberta
 from bertlab.families.core import (
     LAYER_HOOKS,
     Assembly,
@@ -28,7 +28,7 @@ from bertlab.model import HookedModel
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (bert.FAMILY, roberta.FAMILY, albert.FAMILY,
                                                      distilbert.FAMILY, electra.FAMILY,
-                                                     modernbert.FAMILY)}
+                                                     modernbert.FAMILY, deberta.FAMILY)}
 
 
 def family_for(model_type: Any) -> Family:
