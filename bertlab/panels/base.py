@@ -135,14 +135,14 @@ def run_button(description: str = "Show", tooltip: str = "Run the model") -> wid
     return widgets.Button(description=description, button_style="primary", tooltip=tooltip)
 
 
-NEEDS = ("mlm_head", "pair_head", "segment_embeddings")
+NEEDS = ("mlm_head", "pair_head", "segment_embeddings", "position_embeddings")
 
 
 def lacks(model: torch.nn.Module, need: str) -> str | None:
     """What `model` lacks for `need`, in a sentence a student can act on; None when it has it.
     need: "mlm_head" (to guess hidden words), "pair_head" (an NSP or SOP head, to judge a sentence
-    pair), "segment_embeddings" (which tell sentence A from B). Every tab says
-    it this one way."""
+    pair), "segment_embeddings" (which tell sentence A from B), "position_embeddings" (added to the input;
+    without them, what the model uses instead, as its family says it). Every tab says it this one way."""
     family = model.family
     if need == "mlm_head":
         if model.has_mlm:
@@ -163,14 +163,14 @@ def lacks(model: torch.nn.Module, need: str) -> str | None:
             return None
         return (f"This {family.name} model has no segment embeddings: it reads A and B as one text, told apart "
                 "only by the separator token between them (no segment vector is added to any token).")
+    if need == "position_embeddings":
+        return None if family.has_position_embeddings else family.positions_note
     raise ValueError(f"unknown need {need!r}; needs are {', '.join(NEEDS)}.")
 
 
 def pair_task(model: torch.nn.Module) -> str | None:
     """"sop" (ALBERT's sentence order: is A before B?), "nsp" (does B follow A?), or None."""
-    if not model.has_nsp:
-        return None
-    return "sop" if "sop" in model.config.pretraining_heads else "nsp"
+    return model.family.pair_task if model.has_nsp else None
 
 
 def unknown_notes(tokens: Sequence[str], unk_token: str, meaning: str = "") -> list[tuple[Level, str]]:

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.attention import AttentionResult, attention_patterns
-from bertlab.inputs import InputError
+from bertlab.inputs import InputError, os_error_message
 from bertlab.panels.base import Level, Panel, sentence_pair, unknown_notes
 from bertlab.panels.record import session_header, session_sections
 from bertlab.tokenizer import Tokenizer
@@ -241,7 +241,8 @@ class ExportPanel(Panel):
         except OSError as e:
             if not self.workspace.confined:
                 self._link(data, filename)
-                saved = f"Made {filename}, but could not save it to the folder ({e}); the link below downloads it."
+                why = os_error_message(e, "save it in the folder", folder)
+                saved = f"Made {filename}. {why} The link below downloads it."
                 return [("warning", saved)]
             log.warning("could not keep a copy of %s in the workspace", filename, exc_info=True)
         self._link(data, filename)
