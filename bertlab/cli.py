@@ -16,18 +16,20 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 log = logging.getLogger("bertlab.cli")
 
+DISTRIBUTION = "bert-classroom-lab"  # the name on PyPI; the import name and the command are bertlab
 DEFAULT_APP = "bertlab.ipynb"
 DEFAULT_PORT = 8866
 MODEL_ENV = "BERTLAB_MODEL"  # read by apps/bertlab.ipynb: which model to load
+WORKDIR_ENV = "BERTLAB_WORKDIR"  # read by the dashboards: their kernels work in the folder `serve` started in
 PROJECTOR_ENV = "BERTLAB_PROJECTOR"  # bertlab.settings.PROJECTOR_ENV (not imported: --help stays light)
 DEFAULT_CULL_IDLE_S = 40  # bertlab.serving.plan.DEFAULT_CULL_IDLE_S (not imported: --help stays light)
 
@@ -40,13 +42,18 @@ class UsageError(ValueError):
     """An option value that cannot work; the message says what to give instead."""
 
 
-# -- finding the dashboard notebooks ---------------------------------------------------------
+# -- the notebooks shipped in the package --------------------------------------------------------
+def shipped(folder: str) -> Path:
+    """A folder shipped inside the package, wherever pip put it (venv, --user, conda, editable):
+    `apps` (the dashboards `serve` runs) or `notebooks` (the teaching notebooks)."""
+    from importlib.resources import files
+
+    return Path(str(files("bertlab") / folder))
+
+
 def app_dirs() -> list[Path]:
-    """Where dashboards live, first match wins: `apps/` of a source checkout (editable
-    installs), then `<prefix>/share/bertlab/apps` (where a wheel installs them)."""
-    root = Path(__file__).resolve().parent.parent
-    installed = Path(sysconfig.get_path("data")) / "share" / "bertlab" / "apps"
-    return ([root / "apps"] if (root / "pyproject.toml").is_file() else []) + [installed]
+    """Where dashboards live: the package's `apps/` folder."""
+    return [shipped("apps")]
 
 
 def find_app(name: str = DEFAULT_APP) -> Path:
@@ -59,9 +66,46 @@ def find_app(name: str = DEFAULT_APP) -> Path:
             return (folder / name).resolve()
     looked = ", ".join(str(d) for d in app_dirs())
     raise AppNotFoundError(
-        f"dashboard {name!r} not found (looked in {looked}). Run bertlab from a source checkout, "
-        f"reinstall it (pip install -e .), or pass --app PATH/TO/NOTEBOOK.ipynb."
+        f"dashboard {name!r} not found (looked in {looked}). Reinstall the lab "
+        f"(pip install --force-reinstall {DISTRIBUTION}), or pass --app PATH/TO/NOTEBOOK.ipynb."
     )
+
+
+def teaching_notebooks() -> list[Path]:
+    """The teaching notebooks shipped with the package, in lesson order."""
+    return sorted(shipped("notebooks").glob("*.ipynb"))
+
+
+def _add_notebooks(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "notebooks", help="copy the teaching notebooks into a folder, to open in Jupyter",
+        description="Copy the teaching notebooks (prose and exercises that call into bertlab) into DIR. "
+                    "A notebook already in DIR is kept, so a student's work is never overwritten, "
+                    "unless --force is given.",
+        epilog="bertlab notebooks ~/bertlab-notebooks && jupyter lab ~/bertlab-notebooks")
+    p.add_argument("dest", metavar="DIR", type=Path, help="folder to copy them into (made if missing)")
+    p.add_argument("--force", action="store_true", help="overwrite notebooks already in DIR")
+    p.set_defaults(func=cmd_notebooks)
+
+
+def cmd_notebooks(args: argparse.Namespace) -> int:
+    """Copy each teaching notebook into args.dest; one line per notebook."""
+    dest = args.dest.expanduser()
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"{dest} is a file: give a folder to copy the notebooks into.")
+    sources = teaching_notebooks()
+    if not sources:
+        raise AppNotFoundError(f"no teaching notebooks in {shipped('notebooks')}: reinstall the lab "
+                               f"(pip install --force-reinstall {DISTRIBUTION}).")
+    dest.mkdir(parents=True, exist_ok=True)
+    for source in sources:
+        target = dest / source.name
+        if target.exists() and not args.force:
+            print(f"{target}: already there, kept (--force overwrites it)")
+            continue
+        shutil.copyfile(source, target)
+        print(target)
+    return 0
 
 
 # -- serve -------------------------------------------------------------------------------------
@@ -138,7 +182,8 @@ def _make_plan(args: argparse.Namespace):
             cull_idle=getattr(args, "cull_idle", DEFAULT_CULL_IDLE_S), token=getattr(args, "token", None),
             password_hash=password_hash, allow_hosts=tuple(getattr(args, "allow_host", ())),
             class_dir=getattr(args, "class_dir", None),
-            extra_env={**({MODEL_ENV: model_source(args.model)} if args.model else {}),
+            extra_env={WORKDIR_ENV: os.getcwd(),
+                       **({MODEL_ENV: model_source(args.model)} if args.model else {}),
                        **({PROJECTOR_ENV: "1"} if getattr(args, "projector", False) else {})},
         )
     except PlanError as e:
@@ -167,7 +212,7 @@ def hash_password(password: str) -> str:
 
 
 def model_source(source: str) -> str:
-    """A local folder as an absolute path (the kernel runs in apps/), a hub name as given."""
+    """A local folder as an absolute path (the kernel may run elsewhere), a hub name as given."""
     path = Path(source).expanduser()
     if path.exists():
         return str(path.resolve())
@@ -270,8 +315,9 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     add_parser(sub)
 
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_serve, _add_training, _add_download,
-                                                                     _add_compress, _add_explain)
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    _add_serve, _add_notebooks, _add_training, _add_download, _add_compress, _add_explain,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -358,7 +404,7 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("bertlab")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "unknown"
 

@@ -28,7 +28,7 @@ from bertlab.serving.guard import HostGuard, is_loopback, known_names
 from bertlab.serving.plan import class_cap, make_plan
 
 REPO = Path(__file__).resolve().parents[1]
-APP = REPO / "apps" / "bertlab.ipynb"
+APP = REPO / "bertlab" / "apps" / "bertlab.ipynb"
 
 
 def plan(**kw):

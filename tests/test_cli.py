@@ -3,6 +3,7 @@ here; tests/browser/ serves for real)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -57,19 +58,21 @@ def test_unknown_command_is_a_usage_error(capsys):
 def test_serve_command_runs_voila_on_the_app():
     cmd, env = cli.serve_command(parse("serve", "--port", "9001", "--no-browser"), env={})
     assert cmd[:3] == [sys.executable, "-m", "bertlab.serving"]  # Voila, with bertlab's class server parts
-    assert Path(cmd[3]) == REPO / "apps" / "bertlab.ipynb"
+    assert Path(cmd[3]) == REPO / "bertlab" / "apps" / "bertlab.ipynb"
     assert "--port=9001" in cmd and "--no-browser" in cmd and "--Voila.ip=127.0.0.1" in cmd
     assert "--preheat_kernel=True" in cmd  # ~6 s to a page instead of ~15 s
     assert "--MappingKernelManager.cull_idle_timeout=40" in cmd  # closed pages' kernels are freed
     # loopback, one person: no token, no class settings; figures load plotly's code from the server
-    assert cli.MODEL_ENV not in env and env == {PLOTLY_BUNDLE_ENV: PLOTLY_BUNDLE_PATH}
+    assert cli.MODEL_ENV not in env
+    assert env == {PLOTLY_BUNDLE_ENV: PLOTLY_BUNDLE_PATH, cli.WORKDIR_ENV: os.getcwd()}  # kernels work here
 
 
 def test_serve_command_passes_model_and_options():
     args = parse("serve", "--model", "some/folder", "--host", "0.0.0.0", "--no-preheat")
     cmd, env = cli.serve_command(args, env={"KEEP": "1"})
     token = env.pop("BERTLAB_SERVE_TOKEN")  # beyond loopback: a door, generated
-    assert env == {"KEEP": "1", cli.MODEL_ENV: "some/folder", PLOTLY_BUNDLE_ENV: PLOTLY_BUNDLE_PATH}
+    assert env == {"KEEP": "1", cli.MODEL_ENV: "some/folder", PLOTLY_BUNDLE_ENV: PLOTLY_BUNDLE_PATH,
+                   cli.WORKDIR_ENV: os.getcwd()}
     assert len(token) >= 24
     assert "--Voila.ip=0.0.0.0" in cmd
     assert "--no-browser" not in cmd and not any("preheat" in c for c in cmd)
@@ -145,7 +148,7 @@ def test_bad_class_options_are_usage_errors(bad, capsys):
 
 def test_model_folder_is_passed_as_an_absolute_path(tmp_path, monkeypatch):
     (tmp_path / "my-model").mkdir()
-    monkeypatch.chdir(tmp_path)  # the kernel runs in apps/, so a relative path would break there
+    monkeypatch.chdir(tmp_path)  # the kernel may run elsewhere: a relative path would break there
     _, env = cli.serve_command(parse("serve", "--model", "my-model"), env={})
     assert env[cli.MODEL_ENV] == str(tmp_path / "my-model")
 
@@ -202,3 +205,24 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(monkeypatch, cap
         assert err.count("\n") == 1 and err.startswith("bertlab x: ") and text in err, err
     with pytest.raises(ZeroDivisionError):  # a bug is not dressed up as a user error
         run(ZeroDivisionError("division by zero"))
+
+
+def test_notebooks_copies_the_teaching_notebooks_and_keeps_a_students_work(tmp_path, capsys):
+    shipped = cli.teaching_notebooks()
+    assert [p.name for p in shipped] == sorted(p.name for p in (REPO / "bertlab" / "notebooks").glob("*.ipynb"))
+    dest = tmp_path / "class" / "notebooks"
+    assert cli.main(["notebooks", str(dest)]) == 0
+    assert sorted(p.name for p in dest.iterdir()) == [p.name for p in shipped]
+    assert (dest / shipped[0].name).read_bytes() == shipped[0].read_bytes()
+    (dest / shipped[0].name).write_text("my answers")
+    assert cli.main(["notebooks", str(dest)]) == 0
+    assert (dest / shipped[0].name).read_text() == "my answers" and "already there, kept" in capsys.readouterr().out
+    assert cli.main(["notebooks", str(dest), "--force"]) == 0
+    assert (dest / shipped[0].name).read_bytes() == shipped[0].read_bytes()
+
+
+def test_notebooks_refuses_a_file_as_the_folder(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["notebooks", str(tmp_path / "f")])
+    assert e.value.code == 1 and "is a file" in capsys.readouterr().err

@@ -39,7 +39,7 @@ def pip_requirements(extras: tuple[str, ...] = ("test",)) -> dict[str, Specifier
         seen.add(extra)
         for line in project["optional-dependencies"][extra]:
             req = Requirement(line)
-            if canonicalize_name(req.name) == "bertlab":
+            if canonicalize_name(req.name) == canonicalize_name(project["name"]):
                 todo += [e for e in req.extras if e not in seen]
             else:
                 lines.append(line)
@@ -99,34 +99,51 @@ def test_conda_parser_reads_the_forms_conda_uses():
 
 # -- the app notebook --------------------------------------------------------------------------
 def test_app_notebook_is_committed_without_outputs():
-    nb = json.loads((REPO / "apps" / "bertlab.ipynb").read_text())
+    nb = json.loads((REPO / "bertlab" / "apps" / "bertlab.ipynb").read_text())
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
-            assert cell["outputs"] == [] and cell["execution_count"] is None, "strip the outputs of apps/bertlab.ipynb"
+            assert cell["outputs"] == [] and cell["execution_count"] is None, "strip the dashboard's outputs"
     assert "BERTLAB_MODEL" in "".join("".join(c["source"]) for c in nb["cells"])
 
 
-def test_wheel_ships_the_dashboard(tmp_path):
-    """`bertlab serve` finds the app in <prefix>/share/bertlab/apps when installed from a wheel."""
-    src = tmp_path / "src"
+def build_wheel(out: Path) -> Path:
+    """The wheel of this checkout, built from a copy of what a source distribution holds."""
+    src = out / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(REPO / name, src / name)
-    for name in ("bertlab", "apps"):
-        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    shutil.copytree(REPO / "bertlab", src / "bertlab", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     # Offline and quick with the venv's setuptools; a venv without one builds in isolation.
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
-    out = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(tmp_path), str(src)],
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(out), str(src)],
         capture_output=True, text=True, timeout=300,
     )
-    assert out.returncode == 0, out.stderr[-2000:]
-    (wheel,) = tmp_path.glob("bertlab-*.whl")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (wheel,) = out.glob("*.whl")
+    return wheel
+
+
+def test_wheel_ships_the_dashboards_notebooks_and_licence(tmp_path):
+    """`bertlab serve` and `bertlab notebooks` find their notebooks inside the package (importlib.resources)."""
+    wheel = build_wheel(tmp_path)
+    assert wheel.name.startswith("bert_classroom_lab-")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "bertlab/cli.py" in names
-    assert any(n.endswith(".data/data/share/bertlab/apps/bertlab.ipynb") for n in names), (
-        'add to pyproject.toml: [tool.setuptools.data-files] "share/bertlab/apps" = ["apps/*.ipynb"]'
-    )
+    assert "bertlab/cli.py" in names and "bertlab/py.typed" in names
+    assert {"bertlab/apps/bertlab.ipynb", "bertlab/apps/teacher.ipynb"} <= set(names)
+    teaching = {f"bertlab/notebooks/{p.name}" for p in (REPO / "bertlab" / "notebooks").glob("*.ipynb")}
+    assert teaching and teaching <= set(names)
+    assert not any(".data/" in n for n in names)  # nothing outside the package: --user installs find it all
+    (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    text = zipfile.ZipFile(wheel).read(meta).decode()
+    assert "Name: bert-classroom-lab" in text and "License-Expression: Apache-2.0" in text
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+
+
+def test_licence_is_apache_2():
+    assert pyproject()["project"]["license"] == "Apache-2.0"
+    text = (REPO / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
 
 
 # -- Makefile ----------------------------------------------------------------------------------
