@@ -3,13 +3,11 @@ the CI script, the app notebook (stripped, shipped in the wheel)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -106,27 +104,8 @@ def test_app_notebook_is_committed_without_outputs():
     assert "BERTLAB_MODEL" in "".join("".join(c["source"]) for c in nb["cells"])
 
 
-def build_wheel(out: Path) -> Path:
-    """The wheel of this checkout, built from a copy of what a source distribution holds."""
-    src = out / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
-        shutil.copy(REPO / name, src / name)
-    shutil.copytree(REPO / "bertlab", src / "bertlab", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    # Offline and quick with the venv's setuptools; a venv without one builds in isolation.
-    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(out), str(src)],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    (wheel,) = out.glob("*.whl")
-    return wheel
-
-
-def test_wheel_ships_the_dashboards_notebooks_and_licence(tmp_path):
+def test_wheel_ships_the_dashboards_notebooks_and_licence(wheel):
     """`bertlab serve` and `bertlab notebooks` find their notebooks inside the package (importlib.resources)."""
-    wheel = build_wheel(tmp_path)
     assert wheel.name.startswith("bert_classroom_lab-")
     names = zipfile.ZipFile(wheel).namelist()
     assert "bertlab/cli.py" in names and "bertlab/py.typed" in names
