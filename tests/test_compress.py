@@ -284,7 +284,7 @@ def test_bertlab_compress_writes_folders_that_load_and_evaluate(tmp_path, sst2, 
                  "--importance-examples", "32", "--out", str(tmp_path / "p"), *data]) == 0
     line = json.loads(capsys.readouterr().out)
     assert line["result"]["heads"] == 4 and [p["heads_kept"] for p in line["curve"]][0] == 8
-    assert main(["compress", "distill", "--teacher", str(tmp_path / "m"), "--layers", "1", "--task", "sst2",
+    assert main(["compress", "distill", "--model", str(tmp_path / "m"), "--layers", "1", "--task", "sst2",
                  "--epochs", "1", "--batch-size", "32", "--max-train-examples", "64", "--out", str(tmp_path / "s"),
                  *data]) == 0
     line = json.loads(capsys.readouterr().out)
