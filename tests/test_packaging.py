@@ -199,6 +199,8 @@ def test_ci_installs_chromium_exports_data_and_runs_make_test(tmp_path):
         "apt-get update | BERTLAB_DATA= CI=",
         "apt-get install -y chromium | BERTLAB_DATA= CI=",
         "npm install -g configurable-http-proxy | BERTLAB_DATA= CI=",
+        f"make lint | BERTLAB_DATA={data} CI=true",
+        f"make docs | BERTLAB_DATA={data} CI=true",
         f"make test | BERTLAB_DATA={data} CI=true",
     ]
 
@@ -206,7 +208,7 @@ def test_ci_installs_chromium_exports_data_and_runs_make_test(tmp_path):
 def test_ci_skips_chromium_install_and_data_when_not_needed(tmp_path):
     out, log = fake_ci(tmp_path, with_chromium=True, with_data=False)
     assert out.returncode == 0, out.stderr
-    assert log.read_text().splitlines() == ["make test | BERTLAB_DATA= CI=true"]
+    assert log.read_text().splitlines() == [f"make {t} | BERTLAB_DATA= CI=true" for t in ("lint", "docs", "test")]
 
 
 def test_ci_script_is_executable_bash_with_strict_mode():
@@ -214,3 +216,21 @@ def test_ci_script_is_executable_bash_with_strict_mode():
     assert os.access(script, os.X_OK)
     text = script.read_text()
     assert text.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in text
+
+
+def test_make_docs_and_lint_install_their_extras_then_run(tmp_path):
+    venv = tmp_path / "venv"
+    out = make_dry_run("docs", "lint", f"VENV={venv}", "PYTHON=python3.11")
+    steps = ['pip install  -e ".[test]"', 'pip install  -e ".[test,docs,lint]"', f"{venv}/bin/mkdocs build --strict",
+             f"{venv}/bin/ruff check bertlab tests bench"]
+    positions = [out.find(s) for s in steps]
+    assert -1 not in positions and positions == sorted(positions), out
+    extras = pyproject()["project"]["optional-dependencies"]
+    assert {canonicalize_name(Requirement(r).name) for r in extras["docs"]} == {"mkdocs", "mkdocs-material"}
+    assert [Requirement(r).name for r in extras["lint"]] == ["ruff"]
+
+
+def test_the_docs_site_lists_every_page():
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    listed = {next(iter(item.values())) for item in config["nav"]}
+    assert listed == {p.name for p in (REPO / "docs").glob("*.md")} and config["strict"] is True
