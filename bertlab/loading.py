@@ -180,8 +180,8 @@ def load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[
         raise CheckpointError(f"bertlab's default heads {path} do not fit the offline default: {e}") from e
     report.notes = [
         f"MLM and NSP heads trained by bertlab ({path.name}), with the top {n} of the encoder's "
-        f"{model.config.num_hidden_layers} layers re-trained to carry word identity again: see the README "
-        "for their accuracy."
+        f"{model.config.num_hidden_layers} layers re-trained to carry word identity again: the documentation's "
+        "Models page gives their accuracy."
     ]
     return model, report
 

@@ -29,7 +29,7 @@ from bertlab.training.tasks import SST2_LABELS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-# int8 tolerance (stated in the README): the final hidden states (LayerNorm'd, about unit scale) of a
+# int8 tolerance (stated in docs/compression.md): the final hidden states (LayerNorm'd, about unit scale) of a
 # dynamic-int8 model stay within 0.1 of float32's everywhere and 0.02 on average.
 INT8_MAX_DIFF, INT8_MEAN_DIFF = 0.1, 0.02
 
