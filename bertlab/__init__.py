@@ -30,10 +30,19 @@ __all__ = sorted(_HOME)
 
 
 def __getattr__(name: str) -> Any:
+    """`bertlab.load` and the other names above, and any submodule (`bertlab.loading`), imported on first use."""
     home = _HOME.get(name)
-    if home is None:
+    if name.startswith("__"):
         raise AttributeError(f"module 'bertlab' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
+    if home is not None:
+        value = getattr(importlib.import_module(home), name)
+    else:
+        try:
+            value = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module 'bertlab' has no attribute {name!r}") from None
     globals()[name] = value
     return value
 

@@ -355,3 +355,12 @@ def test_loading_an_encoder_without_mlm_head_says_nothing_at_start(caplog):
         model, _ = load("default-encoder")
     assert "no MLM head" in " ".join(model.load_report.notes)  # kept for the panels
     assert not [r for r in caplog.records if r.levelno >= logging.INFO and "no MLM head" in r.getMessage()]
+
+
+def test_import_bertlab_is_light_and_its_names_come_on_first_use():
+    code = ("import sys, bertlab\nprint('torch' in sys.modules)\n"
+            "from bertlab import load, Tokenizer\n"
+            "print(load.__module__, bertlab.loading.__name__, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "bertlab.loading", "bertlab.loading", "True"]
