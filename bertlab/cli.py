@@ -43,7 +43,7 @@ DEFAULT_CULL_IDLE_S = 40  # bertlab.serving.plan.DEFAULT_CULL_IDLE_S (not import
 
 
 class AppNotFoundError(FileNotFoundError):
-    """The dashboard notebook is neither in a source checkout nor installed with the package."""
+    """The dashboard notebook is neither a file given by path nor in the installed package."""
 
 
 class UsageError(ValueError):
