@@ -48,6 +48,7 @@ def user_install(tmp_path_factory, wheel) -> dict[str, str]:
         JUPYTER_PATH=str(Path(sys.prefix) / "share" / "jupyter"),  # Voila's page templates
         PATH=os.pathsep.join([str(userbase / "bin"), "/usr/bin", "/bin"]),
         OMP_NUM_THREADS="1",
+        PIP_BREAK_SYSTEM_PACKAGES="1",  # a Debian-style base interpreter refuses --user installs without it
     )
     done = subprocess.run(
         [sys.executable, "-m", "pip", "--python", base_python, "install", "--user", "--no-deps", "-q",
