@@ -1,8 +1,9 @@
 """Forward latency of bertlab's BERT-family models against Hugging Face transformers, same machine, same input.
 
 Models: MiniLM (the offline default's real weights), a random BERT-base-shaped BERT, and random RoBERTa,
-ALBERT, DistilBERT and ELECTRA encoders of MiniLM's shape (6 layers, 384 wide, 12 heads; ALBERT and
-ELECTRA with 128-wide factorised embeddings). Each random model is written once by transformers'
+ALBERT, DistilBERT, ELECTRA and ModernBERT encoders of MiniLM's shape (6 layers, 384 wide, 12 heads; ALBERT
+and ELECTRA with 128-wide factorised embeddings; ModernBERT with its GeGLU width and a 128-token local
+window, so the 512-token rows show the band). Each random model is written once by transformers'
 save_pretrained and read by both libraries (bertlab through `load_model`), so both run the same weights.
 
 Two modes:
@@ -38,8 +39,13 @@ RANDOM = {
     "distilbert-random": ("DistilBertConfig", dict(vocab_size=30522, dim=384, n_layers=6, n_heads=12,
                                                    hidden_dim=1536), "DistilBertModel"),
     "electra-random": ("ElectraConfig", {**SMALL, "embedding_size": 128}, "ElectraModel"),
+    # ModernBERT's MLP ratio (GeGLU, 1.5 x hidden), a 128-token local window, every third layer global
+    "modernbert-random": ("ModernBertConfig", {**SMALL, "intermediate_size": 576, "local_attention": 128,
+                                               "global_attn_every_n_layers": 3, "pad_token_id": 0,
+                                               "bos_token_id": 1, "eos_token_id": 2, "cls_token_id": 1,
+                                               "sep_token_id": 2}, "ModernBertModel"),
 }
-FAMILIES = ["roberta-random", "albert-random", "distilbert-random", "electra-random"]
+FAMILIES = ["roberta-random", "albert-random", "distilbert-random", "electra-random", "modernbert-random"]
 
 
 def _time_all(fns: dict, repeats: int) -> dict[str, float]:

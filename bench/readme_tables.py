@@ -371,7 +371,8 @@ def explain() -> str:
 FORWARD_MODELS = {"minilm": "MiniLM (offline default)", "bert-base-random": "BERT-base shape, random",
                   "roberta-random": "RoBERTa, MiniLM shape, random", "albert-random": "ALBERT, MiniLM shape, random",
                   "distilbert-random": "DistilBERT, MiniLM shape, random",
-                  "electra-random": "ELECTRA, MiniLM shape, random"}
+                  "electra-random": "ELECTRA, MiniLM shape, random",
+                  "modernbert-random": "ModernBERT, MiniLM shape, random"}
 
 
 def forward() -> str:

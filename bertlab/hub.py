@@ -37,6 +37,8 @@ RECOMMENDED: tuple[HubModel, ...] = (
     HubModel("distilbert-base-uncased", "DistilBERT: 6 layers, no segments, no NSP"),
     HubModel("google/electra-small-discriminator", "ELECTRA discriminator: spots replaced tokens"),
     HubModel("google/electra-small-generator", "ELECTRA generator: a small MLM"),
+    HubModel("answerdotai/ModernBERT-base", "ModernBERT base (2024): rotary positions, local/global attention, GeGLU"),
+    HubModel("jhu-clsp/ettin-encoder-17m", "Ettin encoder 17M: a laptop-sized ModernBERT"),
 )
 
 CONFIG_FILES = ("config.json",)

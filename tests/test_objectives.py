@@ -120,6 +120,15 @@ def test_spanbert_masks_whole_word_spans_whose_boundaries_are_visible(tok, docum
         assert len(set(kinds.tolist())) == 1 and int(kinds[0]) != MaskKind.NOT_CHOSEN
 
 
+def test_modernbert_masks_30_percent_of_single_segments(tok, documents):
+    modernbert = get_objective("modernbert")
+    batch = modernbert.collate(tok, 0)(modernbert.examples(documents, tok, 64, 0)[:8],
+                                       generator=torch.Generator().manual_seed(0))
+    real = batch.attention_mask.sum(1) - 2  # [CLS] and [SEP] are never chosen
+    assert ((batch.labels != IGNORE_INDEX).sum(1) - 0.30 * real).abs().max() <= 1  # ModernBERT's rate
+    assert not batch.token_type_ids.any()  # one segment, no sentence-pair task
+
+
 def test_electra_labels_mark_exactly_the_sampled_tokens_that_differ():
     original = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 9, 2, 0]])
     picked = torch.tensor([[0, 1, 0, 1, 0], [0, 1, 1, 0, 0]], dtype=torch.bool)
@@ -148,7 +157,7 @@ def test_electra_masks_with_the_mask_token_or_keeps_never_a_random_token(tok, do
 TRANSFORMERS_OUT = {  # objective -> (transformers output field, the bertlab output it equals)
     "bert": ("prediction_logits", "mlm_logits"), "roberta": ("logits", "mlm_logits"),
     "albert": ("prediction_logits", "mlm_logits"), "electra": ("logits", "rtd_logits"),
-    "spanbert": ("logits", "mlm_logits"),
+    "spanbert": ("logits", "mlm_logits"), "modernbert": ("logits", "mlm_logits"),
 }
 
 

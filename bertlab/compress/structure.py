@@ -23,8 +23,8 @@ QUANT_FORMAT = 1
 QMAX = 127  # symmetric int8: -127..127 (the -128 code is never used)
 # Names of the query/key/value Linears in the attention module that holds a layer's hook_q, and of
 # the output projection in the module that holds its hook_result, across the families.
-QKV_NAMES = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"))
-OUT_NAMES = ("dense", "out_lin")
+QKV_NAMES = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"), ("Wqkv",))  # Wqkv: q, k, v in one Linear
+OUT_NAMES = ("dense", "out_lin", "Wo")
 
 
 class CompressError(ValueError):
@@ -174,7 +174,10 @@ def prune_heads(model: nn.Module, heads: Mapping[int, Iterable[int]]) -> nn.Modu
         d = hp.d_head
         idx = torch.tensor([pos * d + j for pos in keep for j in range(d)], dtype=torch.long)
         for name in qkv:
-            setattr(hp, name, _take_rows(getattr(hp, name), idx))
+            parts = 3 if len(qkv) == 1 else 1  # a fused projection: the same rows of q, of k and of v
+            width = getattr(hp, name).out_features // parts
+            rows = torch.cat([idx + i * width for i in range(parts)])
+            setattr(hp, name, _take_rows(getattr(hp, name), rows))
         setattr(out_mod, out, _take_columns(getattr(out_mod, out), idx))
         hp.n_heads = len(keep)
         if hasattr(out_mod, "n_heads"):

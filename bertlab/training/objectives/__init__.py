@@ -10,11 +10,12 @@
 
 from __future__ import annotations
 
-from bertlab.training.objectives import albert, bert, electra, roberta, spanbert
+from bertlab.training.objectives import albert, bert, electra, modernbert, roberta, spanbert
 from bertlab.training.objectives.base import SIZES, ModelShape, Objective, ObjectiveError
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (bert.OBJECTIVE, roberta.OBJECTIVE, albert.OBJECTIVE,
-                                                        electra.OBJECTIVE, spanbert.OBJECTIVE)}
+                                                        electra.OBJECTIVE, spanbert.OBJECTIVE,
+                                                        modernbert.OBJECTIVE)}
 
 
 def get_objective(name: str) -> Objective:
