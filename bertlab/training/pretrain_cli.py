@@ -36,7 +36,7 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
                    help="the family member's pre-training objective: bert (MLM + NSP), roberta (dynamic MLM, "
                         "full sentences), albert (MLM + SOP, factorised embedding, shared layers), electra "
                         "(generator + replaced-token detection), spanbert (spans + span-boundary objective), "
-                        "modernbert (MLM at 30 %, no NSP, on a ModernBERT: rotary, local/global attention, GeGLU). "
+                        "modernbert (MLM at 30 %%, no NSP, on a ModernBERT: rotary, local/global attention, GeGLU). "
                         "Default: bert, with --masking and --pair-task free to change")
     p.add_argument("--embedding-size", type=int, default=None,
                    help="albert/electra: factorised embedding width (default: the objective's)")
