@@ -43,6 +43,7 @@ sentences and tokens. The load average goes into the JSON: the machine may be sh
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import importlib.metadata
 import json
@@ -226,7 +227,7 @@ def prepare_hf(spec: Mapping[str, Any], tok: Any, counting: CountingCollate) -> 
             max_steps=steps or -1, learning_rate=LR, weight_decay=0.01, warmup_steps=0, lr_scheduler_type="linear",
             max_grad_norm=1.0, seed=spec["seed"], bf16=bf16, use_cpu=not gpu,
             optim="adamw_torch_fused" if gpu else "adamw_torch",
-            train_sampling_strategy="group_by_length" if spec["variant"].startswith("hf-grouped") else "random",
+            **_sampling(transformers, grouped=spec["variant"].startswith("hf-grouped")),
             logging_strategy="no", save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True,
             dataloader_num_workers=0,
         )
@@ -236,6 +237,15 @@ def prepare_hf(spec: Mapping[str, Any], tok: Any, counting: CountingCollate) -> 
             shutil.rmtree(out, ignore_errors=True)
 
     return run
+
+
+def _sampling(transformers: Any, grouped: bool) -> dict[str, Any]:
+    """HF's length-grouped or random order, in the installed version's words: `train_sampling_strategy` (from
+    transformers 5.x, which dropped `group_by_length`) or `group_by_length` (before it)."""
+    fields = {f.name for f in dataclasses.fields(transformers.TrainingArguments)}
+    if "train_sampling_strategy" in fields:
+        return {"train_sampling_strategy": "group_by_length" if grouped else "random"}
+    return {"group_by_length": grouped}
 
 
 def variant_precision(variant: str, device: torch.device) -> str:

@@ -27,7 +27,8 @@ MFU (GPU only) counts the FLOPs the task needs, the same numerator for every var
     FLOPs/step = 6 * N * T                      (N: encoder-layer parameters, embeddings excluded; T = batch * seq)
                + 12 * L * H * S * T             (attention scores and weighted sum, forward + backward)
                + 6 * (H * H + H * V) * M        (MLM head: transform + decoder, on the M masked positions)
-    MFU = FLOPs/step / (median step seconds) / (peak FLOP/s)     peak = --peak-tflops (989: H100 SXM dense bf16)
+    MFU = FLOPs/step / (median step seconds) / (peak FLOP/s)     peak = --peak-tflops, else the GPU's dense
+                                                                 bf16 peak by its name (PEAK_BF16_TFLOPS)
 
 HFU (hardware FLOPs utilisation) counts the head on the positions a variant really computes (T for
 `hf` and `bertlab-full-head`), so HFU - MFU is the compute spent on unmasked positions.
@@ -59,6 +60,13 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "base": (12, 768, 12, 3072),  # BERT-base
 }
 VARIANTS = ("hf", "bertlab", "bertlab-lean", "bertlab-full-head")
+# Dense (no sparsity) bf16 peak TFLOP/s from the vendors' data sheets, by a piece of the name torch reports
+# (`torch.cuda.get_device_name`); the first piece found in the name wins, so the more specific come first.
+PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
+    ("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.0),  # "NVIDIA H100 80GB HBM3" is the SXM part
+    ("H200", 989.0), ("GH200", 989.0), ("B200", 2250.0), ("A100", 312.0), ("A10G", 70.0), ("L40S", 362.0),
+    ("L4", 121.0),
+)
 VOCAB_SIZE = 30522  # the offline default's WordPiece vocabulary (bert-base-uncased), which masks the batches
 
 LossFn = Callable[[nn.Module, object], torch.Tensor]
@@ -245,6 +253,11 @@ def flops_per_step(n_enc: int, layers: int, hidden: int, vocab: int, seq: int, t
             + 6 * (hidden * hidden + hidden * vocab) * head_positions)
 
 
+def known_peak_tflops(name: str) -> float | None:
+    """The dense bf16 peak TFLOP/s of the GPU called `name` (as torch names it), or None when not in the table."""
+    return next((tflops for piece, tflops in PEAK_BF16_TFLOPS if piece.lower() in name.lower()), None)
+
+
 # -- one preset --------------------------------------------------------------------------------
 def run_preset(preset: str, a: argparse.Namespace, device: torch.device) -> list[dict]:
     batches = make_batches(a.batches, a.batch, a.seq, a.seed, device)
@@ -309,7 +322,8 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 10 on cuda, 2 on cpu)")
     p.add_argument("--batches", type=int, default=4, help="distinct masked batches, cycled")
     p.add_argument("--compile", action="store_true", help="torch.compile both models")
-    p.add_argument("--peak-tflops", type=float, default=989.0, help="peak dense bf16 TFLOP/s for MFU (GPU)")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="peak dense bf16 TFLOP/s for MFU (default: the GPU's, by its name; see PEAK_BF16_TFLOPS)")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="MiniLM shape, hf and bertlab only, few steps")
@@ -337,11 +351,16 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     torch.set_num_threads(a.threads)
     device = torch.device(a.device)
+    gpu = torch.cuda.get_device_name(device) if a.device == "cuda" else None
+    if gpu is not None and a.peak_tflops is None:
+        a.peak_tflops = known_peak_tflops(gpu)
+        if a.peak_tflops is None:
+            raise SystemExit(f"the bf16 peak of {gpu!r} is not in PEAK_BF16_TFLOPS: give it with --peak-tflops "
+                             f"(dense, no sparsity, from the data sheet).")
     print(HEADER)
     rows = [row for preset in a.presets for row in run_preset(preset, a, device)]
     meta = {"torch": torch.__version__, "transformers": transformers.__version__, "device": a.device,
-            "gpu": torch.cuda.get_device_name(device) if a.device == "cuda" else None,
-            "cpu": platform.processor() or platform.machine(), "threads": a.threads,
+            "gpu": gpu, "cpu": platform.processor() or platform.machine(), "threads": a.threads,
             "precision": "bf16 autocast" if a.device == "cuda" else "fp32", "steps": a.steps,
             "warmup": a.warmup, "compile": a.compile, "peak_tflops": a.peak_tflops if a.device == "cuda" else None}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

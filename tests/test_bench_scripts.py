@@ -248,3 +248,22 @@ def test_memory_parses_smaps_rollup_and_the_marginal_formula():
     assert bm.marginal({2: 500.0}) is None
     own = bm.smaps_rollup(os.getpid())
     assert own["Pss"] > 0 and own["Rss"] >= own["Pss"]
+
+
+# -- the GPU check's helpers -------------------------------------------------------------------
+def test_the_bf16_peak_is_looked_up_by_the_gpus_name():
+    bp = _module("bench_pretrain")
+    assert bp.known_peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
+    assert bp.known_peak_tflops("NVIDIA H100 PCIe") == 756.0 and bp.known_peak_tflops("NVIDIA H200") == 989.0
+    assert bp.known_peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0 and bp.known_peak_tflops("Some GPU") is None
+
+
+def test_heads_steps_fit_the_time_left(tmp_path):
+    gb = _module("gpu_bundle")
+    result = tmp_path / "pretrain.json"
+    result.write_text(json.dumps({"rows": [{"preset": "minilm", "variant": "hf", "tokens_per_s": 1.0},
+                                           {"preset": "minilm", "variant": "bertlab", "tokens_per_s": 409600.0}]}))
+    # 210 s - 90 s fixed = 120 s at 0.4 x 100 steps/s (409,600 tokens/s over batches of 32 x 128)
+    assert gb.heads_steps(result, 210) == 4800
+    assert gb.heads_steps(result, 80) == 0  # nothing fits after loading and evaluating
+    assert gb.heads_steps(tmp_path / "missing.json", 300) == 2000 and gb.heads_steps(tmp_path / "x.json", 150) == 0

@@ -224,3 +224,18 @@ def test_wikitext_unknown_words_take_the_tokenizers_unknown_token():
     assert parse_wikitext(text, unk_token="<UNK-X>")[0].sentences == ["The <UNK-X> sat on the mat ."]
     default = spell_specials("{unk}")
     assert parse_wikitext(text)[0].sentences == [f"The {default} sat on the mat ."]
+
+
+def test_saved_documents_come_back_with_their_split(tmp_path):
+    from bertlab.training.corpora import load_documents, save_documents
+
+    docs = documents_from_text("One sentence here. Another one.\n\nA second document. With two.\n\nThird. Doc.")
+    path = save_documents(tmp_path / "c.jsonl", {"train": docs[:2], "held_out": docs[2:]})
+    assert [d.sentences for d in load_corpus(path, split="train")] == [d.sentences for d in docs[:2]]
+    assert [d.sentences for d in load_corpus(path, split="held_out")] == [docs[2].sentences]
+    assert len(load_corpus(path, split="all")) == 3 and load_documents(path)[2].meta == {"split": "held_out"}
+    path.write_text(path.read_text() + '{"title": "no sentences"}\n')
+    with pytest.raises(CorpusError, match="line 4: not a document"):
+        load_corpus(path)
+    with pytest.raises(CorpusError, match="splits train and held_out"):
+        save_documents(tmp_path / "d.jsonl", {"dev": docs})

@@ -358,3 +358,31 @@ def test_kernels_starting_together_map_one_file(tmp_path):
     mapped = {out.strip() for out, _ in outs}
     files = list((tmp_path / ".cache" / "bertlab" / "weights").glob("default-*.safetensors"))
     assert len(files) == 1 and mapped == {f"{files[0].stat().st_ino} {files[0]}"}
+
+
+def test_a_folder_named_by_the_environment_stands_in_for_the_model_package(tmp_path, monkeypatch, minilm_folder):
+    """Embeddings alone in the folder: the heads file completes the default, and the package's own encoder
+    (which needs its layers) says what is missing."""
+    from bertlab.loading import default_model_folder
+
+    folder = tmp_path / "minilm"
+    folder.mkdir()
+    for name in ("config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(minilm_folder / name, folder / name)
+    state = load_file(str(minilm_folder / "model.safetensors"))
+    save_file({k: v for k, v in state.items() if "embeddings." in k}, str(folder / "model.safetensors"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("BERTLAB_DEFAULT_MODEL_DIR", str(folder))
+    assert default_model_folder() == folder
+    model, tok = load()
+    monkeypatch.delenv("BERTLAB_DEFAULT_MODEL_DIR")
+    ref, _ = load()
+    ids = tok.encode_batch(["the man went to the [MASK] store."])
+    with torch.no_grad():
+        assert torch.equal(model(ids.input_ids).mlm_logits, ref(ids.input_ids).mlm_logits)
+    monkeypatch.setenv("BERTLAB_DEFAULT_MODEL_DIR", str(folder))
+    with pytest.raises(CheckpointError, match="missing"):
+        load("default-encoder")
+    monkeypatch.setenv("BERTLAB_DEFAULT_MODEL_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(CheckpointError, match="BERTLAB_DEFAULT_MODEL_DIR=.*no config.json"):
+        default_model_folder()

@@ -9,6 +9,8 @@ Sources (see `load_corpus`):
 - ``"wiki-offline"``: both of the above;
 - ``"wikitext2"``: WikiText-2 validation text from `bertlab.settings.data_path` (evaluation text only);
 - a ``.txt`` file (blank line between documents) or a folder of them (one document per file);
+- a ``.jsonl`` file written by `save_documents`: documents already split into sentences, each with the
+  split it belongs to (a named corpus carried to a machine without its packages);
 - ``"hf:NAME"`` or ``"hf:NAME:CONFIG"``: a Hugging Face `datasets` data set (needs `datasets` and the internet).
 
 The offline Wikipedia sources are small (~1.3 M words together): enough to adapt a pre-trained model
@@ -220,6 +222,8 @@ def _load_split(
     if name.startswith("hf:"):
         return load_hf(name[3:], split, hf_split=hf_split, text_field=text_field, unk_token=unk_token)
     path = Path(name_or_path).expanduser()
+    if path.is_file() and path.suffix == ".jsonl":
+        return [d for d in load_documents(path) if split == "all" or d.meta.get(SPLIT_KEY) == split]
     if path.exists():
         return held_out_split(load_text(path, line_is_sentence=line_is_sentence), split)
     raise CorpusError(
@@ -237,6 +241,47 @@ def held_out_split(documents: Sequence[Document], split: str, every: int = HELD_
         raise CorpusError(f"split {split!r} is not one of {SPLITS}.")
     want_held_out = split == "held_out"
     return [d for i, d in enumerate(documents) if (i % every == every - 1) == want_held_out]
+
+
+# -- documents saved with their split (JSON lines) -------------------------------------------
+SPLIT_KEY = "split"  # the meta key `save_documents` writes and a .jsonl corpus is split by
+
+
+def save_documents(path: str | Path, splits: dict[str, Sequence[Document]]) -> Path:
+    """Write the documents of each split (``"train"``, ``"held_out"``) as JSON lines, one document a line
+    (sentences, title, source, meta with its split): `load_corpus(path, split)` gives each split back as
+    it was, on a machine without the packages a named corpus reads."""
+    path = Path(path)
+    bad = [s for s in splits if s not in ("train", "held_out")]
+    if bad:
+        raise CorpusError(f"save_documents takes the splits train and held_out (got {', '.join(bad)}).")
+    with path.open("w", encoding="utf-8") as f:
+        for split, docs in splits.items():
+            for d in docs:
+                row = {"sentences": d.sentences, "title": d.title, "source": d.source,
+                       "meta": {**d.meta, SPLIT_KEY: split}}
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    return path
+
+
+def load_documents(path: str | Path) -> list[Document]:
+    """The documents `save_documents` wrote, in order; a clear error on a line that is not one."""
+    docs = []
+    for n, line in enumerate(_read_text(Path(path)).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            doc = Document([str(s) for s in row["sentences"]], str(row.get("title", "")), str(row.get("source", "")),
+                           {str(k): str(v) for k, v in row.get("meta", {}).items()})
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+            raise CorpusError(f"{path}, line {n}: not a document written by save_documents ({e}).") from e
+        if doc.meta.get(SPLIT_KEY) not in ("train", "held_out"):
+            raise CorpusError(f"{path}, line {n}: the document's meta names no split (train or held_out).")
+        docs.append(doc)
+    if not docs:
+        raise CorpusError(f"{path} holds no documents.")
+    return docs
 
 
 # -- plain text files ------------------------------------------------------------------------

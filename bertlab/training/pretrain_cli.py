@@ -92,6 +92,10 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
                    help="override how many of the encoder's top layers are re-trained (default: the recipe's)")
     h.add_argument("--sentence-pair-prob", type=float, default=None,
                    help="override the share of NSP pairs made of one sentence + one sentence")
+    h.add_argument("--corpus", default=None,
+                   help="override the recipe's corpus (e.g. a .jsonl file that save_documents wrote from it)")
+    h.add_argument("--precision", default=None, choices=["auto", "bf16", "fp32"],
+                   help="override the recipe's precision (bf16: autocast, on a GPU)")
     h.add_argument("--init-heads", default=None, type=options.existing_path,
                    help="continue from this heads file (e.g. the shipped one) instead of fresh heads")
     h.set_defaults(func=cmd_train_default_heads)
@@ -185,6 +189,7 @@ def cmd_train_default_heads(args: argparse.Namespace) -> int:
     figures = train_default_heads(out=args.out, recipe=args.recipe, callbacks=[TqdmCallback(desc="heads")],
                                   init_heads=args.init_heads, steps=args.steps, device=args.device, lr=args.lr,
                                   seed=args.seed, train_top_layers=args.train_top_layers,
-                                  sentence_pair_prob=args.sentence_pair_prob)
+                                  sentence_pair_prob=args.sentence_pair_prob, corpus=args.corpus,
+                                  precision=args.precision)
     print(json.dumps(figures))
     return 0
