@@ -136,7 +136,9 @@ def serve_command(n: int, port: int, class_dir: Path) -> tuple[list[str], str]:
                                capture_output=True, text=True, cwd=REPO).stdout
     if "--class" in help_text:
         return ([sys.executable, "-m", "bertlab.cli", "serve", "--class", str(n), "--no-browser",
-                 "--port", str(port), "--class-dir", str(class_dir)], f"bertlab serve --class {n}")
+                 "--port", str(port), "--class-dir", str(class_dir)]
+                + (["--per-client", "0"] if "--per-client" in help_text else []),  # every student is on loopback
+                f"bertlab serve --class {n}")
     cmd = [sys.executable, "-m", "voila", str(REPO / "bertlab" / "apps" / "bertlab.ipynb"), f"--port={port}",
            "--no-browser", "--Voila.ip=127.0.0.1", "--preheat_kernel=True", "--pool_size=1",
            "--MappingKernelManager.cull_idle_timeout=30", "--MappingKernelManager.cull_interval=10"]

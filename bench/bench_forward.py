@@ -1,10 +1,12 @@
 """Forward latency of bertlab's BERT-family models against Hugging Face transformers, same machine, same input.
 
 Models: MiniLM (the offline default's real weights), a random BERT-base-shaped BERT, and random RoBERTa,
-ALBERT, DistilBERT, ELECTRA and ModernBERT encoders of MiniLM's shape (6 layers, 384 wide, 12 heads; ALBERT
-and ELECTRA with 128-wide factorised embeddings; ModernBERT with its GeGLU width and a 128-token local
-window, so the 512-token rows show the band). Each random model is written once by transformers'
-save_pretrained and read by both libraries (bertlab through `load_model`), so both run the same weights.
+ALBERT, DistilBERT, ELECTRA, ModernBERT and DeBERTa-v3 encoders of MiniLM's shape (6 layers, 384 wide, 12
+heads; ALBERT and ELECTRA with 128-wide factorised embeddings; ModernBERT with its GeGLU width and a 128-token
+local window, so the 512-token rows show the band). transformers runs DeBERTa's disentangled attention only
+eagerly: its "plain" row is its eager forward without outputs asked for. Each random model is written once by
+transformers' save_pretrained and read by both libraries (bertlab through `load_model`), so both run the same
+weights.
 
 Two modes:
   plain    bertlab (no hooks, fused attention) vs HF BertModel (default SDPA attention)
@@ -44,6 +46,12 @@ RANDOM = {
                                                "global_attn_every_n_layers": 3, "pad_token_id": 0,
                                                "bos_token_id": 1, "eos_token_id": 2, "cls_token_id": 1,
                                                "sep_token_id": 2}, "ModernBertModel"),
+    # DeBERTa-v3's settings (relative positions only, 256 buckets, shared keys, no segments), MiniLM's shape
+    "deberta-v3-random": ("DebertaV2Config", {**SMALL, "relative_attention": True, "position_buckets": 256,
+                                              "max_relative_positions": -1, "norm_rel_ebd": "layer_norm",
+                                              "share_att_key": True, "pos_att_type": ["p2c", "c2p"],
+                                              "position_biased_input": False, "type_vocab_size": 0,
+                                              "layer_norm_eps": 1e-7}, "DebertaV2Model"),
 }
 FAMILIES = ["roberta-random", "albert-random", "distilbert-random", "electra-random", "modernbert-random"]
 
@@ -85,7 +93,8 @@ def _models(name: str):
     with tempfile.TemporaryDirectory() as folder:  # the same random weights behind all three
         cls = getattr(transformers, model_class)
         cls(getattr(transformers, config_class)(**kwargs)).save_pretrained(folder)
-        hf_sdpa = cls.from_pretrained(folder, attn_implementation="sdpa")
+        plain = "eager" if not cls._supports_sdpa else "sdpa"  # DeBERTa: eager only
+        hf_sdpa = cls.from_pretrained(folder, attn_implementation=plain)
         hf_eager = cls.from_pretrained(folder, attn_implementation="eager")
         ours, _ = load_model(folder)
     return ours.eval(), hf_sdpa.eval(), hf_eager.eval()

@@ -11,6 +11,9 @@ shared page is also split with any other process on the machine that maps it (an
 
   --mode kernel   Jupyter kernels (ipykernel, started by jupyter_client as Voila starts them); default
   --mode process  plain Python processes (no Jupyter), for a machine without ipykernel
+  --mode fork     plain processes forked from one warm parent that has imported the dashboard's code,
+                  loaded the model and run `gc.freeze()` (as pre-fork servers do): what kernels forked
+                  from such a parent would cost. The parent counts in every total (the server keeps it).
 
 Each kernel gets BERTLAB_THREADS=--threads (and OMP_NUM_THREADS), as `bertlab serve --class` sets.
 Prints a markdown table and writes bench/results/memory.json.
@@ -128,10 +131,65 @@ class _Processes:
             p.wait(timeout=60)
 
 
+# -- processes forked from a warm parent -------------------------------------------------------
+class _Forked:
+    """One warm parent (the model loaded, the dashboard's modules imported, `gc.freeze()`), and K
+    children forked from it that have each built the app on the parent's model; all wait on stdin."""
+
+    CODE = """
+import gc, os, sys
+from bertlab.runtime import cap_threads
+cap_threads()
+from bertlab.loading import load
+from bertlab.panels.app import App
+from bertlab.panels.state import DEFAULT_NAME, ModelState
+import bertlab.panels.mask, bertlab.panels.classroom  # the first tab's code
+model, tok = load(None)
+gc.collect()
+gc.freeze()  # the parent's objects leave the collector's lists: children's collections do not touch their pages
+children = []
+for _ in range(int(sys.argv[1])):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        app = App(ModelState(model, tok, name=DEFAULT_NAME))
+        app.widget
+        os.write(w, b"ready")
+        sys.stdin.read()
+        os._exit(0)
+    os.close(w)
+    children.append((pid, r))
+for pid, r in children:
+    if os.read(r, 5) != b"ready":
+        sys.exit(1)
+print(" ".join(str(pid) for pid, _ in children), flush=True)
+sys.stdin.read()
+for pid, _ in children:
+    os.waitpid(pid, 0)
+"""
+
+    def __init__(self, k: int, threads: int, timeout: float) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, str(k)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=_env(threads))
+        line = self.proc.stdout.readline().split()
+        if len(line) != k:
+            raise SystemExit(f"forking the app failed (exit {self.proc.wait(timeout)}).")
+        self.children = [int(pid) for pid in line]
+
+    @property
+    def pids(self) -> list[int]:
+        return [self.proc.pid, *self.children]
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
 def measure(k: int, mode: str, threads: int, settle: float, timeout: float) -> dict:
     """Start `k` kernels, build the app in each, idle `settle` s, read their memory (MB)."""
     t = time.perf_counter()
-    group = (_Kernels if mode == "kernel" else _Processes)(k, threads, timeout)
+    group = {"kernel": _Kernels, "process": _Processes, "fork": _Forked}[mode](k, threads, timeout)
     try:
         ready_s = time.perf_counter() - t
         time.sleep(settle)
@@ -142,7 +200,7 @@ def measure(k: int, mode: str, threads: int, settle: float, timeout: float) -> d
     for f in FIELDS:
         row[f"{f.lower()}_mb"] = [round(p.get(f, 0.0), 1) for p in per]
     row["uss_mb"] = [round(p.get("Private_Clean", 0.0) + p.get("Private_Dirty", 0.0), 1) for p in per]
-    row["pss_total_mb"] = round(sum(p["Pss"] for p in per), 1)
+    row["pss_total_mb"] = round(sum(p["Pss"] for p in per), 1)  # with --mode fork: the parent's too
     row["pss_mean_mb"] = round(row["pss_total_mb"] / k, 1)
     return row
 
@@ -162,7 +220,7 @@ def _fmt(r: dict) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kernels", type=int, nargs="+", default=[1, 4], help="group sizes to measure")
-    p.add_argument("--mode", choices=["kernel", "process"], default="kernel")
+    p.add_argument("--mode", choices=["kernel", "process", "fork"], default="kernel")
     p.add_argument("--threads", type=int, default=1, help="BERTLAB_THREADS for each kernel")
     p.add_argument("--settle", type=float, default=3.0, help="seconds of idling before reading memory")
     p.add_argument("--timeout", type=float, default=600.0)

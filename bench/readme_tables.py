@@ -372,7 +372,8 @@ FORWARD_MODELS = {"minilm": "MiniLM (offline default)", "bert-base-random": "BER
                   "roberta-random": "RoBERTa, MiniLM shape, random", "albert-random": "ALBERT, MiniLM shape, random",
                   "distilbert-random": "DistilBERT, MiniLM shape, random",
                   "electra-random": "ELECTRA, MiniLM shape, random",
-                  "modernbert-random": "ModernBERT, MiniLM shape, random"}
+                  "modernbert-random": "ModernBERT, MiniLM shape, random",
+                  "deberta-v3-random": "DeBERTa-v3, MiniLM shape, random"}
 
 
 def forward() -> str:

@@ -151,6 +151,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-kernels", type=_positive, metavar="M", default=None,
                    help="live kernels at most, pool included; beyond it a page says the class is full "
                         "(default: N + max(2, N/10) with --class, else no cap)")
+    p.add_argument("--per-client", type=_count, metavar="K", default=None,
+                   help="kernels the pages of one client address may hold (default 3 with --class, else no "
+                        "limit; 0: no limit). Raise it when the class reaches the server through one address "
+                        "(a school NAT or a proxy)")
     p.add_argument("--cull-idle", type=_count, metavar="SECONDS", default=DEFAULT_CULL_IDLE_S,
                    help="free a kernel whose page is gone after this many idle seconds "
                         "(default %(default)s; open pages are never culled)")
@@ -198,7 +202,7 @@ def _make_plan(args: argparse.Namespace):
             pool_size=getattr(args, "pool_size", None), max_kernels=getattr(args, "max_kernels", None),
             cull_idle=getattr(args, "cull_idle", DEFAULT_CULL_IDLE_S), token=read_token(args),
             password_hash=password_hash, allow_hosts=tuple(getattr(args, "allow_host", ())),
-            class_dir=getattr(args, "class_dir", None),
+            class_dir=getattr(args, "class_dir", None), per_client=getattr(args, "per_client", None),
             extra_env={WORKDIR_ENV: os.getcwd(),
                        **({MODEL_ENV: model_source(args.model)} if args.model else {}),
                        **({PROJECTOR_ENV: "1"} if getattr(args, "projector", False) else {})},

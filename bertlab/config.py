@@ -10,7 +10,7 @@ from typing import Any
 
 # Model types bertlab builds: BERT read here, the other members through `bertlab.families`, whose
 # modules map their config.json onto this neutral encoder spec (`BertConfig` with their model_type).
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "albert", "distilbert", "electra", "modernbert")
+SUPPORTED_MODEL_TYPES = ("bert", "roberta", "albert", "distilbert", "electra", "modernbert", "deberta-v2")
 PLANNED_MODEL_TYPES: tuple[str, ...] = ()
 # Pre-training heads a family can have: masked LM, next-sentence / sentence-order prediction,
 # replaced-token detection (ELECTRA's discriminator).

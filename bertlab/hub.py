@@ -39,10 +39,14 @@ RECOMMENDED: tuple[HubModel, ...] = (
     HubModel("google/electra-small-generator", "ELECTRA generator: a small MLM"),
     HubModel("answerdotai/ModernBERT-base", "ModernBERT base (2024): rotary positions, local/global attention, GeGLU"),
     HubModel("jhu-clsp/ettin-encoder-17m", "Ettin encoder 17M: a laptop-sized ModernBERT"),
+    HubModel("microsoft/deberta-v3-small", "DeBERTa-v3 small: 6 layers, disentangled attention, relative "
+             "positions only; for fine-tuning (its MLM head is untrained)"),
+    HubModel("microsoft/deberta-v3-base", "DeBERTa-v3 base: 12 layers, disentangled attention, relative "
+             "positions only; for fine-tuning (its MLM head is untrained)"),
 )
 
 CONFIG_FILES = ("config.json",)
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "spm.model", "tokenizer_config.json", "special_tokens_map.json")
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
 
 
@@ -61,8 +65,8 @@ def needed_files(files: list[HubFile]) -> list[HubFile]:
     weights (safetensors, sharded or not, else pytorch_model.bin). Never TF/Flax/ONNX files."""
     by_name = {f.name: f for f in files}
     wanted = [by_name[n] for n in (*CONFIG_FILES, *TOKENIZER_FILES) if n in by_name]
-    if "tokenizer.json" in by_name:  # vocab.txt is only read without tokenizer.json
-        wanted = [f for f in wanted if f.name != "vocab.txt"]
+    if "tokenizer.json" in by_name:  # vocab.txt and spm.model are only read without tokenizer.json
+        wanted = [f for f in wanted if f.name not in ("vocab.txt", "spm.model")]
     if "model.safetensors" in by_name:
         weights = [by_name["model.safetensors"]]
     elif "model.safetensors.index.json" in by_name:
@@ -140,8 +144,8 @@ def _check_usable(name: str, files: list[HubFile]) -> None:
         raise HubError(f"{name} has no config.json: it is not a transformers model bertlab can read.")
     if not names & {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"}:
         raise HubError(f"{name} has no PyTorch weights (model.safetensors or pytorch_model.bin).")
-    if not names & {"tokenizer.json", "vocab.txt"}:
-        raise HubError(f"{name} has no tokenizer.json or vocab.txt: bertlab cannot read its tokenizer.")
+    if not names & {"tokenizer.json", "vocab.txt", "spm.model"}:
+        raise HubError(f"{name} has no tokenizer.json, vocab.txt or spm.model: bertlab cannot read its tokenizer.")
 
 
 def _progress_class(report: Callable[[int], None]):

@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
-HUB_FILES = ["config.json", "tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"]
+HUB_FILES = ["config.json", "tokenizer.json", "vocab.txt", "spm.model", "tokenizer_config.json",
+             "special_tokens_map.json"]
 COMPOSED_VERSION = 1  # bump when the composed default's file changes meaning: old files are then ignored
 
 

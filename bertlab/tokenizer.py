@@ -23,6 +23,9 @@ SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # tokenizer_class -> fn(tokenizer.json dict, tokenizer_config dict) -> tokenizer.json dict: the pipeline
 # transformers' class builds over the file's (filled by the family modules, e.g. bertlab.families.albert).
 TOKENIZER_PIPELINES: dict[str, Callable[[dict, dict], dict]] = {}
+# config.json model_type -> tokenizer_class, for a folder whose tokenizer_config.json names none (hub files
+# that hold only spm.model do this; transformers' AutoTokenizer then goes by the model type too).
+MODEL_TOKENIZERS: dict[str, str] = {}
 DEFAULT_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 _BRACKETED = re.compile(r"^\[[A-Za-z0-9_]+\]$")  # [CLS], [unused17], ...: tokens that stand for no text
 
@@ -149,11 +152,17 @@ class Tokenizer:
     # -- construction ----------------------------------------------------------------------
     @classmethod
     def from_folder(cls, folder: str | Path, model_max_length: int | None = None) -> "Tokenizer":
-        """Read `tokenizer.json` if present, else `vocab.txt` (+ `tokenizer_config.json`)."""
+        """Read `tokenizer.json` if present, else `vocab.txt`, else a SentencePiece `spm.model`
+        (+ `tokenizer_config.json`)."""
         folder = Path(folder)
         cfg = _read_json(folder / "tokenizer_config.json")
+        if not cfg.get("tokenizer_class"):
+            model_type = _read_json(folder / "config.json").get("model_type")
+            if model_type in MODEL_TOKENIZERS:
+                cfg = {**cfg, "tokenizer_class": MODEL_TOKENIZERS[model_type]}
         lower = bool(cfg.get("do_lower_case", True))
         max_len = model_max_length or _sane_max_length(cfg.get("model_max_length"))
+        specials = _special_tokens(cfg, _read_json(folder / "special_tokens_map.json"))
         if (folder / "tokenizer.json").is_file():
             try:
                 tok = _HFTokenizer.from_file(str(folder / "tokenizer.json"))
@@ -161,12 +170,13 @@ class Tokenizer:
                 raise TokenizerError(f"{folder / 'tokenizer.json'} could not be read: {e}") from e
         elif (folder / "vocab.txt").is_file():
             tok = cls._from_vocab(folder / "vocab.txt", lower, cfg)
+        elif (folder / "spm.model").is_file():
+            tok = _from_sentencepiece(folder / "spm.model", {**DEFAULT_SPECIALS, **specials})
         else:
-            raise TokenizerError(f"{folder} has neither tokenizer.json nor vocab.txt.")
+            raise TokenizerError(f"{folder} has neither tokenizer.json nor vocab.txt nor spm.model.")
         pipeline = TOKENIZER_PIPELINES.get(str(cfg.get("tokenizer_class")))
         if pipeline is not None:  # the class's own normaliser / pre-tokenizer, as transformers builds it
             tok = _HFTokenizer.from_str(json.dumps(pipeline(json.loads(tok.to_str()), cfg)))
-        specials = _special_tokens(cfg, _read_json(folder / "special_tokens_map.json"))
         return cls(tok, model_max_length=max_len, do_lower_case=lower, special_tokens=specials,
                    tokenizer_class=str(cfg.get("tokenizer_class") or "BertTokenizer"), config=cfg)
 
@@ -351,6 +361,92 @@ class Tokenizer:
             **{f"{role}_token": token for role, token in self.special_tokens.items()},
         }
         (folder / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# SentencePiece model files (spm.model), read without the sentencepiece package
+# ---------------------------------------------------------------------------------------------
+def _protobuf_fields(data: bytes):
+    """(field number, wire type, value) of one protobuf message: ints for varints, bytes otherwise."""
+    i = 0
+
+    def varint() -> int:
+        nonlocal i
+        shift = value = 0
+        while True:
+            if i >= len(data):
+                raise TokenizerError("the SentencePiece model ends mid-field: the file is damaged.")
+            b = data[i]
+            i += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return value
+
+    while i < len(data):
+        key = varint()
+        number, kind = key >> 3, key & 7
+        if kind == 0:
+            yield number, kind, varint()
+        elif kind in (1, 5):
+            size = 8 if kind == 1 else 4
+            yield number, kind, data[i:i + size]
+            i += size
+        elif kind == 2:
+            size = varint()
+            yield number, kind, data[i:i + size]
+            i += size
+        else:
+            raise TokenizerError(f"the SentencePiece model holds a field of wire type {kind}: the file is damaged.")
+        if i > len(data):
+            raise TokenizerError("the SentencePiece model ends mid-field: the file is damaged.")
+
+
+def sentencepiece_pieces(data: bytes) -> tuple[list[tuple[str, float, int]], int]:
+    """(pieces as (text, score, type), model type) of a SentencePiece ModelProto: type 1 normal, 2 unknown,
+    3 control, 4 user-defined, 6 byte; model type 1 Unigram, 2 BPE."""
+    import struct
+
+    pieces: list[tuple[str, float, int]] = []
+    model_type = 1
+    for number, _, value in _protobuf_fields(data):
+        if number == 1:  # ModelProto.pieces
+            text, score, kind = "", 0.0, 1
+            for n, _, v in _protobuf_fields(value):
+                if n == 1:
+                    text = v.decode("utf-8")
+                elif n == 2:
+                    score = struct.unpack("<f", v)[0]
+                elif n == 3:
+                    kind = v
+            pieces.append((text, score, kind))
+        elif number == 2:  # ModelProto.trainer_spec
+            model_type = next((v for n, _, v in _protobuf_fields(value) if n == 3), 1)
+    return pieces, model_type
+
+
+def _from_sentencepiece(path: Path, specials: dict[str, str]) -> _HFTokenizer:
+    """A Unigram tokenizer from `spm.model` as transformers converts it: the pieces and their scores, the
+    special tokens marked special (those the file lacks, e.g. [MASK], appended after its pieces)."""
+    try:
+        pieces, model_type = sentencepiece_pieces(path.read_bytes())
+    except (UnicodeDecodeError, TokenizerError) as e:
+        raise TokenizerError(f"{path} could not be read as a SentencePiece model: {e}") from e
+    if model_type != 1 or not pieces:
+        raise TokenizerError(f"{path} is not a SentencePiece Unigram model (bertlab reads Unigram spm.model files).")
+    unk = next((i for i, p in enumerate(pieces) if p[2] == 2), None)
+    ids = {p[0]: i for i, p in enumerate(pieces)}
+    added, extra = [], len(pieces)
+    for token in dict.fromkeys(specials.values()):
+        if token not in ids:
+            ids[token], extra = extra, extra + 1
+        added.append({"id": ids[token], "content": token, "single_word": False, "lstrip": False, "rstrip": False,
+                      "normalized": False, "special": True})
+    model = {"type": "Unigram", "unk_id": unk, "byte_fallback": False,
+             "vocab": [[p[0], p[1]] for p in pieces] + [[t["content"], 0.0] for t in added if t["id"] >= len(pieces)]}
+    return _HFTokenizer.from_str(json.dumps({
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": sorted(added, key=lambda t: t["id"]),
+        "normalizer": None, "pre_tokenizer": None, "post_processor": None, "decoder": None, "model": model}))
 
 
 def _special_tokens(*configs: dict) -> dict[str, str]:

@@ -238,6 +238,27 @@ def test_memory_script_reports_pss_per_process_and_the_marginal_cost(tmp_path):
     assert "marginal PSS per kernel" in proc.stdout
 
 
+@pytest.mark.slow  # ~20 s: a parent loads the model, two children build the dashboard
+@linux_only
+def test_memory_script_measures_children_forked_from_a_warm_parent(tmp_path):
+    out = tmp_path / "memory_fork.json"
+    cmd = [sys.executable, str(BENCH / "bench_memory.py"), "--mode", "fork", "--kernels", "1", "2",
+           "--settle", "0", "--out", str(out)]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    rows = {r["kernels"]: r for r in result["rows"]}
+    assert set(rows) == {1, 2} and result["meta"]["mode"] == "fork"
+    for k, r in rows.items():
+        assert len(r["pss_mb"]) == k + 1  # the parent counts: the server keeps it
+        for pss, rss, uss in zip(r["pss_mb"], r["rss_mb"], r["uss_mb"]):
+            assert 0 < uss <= pss <= rss
+    # a child holds little of its own: most of what it maps is the parent's (a fresh process holds over half)
+    assert all(uss < rss / 3 for uss, rss in zip(rows[2]["uss_mb"][1:], rows[2]["rss_mb"][1:]))
+    assert result["summary"]["marginal_pss_mb"] == pytest.approx(rows[2]["pss_total_mb"] - rows[1]["pss_total_mb"],
+                                                                 abs=0.2)
+
+
 @linux_only
 def test_memory_parses_smaps_rollup_and_the_marginal_formula():
     bm = _module("bench_memory")

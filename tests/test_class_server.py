@@ -3,7 +3,8 @@ guard and the kernel cap without a server, then the real server on loopback: a f
 refused, a token or password is required, the page asks no CDN, a closed tab's kernel is freed at
 once (its beacon) or culled (no beacon), a page that never connects loses its kernel after a grace,
 a connected page keeps its kernel, and over the cap a student gets the "class is full" page (503),
-never a crash."""
+never a crash. One client address holds at most its share of seats (bare `GET /`s cannot take the
+class), and only the page that owns a kernel can shut it down."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from aio import run_in_thread
+from requests.adapters import HTTPAdapter
 
 from bertlab import cli
 from bertlab.serving import PASSWORD_HASH_ENV, STATUS_PATH, TOKEN_ENV
@@ -49,6 +51,14 @@ def test_plain_serve_culls_closed_pages_and_keeps_open_ones():
     assert "--template=bertlab" in argv  # the page without Font Awesome from a CDN
 
 
+def test_seats_per_client_can_be_raised_or_lifted(tmp_path):
+    assert plan(class_size=30, per_client=40).per_client == 40  # a class behind one NAT address
+    assert not any("max_per_client" in a for a in plan(class_size=30, per_client=0).argv())
+    assert plan().per_client is None  # one-person mode: no limit
+    args = cli.build_parser().parse_args(["serve", "--class", "5", "--per-client", "8"])
+    assert "--BertlabVoila.max_per_client=8" in cli.serve_command(args, env={})[0]
+
+
 def test_kernels_take_no_tcp_ports_and_pages_parse_plotly_once():
     argv = plan().argv()
     # a TCP port picked for a starting kernel can be taken by another loopback connection first
@@ -62,6 +72,7 @@ def test_class_mode_sizes_the_pool_and_caps_kernels(tmp_path):
     argv = p.argv()
     assert "--pool_size=30" in argv and "--preheat_kernel=True" in argv
     assert "--VoilaKernelManager.fill_delay=20" in argv  # refill after the class arrived, not during
+    assert "--BertlabVoila.max_per_client=3" in argv  # a tab, a reload, a second window per address
     assert f"--BertlabVoila.max_kernels={class_cap(30)}" in argv and class_cap(30) >= 32
     env = p.env({"PATH": "/bin", "BERTLAB_QUEUE": "/srv/q.sqlite"})
     assert env["BERTLAB_CLASS"] == "1" and env["BERTLAB_THREADS"] == "1" and env["OMP_NUM_THREADS"] == "1"
@@ -143,6 +154,31 @@ def test_kernel_cap_refuses_a_new_kernel_without_starting_one():
     assert km.class_status()["kernels"] == 1 and km.class_status()["max_kernels"] == 2
 
 
+def test_one_address_holds_its_share_of_seats_and_only_the_owner_ends_a_kernel():
+    """The seat book of the kernel manager: kernels handed to pages, by client address, each with its
+    owner's secret (what the page handler and the shutdown handlers ask)."""
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
+
+    from bertlab.serving.kernels import PAGE_REQUEST, PageRequest, class_kernel_manager_factory
+
+    km = class_kernel_manager_factory(max_kernels=10, max_per_client=2)(AsyncMappingKernelManager, False, 0)()
+    handed: dict[str, str] = {}
+    for kid in ("k1", "k2"):
+        km._kernels[kid] = object()
+        token = PAGE_REQUEST.set(PageRequest("10.0.0.9", lambda k, secret: handed.__setitem__(k, secret)))
+        try:
+            km._seat(kid)  # what start_kernel and get_rendered_notebook do for the page being served
+        finally:
+            PAGE_REQUEST.reset(token)
+    assert km.client_full("10.0.0.9") and not km.client_full("10.0.0.5")
+    assert km.owns("k1", handed["k1"]) and not km.owns("k1", handed["k2"]) and not km.owns("k1", None)
+    assert not km.owns("k1", "") and not km.owns("nobody", handed["k1"])
+    km._kernels.pop("k2")  # a kernel gone (culled, its tab closed) frees its address's seat
+    assert not km.client_full("10.0.0.9")
+    km._seat("k3")  # no page being served (a test, a pooled kernel): no seat, no owner
+    assert km.seats().held_by("10.0.0.9", {"k1", "k3"}) == 1
+
+
 # -- the real server ------------------------------------------------------------------------------------
 TOKEN = "class-test-token"
 PASSWORD = "class-test-password"
@@ -160,11 +196,15 @@ class Server:
     def __init__(self, port: int, proc: subprocess.Popen, log: Path):
         self.base, self.port, self.proc, self.log = f"http://127.0.0.1:{port}", port, proc, log
 
-    def session(self):
+    def session(self, source: str | None = None):
+        """A logged-in client; `source`: the loopback address it connects from (127.0.0.0/8 are all this
+        machine), so that the server sees several client addresses."""
         import requests
 
         s = requests.Session()
         s.headers["Authorization"] = f"token {TOKEN}"
+        if source is not None:
+            s.mount("http://", _SourceAdapter(source))
         return s
 
     def status(self) -> dict:
@@ -191,10 +231,22 @@ class Server:
         return self.session().get(f"{self.base}/api/kernels/{kernel_id}", timeout=30).status_code == 200
 
 
+class _SourceAdapter(HTTPAdapter):
+    """requests' adapter, connecting from a given local address."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+        super().__init__()
+
+    def init_poolmanager(self, *args, **kwargs):
+        kwargs["source_address"] = (self.source, 0)
+        return super().init_poolmanager(*args, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """`BERTLAB_TOKEN=... bertlab serve --class 2 --max-kernels 3 --cull-idle 20 --password` on a free
-    loopback port (the password comes on stdin, as from a script)."""
+    """`BERTLAB_TOKEN=... bertlab serve --class 2 --max-kernels 3 --per-client 1 --cull-idle 20 --password` on
+    a free loopback port (the password comes on stdin, as from a script)."""
     port = _free_port()
     folder = tmp_path_factory.mktemp("class")
     log = folder / "server.log"
@@ -203,8 +255,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     env["BERTLAB_TOKEN"] = TOKEN  # the token from the environment, not argv
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bertlab.cli", "serve", "--class", "2", "--max-kernels", "3", "--no-browser",
-             "--port", str(port), "--cull-idle", str(CULL_IDLE_S), "--password",
+            [sys.executable, "-m", "bertlab.cli", "serve", "--class", "2", "--max-kernels", "3", "--per-client", "1",
+             "--no-browser", "--port", str(port), "--cull-idle", str(CULL_IDLE_S), "--password",
              "--class-dir", str(folder / "class")],
             cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     proc.stdin.write(f"{PASSWORD}\n".encode())
@@ -281,6 +333,32 @@ def test_a_password_logs_a_student_in(server):
     assert s.get(server.base + STATUS_PATH, timeout=30).json()["class_size"] == 2
 
 
+@pytest.mark.slow
+def test_bare_requests_cannot_take_the_class_nor_end_a_students_kernel(server):
+    server.pool_ready()
+    attacker, student = server.session("127.0.0.9"), server.session("127.0.0.5")
+    pages = [attacker.get(server.base + "/", timeout=120) for _ in range(12)]  # like `curl /` in a loop
+    assert pages[0].status_code == 200
+    assert [p.status_code for p in pages[1:]] == [429] * 11
+    assert "Too many bertlab pages" in pages[1].text and "--per-client" in pages[1].text
+    taken = _kernel_id(pages[0].text)
+    mine = student.get(server.base + "/", timeout=120)
+    assert mine.status_code == 200, "a real student was kept out by bare requests"
+    kernel = _kernel_id(mine.text)
+    # The attacker, logged in with its own cookies, cannot end the student's kernel (tab-close route, REST).
+    r = attacker.post(f"{server.base}/voila/api/shutdown/{kernel}", files={"_xsrf": (None, attacker.cookies["_xsrf"])},
+                      timeout=60)
+    assert r.status_code == 403 and "only the page that opened" in r.text
+    assert attacker.delete(f"{server.base}/api/kernels/{kernel}", timeout=60).status_code == 403
+    assert server.alive(kernel)
+    # Each page ends its own (seats free for the next test).
+    r = student.post(f"{server.base}/voila/api/shutdown/{kernel}", files={"_xsrf": (None, student.cookies["_xsrf"])},
+                     timeout=60)
+    assert r.status_code == 204 and not server.alive(kernel)
+    assert attacker.delete(f"{server.base}/api/kernels/{taken}", timeout=60).status_code == 204
+    assert not server.alive(taken)
+
+
 def _hold_websocket(server: Server, kernel_id: str) -> threading.Event:
     """Connect to the kernel as an open page does; the connection lasts until the event is set."""
     from tornado.httpclient import HTTPRequest
@@ -303,7 +381,7 @@ def _hold_websocket(server: Server, kernel_id: str) -> threading.Event:
 
 @pytest.mark.slow
 def test_kernels_of_gone_pages_are_culled_open_page_kept_and_a_full_class_gets_503(server):
-    open_page, closed_tab, plain_get = server.session(), server.session(), server.session()
+    open_page, closed_tab, plain_get = (server.session(f"127.0.0.{i}") for i in (11, 12, 13))
     kept = _kernel_id(open_page.get(server.base + "/", timeout=120).text)
     stop_kept = _hold_websocket(server, kept)
     lost = _kernel_id(closed_tab.get(server.base + "/", timeout=120).text)
@@ -325,7 +403,7 @@ def test_kernels_of_gone_pages_are_culled_open_page_kept_and_a_full_class_gets_5
         assert time.monotonic() - got_at < 3 * CULL_IDLE_S + 30  # after the grace a loading page gets
         assert server.alive(kept), "a connected page's kernel must not be culled"
         # A freed seat goes to the next student.
-        again = server.session().get(server.base + "/", timeout=120)
+        again = server.session("127.0.0.12").get(server.base + "/", timeout=120)  # the closed tab's address
         assert again.status_code == 200 and _kernel_id(again.text) not in (kept, lost, never)
         assert server.status()["kernels"] <= 3
     finally:

@@ -199,7 +199,7 @@ def test_protocol_hook_names_exist_in_every_family(family_checkpoints):
         assert cache[fam.hook_name(0, "hook_result")].shape == (3, 17, 4, 32)
         with pytest.raises(IndexError, match="layer 9 does not exist"):
             fam.hook_name(9, "hook_pattern")
-    assert {"bert", "roberta", "albert", "distilbert", "electra", "modernbert"} <= set(FAMILIES)
+    assert {"bert", "roberta", "albert", "distilbert", "electra", "modernbert", "deberta-v2"} <= set(FAMILIES)
 
 
 def test_word_boundaries_come_from_word_ids():

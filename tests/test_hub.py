@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 from fake_hub import FakeHub
-from tiny_models import family_folder
+from tiny_models import deberta_hub_folder, family_folder
 
 REPO = "tinylab/roberta-tiny"
 
@@ -105,6 +105,46 @@ def test_needed_files_keep_one_set_of_weights():
         "model-00002-of-00002.safetensors"]
     assert [f.name for f in needed_files([HubFile("config.json", 1), HubFile("pytorch_model.bin", 1)])] == [
         "config.json", "pytorch_model.bin"]
+    deberta = [HubFile(n, 1) for n in ("config.json", "pytorch_model.bin", "rust_model.ot", "spm.model",
+                                       "tf_model.h5", "tokenizer_config.json")]  # microsoft/deberta-v3-base
+    assert [f.name for f in needed_files(deberta)] == ["config.json", "spm.model", "tokenizer_config.json",
+                                                        "pytorch_model.bin"]
+    with_json = [*deberta, HubFile("tokenizer.json", 1)]  # spm.model is then not read
+    assert [f.name for f in needed_files(with_json)] == ["config.json", "tokenizer.json", "tokenizer_config.json",
+                                                          "pytorch_model.bin"]
+
+
+def test_deberta_v3_hub_layout_downloads_and_loads_offline(tmp_path):
+    """A repository laid out as microsoft/deberta-v3-* are (pytorch_model.bin with heads transformers leaves
+    unread, spm.model, no architectures): downloaded, then loaded offline; equal to transformers."""
+    import transformers
+
+    repo = "tinylab/deberta-v3-tiny"
+    folder = deberta_hub_folder(tmp_path / "repo")
+    with FakeHub({repo: folder}) as hub:
+        done = _bertlab(["download", repo], _env(tmp_path, hub.endpoint, offline=False))
+    assert done.returncode == 0, done.stderr
+    (snapshot,) = (tmp_path / "hf" / "hub" / "models--tinylab--deberta-v3-tiny" / "snapshots").iterdir()
+    assert sorted(p.name for p in snapshot.iterdir()) == ["config.json", "pytorch_model.bin", "spm.model",
+                                                         "tokenizer_config.json"]
+    import bertlab
+
+    model, tok = bertlab.load(str(snapshot))
+    assert model.family.name == "deberta-v2" and model.has_mlm and model.has_rtd and not model.family.has_segments
+    text = f"the quick {tok.mask_token} fox"
+    ref_tok = transformers.AutoTokenizer.from_pretrained(snapshot)
+    enc = tok.encode(text, "jumps")
+    assert enc.ids == ref_tok(text, "jumps")["input_ids"]
+    ids = torch.tensor([enc.ids])
+    ref = transformers.DebertaV2Model.from_pretrained(snapshot).eval()
+    with torch.no_grad():
+        ours = model(ids, torch.tensor([enc.type_ids])).last_hidden_state
+        theirs = ref(input_ids=ids, token_type_ids=torch.tensor([enc.type_ids])).last_hidden_state
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
+    from bertlab.analysis.replaced import replaced_tokens  # the detector the hub file carries, in the lab
+
+    assert len(replaced_tokens(model, tok, "the quick brown fox jumps").tokens) == len(tok.encode("the quick brown "
+                                                                                                  "fox jumps"))
 
 
 # -- the picker: recommended models, size, progress, class mode --------------------------------
@@ -152,7 +192,8 @@ def test_picker_lists_recommended_models_and_downloads_with_progress(local_hub, 
     names = [v for _, v in picker.hub_choice.options]
     for name in ("bert-base-uncased", "roberta-base", "albert-base-v2", "distilbert-base-uncased",
                  "google/electra-small-discriminator", "google/electra-small-generator",
-                 "SpanBERT/spanbert-base-cased", "google/bert_uncased_L-4_H-256_A-4"):
+                 "SpanBERT/spanbert-base-cased", "google/bert_uncased_L-4_H-256_A-4", "microsoft/deberta-v3-small",
+                 "microsoft/deberta-v3-base"):
         assert name in names
     assert len(names) == len(RECOMMENDED) + 1
 

@@ -14,7 +14,7 @@ from bertlab.analysis.mask import fill_mask
 from bertlab.analysis.nsp import next_sentence
 from bertlab.classroom.questions import NSP_CHOICES, PAIR_CHOICES, model_rank, pair_objective, tally, verdict
 from bertlab.classroom.store import ClassStore
-from bertlab.panels.classroom import ClassQuestionBox
+from bertlab.panels.classroom import HELD_NOTE, ClassQuestionBox
 from bertlab.panels.mask import MaskPanel
 from bertlab.panels.nsp import NSPPanel
 from bertlab.panels.teacher import NO_STORE, TeacherPage, TeacherPanel, teacher_view
@@ -75,7 +75,8 @@ def test_teacher_pushes_two_students_answer_and_the_reveal_reaches_both(default_
         s.class_box.input.value = guess
         s.class_box.send_button.click()
     assert [s.class_box.guess for s in students] == ["store", "house"]
-    assert all(_shown(s.fill_box) and s.figures() for s in students)  # answered: the tab's own results come back
+    # answered: the tab is back, but the model's guess for the question's own sentence waits for the reveal
+    assert all(_shown(s.fill_box) and ("info", HELD_NOTE) in s.messages and s.figures() == {} for s in students)
     assert all(s.class_box.figure_box.children == () for s in students)  # but no reveal yet
 
     teacher.refresh()
@@ -94,6 +95,7 @@ def test_teacher_pushes_two_students_answer_and_the_reveal_reaches_both(default_
         assert _figure_bars(box.figure_box, 1) == model  # the same answer as the teacher's
         assert box.status.value.count("You guessed") == 1 and guess in box.status.value
         assert box.send_button.disabled and box.input.disabled  # answers closed
+        assert s.predictions[0].candidates[0].token == expected[0].token and s.figures()  # the tab's own, too
     assert teacher.reveal_button.disabled
 
 

@@ -204,3 +204,18 @@ def test_a_chosen_view_is_built_for_every_step_in_the_background(pretrained, mon
         replay.step.value = step
         assert replay.view_box.children[0].layout.title.text.startswith(f"step {step}:")
     assert replay.messages == []
+
+
+def test_the_class_questions_answer_is_held_back_until_the_reveal(pretrained, tmp_path):
+    from bertlab.classroom.store import ClassStore, Question
+    from bertlab.panels.classroom import HELD_NOTE, AnswerHold
+
+    replay = pretrained.replay
+    store = ClassStore(tmp_path / "class.sqlite")
+    question = store.push(Question("mask", "the cat saw a [MASK] .", model=[("dog", 0.5)]))
+    replay.answer_hold = AnswerHold(store.path)  # as `bertlab serve --class` gives the kernel
+    replay.probe.value = "The cat saw a [MASK]."  # the question's sentence
+    assert replay.messages == [("info", HELD_NOTE)] and replay.view_box.children == ()
+    store.reveal(question.id)
+    replay.probe.value = "the cat saw a [MASK] ."
+    assert replay.messages == [] and replay.view_box.children

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import html
+
 import numpy as np
 import plotly.graph_objects as go
 import pytest
@@ -33,8 +35,9 @@ def notes(panel, level: str) -> str:
 
 
 def table_column(panel, i: int) -> list[str]:
-    """Column i of the input table (0 = row names): piece, segment, position, word, id."""
-    return list(panel.table.data[0].cells.values[i])
+    """Column i of the input table (0 = row names): piece, segment, position, word, id, as the student
+    reads them (the figure holds them escaped: plotly decodes the entities)."""
+    return [html.unescape(v) if isinstance(v, str) else v for v in panel.table.data[0].cells.values[i]]
 
 
 def bars(panel, part: str) -> np.ndarray:
@@ -211,7 +214,7 @@ def test_byte_level_bpe_pieces_are_named_and_readable(roberta_panel):
     info = notes(panel, "info")
     assert "byte-level BPE pieces" in info and "WordPiece" not in info
     assert "byte-level BPE" in panel.table.layout.title.text
-    assert list(panel.norms.data[0].x) == [f"{i} {p}" for i, p in enumerate(pieces)]  # bars: the same labels
+    assert [html.unescape(x) for x in panel.norms.data[0].x] == [f"{i} {p}" for i, p in enumerate(pieces)]  # same
     split = [s for s in info.split(": ", 1)[1].split("; ")] if "several" in info else []
     assert split and all("Ġ" not in s for s in split)
 

@@ -165,3 +165,78 @@ def electra_pair_folders(root, seed: int = 0):
         tok.save_pretrained(folder)
         out.append(folder)
     return tuple(out)
+
+
+def sentencepiece_folder(folder):
+    """A folder as the hub's DeBERTa-v3 repositories hold the tokenizer: spm.model (trained here with
+    sentencepiece), a tokenizer_config.json that names no class, config.json's model_type; its path."""
+    import io
+    import json
+
+    import pytest
+
+    spm = pytest.importorskip("sentencepiece")
+    folder.mkdir(parents=True, exist_ok=True)
+    out = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS), model_writer=out, vocab_size=130,
+                                   model_type="unigram", pad_id=0, bos_id=1, eos_id=2, unk_id=3, pad_piece="[PAD]",
+                                   bos_piece="[CLS]", eos_piece="[SEP]", unk_piece="[UNK]", character_coverage=1.0,
+                                   minloglevel=2)
+    (folder / "spm.model").write_bytes(out.getvalue())
+    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": False, "vocab_type": "spm"}))
+    if not (folder / "config.json").exists():
+        (folder / "config.json").write_text(json.dumps({"model_type": "deberta-v2"}))
+    return folder
+
+
+
+def deberta_detector(width: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random weights of DeBERTa-v3's replaced-token detector (`mask_predictions.*`), as its hub files carry."""
+    g = torch.Generator().manual_seed(seed + 1)
+    return {"mask_predictions.dense.weight": 0.2 * torch.randn(width, width, generator=g),
+            "mask_predictions.dense.bias": 0.1 * torch.randn(width, generator=g),
+            "mask_predictions.LayerNorm.weight": 1 + 0.1 * torch.randn(width, generator=g),
+            "mask_predictions.LayerNorm.bias": 0.1 * torch.randn(width, generator=g),
+            "mask_predictions.classifier.weight": 0.2 * torch.randn(1, width, generator=g),
+            "mask_predictions.classifier.bias": 0.1 * torch.randn(1, generator=g)}
+
+
+def deberta_detector_logits(hidden: torch.Tensor, state: dict[str, torch.Tensor], eps: float = 1e-7) -> torch.Tensor:
+    """The detector's logits [batch, seq] from last hidden states [batch, seq, d], written out as DeBERTa's own
+    code computes them (LayerNorm of each state plus the first token's, dense, gelu, classifier)."""
+    import torch.nn.functional as F
+
+    w = {k.removeprefix("mask_predictions."): v for k, v in state.items() if k.startswith("mask_predictions.")}
+    h = F.layer_norm(hidden[:, :1] + hidden, hidden.shape[-1:], w["LayerNorm.weight"], w["LayerNorm.bias"], eps)
+    h = F.gelu(F.linear(h, w["dense.weight"], w["dense.bias"]))
+    return F.linear(h, w["classifier.weight"], w["classifier.bias"]).squeeze(-1)
+
+
+def deberta_hub_folder(folder, seed: int = 0):
+    """A tiny DeBERTa-v3 laid out as the hub's microsoft/deberta-v3-* repositories are: config.json without
+    architectures, pytorch_model.bin holding the encoder, DeBERTa's own MLM head (`lm_predictions`), the
+    replaced-token detector (`mask_predictions`) and unused absolute position embeddings, spm.model and a
+    tokenizer_config.json that names no class; its path."""
+    import json
+    from pathlib import Path
+
+    T = _transformers()
+    folder = Path(folder)
+    torch.manual_seed(seed)
+    cfg = T.DebertaV2Config(vocab_size=140, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                            intermediate_size=64, max_position_embeddings=64, relative_attention=True,
+                            position_buckets=8, max_relative_positions=-1, norm_rel_ebd="layer_norm",
+                            share_att_key=True, pos_att_type="p2c|c2p", position_biased_input=False,
+                            type_vocab_size=0, legacy=False)
+    model = T.DebertaV2ForMaskedLM(cfg).eval()
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    state.update(deberta_detector(32, seed))
+    g = torch.Generator().manual_seed(seed)
+    state["deberta.embeddings.position_embeddings.weight"] = torch.randn(64, 32, generator=g)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(state, folder / "pytorch_model.bin")
+    d = json.loads(cfg.to_json_string())
+    for key in ("architectures", "legacy", "transformers_version", "dtype", "torch_dtype"):
+        d.pop(key, None)
+    (folder / "config.json").write_text(json.dumps(d, indent=2))
+    return sentencepiece_folder(folder)

@@ -3,6 +3,7 @@ class answered (pure: model and text in, a `Question` or a tally out)."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import torch
@@ -93,3 +94,26 @@ def verdict(question: Question, guess: str | None) -> str:
     rank, probability = found
     where = "the model's top answer" if rank == 1 else f"the model's number {rank} (its top answer is '{top}')"
     return f"You guessed {echo(guess, 30)}: {where}, at {probability:.0%}."
+
+
+class AnswerHeld(Exception):
+    """A view was asked for the model's guess for the live class question's sentence before the reveal
+    (bertlab.panels.classroom.AnswerHold raises it; `Panel.reporting` shows it as a note, not an error)."""
+
+
+_HIDDEN = "\x00"  # stands for the mask token while sentences are compared
+
+
+def _words(text: str, mask_token: str) -> list[str]:
+    text = str(text).replace(mask_token, f" {_HIDDEN} ").casefold()
+    return re.findall(rf"{_HIDDEN}|\w+", text)
+
+
+def same_sentence(text: str, question_text: str, mask_token: str) -> bool:
+    """Whether `text` is the question's sentence as far as the model's answer goes: the same words
+    (case, spaces and punctuation aside) wherever the question shows one, and anything (a mask, a
+    guess, the answer) where it hides one. `mask_token`: the tokenizer's, in both texts."""
+    asked, typed = _words(question_text, mask_token), _words(text, mask_token)
+    if _HIDDEN not in asked or len(asked) != len(typed):
+        return False
+    return all(a == t or _HIDDEN in (a, t) for a, t in zip(asked, typed))

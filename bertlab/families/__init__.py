@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from bertlab.config import BertConfig, ConfigError
-from bertlab.families import albert, bert, distilbert, electra, modernbert, roberta
+from bertlab.families import albert, bert, deberta, distilbert, electra, modernbert, roberta
 from bertlab.families.core import (
     LAYER_HOOKS,
     Assembly,
@@ -27,7 +27,7 @@ from bertlab.families.core import (
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (bert.FAMILY, roberta.FAMILY, albert.FAMILY,
                                                      distilbert.FAMILY, electra.FAMILY,
-                                                     modernbert.FAMILY)}
+                                                     modernbert.FAMILY, deberta.FAMILY)}
 
 
 def family_for(model_type: Any) -> Family:

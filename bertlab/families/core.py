@@ -49,7 +49,9 @@ class Family:
     hook_paths: short hook name -> module path of layer {i} holding it; tied: checkpoint key -> the key
     it repeats when the MLM decoder is tied to the word embeddings (config.json's tie_word_embeddings,
     default true: HF stores them once, bertlab ignores the copies; untied, they are weights of their own);
-    head_keys: a key that shows each pre-training head is in the file.
+    head_keys: a key (or alternative keys) that shows each pre-training head is in the file;
+    read_state: the family's reading of a file's keys before its model is built (returns the spec to
+    build and the state to load: DeBERTa's two MLM-head layouts, its checkpoints' unused RTD head).
     """
 
     name: str  # model_type
@@ -58,7 +60,7 @@ class Family:
     fields: dict[str, str]
     architectures: dict[str, tuple[tuple[str, ...], str | None]]
     hook_paths: dict[str, str]
-    head_keys: dict[str, str]
+    head_keys: dict[str, str | tuple[str, ...]]
     pooler_key: str | None
     tokenizer_kind: str  # "wordpiece", "bpe" (byte-level) or "unigram"
     special_tokens: dict[str, str]  # role -> the family's usual token ("mask" -> "<mask>")
@@ -71,6 +73,10 @@ class Family:
     head_prefixes: tuple[str, ...] = ()  # parameter-name prefixes of the pre-training heads ("cls.")
     hf_hook: Callable[[BertConfig, dict], None] | None = None  # undoes spec_hook when writing config.json
     title: str = ""  # how people write the name ("RoBERTa"); default: name
+    read_state: Callable[[BertConfig, dict], tuple[BertConfig, dict]] | None = None
+    # head sets no transformers class holds -> the class that reads all of it but one extra head, which
+    # transformers leaves unread (DeBERTa-v3's replaced-token detector beside its MLM head)
+    unread_heads: dict[tuple[str, ...], str] = field(default_factory=dict)
 
     # -- config.json <-> neutral spec -----------------------------------------------------------
     def spec_from_hf(self, d: dict[str, Any]) -> BertConfig:
@@ -130,7 +136,14 @@ class Family:
         for name, (heads, task) in self.architectures.items():
             if heads == spec.pretraining_heads and task == spec.task:
                 return name
+        if spec.task is None and spec.pretraining_heads in self.unread_heads:
+            return self.unread_heads[spec.pretraining_heads]
         raise FamilyError(f"no {self.name} architecture has heads {spec.pretraining_heads} and task {spec.task}.")
+
+    def holds_head(self, head: str, state: dict) -> bool:
+        """Whether a checkpoint's (normalised) keys hold pre-training head `head`."""
+        keys = self.head_keys.get(head, ())
+        return any(k in state for k in ((keys,) if isinstance(keys, str) else keys))
 
     # -- hooks ----------------------------------------------------------------------------------
     def hook_name(self, layer: int, short: str) -> str:
@@ -202,14 +215,15 @@ class ModelFamily:
 
     @property
     def pooler_prefix(self) -> str | None:
-        """Prefix of the pooler's parameters ("bert.pooler."), None for a family without one."""
+        """Prefix of the pooler's parameters ("bert.pooler."; DeBERTa's sits outside the encoder: "pooler."),
+        None for a family without one."""
         key = self.family.pooler_key
-        return None if key is None else key[: key.index(".pooler.") + len(".pooler.")]
+        return None if key is None else key[: key.index("pooler.") + len("pooler.")]
 
     @property
     def head_prefixes(self) -> tuple[str, ...]:
         """Parameter-name prefixes of the pre-training heads (BERT: ("cls.",))."""
-        keys = self.family.head_keys.values()
+        keys = [k for v in self.family.head_keys.values() for k in ((v,) if isinstance(v, str) else v)]
         return self.family.head_prefixes or tuple(dict.fromkeys(k.split(".")[0] + "." for k in keys))
 
     def embedding_part_hook(self, short: str) -> str:
@@ -401,7 +415,9 @@ def assemble(family: Family, spec: BertConfig, state: dict[str, torch.Tensor], w
     tie = ties_decoder(spec)
     state = normalise_keys(family, state, tie)
     check_dtypes(state, weights_file)
-    heads = tuple(h for h in PRETRAINING_HEADS if family.head_keys.get(h) in state)
+    if family.read_state is not None:
+        spec, state = family.read_state(spec, state)
+    heads = tuple(h for h in PRETRAINING_HEADS if family.holds_head(h, state))
     missing_heads = tuple(h for h in spec.pretraining_heads if h not in heads)
     id2label = spec.id2label
     if spec.task in ("sequence_classification", "token_classification") and not id2label:

@@ -19,6 +19,7 @@ from bertlab.analysis.ablation import (
     single_head_effects,
 )
 from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, redraw
+from bertlab.panels.classroom import AnswerHold
 from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.viz.ablation import plot_head_effects, plot_logit_lens
 
@@ -47,6 +48,7 @@ class AblationPanel(Panel):
         self, model: torch.nn.Module, tok: Tokenizer, text: str | None = None, target: str = DEFAULT_TARGET
     ) -> None:
         super().__init__()
+        self.answer_hold = AnswerHold.of_kernel()  # the class question's answer, until the teacher reveals it
         self.model, self.tok = model, tok
         text = tok.spell(DEFAULT_TEMPLATE) if text is None else text
         self.text = widgets.Text(
@@ -186,12 +188,17 @@ class AblationPanel(Panel):
         return [(la, h) for la, row in enumerate(self.head_buttons) for h, b in enumerate(row) if b.value]
 
     def _ready(self) -> bool:
-        """Whether this model can predict the masked word; if not, say where to get an MLM head."""
+        """Whether this model can predict the masked word, and may now (not the class question's
+        answer before the reveal); if not, say why."""
         lack = lacks(self.model, "mlm")
-        if lack is None:
+        held = self.answer_hold.note(self.text.value, self.tok.mask_token) if lack is None else None
+        if lack is None and held is None:
             return True
         self._clear()
-        self.show_message(f"{lack} This tab ablates heads of its masked-word prediction.", "warning")
+        if held is not None:
+            self.show_message(held, "info")
+        else:
+            self.show_message(f"{lack} This tab ablates heads of its masked-word prediction.", "warning")
         return False
 
     def _clear(self) -> None:

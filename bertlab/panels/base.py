@@ -18,6 +18,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
+from bertlab.classroom.questions import AnswerHeld
 from bertlab.model import MissingHeadError
 from bertlab.settings import plotly_bundle_path
 from bertlab.tokenizer import Tokenizer
@@ -119,6 +120,8 @@ class Panel:
             yield
         except MissingHeadError as e:  # the model lacks what was asked: say so plainly, it is no bug
             self.show_message(str(e), "warning")
+        except AnswerHeld as e:  # the class question's answer, before the teacher's reveal
+            self.show_message(str(e), "info")
         except (ValueError, IndexError) as e:  # bad input: the message is meant for the student
             self.show_message(str(e), "error")
         except Exception as e:  # a bug: say so plainly, keep the traceback in the log

@@ -3,7 +3,10 @@
 The teacher pushes a question (bertlab.panels.teacher); each student's Mask tab (or Next sentence
 tab) shows it in a `ClassQuestionBox`: the student sends a guess, and only when the teacher reveals
 does the box show the model's answer beside the class's guesses. Until the student has sent a
-guess, the tab's own results are hidden (`on_hide`), so the tab cannot give the answer away.
+guess, the tab's own results are hidden (`on_hide`), so the tab cannot give the answer away; and
+until the reveal, every view that would show the model's guess for the question's sentence (Mask,
+Ablation and its logit lens, Family, attributions, replay) holds it back with `HELD_NOTE`
+(`AnswerHold`, one per view).
 
 The box looks at the store in a background thread: one cheap `PRAGMA data_version` a second while a
 question is live, every few seconds otherwise; it reads the question only when something changed.
@@ -16,11 +19,20 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import ipywidgets as widgets
 
 from bertlab import settings
-from bertlab.classroom.questions import NSP_CHOICES, pair_ask, pair_choices, tally, verdict
+from bertlab.classroom.questions import (
+    NSP_CHOICES,
+    AnswerHeld,
+    pair_ask,
+    pair_choices,
+    same_sentence,
+    tally,
+    verdict,
+)
 from bertlab.classroom.store import ClassStore, GuessError, Kind, Question
 from bertlab.panels.base import note_html, show_figure
 from bertlab.viz.classroom import plot_class_guesses
@@ -30,14 +42,63 @@ log = logging.getLogger(__name__)
 POLL_LIVE_S = 1.0  # while a question is live
 POLL_IDLE_S = 3.0  # while there is none: a push reaches the students within this
 TAB_OF: dict[Kind, str] = {"mask": "Mask", "nsp": "Next sentence"}
+HELD_NOTE = ("This is the sentence of the teacher's class question: the model's answer for it is held back "
+             "until the teacher reveals it (then run it again here). Send your guess in the class question "
+             "box at the top of the Mask tab.")
+
+
+class AnswerHold:
+    """Whether a view may show the model's guesses for a sentence now: not for the sentence of the
+    live class question before the teacher reveals it. Outside class mode (no store) it holds nothing.
+
+        self.answer_hold = AnswerHold.of_kernel()        # in the panel's __init__
+        self.answer_hold.check(text, mask_token)         # before computing: raises AnswerHeld
+        note = self.answer_hold.note(text, mask_token)  # or: HELD_NOTE / None, for a view with its own notes
+    """
+
+    def __init__(self, store_path: str | Path | None) -> None:
+        """`store_path`: the class store's file (None: no class, nothing held). The hold opens its own
+        connection: another's `changed()` (the question box polls) must not swallow its news."""
+        self.store = _open_store(Path(store_path)) if store_path is not None else None
+        self._question: Question | None = None
+
+    @classmethod
+    def of_kernel(cls) -> AnswerHold:
+        """A hold on this kernel's class store (`BERTLAB_CLASS_STORE`; none outside class mode)."""
+        return cls(settings.class_store_path())
+
+    def live(self) -> Question | None:
+        """The live mask question not revealed yet (re-read only when the store changed)."""
+        if self.store is None:
+            return None
+        try:
+            if self.store.changed():
+                self._question = self.store.current()
+        except Exception:  # a locked or vanished store: keep what was known
+            log.exception("reading the class store failed")
+        q = self._question
+        return q if q is not None and q.kind == "mask" and not q.revealed else None
+
+    def note(self, text: str, mask_token: str) -> str | None:
+        """HELD_NOTE when `text` is the live question's sentence (`same_sentence`), else None."""
+        q = self.live()
+        return HELD_NOTE if q is not None and same_sentence(text, q.text, mask_token) else None
+
+    def check(self, text: str, mask_token: str) -> None:
+        """Raise AnswerHeld when `note` would hold `text` back."""
+        note = self.note(text, mask_token)
+        if note is not None:
+            raise AnswerHeld(note)
 
 
 def class_store() -> ClassStore | None:
     """The class store of this kernel (`BERTLAB_CLASS_STORE`), or None outside class mode or when it
     cannot be opened (logged: the tab still works, without class questions)."""
     path = settings.class_store_path()
-    if path is None:
-        return None
+    return None if path is None else _open_store(path)
+
+
+def _open_store(path: Path) -> ClassStore | None:
     try:
         return ClassStore(path)
     except Exception:
@@ -49,12 +110,16 @@ class ClassQuestionBox:
     """The live class question of one kind, a guess to send, and the reveal. Hidden when there is none.
 
     `on_hide(True)` asks the tab to hide its own results (a question is open and this student has
-    not answered), `on_hide(False)` to show them again. `poll_s=None` starts no thread: call `poll()`."""
+    not answered), `on_hide(False)` to show them again; `on_change()` says the live question came,
+    was revealed or went (results computed before may now be held back, or free again). `poll_s=None`
+    starts no thread: call `poll()`."""
 
     def __init__(self, store: ClassStore, kind: Kind, on_hide: Callable[[bool], None] | None = None,
                  poll_s: float | None = POLL_LIVE_S, idle_s: float = POLL_IDLE_S,
-                 mask_token: str | None = None) -> None:
+                 mask_token: str | None = None, on_change: Callable[[], None] | None = None) -> None:
         self.store, self.kind, self.on_hide, self.mask_token = store, kind, on_hide, mask_token
+        self.on_change = on_change
+        self._state: tuple[int, bool] | None = None  # (id, revealed) of the live question of any kind
         self.student = uuid.uuid4().hex  # anonymous: one id per page
         self.question: Question | None = None  # the live question of this kind
         self.elsewhere: Question | None = None  # a live question of the other kind
@@ -122,6 +187,11 @@ class ClassQuestionBox:
             else:
                 self._show_question(mine)
             self._hide_results(mine is not None and not mine.revealed and self.guess is None)
+            state = (current.id, current.revealed) if current is not None else None
+            if state != self._state:
+                self._state = state
+                if self.on_change is not None:
+                    self.on_change()
 
     def send(self) -> None:
         """Send the guess in the input (or change the one sent)."""

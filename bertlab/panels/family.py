@@ -30,6 +30,7 @@ from bertlab.analysis.family import (
 from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.hub import RECOMMENDED
 from bertlab.panels.base import Level, Panel, show_figure
+from bertlab.panels.classroom import AnswerHold
 from bertlab.panels.state import ModelState
 from bertlab.settings import in_hub_cache
 from bertlab.tokenizer import Tokenizer
@@ -82,6 +83,7 @@ class FamilyPanel(Panel):
     def __init__(self, model: torch.nn.Module, tok: Tokenizer, state: ModelState | None = None,
                  text: str = DEFAULT_TEXT, k: int = 5, seed: int = 0, workspace: Workspace | None = None) -> None:
         super().__init__()
+        self.answer_hold = AnswerHold.of_kernel()  # the class question's answer, until the teacher reveals it
         self.state = state or ModelState(model, tok, name="this model")
         self.workspace = workspace
         self.seed = seed
@@ -243,6 +245,7 @@ class FamilyPanel(Panel):
 
     def _compute(self) -> list[tuple[Level, str]]:
         text = check_sentence(self.text.value)
+        self.answer_hold.check(text, self.state.tok.mask_token)
         word: WordChoice | None = self.word.value
         notes: list[tuple[Level, str]] = []
         loaded = self._load_picked(notes)

@@ -23,7 +23,7 @@ from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.analysis.targets import input_from_tokens, word_target
 from bertlab.classroom.store import ClassStore
 from bertlab.panels.base import Level, Panel, lacks, show_figure
-from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
+from bertlab.panels.classroom import POLL_LIVE_S, AnswerHold, ClassQuestionBox, class_store
 from bertlab.panels.explain import ExplainSection
 from bertlab.tokenizer import DEFAULT_SPECIALS, WORDPIECE_PREFIX, Tokenizer, join_wordpieces, spell_specials
 from bertlab.viz.mask import empty_figure, plot_fill_mask, plot_word_predictability
@@ -109,7 +109,9 @@ class MaskPanel(Panel):
         self.explain = ExplainSection(model, tok, self._explain_request)  # "Does attention explain it?"
         store = classroom if classroom is not None else class_store()
         self.class_box = None if store is None else ClassQuestionBox(  # the teacher's question, in class mode
-            store, "mask", on_hide=self._hide_results, poll_s=class_poll_s, mask_token=tok.mask_token)
+            store, "mask", on_hide=self._hide_results, poll_s=class_poll_s, mask_token=tok.mask_token,
+            on_change=self._on_question)
+        self.answer_hold = AnswerHold(store.path if store is not None else None)  # the answer, until the reveal
         self._on_text()
 
         self.text.observe(self._on_text, names="value")
@@ -162,6 +164,12 @@ class MaskPanel(Panel):
         """While a class question waits for this student's guess, the tab's own guesses stay hidden."""
         for box in (self.fill_box, self.each_box, self.explain.widget):
             box.layout.display = "none" if hide else None
+
+    def _on_question(self) -> None:
+        """The class question came, was revealed or went: guesses already on show for its sentence are
+        held back now, or computed again after the reveal (cached: no model run for other sentences)."""
+        with self.reporting():
+            self._refresh(rescore=self.scoring)
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
     def _on_predict(self, _=None) -> None:
@@ -272,6 +280,10 @@ class MaskPanel(Panel):
                     self._fill_notes = [("info", f"This {self.model.family.name} model has no MLM head, so it "
                                                  f"guesses no hidden words. {REPLACED_HELP}")] + (
                         [("warning", self.replaced.warning)] if self.replaced.warning else [])
+            return False
+        held = self.answer_hold.note(self.text.value, self.tok.mask_token)
+        if held is not None:
+            self._fill_notes = [("info", held)]
             return False
         if self.words and not self.hidden and self.tok.mask_token not in self.words and not self._cut:
             self._fill_notes = [("info", NOTHING_HIDDEN)]

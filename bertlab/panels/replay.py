@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 from bertlab.analysis.replay import Replay, replay, with_borrowed_mlm
 from bertlab.model import Bert
 from bertlab.panels.base import Panel, SyncedFigureWidget, show_figure
+from bertlab.panels.classroom import AnswerHold
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.snapshots import iter_snapshots, list_snapshots
 from bertlab.viz.replay import VIEWS, marker, plot_frame, plot_trajectory
@@ -52,6 +53,7 @@ class ReplaySection(Panel):
     def __init__(self, tok: Tokenizer, probe: str, intro: str = "") -> None:
         super().__init__()
         self.tok = tok
+        self.answer_hold = AnswerHold.of_kernel()  # the class question's answer, until the teacher reveals it
         self.runs: dict[str, ReplayRun] = {}
         self.result: Replay | None = None
         self.draw_ms: list[float] = []  # how long each redraw took (bench/bench_replay.py reads it)
@@ -141,6 +143,7 @@ class ReplaySection(Panel):
             self.result, self._figure_cache, self._shown_view, self._prebuilt = None, {}, None, None
             self.tok = run.tok
             self.intro.value = self._help(self._intro_text, run.tok)
+            self.answer_hold.check(self.probe.value, run.tok.mask_token)
             frame_model = copy.deepcopy(run.model)
             extra: set[str] = set()
             if not frame_model.has_mlm and run.base is not None and run.base.has_mlm:

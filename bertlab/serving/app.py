@@ -2,7 +2,8 @@
 
 `bertlab serve` runs this (see bertlab/serving/plan.py for the options it passes). On top of
 Voila it adds: a cap on live kernels with a "class is full" page, a pool that respects the cap,
-a Host/Origin guard, a working tab-close shutdown, `/bertlab/api/status`, the `bertlab` page
+a limit of kernels per client address, a Host/Origin guard, a working tab-close shutdown that only
+the page owning the kernel may ask for, `/bertlab/api/status`, the `bertlab` page
 template (Voila's, without its Font Awesome CDN links), and a start banner that says which
 address students open. Secrets come through the environment, never argv (`ps` shows argv).
 """
@@ -18,10 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import voila.app
+from jupyter_server.services.kernels.handlers import KernelHandler
 from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 from traitlets import Integer, List, Unicode
 from voila.app import Voila
+from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
 from voila.tornado.handler import TornadoVoilaHandler
 
 from bertlab.serving import PASSWORD_HASH_ENV, STATUS_PATH, TOKEN_ENV
@@ -33,7 +36,14 @@ from bertlab.serving.guard import (
     is_loopback,
     known_names,
 )
-from bertlab.serving.handlers import PLOTLY_BUNDLE, ClassPageHandler, PlotlyBundleHandler, StatusHandler
+from bertlab.serving.handlers import (
+    PLOTLY_BUNDLE,
+    ClassPageHandler,
+    OwnerKernelHandler,
+    OwnerShutdownHandler,
+    PlotlyBundleHandler,
+    StatusHandler,
+)
 from bertlab.serving.kernels import class_kernel_manager_factory
 from bertlab.settings import PLOTLY_BUNDLE_PATH
 
@@ -44,6 +54,7 @@ class BertlabVoila(Voila):
     """Voila with the class server's additions (module docstring)."""
 
     max_kernels = Integer(0, config=True, help="Live kernels at most, pool included (0: no cap).")
+    max_per_client = Integer(0, config=True, help="Kernels the pages of one client address may hold (0: no limit).")
     class_size = Integer(0, config=True, help="Students the teacher expects (0: one-person mode).")
     allowed_hosts = List(Unicode(), config=True,
                          help="Host names accepted besides localhost, loopback and this machine's own.")
@@ -64,14 +75,16 @@ class BertlabVoila(Voila):
 
     def init_settings(self) -> dict:
         with _swapped(voila.app, "voila_kernel_manager_factory",
-                      class_kernel_manager_factory(self.max_kernels or None)):
+                      class_kernel_manager_factory(self.max_kernels or None,
+                                                   self.max_per_client or None)):
             settings = super().init_settings()
         settings["bertlab_class_size"] = self.class_size or None
         return settings
 
     def init_handlers(self) -> list:
-        handlers = [(h[0], ClassPageHandler, *h[2:]) if h[1] is TornadoVoilaHandler else h
-                    for h in super().init_handlers()]
+        ours = {TornadoVoilaHandler: ClassPageHandler, VoilaShutdownKernelHandler: OwnerShutdownHandler,
+                KernelHandler: OwnerKernelHandler}
+        handlers = [(h[0], ours.get(h[1], h[1]), *h[2:]) for h in super().init_handlers()]
         bundle = (re.escape(url_path_join(self.server_url, PLOTLY_BUNDLE_PATH)) + "()",  # one file, no path part
                   PlotlyBundleHandler, {"path": str(PLOTLY_BUNDLE.parent)})
         return [(url_path_join(self.server_url, STATUS_PATH), StatusHandler), bundle, *handlers]

@@ -1,5 +1,6 @@
-"""Request handlers the class server adds to Voila's: the page (with a "class is full" answer and
-the cookie Voila's tab-closing request needs) and a status report."""
+"""Request handlers the class server adds to Voila's: the page (with a "class is full" answer, a
+limit of seats per client address, and the cookies Voila's tab-closing request needs), kernel
+shutdown by the page that owns the kernel only, and a status report."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from pathlib import Path
 import plotly
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
+from jupyter_server.services.kernels.handlers import KernelHandler
+from jupyter_server.utils import url_path_join
+from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
 from voila.tornado.handler import TornadoVoilaHandler
 
-from bertlab.serving.kernels import ClassFullError
+from bertlab.serving.kernels import PAGE_REQUEST, ClassFullError, PageRequest
 
 RETRY_AFTER_S = 60
 # plotly's FigureWidget code (plotly.js inside), read from the installed package, never copied.
@@ -31,8 +35,29 @@ their tab. This page tries again by itself in a minute; you can also reload it.<
 """
 
 
+RETRY_SEATS_S = 30
+TOO_MANY_PAGES = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="refresh" content="{RETRY_SEATS_S}">
+<title>bertlab: too many pages from your address</title>
+<style>body{{font-family:sans-serif;max-width:36em;margin:4em auto;line-height:1.5;color:#222}}</style>
+</head><body>
+<h1>Too many bertlab pages from your address</h1>
+<p>Pages from your computer's address already hold {{limit}} seat(s) on this server. Close a bertlab tab
+you do not use (its seat frees at once), then reload this page; it also tries again by itself.</p>
+<p>Teacher: if the whole class reaches the server through one address (a school network's NAT or a
+proxy), allow more pages per address with <code>bertlab serve --per-client N</code> (0: no limit).</p>
+</body></html>
+"""
+# The page's proof that it owns its kernel: one cookie per route that can end the kernel, each scoped
+# to that kernel's path (a browser sends it there only; a reload's new kernel gets its own).
+CLOSE_COOKIE, KERNEL_COOKIE = "bertlab_seat_close", "bertlab_seat"
+
+
 class ClassPageHandler(TornadoVoilaHandler):
-    """Voila's page, answering "the class is full" (503) instead of starting a kernel over the cap."""
+    """Voila's page, answering "the class is full" (503) instead of starting a kernel over the cap, and
+    "too many pages" (429) to a client address that already holds its share of seats. The page that
+    gets a kernel gets its owner's cookie, scoped to that kernel's shutdown and API paths."""
 
     @tornado.web.authenticated
     async def get(self, path: str | None = None) -> None:
@@ -41,10 +66,27 @@ class ClassPageHandler(TornadoVoilaHandler):
         self.xsrf_token  # noqa: B018 (reading it sets the cookie)
         if not path and not self.kernel_manager.can_serve(self.notebook_path):
             return self._class_full()
+        if not path and self.kernel_manager.client_full(self.request.remote_ip):
+            return self._too_many_pages()
+        page = PAGE_REQUEST.set(PageRequest(self.request.remote_ip, self._set_owner_cookies))
         try:
             await super().get(path)
         except ClassFullError:  # a race with another page for the last seat: nothing written yet
             self._class_full()
+        finally:
+            PAGE_REQUEST.reset(page)
+
+    def _set_owner_cookies(self, kernel_id: str, secret: str) -> None:
+        for name, path in owner_cookies(self.base_url, kernel_id):
+            self.set_cookie(name, secret, path=path, httponly=True, samesite="Strict")
+
+    def _too_many_pages(self) -> None:
+        limit = self.kernel_manager.max_per_client
+        self.log.warning("%s holds %s kernel(s): page refused", self.request.remote_ip, limit)
+        self.set_status(429)
+        self.set_header("Retry-After", str(RETRY_SEATS_S))
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(TOO_MANY_PAGES.replace("{limit}", str(limit)))
 
     def _class_full(self) -> None:
         self.log.warning("class is full: %s", self.kernel_manager.class_status())
@@ -52,6 +94,49 @@ class ClassPageHandler(TornadoVoilaHandler):
         self.set_header("Retry-After", str(RETRY_AFTER_S))
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.finish(CLASS_FULL_PAGE)
+
+
+def owner_cookies(base_url: str, kernel_id: str) -> tuple[tuple[str, str], ...]:
+    """(name, path) of a kernel's owner cookies: the page's tab-closing request and the kernel's REST
+    path (its websocket lies under it)."""
+    return ((CLOSE_COOKIE, url_path_join(base_url, "voila/api/shutdown", kernel_id)),
+            (KERNEL_COOKIE, url_path_join(base_url, "api/kernels", kernel_id)))
+
+
+class OwnerOnly:
+    """Mixed into a handler that ends a kernel: only a request carrying the kernel's owner cookie may."""
+
+    owner_cookie = KERNEL_COOKIE
+
+    def refuse_unless_owner(self, kernel_id: str) -> bool:
+        """True (after answering 403) when the request does not come from the page that owns `kernel_id`."""
+        if self.kernel_manager.owns(kernel_id, self.get_cookie(self.owner_cookie)):
+            return False
+        self.log.warning("refused to end kernel %s: the request is not from the page that owns it", kernel_id)
+        self.set_status(403)
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish("403 Forbidden: only the page that opened this kernel can shut it down.\n")
+        return True
+
+
+class OwnerShutdownHandler(OwnerOnly, VoilaShutdownKernelHandler):
+    """Voila's tab-closing shutdown (`POST /voila/api/shutdown/<id>`), for the owner page only."""
+
+    owner_cookie = CLOSE_COOKIE
+
+    @tornado.web.authenticated
+    async def post(self, kernel_id: str) -> None:
+        if not self.refuse_unless_owner(kernel_id):
+            await super().post(kernel_id)
+
+
+class OwnerKernelHandler(OwnerOnly, KernelHandler):
+    """jupyter_server's `/api/kernels/<id>`: GET as usual, DELETE for the owner page only."""
+
+    @tornado.web.authenticated
+    async def delete(self, kernel_id: str) -> None:
+        if not self.refuse_unless_owner(kernel_id):
+            await super().delete(kernel_id)
 
 
 class StatusHandler(APIHandler):

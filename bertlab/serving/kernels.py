@@ -9,6 +9,10 @@ wraps that factory: the class it returns adds, on top of Voila's,
 - culling that spares a kernel whose page is still loading (up to 3x the idle timeout);
 - a pool that never grows past the cap, refilled when a kernel ends (culled, or its tab closed)
   and when a pooled kernel finishes starting;
+- seats: each page's kernel is recorded with the client address that asked for it and a secret that
+  only that page's cookies carry (`Seats`), so that one address holds at most `max_per_client`
+  kernels (a loop of bare `GET /` cannot take the class) and only the page that owns a kernel can
+  shut it down;
 - `class_status()`, the counts that `/bertlab/api/status` reports.
 
 Culling itself is jupyter_server's (`MappingKernelManager.cull_idle_timeout`, `cull_interval`,
@@ -19,8 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import hmac
+import secrets
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from jupyter_server._tz import utcnow
@@ -33,10 +41,50 @@ class ClassFullError(RuntimeError):
     """No kernel can start: `max_kernels` are alive or starting."""
 
 
+@dataclass(frozen=True)
+class PageRequest:
+    """The page request a kernel is being handed to: the client's address, and what to call with the
+    kernel's id and its owner's secret once it is known (the handler sets the owner's cookies)."""
+
+    client: str
+    on_seat: Callable[[str, str], None]
+
+
+# Set by the page handler around Voila's page generator, which asks the kernel manager for a kernel
+# (a pooled one, or a new one) before it writes a byte: the manager records the seat from here.
+PAGE_REQUEST: contextvars.ContextVar[PageRequest | None] = contextvars.ContextVar("bertlab_page", default=None)
+
+
+class Seats:
+    """Kernels handed to pages: the client address each came from, and its owner's secret."""
+
+    def __init__(self) -> None:
+        self._seats: dict[str, tuple[str, str]] = {}  # kernel id -> (client address, secret)
+
+    def take(self, kernel_id: str, client: str) -> str:
+        """Record `kernel_id` as `client`'s; returns the secret its owner's cookie carries."""
+        secret = secrets.token_urlsafe(24)
+        self._seats[kernel_id] = (client, secret)
+        return secret
+
+    def release(self, kernel_id: str) -> None:
+        self._seats.pop(kernel_id, None)
+
+    def held_by(self, client: str, alive: set[str]) -> int:
+        """Kernels among `alive` that pages from `client` hold."""
+        return sum(1 for kid, (who, _) in self._seats.items() if who == client and kid in alive)
+
+    def owns(self, kernel_id: str, secret: str | None) -> bool:
+        """Whether `secret` (from the request's cookie) is the one handed out with `kernel_id`."""
+        seat = self._seats.get(kernel_id)
+        return seat is not None and bool(secret) and hmac.compare_digest(seat[1], secret)
+
+
 class ClassKernels:
     """Mixed in above Voila's kernel manager class (see `class_kernel_manager_factory`)."""
 
     max_kernels: int | None = None  # set on the class the factory builds
+    max_per_client: int | None = None  # kernels one client address may hold (None: no limit)
     _stopping = False
     CONNECT_GRACE = 3  # x cull_idle_timeout: how long a handed-out kernel waits for its page to connect
 
@@ -62,6 +110,25 @@ class ClassKernels:
         twice while it boots, so this errs on the side of a fuller class."""
         self._prune_failed_pool_tasks()
         return len(self.kernels_alive() - self._ready_pool_ids()) + len(self._pool_tasks())
+
+    def seats(self) -> Seats:
+        return self.__dict__.setdefault("_seats", Seats())
+
+    def client_full(self, client: str) -> bool:
+        """Whether pages from `client` already hold `max_per_client` kernels."""
+        if self.max_per_client is None:
+            return False
+        return self.seats().held_by(client, self.kernels_alive()) >= self.max_per_client
+
+    def owns(self, kernel_id: str, secret: str | None) -> bool:
+        """Whether a request carrying `secret` comes from the page that holds `kernel_id`."""
+        return self.seats().owns(kernel_id, secret)
+
+    def _seat(self, kernel_id: str) -> None:
+        """Record a kernel just handed to the page being served (if any: tests start kernels directly)."""
+        request = PAGE_REQUEST.get()
+        if request is not None:
+            request.on_seat(kernel_id, self.seats().take(kernel_id, request.client))
 
     def has_room(self) -> bool:
         return self.max_kernels is None or self.kernels_reserved() < self.max_kernels
@@ -94,6 +161,7 @@ class ClassKernels:
             raise ClassFullError(f"{self.max_kernels} kernels are running")
         kernel_id = await super().start_kernel(*args, **kwargs)
         self._awaiting_page()[kernel_id] = time.monotonic()
+        self._seat(kernel_id)
         return kernel_id
 
     async def get_rendered_notebook(self, *args: Any, **kwargs: Any) -> tuple:
@@ -102,6 +170,7 @@ class ClassKernels:
         render_task, rendered, kernel_id = await super().get_rendered_notebook(*args, **kwargs)
         self.get_kernel(kernel_id).last_activity = utcnow()
         self._awaiting_page()[kernel_id] = time.monotonic()
+        self._seat(kernel_id)
         return render_task, rendered, kernel_id
 
     # -- culling: a page that is still loading keeps its kernel -------------------------------------
@@ -166,6 +235,7 @@ class ClassKernels:
 
     async def shutdown_kernel(self, kernel_id: str, *args: Any, **kwargs: Any) -> None:
         self._awaiting_page().pop(kernel_id, None)
+        self.seats().release(kernel_id)
         await super().shutdown_kernel(kernel_id, *args, **kwargs)
         self._refill()
 
@@ -194,13 +264,14 @@ def _heated(pool_task: asyncio.Future) -> bool:
     return pool_task.result()["task"].done()
 
 
-def class_kernel_manager_factory(max_kernels: int | None) -> Factory:
+def class_kernel_manager_factory(max_kernels: int | None, max_per_client: int | None = None) -> Factory:
     """A drop-in for `voila_kernel_manager_factory` whose classes carry `ClassKernels`."""
 
     def factory(base_class: type, preheat_kernel: bool, default_pool_size: int,
                 page_config_hook: Callable | None = None) -> type:
         voila_class = voila_kernel_manager_factory(base_class, preheat_kernel, default_pool_size,
                                                    page_config_hook=page_config_hook)
-        return type("ClassKernelManager", (ClassKernels, voila_class), {"max_kernels": max_kernels})
+        return type("ClassKernelManager", (ClassKernels, voila_class),
+                    {"max_kernels": max_kernels, "max_per_client": max_per_client})
 
     return factory

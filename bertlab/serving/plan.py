@@ -3,7 +3,8 @@
 Pure (no server is started here), so the rules are easy to test:
 - culling is always on: a kernel with no page connected and idle `cull_idle` s is shut down;
 - class mode (`class_size`): a pool of `class_size` pre-heated kernels, at most
-  `class_size + max(2, class_size // 10)` live kernels, and the class environment for kernels;
+  `class_size + max(2, class_size // 10)` live kernels, at most `DEFAULT_PER_CLIENT` of them held by
+  the pages of one client address (`per_client`, 0: no limit), and the class environment for kernels;
 - beyond loopback a token is required (generated here unless a token or password is given);
 - secrets travel in the environment, which `ps` does not show, and the server removes them.
 """
@@ -22,6 +23,7 @@ from bertlab.settings import PLOTLY_BUNDLE_ENV, PLOTLY_BUNDLE_PATH
 DEFAULT_CULL_IDLE_S = 40
 REFILL_DELAY_S = 20  # class mode: seconds between handing out a pooled kernel and starting its successor
 CLASS_DIR = Path("~/.cache/bertlab/class")
+DEFAULT_PER_CLIENT = 3  # class mode: a student's tab, a reload, a second window
 
 
 class PlanError(ValueError):
@@ -42,6 +44,7 @@ class ServePlan:
     class_size: int | None = None
     pool_size: int = 1
     max_kernels: int | None = None
+    per_client: int | None = None  # kernels one client address may hold (None: no limit)
     cull_idle: int = DEFAULT_CULL_IDLE_S
     token: str = ""
     password_hash: str = ""
@@ -85,6 +88,8 @@ class ServePlan:
                 cmd.append(f"--VoilaKernelManager.fill_delay={REFILL_DELAY_S}")
         if self.max_kernels:
             cmd.append(f"--BertlabVoila.max_kernels={self.max_kernels}")
+        if self.per_client:
+            cmd.append(f"--BertlabVoila.max_per_client={self.per_client}")
         if self.class_size:
             cmd.append(f"--BertlabVoila.class_size={self.class_size}")
         if self.allow_hosts:
@@ -128,8 +133,10 @@ def class_cap(class_size: int) -> int:
 def make_plan(*, app: Path, port: int, host: str, open_browser: bool, class_size: int | None,
               preheat: bool, pool_size: int | None, max_kernels: int | None, cull_idle: int,
               token: str | None, password_hash: str | None, allow_hosts: tuple[str, ...] = (),
-              class_dir: Path | None = None, extra_env: dict[str, str] | None = None) -> ServePlan:
-    """Fill in the defaults and check the options fit together."""
+              class_dir: Path | None = None, extra_env: dict[str, str] | None = None,
+              per_client: int | None = None) -> ServePlan:
+    """Fill in the defaults and check the options fit together. `per_client`: None for the default
+    (DEFAULT_PER_CLIENT in class mode, no limit otherwise), 0 for no limit."""
     if class_size is not None and class_size < 1:
         raise PlanError(f"--class {class_size}: give the number of students, 1 or more.")
     if not preheat:
@@ -146,13 +153,16 @@ def make_plan(*, app: Path, port: int, host: str, open_browser: bool, class_size
     if cap is not None and pool > cap:
         raise PlanError(f"--pool-size {pool} is over --max-kernels {cap}: the pool counts towards the cap; "
                         f"give a smaller pool or a larger cap.")
+    if per_client is not None and per_client < 0:
+        raise PlanError(f"--per-client {per_client}: give 1 or more (0: no limit).")
+    per_client = (DEFAULT_PER_CLIENT if class_size else None) if per_client is None else (per_client or None)
     if cull_idle < 5:
         raise PlanError(f"--cull-idle {cull_idle}: give 5 seconds or more (a page needs time to connect).")
     plan_token = token or ""
     if not plan_token and not password_hash and not is_loopback(host):
         plan_token = secrets.token_hex(12)  # like Jupyter: never open beyond this machine without a door
     return ServePlan(app=app, port=port, host=host, open_browser=open_browser, class_size=class_size,
-                     pool_size=pool, max_kernels=cap, cull_idle=cull_idle, token=plan_token,
+                     pool_size=pool, max_kernels=cap, per_client=per_client, cull_idle=cull_idle, token=plan_token,
                      password_hash=password_hash or "", allow_hosts=tuple(allow_hosts),
                      class_dir=(class_dir.expanduser().resolve() if class_dir else None),
                      extra_env=dict(extra_env or {}))

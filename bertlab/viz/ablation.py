@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import html
-
 import numpy as np
 import plotly.graph_objects as go
 
 from bertlab.analysis.ablation import HeadEffects, LogitLens
+from bertlab.viz.text import plain_text
 from bertlab.viz.theme import Theme, current, finish
 
 DECIMALS = 4
@@ -37,7 +36,7 @@ def plot_head_effects(effects: HeadEffects, style: Theme | None = None) -> go.Fi
     )
     fig.update_layout(
         title=dict(
-            text=f"Switching off one head: change in log P(“{q.target}”) at {html.escape(q.mask_token)} "
+            text=f"Switching off one head: change in log P(“{plain_text(q.target)}”) at {plain_text(q.mask_token)} "
                  f"(now {effects.base_log_prob:.2f})",
             font=dict(size=14),
         ),
@@ -80,7 +79,7 @@ def plot_logit_lens(lens: LogitLens, style: Theme | None = None) -> go.Figure:
         )
     )
     fig.update_layout(
-        title=dict(text=f"Logit lens at {html.escape(lens.query.mask_token)}: the MLM head's top predictions after "
+        title=dict(text=f"Logit lens at {plain_text(lens.query.mask_token)}: the MLM head's top predictions after "
                         "each stage", font=dict(size=14)),
         xaxis=dict(side="top"),  # no axis title: it would sit on the figure title
         yaxis=dict(tickmode="array", tickvals=list(range(stages)), ticktext=rows, autorange="reversed"),

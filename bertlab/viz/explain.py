@@ -10,6 +10,7 @@ from plotly.subplots import make_subplots
 
 from bertlab.analysis.attention_check import AttentionCheck
 from bertlab.analysis.attribution import METHOD_NAMES, Attribution
+from bertlab.viz.text import plain_text
 from bertlab.viz.theme import NEUTRAL, OKABE_ITO, Theme, current, finish
 
 ROW_HOVER = "%{x}<br>%{customdata:.4f}<extra>%{y}</extra>"
@@ -78,10 +79,10 @@ def plot_attention_check(check: AttentionCheck, attribution: Attribution, style:
             hovertemplate="%{y}: %{x:.4f}<extra></extra>",
         ), row=2, col=1)
         top = min(1.0, max(values) * 1.3) or 1.0  # small probabilities stay readable
-        fig.update_xaxes(range=[0, top], tickformat=".1%" if top < 0.1 else ".0%", title_text=attribution.target.name,
-                         row=2, col=1)
+        fig.update_xaxes(range=[0, top], tickformat=".1%" if top < 0.1 else ".0%",
+                         title_text=plain_text(attribution.target.name), row=2, col=1)
         fig.update_yaxes(autorange="reversed", row=2, col=1)
-    title = (f"Does attention explain {attribution.target.name}?<br><sup>{agreement_text(check)}"
+    title = (f"Does attention explain {plain_text(attribution.target.name)}?<br><sup>{agreement_text(check)}"
              + (f"; completeness gap {100 * attribution.completeness_gap:.2f}%" if attribution.method == "ig" else "")
              + "</sup>")
     fig.update_layout(
@@ -101,7 +102,7 @@ def plot_attribution(attribution: Attribution, style: Theme | None = None) -> go
     fig = go.Figure(go.Bar(x=labels, y=[round(s, 5) for s in attribution.scores], marker_color=colors,
                            hovertemplate="%{x}: %{y:.4f}<extra></extra>"))
     method = METHOD_NAMES.get(attribution.method, attribution.method)
-    fig.update_layout(title=dict(text=f"{method}: {attribution.target.name}", font=dict(size=14)),
+    fig.update_layout(title=dict(text=f"{method}: {plain_text(attribution.target.name)}", font=dict(size=14)),
                       plot_bgcolor="white", width=int(min(1100, max(480, 120 + 26 * len(labels)))), height=320,
                       margin=dict(l=60, r=20, t=50, b=80), yaxis=dict(title=dict(text="score")))
     return finish(fig, t, wide=True)

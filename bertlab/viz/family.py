@@ -4,13 +4,13 @@ parameters sit, and ELECTRA's generator + discriminator on the sentence."""
 
 from __future__ import annotations
 
-import html
 from typing import Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bertlab.analysis.family import Distillation, ElectraPicture, MaskedWord, ModelView, ParameterCount, TokenCut
+from bertlab.viz.text import plain_text
 from bertlab.viz.theme import NEUTRAL, OKABE_ITO, Theme, current, finish
 
 WORD_FILL = ("#dbe9f6", "#c6dbef")  # one-piece words, alternating (light blues)
@@ -58,7 +58,7 @@ def plot_token_cuts(rows: Sequence[tuple[str, TokenCut]], style: Theme | None = 
     touch and share a colour (orange when the word is cut into several pieces); special tokens grey."""
     t = style or current()
     fig = go.Figure()
-    names = [f"<b>{html.escape(_name(name))}</b><br>{cut.kind_name} · {cut.num_tokens} tokens"
+    names = [f"<b>{plain_text(_name(name))}</b><br>{cut.kind_name} · {cut.num_tokens} tokens"
              for name, cut in rows]
     longest = 0.0
     for (name, cut), label in zip(rows, names):
@@ -70,13 +70,13 @@ def plot_token_cuts(rows: Sequence[tuple[str, TokenCut]], style: Theme | None = 
                 counts[p.word] = counts.get(p.word, 0) + 1
         fills = [SPECIAL_FILL if p.special else (SPLIT_FILL if counts.get(p.word, 1) > 1 else WORD_FILL)[p.word % 2]
                  for p in cut.pieces]
-        hover = [f"<b>{html.escape(p.token)}</b>" + ("" if p.special else f"<br>covers {html.escape(repr(p.text))}"
+        hover = [f"<b>{plain_text(p.token)}</b>" + ("" if p.special else f"<br>covers {plain_text(repr(p.text))}"
                  + f"<br>word {p.word}" + (" · starts it" if p.starts_word else " · continues it"))
                  for p in cut.pieces]
         fig.add_trace(go.Bar(
             y=[label] * len(cut.pieces), x=widths, base=starts, orientation="h", width=0.62,
             marker=dict(color=fills, line=dict(color="#555", width=0.6)),
-            text=[html.escape(_short(p.label)) for p in cut.pieces], textposition="inside",
+            text=[plain_text(_short(p.label)) for p in cut.pieces], textposition="inside",
             insidetextanchor="middle", textfont=dict(size=12, color="#111"), constraintext="none",
             customdata=hover, hovertemplate="%{customdata}<extra></extra>", name=name, showlegend=False,
         ))
@@ -88,15 +88,15 @@ def plot_token_cuts(rows: Sequence[tuple[str, TokenCut]], style: Theme | None = 
         yaxis=dict(autorange="reversed", type="category", tickfont=dict(size=12)),
         margin=dict(l=200, r=10, t=50, b=10), uniformtext=dict(minsize=8, mode="show"),
     )
-    return finish(fig, t, wide=True)
+    return finish(fig, t, wide=True, markup=True)
 
 
 # -- the masked word ---------------------------------------------------------------------------------
 def masked_title(name: str, mw: MaskedWord) -> str:
     n = len(mw.pieces)
     pieces = " ".join(mw.labels)
-    return (f"<b>{html.escape(_name(name, 24))}</b><br>'{html.escape(mw.word)}' = {n} piece{'s' if n != 1 else ''}: "
-            f"{html.escape(_short(pieces, 30))}")
+    return (f"<b>{plain_text(_name(name, 24))}</b><br>'{plain_text(mw.word)}' = {n} piece{'s' if n != 1 else ''}: "
+            f"{plain_text(_short(pieces, 30))}")
 
 
 def plot_masked_words(rows: Sequence[tuple[str, MaskedWord | None, str]], style: Theme | None = None) -> go.Figure:
@@ -104,7 +104,7 @@ def plot_masked_words(rows: Sequence[tuple[str, MaskedWord | None, str]], style:
     really there). rows: (model name, its result or None, the note shown instead when None)."""
     t = style or current()
     n = max(len(rows), 1)
-    titles = [masked_title(name, mw) if mw is not None else f"<b>{html.escape(_name(name, 24))}</b>"
+    titles = [masked_title(name, mw) if mw is not None else f"<b>{plain_text(_name(name, 24))}</b>"
               for name, mw, _ in rows]
     fig = make_subplots(rows=1, cols=n, subplot_titles=titles, horizontal_spacing=min(0.12, 0.4 / n))
     notes = []
@@ -114,17 +114,17 @@ def plot_masked_words(rows: Sequence[tuple[str, MaskedWord | None, str]], style:
             fig.update_xaxes(visible=False, row=1, col=col)
             fig.update_yaxes(visible=False, row=1, col=col)
             axis = "" if col == 1 else str(col)
-            notes.append(dict(text=html.escape(_short(note, 40)), showarrow=False, xref=f"x{axis} domain",
+            notes.append(dict(text=plain_text(_short(note, 40)), showarrow=False, xref=f"x{axis} domain",
                               yref=f"y{axis} domain", x=0.5, y=0.5, font=dict(size=12, color="#555")))
             continue
         pred = mw.first
         labels = mw.guess_labels[0]
-        y = [f"{html.escape(_short(lab, 14))}" + "\u200b" * i for i, lab in enumerate(labels)]  # unique rows
+        y = [f"{plain_text(_short(lab, 14))}" + "\u200b" * i for i, lab in enumerate(labels)]  # unique rows
         fig.add_trace(go.Bar(
             x=[round(c.probability, 5) for c in pred.candidates], y=y, orientation="h",
             marker_color=[TRUE_BAR if c.token_id == pred.original_id else BAR for c in pred.candidates],
             text=[f"{100 * c.probability:.1f}%" for c in pred.candidates], textposition="auto",
-            customdata=[html.escape(c.token) for c in pred.candidates],
+            customdata=[plain_text(c.token) for c in pred.candidates],
             hovertemplate="<b>%{customdata}</b><br>probability %{x:.4g}<extra></extra>", name=name, showlegend=False,
         ), row=1, col=col)
         fig.update_yaxes(autorange="reversed", type="category", row=1, col=col)
@@ -137,7 +137,7 @@ def plot_masked_words(rows: Sequence[tuple[str, MaskedWord | None, str]], style:
     )
     for a in fig.layout.annotations[: len(rows)]:
         a.font = dict(size=12)
-    return finish(fig, t)
+    return finish(fig, t, markup=True)
 
 
 # -- parameters --------------------------------------------------------------------------------------
@@ -163,7 +163,7 @@ def plot_parameters(rows: Sequence[tuple[str, ParameterCount]], style: Theme | N
     embeddings' projection, the encoder's layers, heads). A shared encoder's layers count once; a faint
     bar behind shows what separate layers and full-width embeddings would hold."""
     t = style or current()
-    names = [f"<b>{html.escape(_name(name))}</b><br>{depth_text(pc)}" for name, pc in rows]
+    names = [f"<b>{plain_text(_name(name))}</b><br>{depth_text(pc)}" for name, pc in rows]
     fig = go.Figure()
     ghost = [pc.total - pc.parts["encoder layers"] - pc.parts["word embeddings"] - pc.parts["embedding projection"]
              + pc.unshared_encoder + max(pc.unfactorised_embeddings, pc.parts["word embeddings"]) for _, pc in rows]
@@ -192,7 +192,7 @@ def plot_parameters(rows: Sequence[tuple[str, ParameterCount]], style: Theme | N
                           showarrow=False, xanchor="left", font=dict(size=12))
                      for label, g, (_, pc) in zip(names, ghost, rows)],
     )
-    return finish(fig, t)
+    return finish(fig, t, markup=True)
 
 
 # -- ELECTRA ------------------------------------------------------------------------------------------
@@ -202,12 +202,12 @@ def plot_electra(pic: ElectraPicture, style: Theme | None = None) -> go.Figure:
     each masked piece's label: the piece it replaced ("was ...")."""
     t = style or current()
     idx = [i for i, s in enumerate(pic.special) if not s]
-    x = [f"{i}. {html.escape(_short(pic.corrupted[i], 12))}"
-         + (f"<br><i>was {html.escape(_short(pic.tokens[i], 10))}</i>" if pic.masked[i] else "") for i in idx]
+    x = [f"{i}. {plain_text(_short(pic.corrupted[i], 12))}"
+         + (f"<br><i>was {plain_text(_short(pic.tokens[i], 10))}</i>" if pic.masked[i] else "") for i in idx]
     p = [round(pic.p_replaced[i], 4) for i in idx]
     colors = [REPLACED if pic.replaced[i] else ORIGINAL for i in idx]
-    hover = [(f"{html.escape(pic.tokens[i])} → {html.escape(pic.sampled[i] or '')} "
-              f"(generator's P {pic.sample_probability[i]:.2f})" if pic.masked[i] else html.escape(pic.tokens[i]))
+    hover = [(f"{plain_text(pic.tokens[i])} → {plain_text(pic.sampled[i] or '')} "
+              f"(generator's P {pic.sample_probability[i]:.2f})" if pic.masked[i] else plain_text(pic.tokens[i]))
              + (" · replaced" if pic.replaced[i] else " · original") for i in idx]
     fig = go.Figure(go.Bar(
         x=x, y=p, marker=dict(color=colors, line=dict(color=["#111" if pic.masked[i] else "rgba(0,0,0,0)"
@@ -227,29 +227,29 @@ def plot_electra(pic: ElectraPicture, style: Theme | None = None) -> go.Figure:
         margin=dict(l=60, r=20, t=60, b=110),
         shapes=[dict(type="line", x0=0, x1=1, xref="paper", y0=0.5, y1=0.5, line=dict(dash="dot", width=1))],
     )
-    return finish(fig, t, wide=True)
+    return finish(fig, t, wide=True, markup=True)
 
 
 # -- objectives ---------------------------------------------------------------------------------------
 def objective_html(view: ModelView, extra: str = "") -> str:
     """A card: the model's family, its pre-training objective, and that objective on the sentence."""
     o = view.objective
-    lines = [f'<div style="font-weight:600">{html.escape(_name(view.name, 60))}</div>',
-             f'<div style="color:#555;font-size:0.9em">{html.escape(view.family)} · '
-             f'<b>{html.escape(o.name)}</b></div>' if o else "",
-             f'<div style="font-size:0.9em;margin:2px 0 4px">{html.escape(o.about)}</div>' if o else ""]
+    lines = [f'<div style="font-weight:600">{plain_text(_name(view.name, 60))}</div>',
+             f'<div style="color:#555;font-size:0.9em">{plain_text(view.family)} · '
+             f'<b>{plain_text(o.name)}</b></div>' if o else "",
+             f'<div style="font-size:0.9em;margin:2px 0 4px">{plain_text(o.about)}</div>' if o else ""]
     mw = view.masked
     if mw is not None:
         guess = " ".join(labels[0] for labels in mw.guess_labels)
         rank = f", the real piece ranks {mw.rank}" if mw.rank is not None else ""
-        lines.append(f"<div>MLM: '{html.escape(mw.word)}' hidden as {len(mw.pieces)}× "
-                     f"{html.escape(mw.mask_token)}: top guess <b>{html.escape(guess)}</b>{rank}.</div>")
+        lines.append(f"<div>MLM: '{plain_text(mw.word)}' hidden as {len(mw.pieces)}× "
+                     f"{plain_text(mw.mask_token)}: top guess <b>{plain_text(guess)}</b>{rank}.</div>")
     pair = view.pair
     if pair is not None:
         what = "A before B" if pair.task == "sop" else "B follows A"
         lines.append(
-            f"<div>{pair.task.upper()} on the halves A = {html.escape(repr(_short(pair.a, 40)))}, "
-            f"B = {html.escape(repr(_short(pair.b, 40)))}: P({what}) <b>{100 * pair.in_order:.0f}%</b> in order, "
+            f"<div>{pair.task.upper()} on the halves A = {plain_text(repr(_short(pair.a, 40)))}, "
+            f"B = {plain_text(repr(_short(pair.b, 40)))}: P({what}) <b>{100 * pair.in_order:.0f}%</b> in order, "
             f"<b>{100 * pair.swapped:.0f}%</b> swapped"
             + (" (a trained SOP head says high, then low)." if pair.task == "sop" else
                " (NSP was trained on real next sentences against random ones, so it judges topic more than order).")
@@ -261,10 +261,10 @@ def objective_html(view: ModelView, extra: str = "") -> str:
 def distillation_html(d: Distillation, teacher: str) -> str:
     """DistilBERT's soft-target loss on the hidden word, against `teacher`, with both top guesses."""
     def guesses(top: Sequence[tuple[str, float]]) -> str:
-        return ", ".join(f"{html.escape(t)} {100 * p:.0f}%" for t, p in top)
+        return ", ".join(f"{plain_text(t)} {100 * p:.0f}%" for t, p in top)
 
-    return (f'<div style="margin-top:4px">Distillation on \'{html.escape(d.word)}\' against '
-            f"{html.escape(_name(teacher, 40))} (the teacher): soft-target cross-entropy <b>{d.cross_entropy:.2f}</b> "
+    return (f'<div style="margin-top:4px">Distillation on \'{plain_text(d.word)}\' against '
+            f"{plain_text(_name(teacher, 40))} (the teacher): soft-target cross-entropy <b>{d.cross_entropy:.2f}</b> "
             f"nats, of which KL(teacher ‖ student) <b>{d.kl:.2f}</b> is what the student could still learn "
             f"(the rest, {d.teacher_entropy:.2f}, is the teacher's own uncertainty).<br>"
             f"teacher: {guesses(d.teacher_top)}<br>student: {guesses(d.student_top)}</div>")

@@ -18,6 +18,7 @@ from plotly.subplots import make_subplots
 from bertlab.analysis.predict import AnswerResult, ClassPrediction, EntityPrediction
 from bertlab.tokenizer import DEFAULT_SPECIALS
 from bertlab.viz.mask import empty_figure
+from bertlab.viz.text import plain_text
 from bertlab.viz.theme import OKABE_ITO, Theme, current, finish, labelled_points, point_text
 
 RUN_COLORS = OKABE_ITO  # colour-blind safe (bertlab.viz.theme)
@@ -113,7 +114,8 @@ def plot_class_probabilities(pred: ClassPrediction, style: Theme | None = None) 
         hovertemplate="%{y}: %{x:.3f}<extra></extra>",
     ))
     fig.update_layout(
-        title=dict(text=f"The model says: {pred.label} ({100 * pred.probability:.1f}%)", font=dict(size=14)),
+        title=dict(text=f"The model says: {plain_text(pred.label)} ({100 * pred.probability:.1f}%)",
+                   font=dict(size=14)),
         xaxis=dict(range=[0, 1], tickformat=".0%", title=dict(text="probability")),
         yaxis=dict(autorange="reversed", type="category"),
         height=110 + 40 * len(pred.labels), width=620, plot_bgcolor="white", margin=dict(l=120, r=20, t=50, b=50),
@@ -125,10 +127,10 @@ def plot_class_probabilities(pred: ClassPrediction, style: Theme | None = None) 
 # Entities and answers as HTML
 # ---------------------------------------------------------------------------------------------
 def _mark(text: str, color: str, title: str, label: str | None = None) -> str:
-    tag = (f'<sup style="font-size:0.7em;font-weight:600;margin-left:3px;color:#333">{html.escape(label)}</sup>'
+    tag = (f'<sup style="font-size:0.7em;font-weight:600;margin-left:3px;color:#333">{plain_text(label)}</sup>'
            if label else "")
     return (f'<mark title="{html.escape(title, quote=True)}" style="background:{color};padding:1px 3px;'
-            f'border-radius:3px">{html.escape(text)}{tag}</mark>')
+            f'border-radius:3px">{plain_text(text)}{tag}</mark>')
 
 
 def _highlight(text: str, spans: Sequence[tuple[int, int, str]]) -> str:
@@ -137,10 +139,10 @@ def _highlight(text: str, spans: Sequence[tuple[int, int, str]]) -> str:
     for start, end, marked in sorted(spans):
         if start < pos:
             continue  # overlapping span: keep the first
-        out.append(html.escape(text[pos:start]))
+        out.append(plain_text(text[pos:start]))
         out.append(marked)
         pos = end
-    out.append(html.escape(text[pos:]))
+    out.append(plain_text(text[pos:]))
     return "".join(out)
 
 
@@ -171,10 +173,10 @@ def answer_html(result: AnswerResult, alternatives: int = 2) -> str:
         if span.end_char <= result.start_char or span.start_char >= result.end_char:
             spans.append((span.start_char, span.end_char,
                           _mark(span.text, ALTERNATIVE_COLOR, f"answer #{rank} ({100 * span.probability:.0f}%)")))
-    verdict = (f"<b>Answer:</b> {html.escape(result.text)} ({100 * result.probability:.0f}%)" if result.text
+    verdict = (f"<b>Answer:</b> {plain_text(result.text)} ({100 * result.probability:.0f}%)" if result.text
                else "<b>No answer span found.</b>")
     return (f'<div class="bertlab-answer" style="font-size:1.15em;line-height:1.7">'
-            f'<p><b>Q:</b> {html.escape(result.question)}</p><p>{verdict}</p>'
+            f'<p><b>Q:</b> {plain_text(result.question)}</p><p>{verdict}</p>'
             f'<p>{_highlight(result.context, spans)}</p></div>')
 
 
@@ -223,9 +225,9 @@ def plot_cls_pca(
     `cls_token`: the tokenizer's, for the titles."""
     t = style or current()
     if not panels:
-        return empty_figure(f"Compute {html.escape(cls_token)} vectors first.", t)
+        return empty_figure(f"Compute {plain_text(cls_token)} vectors first.", t)
     names = list(panels)
-    titles = [name + (f" (PCA: {100 * float(explained[name].sum()):.0f}% of variance)"
+    titles = [plain_text(name) + (f" (PCA: {100 * float(explained[name].sum()):.0f}% of variance)"
                       if explained and name in explained else "") for name in names]
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=titles, horizontal_spacing=0.08)
     classes = list(dict.fromkeys(labels))
@@ -251,7 +253,7 @@ def plot_cls_pca(
         fig.update_xaxes(title_text="PC 1", zeroline=False, row=1, col=col)
         fig.update_yaxes(title_text="PC 2", zeroline=False, row=1, col=col)
     fig.update_layout(height=420, width=max(520, 430 * len(names)), plot_bgcolor="white",
-                      title=dict(text=f"{html.escape(cls_token)} vectors, coloured by gold label", font=dict(size=14)),
+                      title=dict(text=f"{plain_text(cls_token)} vectors, coloured by gold label", font=dict(size=14)),
                       margin=dict(l=60, r=20, t=80, b=50), legend=dict(title=dict(text="label")))
     return finish(fig, t)
 

@@ -3,7 +3,6 @@ and mean cosine per layer) and a 1-D loss-landscape slice around each fine-tuned
 
 from __future__ import annotations
 
-import html
 from collections.abc import Mapping
 
 import numpy as np
@@ -12,6 +11,7 @@ from plotly.subplots import make_subplots
 
 from bertlab.analysis.finetune_diff import FinetuneDiff, LossSlice
 from bertlab.viz.mask import empty_figure
+from bertlab.viz.text import plain_text
 from bertlab.viz.theme import Theme, current, finish
 
 DECIMALS = 6  # CKA and cosine stay near 1 after a short run: their changes are in the 4th decimal
@@ -26,7 +26,7 @@ def plot_attention_change(diffs: Mapping[str, FinetuneDiff], style: Theme | None
         return empty_figure(EMPTY, t)
     names = list(diffs)
     top = max(float(d.attention_jsd.max()) for d in diffs.values())
-    fig = make_subplots(rows=1, cols=len(names), subplot_titles=[html.escape(n) for n in names],
+    fig = make_subplots(rows=1, cols=len(names), subplot_titles=[plain_text(n) for n in names],
                         horizontal_spacing=0.06)
     for i, name in enumerate(names, start=1):
         z = np.round(diffs[name].attention_jsd.numpy(), DECIMALS)  # [layer, head]
@@ -34,7 +34,7 @@ def plot_attention_change(diffs: Mapping[str, FinetuneDiff], style: Theme | None
         fig.add_trace(go.Heatmap(
             z=z, x=list(range(heads)), y=list(range(layers)), colorscale=t.sequential, zmin=0.0,
             zmax=max(top, 1e-6), showscale=i == len(names), colorbar=dict(title=dict(text="JSD (bits)"), thickness=12),
-            hovertemplate=f"{html.escape(name)}<br>layer %{{y}}, head %{{x}}<br>JSD %{{z:.4f}} bits<extra></extra>",
+            hovertemplate=f"{plain_text(name)}<br>layer %{{y}}, head %{{x}}<br>JSD %{{z:.4f}} bits<extra></extra>",
             xgap=1, ygap=1,
         ), row=1, col=i)
         fig.update_xaxes(title_text="head", row=1, col=i)
@@ -59,7 +59,7 @@ def plot_representation_change(diffs: Mapping[str, FinetuneDiff], style: Theme |
             fig.add_trace(go.Scatter(
                 x=x, y=np.round(values.numpy(), DECIMALS), mode="lines+markers", name=name, legendgroup=name,
                 showlegend=col == 1, line=dict(color=t.color(i)),
-                hovertemplate=f"{html.escape(name)}: %{{x}}, %{{y:.4f}}<extra></extra>",
+                hovertemplate=f"{plain_text(name)}: %{{x}}, %{{y:.4f}}<extra></extra>",
             ), row=1, col=col)
     fig.update_yaxes(title_text="similarity to the base (1 = same)")
     fig.update_layout(title=dict(text="How much the representations changed, layer by layer", font=dict(size=14)),
@@ -79,7 +79,7 @@ def plot_loss_slices(slices: Mapping[str, LossSlice], style: Theme | None = None
         fig.add_trace(go.Scatter(
             x=[round(a, DECIMALS) for a in s.alphas], y=[round(v, DECIMALS) for v in s.losses], mode="lines+markers",
             name=name, line=dict(color=t.color(i)),
-            hovertemplate=f"{html.escape(name)}: alpha %{{x:.2f}}, loss %{{y:.4f}}<extra></extra>",
+            hovertemplate=f"{plain_text(name)}: alpha %{{x:.2f}}, loss %{{y:.4f}}<extra></extra>",
         ))
     fig.update_layout(title=dict(text="Loss around each fine-tuned model (1-D slice, filter-normalised direction)",
                                  font=dict(size=14)),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import math
 from typing import Literal, Sequence
 
@@ -11,6 +10,7 @@ from plotly.subplots import make_subplots
 
 from bertlab.analysis.mask import MaskPrediction, WordScore
 from bertlab.tokenizer import DEFAULT_SPECIALS
+from bertlab.viz.text import plain_text
 from bertlab.viz.theme import OKABE_ITO, Theme, current, finish
 
 BAR = OKABE_ITO[5]  # sky blue
@@ -69,9 +69,9 @@ def plot_fill_mask(predictions: Sequence[MaskPrediction], style: Theme | None = 
 def fill_mask_title(pred: MaskPrediction) -> str:
     """Subplot title: which mask, and how the true piece fared when a word was hidden."""
     if pred.original_token is None:
-        return pred.label
+        return plain_text(pred.label)
     return (
-        f"{pred.label}: its probability {_percent(pred.original_probability or 0.0)}, "
+        f"{plain_text(pred.label)}: its probability {_percent(pred.original_probability or 0.0)}, "
         f"rank {pred.original_rank}"
     )
 
@@ -118,7 +118,7 @@ def plot_word_predictability(
     rows = len(z)
     title = "How predictable is each word? (each hidden in turn)"
     if any(not s.scored for s in scores):
-        title += f"<br><sup>grey: not scored ({html.escape(unk_token)} or a typed special token)</sup>"
+        title += f"<br><sup>grey: not scored ({plain_text(unk_token)} or a typed special token)</sup>"
     fig.update_layout(
         title=dict(text=title, font=dict(size=14)),
         height=int(110 + 46 * rows), width=max(420, 70 * min(per_row, len(scores)) + 120),
@@ -154,7 +154,7 @@ def skipped_grid(scores: Sequence[WordScore], per_row: int, unk_token: str = DEF
     for i, s in enumerate(scores):
         if not s.scored:
             r, c = divmod(i, per_row)
-            why[r][c] = SKIPPED_WHY.get(s.skipped or "", "not scored").format(unk=html.escape(unk_token))
+            why[r][c] = SKIPPED_WHY.get(s.skipped or "", "not scored").format(unk=plain_text(unk_token))
             z[r][c] = 1.0
     return z, why
 

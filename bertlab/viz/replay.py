@@ -3,8 +3,6 @@ drawn with the figure builder of the tab it comes from."""
 
 from __future__ import annotations
 
-import html
-
 import plotly.graph_objects as go
 
 from bertlab.analysis.replay import Replay, ReplayFrame
@@ -13,6 +11,7 @@ from bertlab.viz.attention import plot_attention_heatmap
 from bertlab.viz.finetune import plot_class_probabilities
 from bertlab.viz.mask import empty_figure, plot_fill_mask
 from bertlab.viz.similarity import plot_token_similarity
+from bertlab.viz.text import plain_text
 from bertlab.viz.theme import Theme, current, finish
 
 DECIMALS = 4
@@ -32,7 +31,7 @@ def plot_trajectory(replay: Replay, step: int, style: Theme | None = None) -> go
         fig.add_trace(go.Scatter(
             x=x, y=[float(f"{v:.{DECIMALS}g}") for v in values], mode="lines+markers", name=label,
             line=dict(color=t.color(i)), customdata=replay.steps,
-            hovertemplate=f"<b>{html.escape(label)}</b><br>step %{{customdata}}: %{{y:.4f}}<extra></extra>",
+            hovertemplate=f"<b>{plain_text(label)}</b><br>step %{{customdata}}: %{{y:.4f}}<extra></extra>",
         ))
     what = "probability at the mask" if replay.tracked else "class probability"
     fig.update_layout(

@@ -6,6 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from bertlab.analysis.similarity import TokenSimilarity, WordAcrossContexts, WordProjection
+from bertlab.viz.text import plain_text
 from bertlab.viz.theme import NEUTRAL, Theme, current, finish, labelled_points, matrix_ticks, point_text
 
 DECIMALS = 4
@@ -78,7 +79,8 @@ def plot_word_across_layers(result: WordAcrossContexts, style: Theme | None = No
     )
     lowest = min(0.0, float(min(v.min() for v in lines.values())) - 0.05)
     fig.update_layout(
-        title=dict(text=f"“{result.word}” across {len(result.contexts)} contexts: how similar are its vectors?",
+        title=dict(text=f"“{plain_text(result.word)}” across {len(result.contexts)} contexts: "
+                        "how similar are its vectors?",
                    font=dict(size=14)),
         xaxis=dict(title="stage (embeddings, then the output of each layer)"),
         yaxis=dict(title="mean cosine similarity", range=[lowest, 1.02]),

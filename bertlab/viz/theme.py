@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import plotly.graph_objects as go
 
+from bertlab.viz.text import plain_figure
+
 # Okabe & Ito's palette (colour-blind safe), strongest colours first; yellow last (weak on white).
 OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
 NEUTRAL = "#8c8c8c"  # "other", baselines, not-scored cells
@@ -94,8 +96,12 @@ def is_projector(theme: Theme | None = None) -> bool:
 _TRACE_FONTS = ("textfont", "insidetextfont", "outsidetextfont")
 
 
-def finish(fig: go.Figure, theme: Theme | None = None, *, wide: bool = False) -> go.Figure:
+def finish(fig: go.Figure, theme: Theme | None = None, *, wide: bool = False, markup: bool = False) -> go.Figure:
     """Apply `theme` to a figure built with normal-page sizes (in place; returns it).
+
+    Its data strings (tokens, words, sentences: often typed by a student) are drawn as typed
+    (`bertlab.viz.text.plain_figure`), unless `markup`: a builder that writes markup into its data
+    itself, and passes every student string through `plain_text`.
 
     Every font size the figure sets (and the base font the rest inherits), margins, marker
     sizes and table rows are multiplied by `theme.scale`; the height too (up to MAX_HEIGHT).
@@ -103,6 +109,8 @@ def finish(fig: go.Figure, theme: Theme | None = None, *, wide: bool = False) ->
     (a figure as wide as its tokens: it keeps its width ×scale, at least the tab's, and its box
     scrolls). The width is always set: plotly's autosize inside a FigureWidget draws 700 px."""
     t = theme or current()
+    if not markup:
+        plain_figure(fig)
     layout = fig.layout
     if layout.font.size is None:
         layout.font.size = BASE_FONT

@@ -10,12 +10,12 @@
 
 from __future__ import annotations
 
-from bertlab.training.objectives import albert, bert, electra, modernbert, roberta, spanbert
+from bertlab.training.objectives import albert, bert, deberta, electra, modernbert, roberta, spanbert
 from bertlab.training.objectives.base import SIZES, ModelShape, Objective, ObjectiveError
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (bert.OBJECTIVE, roberta.OBJECTIVE, albert.OBJECTIVE,
                                                         electra.OBJECTIVE, spanbert.OBJECTIVE,
-                                                        modernbert.OBJECTIVE)}
+                                                        modernbert.OBJECTIVE, deberta.OBJECTIVE)}
 
 
 def get_objective(name: str) -> Objective:
