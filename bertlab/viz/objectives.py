@@ -9,13 +9,12 @@ from collections.abc import Mapping, Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from bertlab.training.objectives import OBJECTIVES
 from bertlab.viz.theme import OKABE_ITO, Theme, current, finish
 
 DECIMALS = 6  # probe probabilities are small early on
 PANELS = (("own_loss", "the objective's own loss (log)"), ("mlm_acc", "MLM accuracy (training batches)"),
           ("probe_p", "probe: P(target word)"))
-OWN_LOSS_NAMES = {"bert": "MLM + NSP", "roberta": "MLM", "albert": "MLM + SOP", "electra": "replaced-token",
-                  "spanbert": "span boundary"}
 
 
 def _xy(points: Sequence[Mapping[str, float | None]], key: str) -> tuple[list[int], list[float]]:
@@ -25,7 +24,8 @@ def _xy(points: Sequence[Mapping[str, float | None]], key: str) -> tuple[list[in
 
 def run_label(name: str, objective: str | None = None) -> str:
     """"electra (replaced-token loss)": a run's legend entry."""
-    own = OWN_LOSS_NAMES.get(objective or name)
+    found = OBJECTIVES.get(objective or name)
+    own = found.loss_name if found is not None else None
     return f"{name} ({own} loss)" if own else name
 
 
