@@ -10,6 +10,8 @@ declares its options and sets `func`, the function that runs it and returns an e
     bertlab evaluate --task T --model DIR --data FILE            the task metric (JSON)
     bertlab compress quantize|prune|distill --model M --out DIR  a smaller model (JSON)
     bertlab explain --text T [--model M] [--method ig|grad-x-input]  per-token attribution (JSON)
+    bertlab probe --property P --train FILE [--eval FILE]        probe accuracy per layer (JSON)
+    bertlab patch --clean T --corrupt T --answer W --wrong W     activation patching grid (JSON)
     bertlab download NAME...                                     fill the hub cache ahead of a class
 
 `bertlab --help` stays light (no torch): the commands whose options need the training code are
@@ -365,8 +367,14 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     add_parser(sub)
 
 
+def _add_knows(sub: argparse._SubParsersAction) -> None:
+    from bertlab.knows_cli import add_parsers  # probes and patching (imported here: `serve` stays light)
+
+    add_parsers(sub)
+
+
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
-    _add_serve, _add_notebooks, _add_training, _add_download, _add_compress, _add_explain,
+    _add_serve, _add_notebooks, _add_training, _add_download, _add_compress, _add_explain, _add_knows,
 )
 # The commands whose parsers import torch (their defaults come from the training code): name and
 # one-line help for `bertlab --help`; tests/test_cli.py checks these against the real parsers.
@@ -380,6 +388,8 @@ LAZY: dict[Callable[[argparse._SubParsersAction], None], dict[str, str]] = {
     },
     _add_compress: {"compress": "make a model smaller: int8 quantization, head pruning, distillation"},
     _add_explain: {"explain": "attribution of one prediction to the input tokens (one JSON line)"},
+    _add_knows: {"probe": "probe accuracy per layer for one property (one JSON line)",
+                 "patch": "activation patching of a masked word (one JSON line)"},
 }
 
 
