@@ -260,7 +260,7 @@ def test_the_cycle_finder_sees_a_cycle_through_a_function_import():
 # every module of a package has the package's layer: no module has a layer of its own.
 LAYERS: dict[str, int] = {
     "bertlab.tokenizer": 0, "bertlab.config": 0, "bertlab.hooks": 0, "bertlab.settings": 0,
-    "bertlab.runtime": 0, "bertlab.inputs": 0, "bertlab.workspace": 0,
+    "bertlab.runtime": 0, "bertlab.inputs": 0, "bertlab.workspace": 0, "bertlab.options": 0,
     "bertlab.model": 1, "bertlab.families": 1,
     "bertlab.weights": 2, "bertlab.compressed": 2, "bertlab.loading": 3, "bertlab.default_heads_file": 3,
     "bertlab.hub": 3,

@@ -279,7 +279,8 @@ class FinetunePanel(Panel):
             text = "Fine-tunes a copy of the model picked above."
         else:
             text = (f"Fine-tunes a copy of {START_NAMES[choice]}, not the offline default picked above: bertlab's "
-                    "MLM/NSP heads re-trained its layers, which fine-tune worse on this task (see the README).")
+                    "MLM/NSP heads re-trained its layers, which fine-tune worse on this task (see the documentation: "
+                    "Results, fine-tuning).")
         self.start_note.value = help_html(html.escape(text), "span")
 
     def dev_examples(self, task: str) -> list[Any]:
