@@ -257,9 +257,13 @@ def serve_fork(seats: int, settle: float, timeout: float) -> dict:
     env["HF_HUB_OFFLINE"] = "1"
     load_before = os.getloadavg()
     t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "bertlab.cli", "serve", "--class", str(seats), "--fork-kernels",
-                             "--no-browser", "--port", str(port), "--token", token, "--class-dir", folder + "/class"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = Path(folder) / "server.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "bertlab.cli", "serve", "--class", str(seats), "--fork-kernels",
+                                 "--no-browser", "--port", str(port), "--token", token, "--class-dir",
+                                 folder + "/class"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    failed = True
     try:
         ready, status = None, {}
         while time.perf_counter() - t < timeout:
@@ -287,10 +291,14 @@ def serve_fork(seats: int, settle: float, timeout: float) -> dict:
         kernels = _children(zygotes[0])
         per = [smaps_rollup(p) for p in kernels]
         zygote = smaps_rollup(zygotes[0])
+        failed = False
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=120)
-        shutil.rmtree(folder, ignore_errors=True)
+        if failed:
+            print(f"the server's log: {log}", file=sys.stderr)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
     pss = [p["Pss"] for p in per]
     uss = [p.get("Private_Clean", 0.0) + p.get("Private_Dirty", 0.0) for p in per]
     return {"seats": seats, "kernels_found": len(kernels), "preheat_s": round(ready, 1),

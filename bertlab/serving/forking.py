@@ -81,7 +81,7 @@ def serve(path: str) -> None:
     listener.bind(path + ".tmp")
     os.chmod(path + ".tmp", 0o600)
     os.replace(path + ".tmp", path)  # connectable only once ready
-    listener.listen(64)
+    listener.listen(1024)
     listener.settimeout(1.0)
     while os.getppid() == server_pid:
         try:
@@ -171,6 +171,7 @@ class Zygote:
         self.path = os.path.join(self.folder, "socket")
         self.proc = subprocess.Popen([sys.executable, "-m", "bertlab.serving.forking", self.path],
                                      env=dict(os.environ if env is None else env), stdin=subprocess.DEVNULL)
+        self._lock: asyncio.Lock | None = None  # one request at a time: a class's pool asks all at once
 
     @property
     def pid(self) -> int:
@@ -191,17 +192,34 @@ class Zygote:
             if time.monotonic() > deadline:
                 raise OSError("the kernel zygote was not ready in time")
             await asyncio.sleep(0.2)
-        reader, writer = await asyncio.open_unix_connection(self.path)
-        try:
-            writer.write(json.dumps({"args": args, "env": env, "cwd": cwd}).encode())
-            await writer.drain()
-            writer.write_eof()
-            reply = json.loads(await asyncio.wait_for(reader.read(), 60))
-        finally:
-            writer.close()
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        request = json.dumps({"args": args, "env": env, "cwd": cwd}).encode()
+        async with self._lock:
+            try:
+                reply = await self._ask(request)
+            except (OSError, ValueError, asyncio.TimeoutError) as e:
+                raise OSError(f"the kernel zygote did not answer: {e}") from e
         if "error" in reply:
             raise OSError(f"the kernel zygote could not fork: {reply['error']}")
         return int(reply["pid"])
+
+    async def _ask(self, request: bytes) -> dict:
+        for attempt in range(3):  # a busy machine may refuse a connection: try again before giving up
+            try:
+                reader, writer = await asyncio.open_unix_connection(self.path)
+                break
+            except OSError:
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(0.5)
+        try:
+            writer.write(request)
+            await writer.drain()
+            writer.write_eof()
+            return json.loads(await asyncio.wait_for(reader.read(), 60))
+        finally:
+            writer.close()
 
     def stop(self) -> None:
         if self.alive():
