@@ -9,6 +9,8 @@ declares its options and sets `func`, the function that runs it and returns an e
     bertlab evaluate --task T --model DIR --data FILE            the task metric (JSON)
     bertlab compress quantize|prune|distill --model M --out DIR  a smaller model (JSON)
     bertlab explain --text T [--model M] [--method ig|grad-x-input]  per-token attribution (JSON)
+    bertlab probe --property P --train FILE [--eval FILE]        probe accuracy per layer (JSON)
+    bertlab patch --clean T --corrupt T --answer W --wrong W     activation patching grid (JSON)
 """
 
 from __future__ import annotations
@@ -278,8 +280,14 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     add_parser(sub)
 
 
+def _add_knows(sub: argparse._SubParsersAction) -> None:
+    from bertlab.knows_cli import add_parsers  # probes and patching (imported here: `serve` stays light)
+
+    add_parsers(sub)
+
+
 COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_serve, _add_training, _add_download,
-                                                                     _add_compress, _add_explain)
+                                                                     _add_compress, _add_explain, _add_knows)
 
 
 def build_parser() -> argparse.ArgumentParser:

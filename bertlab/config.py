@@ -8,13 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Model types bertlab builds: BERT read here, the other members through `bertlab.families`, whose
-# modules map their config.json onto this neutral encoder spec (`BertConfig` with their model_type).
-SUPPORTED_MODEL_TYPES = ("bert", "roberta", "albert", "distilbert", "electra", "modernbert", "deberta-v2")
-PLANNED_MODEL_TYPES: tuple[str, ...] = ()
 # Pre-training heads a family can have: masked LM, next-sentence / sentence-order prediction,
 # replaced-token detection (ELECTRA's discriminator).
 PRETRAINING_HEADS = ("mlm", "nsp", "sop", "rtd")
+# The sentence-pair heads among them (next-sentence / sentence-order prediction): both answer in `nsp_logits`.
+PAIR_HEADS = ("nsp", "sop")
 # Sizes past these are not a model bertlab can run in a class: refused before anything is built.
 LIMITS = {"num_hidden_layers": 256, "hidden_size": 32768, "intermediate_size": 131072,
           "num_attention_heads": 1024, "vocab_size": 4_000_000, "max_position_embeddings": 1_000_000}
@@ -55,7 +53,7 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
     initializer_range: float = 0.02
-    model_type: str = "bert"
+    model_type: str = "bert"  # the family (bertlab.families); BERT is whose config.json this class reads
     # Family hooks (designed for, not used by plain BERT): factorised embeddings
     # (ALBERT, ELECTRA) and the position offset RoBERTa uses (padding_idx + 1).
     embedding_size: int | None = None
@@ -73,12 +71,8 @@ class BertConfig:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.model_type not in SUPPORTED_MODEL_TYPES:
-            planned = " (planned)" if self.model_type in PLANNED_MODEL_TYPES else ""
-            raise ConfigError(
-                f"model_type {str(self.model_type)[:40]!r}{planned} is not supported yet: bertlab builds "
-                f"{', '.join(SUPPORTED_MODEL_TYPES)} encoders."
-            )
+        if not isinstance(self.model_type, str) or not self.model_type:
+            raise ConfigError(f"model_type must name a family; got {str(self.model_type)[:40]!r}.")
         self._check_sizes()
         if self.hidden_size % self.num_attention_heads:
             raise ConfigError(
@@ -89,11 +83,6 @@ class BertConfig:
             raise ConfigError(f"hidden_act {self.hidden_act!r} is not supported.")
         if self.task is not None and self.task not in TASKS:
             raise ConfigError(f"task {self.task!r} is not one of {TASKS}.")
-        if self.model_type == "bert" and self.embedding_size not in (None, self.hidden_size):
-            raise ConfigError(
-                f"embedding_size {self.embedding_size} differs from hidden_size {self.hidden_size}: BERT has no "
-                f"embedding projection (ALBERT and ELECTRA do: set model_type to one of them)."
-            )
         self.pretraining_heads = tuple(h for h in PRETRAINING_HEADS if h in self.pretraining_heads)
         if not isinstance(self.id2label, dict):
             raise ConfigError("id2label must map label numbers to names, e.g. {\"0\": \"negative\"}.")
@@ -153,8 +142,8 @@ class BertConfig:
         """Build from the dict of an HF `config.json` (unknown keys are kept in `extra`)."""
         own = {f.name for f in dataclasses.fields(cls)} - {"extra", "pretraining_heads", "task"}
         kwargs = {k: v for k, v in d.items() if k in own}
-        kwargs.setdefault("model_type", d.get("model_type", "bert"))
-        if d.get("model_type", "bert") != "bert":
+        kwargs.setdefault("model_type", d.get("model_type", cls.model_type))
+        if d.get("model_type", cls.model_type) != cls.model_type:
             raise ConfigError(f"model_type {str(d.get('model_type'))[:40]!r} is read by bertlab.families, not "
                               f"BertConfig (bertlab.loading.load does this for you).")
         archs = d.get("architectures") or ["BertModel"]

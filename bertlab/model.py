@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertlab.config import BertConfig
+from bertlab.config import BertConfig, ConfigError
 from bertlab.hooks import (
     ActivationCache,
     GradHookFn,
@@ -434,6 +434,17 @@ class HookedModel(nn.Module):
 
     config: BertConfig
     hook_points: dict[str, HookPoint]
+    # The family record (bertlab.families.core.Family) of the class: its family module sets it where it
+    # builds the record, so the model core never imports the families (they import it).
+    FAMILY: Any
+
+    @classmethod
+    def check_family(cls, config: BertConfig) -> None:
+        """Refuse (ConfigError) a config of another family: each family's model class builds its own."""
+        if config.model_type != cls.FAMILY.name:
+            raise ConfigError(f"model_type {str(config.model_type)[:40]!r} is not {cls.FAMILY.name!r}: a "
+                              f"{cls.__name__} builds {cls.FAMILY.display} models "
+                              f"only (bertlab.load builds any model by its config.json's model_type).")
 
     def _init_weights(self, m: nn.Module) -> None:
         """HF's initialisation of one module (`self.apply(self._init_weights)`): normal(0, initializer_range)
@@ -461,9 +472,7 @@ class HookedModel(nn.Module):
     def family(self):
         """The model's family protocol (`bertlab.families.ModelFamily`): logical layers, hook
         names, special tokens, word boundaries."""
-        from bertlab.families import model_family  # the families import this module
-
-        return model_family(self)
+        return self.FAMILY.bind(self.config)
 
     def hook_names(self) -> list[str]:
         return list(self.hook_points)
@@ -506,6 +515,12 @@ class Bert(HookedModel):
 
     def __init__(self, config: BertConfig):
         super().__init__()
+        self.check_family(config)
+        if config.embedding_size not in (None, config.hidden_size):
+            raise ConfigError(
+                f"embedding_size {config.embedding_size} differs from hidden_size {config.hidden_size}: BERT has no "
+                f"embedding projection (ALBERT and ELECTRA do: set model_type to one of them)."
+            )
         needs_pooler = "nsp" in config.pretraining_heads or config.task == "sequence_classification"
         if needs_pooler and not config.add_pooler:
             config = config.replace(add_pooler=True)

@@ -1,4 +1,4 @@
-"""Issue 16, items 2 and 6: code above the model core speaks the family protocol, and layers point one way.
+"""Code above the model core speaks the family protocol, and layers point one way.
 
 - No string in bertlab/ outside the family modules spells one family's names: no "bert." weight/hook
   prefix, no literal [MASK]/[UNK]/[CLS]/[SEP]/[PAD], no "##" test (docstrings and comments may name
@@ -84,6 +84,173 @@ def test_the_leak_scanner_sees_code_but_not_prose(tmp_path):
                  'def f(tok):\n    """[CLS] doc."""\n    return f"type [MASK] at {tok}", "bert.pooler.", "##"\n'
                  'ROBERTA = "roberta.encoder"\n')
     assert sorted(lit for _, lit, _ in family_leaks(f)) == ["##", "[MASK]", "bert."]
+
+
+# ---------------------------------------------------------------------------------------------
+# Every family fact in its family's module: no family name, no model_type branch elsewhere
+# ---------------------------------------------------------------------------------------------
+def family_names() -> set[str]:
+    """The registry's model types and the pre-training objectives' names ("roberta", "spanbert", ...)."""
+    from bertlab.families import FAMILIES
+    from bertlab.training.objectives import OBJECTIVES
+
+    return set(FAMILIES) | set(OBJECTIVES)
+
+
+def _defines_objective(path: Path) -> bool:
+    """Whether the module assigns a top-level `OBJECTIVE` (a pre-training objective's own module)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "OBJECTIVE" for t in n.targets)
+               for n in tree.body)
+
+
+def _own_modules() -> tuple[str, ...]:
+    """Where a family's facts belong: its family module, and a pre-training objective's own module."""
+    objectives = sorted((ROOT / "training" / "objectives").glob("*.py"))
+    own = [p.relative_to(ROOT).as_posix() for p in objectives if _defines_objective(p)]
+    assert len(own) >= 5, own  # bert, roberta, albert, electra, spanbert at least
+    return ("families/", *own)
+
+
+def _names_model_type(node: ast.AST) -> bool:
+    """`x.model_type`, `model_type`, or `x.family.name` (a model's family by name)."""
+    if isinstance(node, ast.Name):
+        return node.id == "model_type"
+    if isinstance(node, ast.Attribute):
+        return node.attr == "model_type" or (
+            node.attr == "name" and isinstance(node.value, ast.Attribute) and node.value.attr == "family")
+    return False
+
+
+def _strings(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and bool(node.elts) and all(map(_strings, node.elts))
+
+
+def _spec_default(tree: ast.AST) -> set[int]:
+    """The neutral spec's default family (`model_type: str = ...` in a class body): the one name config.py
+    holds, the family whose config.json BertConfig reads."""
+    return {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.ClassDef) for n in n.body
+            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id == "model_type"
+            and n.value is not None}
+
+
+def family_facts(path: Path, names: set[str], pair_heads: bool = True) -> list[tuple[int, str]]:
+    """(line, what) of each family fact in `path`: a string (not a docstring) that is a family's or an
+    objective's name, a comparison of a model_type (or a model's family name) with strings, and (when
+    `pair_heads`) a test of a pair head's name in a model's heads (`model.family.pair_task` says it)."""
+    from bertlab.config import PAIR_HEADS
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _docstrings(tree) | _spec_default(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names \
+                and id(node) not in skip:
+            found.append((node.lineno, f"family name {node.value!r}"))
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(map(_names_model_type, sides)) and any(map(_strings, sides)):
+                found.append((node.lineno, "model_type branch"))
+            heads = [s for s in node.comparators if isinstance(s, ast.Attribute) and s.attr == "pretraining_heads"]
+            if pair_heads and heads and isinstance(node.left, ast.Constant) and node.left.value in PAIR_HEADS:
+                found.append((node.lineno, f"pair-task test {node.left.value!r} in ….pretraining_heads"))
+    return found
+
+
+def test_no_family_facts_outside_the_family_modules():
+    """Adding a member touches its own module and the registry: model types, objectives, the pair task,
+    positions and the Family tab's texts come from the registry, never from a name test elsewhere."""
+    names, own = family_names(), _own_modules()
+    found = [f"{rel}:{line}: {what}" for rel, path in _modules() if not rel.startswith(own)
+             for line, what in family_facts(path, names, pair_heads=rel not in ("model.py", "config.py"))]
+    assert not found, "family facts outside their family's module:\n" + "\n".join(found)
+
+
+def test_the_family_fact_scanner_sees_names_and_branches(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text('"""The roberta docstring may name it."""\n'
+                 'KINDS = ("bert", "roberta")\n'
+                 'class C:\n    model_type: str = "bert"\n'
+                 'def f(model, objective):\n'
+                 '    """albert in prose."""\n'
+                 '    if model.config.model_type == "xlnet": return 1\n'
+                 '    if model.family.name in ("gpt2", "t5"): return 2\n'
+                 '    if objective.model_type != model.config.model_type: return 3\n'
+                 '    return "sop" if "sop" in model.config.pretraining_heads else "RoBERTa and BERT"\n')
+    found = sorted(what for _, what in family_facts(f, {"bert", "roberta", "albert"}))
+    assert found == ["family name 'bert'", "family name 'roberta'", "model_type branch", "model_type branch",
+                     "pair-task test 'sop' in ….pretraining_heads"]
+
+
+def import_graph() -> dict[str, set[str]]:
+    """bertlab module -> the bertlab modules it imports (at the top or inside a function). Importing
+    `a.b.c` runs package `a.b` first: an edge to each such package too, unless the importer is inside it."""
+    graph: dict[str, set[str]] = {}
+    for rel, path in _modules():
+        me = _module_name(rel)
+        targets = graph.setdefault(me, set())
+        for _, target in imports_of(path):
+            parts = target.split(".")
+            for i in range(1, len(parts)):
+                package = ".".join(parts[:i])
+                if not (me == package or me.startswith(package + ".")):
+                    targets.add(package)
+            targets.add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]], among: set[str]) -> list[list[str]]:
+    """The strongly connected components of more than one module of `graph` restricted to `among`."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in among:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(among):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle_in_the_model_core():
+    """The model core (tokenizer, config, hooks, model, the families) imports one way: the families build on
+    `bertlab.model`, which never imports them back, not even inside a function."""
+    graph = import_graph()
+    core = {m for m in graph if layer_of(m)[0] <= 1}
+    assert "bertlab.model" in core and "bertlab.families.core" in core
+    found = cycles(graph, core)
+    assert not found, "import cycles in the model core:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_the_cycle_finder_sees_a_cycle_through_a_function_import():
+    graph = {"bertlab.model": {"bertlab.families"}, "bertlab.families": {"bertlab.families.bert"},
+             "bertlab.families.bert": {"bertlab.model"}, "bertlab.config": set()}
+    assert cycles(graph, set(graph)) == [["bertlab.families", "bertlab.families.bert", "bertlab.model"]]
+    graph["bertlab.model"] = set()
+    assert cycles(graph, set(graph)) == []
 
 
 # ---------------------------------------------------------------------------------------------

@@ -331,37 +331,21 @@ class Objective:
     about: str  # one or two sentences
     pair_task: str | None  # "nsp", "sop" or None: the sentence-pair head it has
     role: str  # "mlm", "generator", "discriminator", "encoder" (no pre-training head)
-    demo: str  # what the tab shows of it on the sentence: "pair", "dynamic", "rtd", "distil"
-
-
-OBJECTIVES = {  # family -> (objective, what it changed, what the tab shows of it)
-    "bert": ("MLM + NSP", "15% of pieces hidden (static: masked once, before training), plus next-sentence "
-                          "prediction: does B follow A, or is it a random sentence?", "pair"),
-    "roberta": ("MLM, dynamic masking, no NSP", "a new mask every time a sentence is seen, no next-sentence "
-                                                "task, full sentences packed to 512 tokens, far more data", "dynamic"),
-    "albert": ("MLM + SOP", "sentence-order prediction: are A and B in their order, or swapped? (NSP was too "
-                            "easy: topic alone gave it away); one layer shared across depth; factorised embeddings",
-               "pair"),
-    "distilbert": ("MLM by distillation", "a half-depth student trained to match BERT's output distribution "
-                                          "(soft targets) as well as the hidden word, no NSP", "distil"),
-    "electra": ("replaced-token detection", "a small generator fills masked pieces; the discriminator, the "
-                                            "model kept, says for every piece whether it was replaced", "rtd"),
-}
+    demo: str  # what the tab shows of it on the sentence: "pair", "dynamic", "rtd", "distil" or ""
+    changes: tuple[str, ...] = ()  # what the member changed in the architecture (short phrases)
 
 
 def objective_of(model: torch.nn.Module) -> Objective:
-    """The objective of `model`'s family and the role this checkpoint plays in it."""
-    name, about, demo = OBJECTIVES.get(model.family.name, ("MLM", "masked-word prediction", "pair"))
-    pair = None
-    if model.has_nsp:
-        pair = "sop" if "sop" in model.config.pretraining_heads else "nsp"
+    """The objective of `model`'s family (its family module says it) and the role this checkpoint plays in it."""
+    fam = model.family
     if getattr(model, "has_rtd", False):
         role = "discriminator"
     elif model.has_mlm:
-        role = "generator" if model.family.name == "electra" else "mlm"
+        role = fam.family.mlm_role
     else:
         role = "encoder"
-    return Objective(name, about, pair, role, demo)
+    f = fam.family
+    return Objective(f.objective, f.objective_about, fam.pair_task, role, f.objective_demo, f.changes)
 
 
 @dataclass
@@ -380,7 +364,7 @@ def pair_scores(model: torch.nn.Module, tok: Tokenizer, text: str) -> PairScores
     MissingHeadError without a sentence-pair head."""
     model.require("nsp")
     a, b = halves(text)
-    task = "sop" if "sop" in model.config.pretraining_heads else "nsp"
+    task = model.family.pair_task
     ab = next_sentence(model, tok, a, b).is_next_probability
     ba = next_sentence(model, tok, b, a).is_next_probability
     return PairScores(task, a, b, ab, ba)
@@ -561,13 +545,15 @@ class ModelView:
     objective: Objective | None = None
     pair: PairScores | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)  # (level, text)
+    positions: str = ""  # how the model knows where each token is, in a few words (its family says it)
 
 
 def view_model(name: str, model: torch.nn.Module, tok: Tokenizer, text: str, word: WordChoice | None,
                k: int = 5) -> ModelView:
     """What the Family tab shows for one model. What the model lacks (an MLM head, a pair head) becomes
     a note, not an error: the other parts still show."""
-    view = ModelView(name, model.family.name, objective=objective_of(model), params=parameter_count(model))
+    view = ModelView(name, model.family.name, objective=objective_of(model), params=parameter_count(model),
+                     positions=model.family.positions_title)
     view.cut = token_cut(model, tok, text)
     if view.cut.warning:
         view.notes.append(("warning", view.cut.warning))

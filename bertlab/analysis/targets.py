@@ -76,7 +76,7 @@ def pair_target(model: torch.nn.Module, tok: Tokenizer, a: str, b: str, label: i
     b = require_text(b, "second sentence (B)")
     if label not in (0, 1):
         raise InputError(f"the pair head has labels 0 and 1; got {label}.")
-    sop = "sop" in model.config.pretraining_heads
+    sop = model.family.pair_task == "sop"
     names = ("A before B", "B before A") if sop else ("IsNext", "NotNext")
     return encode_input(model, tok, a, b), Target("pair", label, None, f"P({names[label]})")
 

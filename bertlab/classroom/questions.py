@@ -44,7 +44,7 @@ def mask_question(model: torch.nn.Module, tok: Tokenizer, text: str, k: int = DE
 def pair_objective(model: torch.nn.Module) -> str:
     """The pre-training objective of `model`'s sentence-pair head: "sop" (ALBERT's sentence order) or
     "nsp" (BERT's next sentence; also what a model without such a head is asked, and refuses)."""
-    return "sop" if "sop" in model.config.pretraining_heads else "nsp"
+    return model.family.pair_task or "nsp"
 
 
 def pair_choices(question: Question) -> tuple[str, str]:

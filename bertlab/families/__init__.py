@@ -5,7 +5,9 @@
     model.family.hook_name(3, "hook_pattern")         # the protocol code above the core speaks
 
 Adding a member: write its module (config fields, weight names, heads, tokenizer kind, special
-tokens) and add it to `FAMILIES`; nothing in analysis, training, viz or panels changes.
+tokens, and what the lab says about it: positions, segments, objective, changes; see `Family`), set
+`ModelClass.FAMILY = FAMILY` there (the model finds its protocol through it: the model core never
+imports the families), and add it to `FAMILIES`; nothing in analysis, training, viz or panels changes.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def spec_from_hf(d: dict[str, Any]) -> tuple[Family, BertConfig]:
 
 def model_family(model) -> ModelFamily:
     """The protocol object of a loaded model (any family)."""
-    return ModelFamily(family_for(model.config.model_type), model.config)
+    return family_for(model.config.model_type).bind(model.config)
 
 
 __all__ = ["FAMILIES", "LAYER_HOOKS", "Assembly", "Family", "FamilyError", "FamilyModel", "ModelFamily",

@@ -231,6 +231,13 @@ def _spec(d: dict, kwargs: dict) -> None:
         kwargs["num_hidden_layers"] = layers * d.get("inner_group_num", 1)  # logical layers: every layer run
 
 
+def _new_fields(d: dict, options: dict) -> None:
+    """A new ALBERT: no factorisation unless asked (config.json's default is 128), one group shared by every
+    layer when `shared_layers`, else a group per layer."""
+    d.setdefault("embedding_size", d["hidden_size"])
+    d["num_hidden_groups"] = 1 if options.get("shared_layers") else d["num_hidden_layers"]
+
+
 def _hf(spec: BertConfig, d: dict) -> None:
     d["num_hidden_layers"] = spec.num_hidden_layers // inner_group_num(spec)
 
@@ -263,5 +270,10 @@ FAMILY = Family(
     spec_hook=_spec,
     hf_hook=_hf,
     title="ALBERT",
+    objective="MLM + SOP",
+    objective_about="sentence-order prediction: are A and B in their order, or swapped? (NSP was too easy: topic "
+                    "alone gave it away); one layer shared across depth; factorised embeddings",
+    objective_demo="pair",
+    new_fields=_new_fields,
 )
 Albert.FAMILY = FAMILY

@@ -42,4 +42,9 @@ FAMILY = Family(
     tied={"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
           "cls.predictions.decoder.bias": "cls.predictions.bias"},
     title="BERT",
+    objective="MLM + NSP",
+    objective_about="15% of pieces hidden (static: masked once, before training), plus next-sentence prediction: "
+                    "does B follow A, or is it a random sentence?",
+    objective_demo="pair",
 )
+Bert.FAMILY = FAMILY

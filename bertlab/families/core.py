@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from bertlab.config import PRETRAINING_HEADS, BertConfig, ConfigError
+from bertlab.config import PAIR_HEADS, PRETRAINING_HEADS, BertConfig, ConfigError
 from bertlab.hooks import name_hook_points
 from bertlab.model import HookedModel, MissingHeadError
 from bertlab.model import decoder_is_tied as ties_decoder  # one rule for every family
@@ -29,6 +29,20 @@ LAYER_HOOKS = (
 EMBEDDING_HOOKS = ("hook_word", "hook_token_type", "hook_position", "hook_sum", "hook_out")
 SPECIAL_ROLES = ("cls", "sep", "pad", "unk", "mask")
 TOKENIZER_TITLES = {"wordpiece": "WordPiece", "bpe": "byte-level BPE", "unigram": "SentencePiece Unigram"}
+# How a member knows where each token is (Family.positions), as the Input tab says it.
+POSITION_NOTES = {
+    "learned": "Each position has a learned position embedding, added to the token's input vector.",
+    "rotary": "This model has no position embeddings: it adds nothing for the position to the input vector. "
+              "Instead, inside every attention layer, each query and key is turned by an angle that grows with "
+              "its position (rotary position embeddings), so the scores depend on how far apart tokens are.",
+    "relative": "This model adds no position embeddings to the input vector. Instead, every attention layer "
+                "scores each pair of tokens also by their distance (relative position embeddings), apart from "
+                "what the tokens say.",
+}
+POSITION_TITLES = {"learned": "learned position embeddings, added to the input",
+                   "rotary": "rotary (queries and keys turned by position, inside attention)",
+                   "relative": "relative (token distances scored inside attention)"}
+OBJECTIVE_DEMOS = ("pair", "dynamic", "rtd", "distil", "")
 HEAD_WORDS = {"mlm": "masked-word prediction (MLM)", "nsp": "next-sentence prediction (NSP)",
               "sop": "sentence-order prediction (SOP)", "rtd": "replaced-token detection (ELECTRA's discriminator)"}
 # Checkpoint keys that are never weights: position/segment id buffers of older HF versions.
@@ -52,6 +66,26 @@ class Family:
     head_keys: a key (or alternative keys) that shows each pre-training head is in the file;
     read_state: the family's reading of a file's keys before its model is built (returns the spec to
     build and the state to load: DeBERTa's two MLM-head layouts, its checkpoints' unused RTD head).
+
+    What the lab says about the member (every field has a default, so a module fills only what differs):
+
+    - positions: how the model knows where a token is: "learned" (absolute position embeddings added to
+      the input, BERT's), "rotary" (queries and keys turned by a position-dependent angle inside attention,
+      no position embeddings) or "relative" (attention scores that read the query-key distance, no position
+      embeddings added to the input). positions_note: one sentence for the Input tab on it (default: the
+      kind's sentence in POSITION_NOTES).
+    - has_segments: whether the member has segment (token-type) embeddings at all (False: A and B are told
+      apart only by the separator); a config with fewer than two segment types has none either.
+    - objective: its pre-training objective in a few words ("MLM + NSP"); objective_about: what that
+      objective changed, one or two sentences; objective_demo: what the Family tab shows of it on the
+      sentence: "pair" (the sentence-pair head on the halves), "dynamic" (new masks each epoch), "rtd"
+      (generator + discriminator), "distil" (soft targets against a teacher), "" (nothing more).
+    - mlm_role: what a checkpoint of this member with an MLM head is: "mlm", or "generator" (ELECTRA's MLM
+      is the small generator that feeds the discriminator).
+    - changes: what this member changed in the architecture, short phrases for the Family tab
+      ("rotary positions", "GeGLU MLP"); empty: nothing beyond what the other fields say.
+    - new_fields: fills the config.json dict of a new, randomly initialised model (`new_config`) with
+      what only this member has, from the size options {"embedding_size", "shared_layers"}.
     """
 
     name: str  # model_type
@@ -77,6 +111,24 @@ class Family:
     # head sets no transformers class holds -> the class that reads all of it but one extra head, which
     # transformers leaves unread (DeBERTa-v3's replaced-token detector beside its MLM head)
     unread_heads: dict[tuple[str, ...], str] = field(default_factory=dict)
+    # -- what the lab says about it (see the class docstring) ----------------------------------
+    positions: str = "learned"  # "learned", "rotary" or "relative"
+    positions_note: str = ""  # the Input tab's sentence on positions; default: POSITION_NOTES[positions]
+    has_segments: bool = True  # segment (token-type) embeddings exist at all
+    objective: str = "MLM"  # the pre-training objective in a few words
+    objective_about: str = "masked-word prediction"  # what that objective changed
+    objective_demo: str = ""  # "pair", "dynamic", "rtd", "distil" or "" (see the class docstring)
+    mlm_role: str = "mlm"  # "mlm", or "generator" when the MLM is a generator feeding a discriminator
+    changes: tuple[str, ...] = ()  # architecture changes, short phrases for the Family tab
+    new_fields: Callable[[dict, dict], None] | None = None  # (config.json dict, size options) -> None
+
+    def __post_init__(self) -> None:
+        if self.positions not in POSITION_NOTES:
+            raise FamilyError(f"{self.name}: positions must be one of {', '.join(POSITION_NOTES)}; "
+                              f"got {self.positions!r}.")
+        if self.objective_demo not in OBJECTIVE_DEMOS:
+            raise FamilyError(f"{self.name}: objective_demo must be one of {OBJECTIVE_DEMOS}; "
+                              f"got {self.objective_demo!r}.")
 
     # -- config.json <-> neutral spec -----------------------------------------------------------
     def spec_from_hf(self, d: dict[str, Any]) -> BertConfig:
@@ -128,6 +180,34 @@ class Family:
     def display(self) -> str:
         return self.title or self.name
 
+    def bind(self, config: BertConfig) -> "ModelFamily":
+        """The protocol object of a model of this family with `config` (what `model.family` returns)."""
+        return ModelFamily(self, config)
+
+    def new_config(self, architecture: str, *, vocab_size: int, hidden_size: int, num_layers: int, num_heads: int,
+                   max_len: int, pad_token_id: int, embedding_size: int | None = None, shared_layers: bool = False,
+                   **extra: Any) -> dict[str, Any]:
+        """The config.json dict of a new, randomly initialised model with the heads of HF class
+        `architecture` (what transformers would read), under the family's own field names: intermediate
+        4 x hidden, room for `max_len` tokens after the family's position offset, and what only the family
+        has (`new_fields`). `extra`: more config.json fields, by the family's names."""
+        if architecture not in self.architectures:
+            raise FamilyError(f"{architecture!r} is not a {self.display} architecture; they are "
+                              f"{', '.join(self.architectures)}.")
+        hf = {ours: theirs for theirs, ours in self.fields.items()}  # spec name -> the family's config.json name
+        shape = {"vocab_size": vocab_size, "hidden_size": hidden_size, "num_hidden_layers": num_layers,
+                 "num_attention_heads": num_heads, "intermediate_size": 4 * hidden_size,
+                 "pad_token_id": pad_token_id, "max_position_embeddings": max_len}
+        d: dict[str, Any] = {"model_type": self.name, "architectures": [architecture],
+                             **{hf.get(k, k): v for k, v in shape.items()}, **extra}
+        if embedding_size is not None:
+            d[hf.get("embedding_size", "embedding_size")] = embedding_size
+        if self.new_fields is not None:
+            self.new_fields(d, {"embedding_size": embedding_size, "shared_layers": shared_layers})
+        offset = self.spec_from_hf(d).position_offset  # positions that count from an offset need room for it
+        d[hf.get("max_position_embeddings", "max_position_embeddings")] = max_len + offset
+        return d
+
     @property
     def bare_architecture(self) -> str:
         return next(a for a, (h, t) in self.architectures.items() if not h and t is None)
@@ -169,9 +249,40 @@ class ModelFamily:
         return self.config.num_hidden_layers
 
     @property
+    def title(self) -> str:
+        """The family's name as people write it ("RoBERTa")."""
+        return self.family.display
+
+    @property
     def has_segments(self) -> bool:
         """Whether token_type_ids mean anything (DistilBERT has no segment embeddings)."""
-        return self.config.type_vocab_size > 1
+        return self.family.has_segments and self.config.type_vocab_size > 1
+
+    @property
+    def positions(self) -> str:
+        """How the model knows where each token is: "learned", "rotary" or "relative" (Family.positions)."""
+        return self.family.positions
+
+    @property
+    def positions_title(self) -> str:
+        """The kind of positions in a few words, for the Family tab's card."""
+        return POSITION_TITLES[self.family.positions]
+
+    @property
+    def has_position_embeddings(self) -> bool:
+        """Whether a position embedding is added to each token's input vector."""
+        return self.family.positions == "learned"
+
+    @property
+    def positions_note(self) -> str:
+        """One sentence on how the model encodes positions, for the Input tab."""
+        return self.family.positions_note or POSITION_NOTES[self.family.positions]
+
+    @property
+    def pair_task(self) -> str | None:
+        """The task of the model's sentence-pair head: "nsp" (does B follow A?), "sop" (are A and B in
+        order?), or None without one."""
+        return next((h for h in PAIR_HEADS if h in self.config.pretraining_heads), None)
 
     @property
     def tokenizer_kind(self) -> str:
@@ -277,6 +388,7 @@ class FamilyModel(HookedModel):
 
     def __init__(self, config: BertConfig):
         super().__init__()
+        self.check_family(config)
         self.config = config
 
     def finish(self) -> None:
@@ -426,8 +538,11 @@ def assemble(family: Family, spec: BertConfig, state: dict[str, torch.Tensor], w
         id2label = {i: f"LABEL_{i}" for i in range(n)}
     add_pooler = family.pooler_key is not None and family.pooler_key in state
     spec = spec.replace(pretraining_heads=heads, id2label=id2label, add_pooler=add_pooler)
-    with torch.device("meta"), SkipInit():  # no random init: every weight comes from the file (strict, below)
-        model = family.model_class(spec)
+    try:
+        with torch.device("meta"), SkipInit():  # no random init: every weight comes from the file (strict, below)
+            model = family.model_class(spec)
+    except ConfigError as e:  # what the family's model refuses in the config
+        raise FamilyError(f"{weights_file.parent / 'config.json'}: {e}") from e
     check_state(family, model, state, weights_file)
     expected = model.state_dict()
     owned = {}

@@ -570,5 +570,16 @@ FAMILY = Family(
     spec_hook=_spec,
     read_state=_read_state,
     title="DeBERTa",
+    positions="relative",
+    positions_note="Every attention layer scores each pair of tokens by what they say and, apart from that, by "
+                   "their distance (disentangled attention: content-to-position and position-to-content terms "
+                   "over relative position embeddings). DeBERTa-v3 adds no position embedding to the input "
+                   "vector (a v2 checkpoint with position_biased_input does).",
+    objective="replaced-token detection (DeBERTa-v3)",
+    objective_about="ELECTRA's generator and discriminator, with gradient-disentangled embedding sharing: the "
+                    "discriminator reads the generator's word embeddings without pulling on them, plus a "
+                    "difference of its own",
+    changes=("disentangled attention: content and relative position scored apart",
+             "relative positions in log buckets", "no segment embeddings (v3)"),
 )
 DebertaV2.FAMILY = FAMILY

@@ -192,5 +192,10 @@ FAMILY = Family(
     head_prefixes=("vocab_transform.", "vocab_layer_norm.", "vocab_projector."),
     tied={"vocab_projector.weight": "distilbert.embeddings.word_embeddings.weight"},
     title="DistilBERT",
+    has_segments=False,
+    objective="MLM by distillation",
+    objective_about="a half-depth student trained to match BERT's output distribution (soft targets) as well as "
+                    "the hidden word, no NSP",
+    objective_demo="distil",
 )
 DistilBert.FAMILY = FAMILY

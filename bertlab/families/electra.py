@@ -111,5 +111,10 @@ FAMILY = Family(
     tied={"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
     title="ELECTRA",
     spec_hook=_embedding_size,
+    objective="replaced-token detection",
+    objective_about="a small generator fills masked pieces; the discriminator, the model kept, says for every "
+                    "piece whether it was replaced",
+    objective_demo="rtd",
+    mlm_role="generator",
 )
 Electra.FAMILY = FAMILY

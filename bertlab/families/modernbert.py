@@ -455,6 +455,14 @@ FAMILY = Family(
     tied={"decoder.weight": "model.embeddings.tok_embeddings.weight"},
     check=_check,
     title="ModernBERT",
+    positions="rotary",
+    has_segments=False,
+    objective="MLM at 30 %, no NSP",
+    objective_about="twice BERT's share of pieces hidden (30 %), no next-sentence task, full sentences "
+                    "packed across documents, trained on far more text with longer inputs",
+    changes=("rotary positions (a global and a local theta)",
+             "attention alternates: every few layers global, the others a local band around each token",
+             "GeGLU MLP", "pre-norm layers with bias-free LayerNorms", "no segment embeddings"),
 )
 ModernBert.FAMILY = FAMILY
 

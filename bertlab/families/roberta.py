@@ -112,5 +112,9 @@ FAMILY = Family(
           "lm_head.decoder.bias": "lm_head.bias"},
     title="RoBERTa",
     spec_hook=_positions,
+    objective="MLM, dynamic masking, no NSP",
+    objective_about="a new mask every time a sentence is seen, no next-sentence task, full sentences packed to 512 "
+                    "tokens, far more data",
+    objective_demo="dynamic",
 )
 Roberta.FAMILY = FAMILY

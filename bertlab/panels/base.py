@@ -133,14 +133,15 @@ class Panel:
             )
 
 
-NEEDS = ("mlm", "pair", "segments")
+NEEDS = ("mlm", "pair", "segments", "positions")
 
 
 def lacks(model: torch.nn.Module, need: str) -> str | None:
     """What `model` lacks for `need`, in a sentence a student can act on; None when it has it.
     need: "mlm" (an MLM head, to guess hidden words), "pair" (an NSP or SOP head, to judge a
-    sentence pair), "segments" (segment embeddings, which tell sentence A from B). Every tab says
-    it this one way."""
+    sentence pair), "segments" (segment embeddings, which tell sentence A from B), "positions" (position
+    embeddings added to the input; without them, what the model uses instead, as its family says it).
+    Every tab says it this one way."""
     family = model.family
     if need == "mlm":
         if model.has_mlm:
@@ -161,14 +162,14 @@ def lacks(model: torch.nn.Module, need: str) -> str | None:
             return None
         return (f"This {family.name} model has no segment embeddings: it reads A and B as one text, told apart "
                 "only by the separator token between them (no segment vector is added to any token).")
+    if need == "positions":
+        return None if family.has_position_embeddings else family.positions_note
     raise ValueError(f"unknown need {need!r}; needs are {', '.join(NEEDS)}.")
 
 
 def pair_task(model: torch.nn.Module) -> str | None:
     """"sop" (ALBERT's sentence order: is A before B?), "nsp" (does B follow A?), or None."""
-    if not model.has_nsp:
-        return None
-    return "sop" if "sop" in model.config.pretraining_heads else "nsp"
+    return model.family.pair_task if model.has_nsp else None
 
 
 def note_html(level: Level, text: str) -> str:

@@ -53,7 +53,7 @@ def model_card(model, name: str) -> str:
         colour, sign = ("#1a7f37", "✓") if ok else ("#888", "✗")
         return f'<span style="color:{colour};margin-right:12px">{sign} {what}</span>'
 
-    pair = "SOP head (sentence order)" if "sop" in c.pretraining_heads else "NSP head"
+    pair = "SOP head (sentence order)" if model.family.pair_task == "sop" else "NSP head"
     heads = mark(model.has_mlm, "MLM head") + mark(model.has_nsp, pair)
     if getattr(model, "has_rtd", False):
         heads += mark(True, "replaced-token head (ELECTRA)")

@@ -34,7 +34,7 @@ from bertlab.training.checkpoint import save_model_atomically
 from bertlab.training.corpora import Document, load_corpus
 from bertlab.training.loop import TrainEvent, TrainResult
 from bertlab.training.masking import STRATEGIES
-from bertlab.training.objectives import OBJECTIVES, get_objective
+from bertlab.training.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
 from bertlab.training.objectives.compare import CurveRecorder
 from bertlab.training.pretrain import (
     SIZES,
@@ -346,7 +346,7 @@ class PretrainPanel(BackgroundWork, Panel):
         name = self.objective.value
         if name:
             o = get_objective(name)
-            self.train_strategy.value = "span" if name == "spanbert" else "token"
+            self.train_strategy.value = o.masking
             self.pair_task.value = o.pair_task or "none"
         self.train_strategy.disabled = self.pair_task.disabled = bool(name)
         options = get_objective(name).size_options if name else ()
@@ -424,7 +424,7 @@ class PretrainPanel(BackgroundWork, Panel):
                 return
             docs = self._load(cfg.corpus)
             docs = documents_for_run(docs, cfg.steps * cfg.batch_size * cfg.seq_len, cfg.seed)
-            objective = get_objective(cfg.objective or "bert")  # your own mix is recorded as BERT's curves
+            objective = get_objective(cfg.objective or DEFAULT_OBJECTIVE)  # your own mix is recorded as BERT's curves
             model = objective_module(objective, cfg, tok) if cfg.objective else new_model(cfg.size, tok, cfg.pair_task)
             recorder = CurveRecorder(model, objective, tok)
             self.trained, self._run_tok = objective.mlm_model(model), tok  # the probe reads the MLM part
@@ -522,7 +522,7 @@ class PretrainPanel(BackgroundWork, Panel):
         if result.step == 0:
             self.show_run_message("Stopped before the first step: no model was made.", "warning")
             return
-        family = get_objective(cfg.objective).title.split(":")[0] if cfg.objective else "BERT"
+        family = get_objective(cfg.objective or DEFAULT_OBJECTIVE).title.split(":")[0]
         name = f"mini {family} ({cfg.size}, {result.step} steps)"
         last = next((p for p in reversed(self.points) if p.get("mlm_acc") is not None), None)
         acc = f" (last MLM accuracy {100 * last['mlm_acc']:.0f}%)" if last else ""

@@ -115,7 +115,8 @@ class RepresentationPanel(Panel):
             a, b = self._inputs()
             full = input_representation(self.model, self.tok, a, b)
             self.show_messages(notes(full, self.max_shown, pair_asked=bool(self.text_b.value), tok=self.tok,
-                                     segments=lacks(self.model, "segments")))
+                                     segments=lacks(self.model, "segments"),
+                                     positions=lacks(self.model, "positions")))
             return first_tokens(full, self.max_shown)
         return None
 
@@ -188,10 +189,11 @@ def split_words(rep: Representation, tok: Tokenizer | None = None) -> list[str]:
 
 
 def notes(rep: Representation, max_shown: int = MAX_SHOWN, pair_asked: bool = False,
-          tok: Tokenizer | None = None, segments: str | None = None) -> list[tuple[Level, str]]:
+          tok: Tokenizer | None = None, segments: str | None = None,
+          positions: str | None = None) -> list[tuple[Level, str]]:
     """What the student should know about this input, beyond the pictures (special tokens as `tok`
-    spells them; default: WordPiece's). `segments`: what the model lacks there (`lacks(model,
-    "segments")`), None when it has segment embeddings."""
+    spells them; default: WordPiece's). `segments`, `positions`: what the model lacks there
+    (`lacks(model, "segments")`, `lacks(model, "positions")`), None when it has those embeddings."""
     specials = tok.special_tokens if tok is not None else DEFAULT_SPECIALS
     n = len(rep.tokens)
     pair = "two sentences: A is segment 0 (blue), B is segment 1 (orange)" if rep.text_b else "one sentence"
@@ -200,6 +202,8 @@ def notes(rep: Representation, max_shown: int = MAX_SHOWN, pair_asked: bool = Fa
     out: list[tuple[Level, str]] = [("info", f"{n} tokens, {pair}.")]
     if segments and (rep.text_b or pair_asked):
         out.append(("info", segments))
+    if positions:
+        out.append(("info", positions))
     split = split_words(rep, tok)
     if split:
         shown = "; ".join(split[:6]) + ("; …" if len(split) > 6 else "")

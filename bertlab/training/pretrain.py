@@ -27,7 +27,14 @@ from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import Document, load_corpus
 from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, train
 from bertlab.training.masking import IGNORE_INDEX, MaskingConfig, MLMBatch, MLMCollator
-from bertlab.training.objectives import OBJECTIVES, ModelShape, Objective, ObjectiveError, get_objective
+from bertlab.training.objectives import (
+    DEFAULT_OBJECTIVE,
+    OBJECTIVES,
+    ModelShape,
+    Objective,
+    ObjectiveError,
+    get_objective,
+)
 from bertlab.training.objectives.base import SIZES, write_objective_file  # SIZES: re-exported here
 from bertlab.training.pairs import PairExample, build_pairs
 
@@ -88,7 +95,7 @@ class PretrainConfig:
 
     def shape(self) -> ModelShape:
         """The new model's size (the objective's defaults for the options left out)."""
-        objective = get_objective(self.objective or "bert")
+        objective = get_objective(self.objective or DEFAULT_OBJECTIVE)
         shared = self.shared_layers if self.shared_layers is not None else "shared_layers" in objective.size_options
         return ModelShape.of(self.size, self.embedding_size, shared, max_len=max(512, self.seq_len))
 
@@ -242,9 +249,10 @@ class ObjectiveRun:
 
 
 def check_continuable(objective: Objective, model: torch.nn.Module) -> None:
-    """Refuse (ObjectiveError) to continue `model` with an objective of another family, or with ELECTRA."""
-    if model.config.model_type != objective.model_type or objective.name == "electra":
-        what = ("a generator and a discriminator from scratch" if objective.name == "electra"
+    """Refuse (ObjectiveError) to continue `model` with an objective of another family, or with one that
+    only builds from scratch (ELECTRA's generator + discriminator)."""
+    if model.config.model_type != objective.model_type or objective.continue_with is None:
+        what = (f"{objective.builds or 'its own models'} from scratch" if objective.continue_with is None
                 else f"a {objective.model_type} model")
         raise ObjectiveError(f"the {objective.name} objective trains {what}; the model given is a "
                              f"{model.config.model_type} model. Leave out the model, or pick an objective "
@@ -258,13 +266,9 @@ def objective_module(objective: Objective, cfg: PretrainConfig, tokenizer: Token
     if model is None:
         return objective.build(cfg.shape(), tokenizer)
     check_continuable(objective, model)
-    heads = {"bert": ("mlm", "nsp"), "albert": ("mlm", "sop")}.get(objective.name, ("mlm",))
+    heads = objective.heads
     model = model.with_heads(heads) if model.config.pretraining_heads != heads else model
-    if objective.name == "spanbert":
-        from bertlab.training.objectives.spanbert import SpanBert
-
-        return SpanBert(model)
-    return model
+    return objective.continue_with(model)
 
 
 def pretrain_objective(
@@ -278,9 +282,9 @@ def pretrain_objective(
     resume_from: str | None = None,
     module: torch.nn.Module | None = None,
 ) -> ObjectiveRun:
-    """Pre-train with `cfg.objective` (default "bert") on the shared loop: its model, its data, its loss.
+    """Pre-train with `cfg.objective` (default: DEFAULT_OBJECTIVE) on the shared loop: its model, its data, its loss.
     `module`: what `objective_module` built already (so a callback can hold it); else built here."""
-    objective = get_objective(cfg.objective or "bert")
+    objective = get_objective(cfg.objective or DEFAULT_OBJECTIVE)
     if tokenizer is None:
         from bertlab.loading import default_model_folder
 

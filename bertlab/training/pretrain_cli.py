@@ -90,7 +90,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     from bertlab.training.checkpoint import save_model_atomically
     from bertlab.training.corpora import load_corpus
     from bertlab.training.loop import TqdmCallback
-    from bertlab.training.objectives import get_objective
+    from bertlab.training.objectives import DEFAULT_OBJECTIVE, get_objective
     from bertlab.training.pretrain import PretrainConfig, check_continuable, pretrain, pretrain_objective
     from bertlab.training.queue import queued
 
@@ -113,7 +113,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
         if args.objective is not None:  # before the corpus loads: fail at once
             check_continuable(get_objective(args.objective), model)
     held = load_corpus(args.corpus, split="held_out") if not Path(args.corpus).exists() else None
-    progress = [TqdmCallback(desc=f"pre-training ({args.objective or 'bert'})")]
+    progress = [TqdmCallback(desc=f"pre-training ({args.objective or DEFAULT_OBJECTIVE})")]
     with queued(f"bertlab pretrain {args.size}"):  # the class queue, when BERTLAB_QUEUE is set
         if args.objective is None:
             model, tok, result = pretrain(cfg, model=model, tokenizer=tok, callbacks=progress,

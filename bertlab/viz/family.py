@@ -238,6 +238,11 @@ def objective_html(view: ModelView, extra: str = "") -> str:
              f'<div style="color:#555;font-size:0.9em">{plain_text(view.family)} · '
              f'<b>{plain_text(o.name)}</b></div>' if o else "",
              f'<div style="font-size:0.9em;margin:2px 0 4px">{plain_text(o.about)}</div>' if o else ""]
+    if view.positions:
+        lines.append(f'<div style="font-size:0.9em;margin:0 0 4px">Positions: {plain_text(view.positions)}.</div>')
+    if o is not None and o.changes:  # what the member changed in the architecture (its family module says)
+        lines.append('<div style="font-size:0.9em;margin:0 0 4px">Architecture: '
+                     + "; ".join(plain_text(c) for c in o.changes) + ".</div>")
     mw = view.masked
     if mw is not None:
         guess = " ".join(labels[0] for labels in mw.guess_labels)

@@ -16,6 +16,7 @@ from bertlab.training.objectives.base import SIZES, ModelShape, Objective, Objec
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (bert.OBJECTIVE, roberta.OBJECTIVE, albert.OBJECTIVE,
                                                         electra.OBJECTIVE, spanbert.OBJECTIVE,
                                                         modernbert.OBJECTIVE, deberta.OBJECTIVE)}
+DEFAULT_OBJECTIVE = bert.OBJECTIVE.name  # what a run without an objective trains (MLM + a pair head)
 
 
 def get_objective(name: str) -> Objective:
@@ -25,4 +26,4 @@ def get_objective(name: str) -> Objective:
     return OBJECTIVES[name]
 
 
-__all__ = ["OBJECTIVES", "SIZES", "ModelShape", "Objective", "ObjectiveError", "get_objective"]
+__all__ = ["DEFAULT_OBJECTIVE", "OBJECTIVES", "SIZES", "ModelShape", "Objective", "ObjectiveError", "get_objective"]

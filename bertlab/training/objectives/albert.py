@@ -35,4 +35,5 @@ OBJECTIVE = Objective(
     save=save_whole,
     size_options=("embedding_size", "shared_layers"),
     pair_task="sop",
+    loss_name="MLM + SOP",
 )

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from bertlab.config import PAIR_HEADS
 from bertlab.families import FAMILIES, spec_from_hf
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.masking import IGNORE_INDEX, MaskingConfig, MLMBatch, MLMCollator
@@ -65,22 +66,13 @@ def new_family_model(model_type: str, architecture: str, shape: ModelShape, toke
     """A randomly initialised model of `model_type` with the heads of HF class `architecture`, built
     from the config.json transformers would read (so saving and loading round-trip exactly)."""
     family = FAMILIES[model_type]
-    d: dict[str, Any] = {
-        "model_type": model_type, "architectures": [architecture], "vocab_size": tokenizer.vocab_size,
-        "hidden_size": shape.hidden, "num_hidden_layers": shape.layers, "num_attention_heads": shape.heads,
-        "intermediate_size": 4 * shape.hidden, "pad_token_id": tokenizer.pad_token_id,
-        "max_position_embeddings": shape.max_len, **extra,
-    }
-    if model_type == "roberta":  # positions count from padding_idx + 1: room for them
-        d["max_position_embeddings"] = shape.max_len + tokenizer.pad_token_id + 1
-    if shape.embedding_size is not None:
-        d["embedding_size"] = shape.embedding_size
-    if model_type == "albert":
-        d.setdefault("embedding_size", shape.hidden)
-        d["num_hidden_groups"] = 1 if shape.shared_layers else shape.layers
+    d = family.new_config(architecture, vocab_size=tokenizer.vocab_size, hidden_size=shape.hidden,
+                          num_layers=shape.layers, num_heads=shape.heads, max_len=shape.max_len,
+                          pad_token_id=tokenizer.pad_token_id, embedding_size=shape.embedding_size,
+                          shared_layers=shape.shared_layers, **extra)
     _, spec = spec_from_hf(d)
     # transformers' MLM-only classes (BertForMaskedLM, RobertaForMaskedLM) have no pooler: none here either
-    spec = spec.replace(add_pooler=any(h in spec.pretraining_heads for h in ("nsp", "sop")))
+    spec = spec.replace(add_pooler=any(h in spec.pretraining_heads for h in PAIR_HEADS))
     return family.model_class(spec)
 
 
@@ -202,7 +194,10 @@ class Objective:
     collate(tokenizer, seed) -> batch maker `(examples, generator=None) -> batch` (masking);
     loss(model, batch) -> (loss, metrics); kept(module) -> the model kept (a family model);
     mlm_model(module) -> the part that predicts masked words (the probe), or None;
-    save(module, tokenizer, folder) writes the folder that bertlab and transformers load."""
+    save(module, tokenizer, folder) writes the folder that bertlab and transformers load;
+    continue_with(model) -> the module the loop trains around a given model of `model_type` (continued
+    training, the model already carrying `heads`), or None when the objective only builds from scratch
+    (`builds` says what it builds then)."""
 
     name: str
     title: str  # for people: "RoBERTa: dynamic MLM, no NSP, full-sentence packing"
@@ -218,3 +213,13 @@ class Objective:
     save: Callable[[nn.Module, Tokenizer, Path], Path]
     size_options: tuple[str, ...] = ()  # which of "embedding_size", "shared_layers" it takes
     pair_task: str | None = None  # "nsp" / "sop" when the model has a sentence-pair head
+    loss_name: str = "MLM"  # its own loss in words, for the curves' legend ("MLM + NSP")
+    mlm_acc_key: str = "mlm_acc"  # the metric that is its MLM accuracy in the curves
+    masking: str = "token"  # the masking strategy its collator uses (MaskingConfig.strategy)
+    continue_with: Callable[[nn.Module], nn.Module] | None = lambda model: model
+    builds: str = ""  # what it builds from scratch, when it cannot continue a given model
+
+    @property
+    def heads(self) -> tuple[str, ...]:
+        """The pre-training heads of the kept model: those of its HF class in the family's table."""
+        return FAMILIES[self.model_type].architectures[self.hf_class][0]

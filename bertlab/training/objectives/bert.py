@@ -51,6 +51,7 @@ OBJECTIVE = Objective(
     mlm_model=lambda m: m,
     save=save_whole,
     pair_task="nsp",
+    loss_name="MLM + NSP",
 )
 
 __all__ = ["OBJECTIVE", "ModelShape", "pair_examples", "save_whole", "sentence_pair_loss"]

@@ -29,8 +29,6 @@ log = logging.getLogger(__name__)
 
 PROBE_TEMPLATE = "Paris is the capital of {mask}."
 PROBE_TARGET = "france"
-# The metric that is "MLM accuracy" for each objective's curves (ELECTRA's is its generator's).
-MLM_ACC_KEY = {"electra": "gen_mlm_acc"}
 # 3 epochs at 3e-4: a mini model fine-tuned for one epoch (94 steps of 32) at 1e-4 never leaves the loss plateau
 # at ln 2 and says the majority label, pre-trained or not (README, "Under one budget")
 SST2_SETTINGS = {"mode": "full", "epochs": 3, "lr": 3e-4, "batch_size": 32, "max_length": 64, "warmup_ratio": 0.1}
@@ -77,7 +75,7 @@ class CurveRecorder:
             return
         m = event.metrics
         own = event.loss if self.objective.own_loss == "loss" else m.get(self.objective.own_loss)
-        acc = m.get(MLM_ACC_KEY.get(self.objective.name, "mlm_acc"))
+        acc = m.get(self.objective.mlm_acc_key)
         self.points.append(CurvePoint(event.step, own, acc, self.read_probe()))
 
     def as_dicts(self) -> list[dict[str, Any]]:

@@ -100,4 +100,8 @@ OBJECTIVE = Objective(
     kept=discriminator_of,
     mlm_model=lambda pair: pair.generator,
     save=save,
+    loss_name="replaced-token",
+    mlm_acc_key="gen_mlm_acc",  # its MLM accuracy is the generator's
+    continue_with=None,
+    builds="a generator and a discriminator",
 )

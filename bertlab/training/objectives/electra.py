@@ -110,4 +110,8 @@ OBJECTIVE = Objective(
     mlm_model=lambda pair: pair.generator,
     save=save,
     size_options=("embedding_size",),
+    loss_name="replaced-token",
+    mlm_acc_key="gen_mlm_acc",  # its MLM accuracy is the small generator's
+    continue_with=None,
+    builds="a generator and a discriminator",
 )

@@ -140,4 +140,7 @@ OBJECTIVE = Objective(
     kept=lambda m: m.model,
     mlm_model=lambda m: m.model,
     save=save,
+    masking="span",
+    loss_name="span boundary",
+    continue_with=SpanBert,
 )
