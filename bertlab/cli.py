@@ -316,10 +316,12 @@ def _start_teacher(args: argparse.Namespace, plan) -> subprocess.Popen:
 # -- the command -------------------------------------------------------------------------------
 def _add_training(sub: argparse._SubParsersAction) -> None:
     # Imported here: `bertlab serve` must not pay for the training modules.
+    from bertlab.recipes.cli import add_recipe_parsers
     from bertlab.training.finetune_cli import add_evaluate_parser, add_finetune_parser
     from bertlab.training.pretrain_cli import add_pretrain_parsers
 
     add_pretrain_parsers(sub)
+    add_recipe_parsers(sub)
     add_finetune_parser(sub)
     add_evaluate_parser(sub)
 
@@ -447,7 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 _USER_RUNTIME_ERRORS = (
     ("bertlab.training.checkpoint", "TrainingStateError"),  # DiskFullError too
     ("bertlab.training.loop", "TrainingError"),
-    ("bertlab.training.tasks.readers", "DataSourceError"),
+    ("bertlab.tasks.readers", "DataSourceError"),
     ("bertlab.model", "MissingHeadError"),  # `bertlab explain` on a model without the head it needs
 )
 

@@ -19,7 +19,7 @@ import json
 import sys
 
 from bertlab import options
-from bertlab.analysis import InputError
+from bertlab.inputs import InputError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -1,4 +1,4 @@
-"""The class server (`bertlab serve --class N`, issue 14): what it runs (pure plan), the Host/Origin
+"""The class server (`bertlab serve --class N`): what it runs (pure plan), the Host/Origin
 guard and the kernel cap without a server, then the real server on loopback: a foreign Host is
 refused, a token or password is required, the page asks no CDN, a closed tab's kernel is freed at
 once (its beacon) or culled (no beacon), a page that never connects loses its kernel after a grace,

@@ -19,8 +19,9 @@ from fake_hub import FakeHub
 from tiny_models import CORPUS
 
 from bertlab.families import LAYER_HOOKS
-from bertlab.loading import CheckpointError, load, load_model, save_pretrained
+from bertlab.loading import load, load_model, save_pretrained
 from bertlab.tokenizer import Tokenizer
+from bertlab.weights import CheckpointError
 
 TOL = 1e-5
 WINDOW = 4  # local_attention: each token of a local layer sees 2 on each side
@@ -306,8 +307,8 @@ def test_pruned_and_quantized_modernbert_equal_their_references_and_reload(check
     import copy
 
     from bertlab.compress.quantize import quantize
-    from bertlab.compress.storage import save_compressed
-    from bertlab.compress.structure import heads_per_layer, prune_heads
+    from bertlab.compressed.storage import save_compressed
+    from bertlab.compressed.structure import heads_per_layer, prune_heads
 
     model, tok = load(str(checkpoints["ModernBertForSequenceClassification"]))
     ids, mask = _batch(tok)

@@ -1,4 +1,4 @@
-"""Issue 17, item 2: the family's pre-training objectives. Data making on fixed seeds and hand-made cases
+"""The family's pre-training objectives. Data making on fixed seeds and hand-made cases
 (RoBERTa packing and dynamic masks, SOP order labels, SpanBERT's boundary targets, ELECTRA's replaced
 labels), a few steps lowering each loss, and each saved folder read back by bertlab and by the matching
 transformers class with no missing or unexpected keys."""
@@ -347,8 +347,8 @@ def test_the_linear_probe_separates_separable_features_and_not_shuffled_labels()
 
 
 def test_the_probe_reads_each_text_in_order_and_the_compare_row_carries_it(small_tok, tmp_path, one_thread):
+    from bertlab.tasks import ClassificationExample
     from bertlab.training.objectives.compare import mean_pooled_features, sst2_probe, untrained_like
-    from bertlab.training.tasks import ClassificationExample
     from bertlab.viz.objectives import scores_html
 
     objective = get_objective("albert")

@@ -1,6 +1,6 @@
 """`bertlab serve --class N` starts the class store's variable for every kernel and, beside the
 students' server, the teacher's view: apps/teacher.ipynb on the next port, with its own secret that
-the students' server and kernels never hold (issue 15)."""
+the students' server and kernels never hold."""
 
 from __future__ import annotations
 

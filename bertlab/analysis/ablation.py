@@ -15,9 +15,11 @@ from functools import partial
 
 import torch
 
-from bertlab.analysis import InputError, echo, eval_mode, model_device, normalise_masks, require_context, require_text
-from bertlab.analysis.similarity import encode_input, hidden_states, stage_names
+from bertlab.analysis import encode_input, normalise_masks, require_context
+from bertlab.analysis.similarity import hidden_states, stage_names
+from bertlab.inputs import InputError, echo, require_text
 from bertlab.model import Bert
+from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Tokenizer
 
 TOKENS_PER_BATCH = 4096  # head masks per forward pass: this many tokens (all 72 MiniLM heads in one pass)

@@ -23,9 +23,10 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from bertlab.analysis import InputError, echo, eval_mode, max_tokens, model_device, require_text
 from bertlab.analysis.mask import MaskPrediction, fill_mask
 from bertlab.analysis.nsp import next_sentence
+from bertlab.inputs import InputError, echo, require_text
+from bertlab.runtime import eval_mode, input_limit, max_tokens, model_device
 from bertlab.tokenizer import WORD_START_MARK, Encoding, Tokenizer
 
 MAX_CHARS = 300  # the tab compares one sentence (or two): longer text is refused, not cut
@@ -527,7 +528,7 @@ def _mlm_logits(model: torch.nn.Module, tok: Tokenizer, ids: Sequence[int], posi
 
 
 def _encode(model: torch.nn.Module, tok: Tokenizer, text: str) -> Encoding:
-    enc = tok.encode(text, max_length=min(tok.model_max_length, max_tokens(model)))
+    enc = tok.encode(text, max_length=input_limit(model, tok))
     if not enc.word_spans():
         raise InputError("The sentence has no words this tokenizer can read: type a sentence.")
     return enc

@@ -44,7 +44,7 @@ def finetune_options(parser: argparse.ArgumentParser, dests: Sequence[str] = DAT
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """`bertlab compress` and its three methods."""
-    from bertlab.training.tasks import TASKS
+    from bertlab.tasks import TASKS
 
     p = sub.add_parser(
         "compress", help="make a model smaller: int8 quantization, head pruning, distillation",
@@ -103,7 +103,7 @@ def _teacher(text: str) -> str:
 
 
 def _errors() -> tuple[type[BaseException], ...]:
-    from bertlab.compress.structure import CompressError
+    from bertlab.compressed.structure import CompressError
     from bertlab.training.finetune_cli import _user_errors
 
     return (CompressError, *_user_errors())

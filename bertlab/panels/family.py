@@ -13,7 +13,6 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.family import (
     Distillation,
     ElectraPicture,
@@ -29,6 +28,7 @@ from bertlab.analysis.family import (
 )
 from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.hub import RECOMMENDED
+from bertlab.inputs import InputError
 from bertlab.panels.base import Level, Panel, show_figure
 from bertlab.panels.classroom import AnswerHold
 from bertlab.panels.state import ModelState
@@ -46,6 +46,7 @@ from bertlab.viz.family import (
 )
 from bertlab.viz.pretrain import dynamic_html
 from bertlab.viz.replaced import plot_replaced
+from bertlab.viz.theme import MUTED, help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ class FamilyPanel(Panel):
                                              tooltip="Run the sentence through every picked model")
         self.draw_button = widgets.Button(description="ELECTRA: draw again",
                                           tooltip="Mask other pieces and let the generator sample again")
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(HELP)}</div>')
+        self.help = widgets.HTML(help_html(html.escape(HELP)))
         self.cuts_box, self.mask_box, self.params_box, self.electra_box = (widgets.VBox([]) for _ in range(4))
         self.kinds = widgets.HTML()
         self.objectives = widgets.HTML()
@@ -131,10 +132,6 @@ class FamilyPanel(Panel):
             self.objectives,
             widgets.HBox([self.draw_button]), self.electra_box,
         ], layout=widgets.Layout(width="100%"))
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     # -- the model list ------------------------------------------------------------------------------
     def options(self) -> list[tuple[str, str]]:
@@ -386,7 +383,7 @@ class FamilyPanel(Panel):
             try:
                 draws = dynamic_draws(m.tok, self.text.value, "token", 0.15, self.seed, epochs=3)
             except (ValueError, IndexError) as e:
-                return f'<div style="color:#555">{html.escape(str(e))}</div>'
+                return f'<div style="{MUTED}">{html.escape(str(e))}</div>'
             return ('<div style="margin-top:4px">The same sentence in three epochs, each with a new mask:</div>'
                     + dynamic_html(draws))
         if o.demo == "rtd":
@@ -401,7 +398,7 @@ class FamilyPanel(Panel):
                 return depth + distillation_html(d, teacher)
             return depth
         if o.pair_task is None and o.demo == "pair":
-            return '<div style="color:#555">This checkpoint has no sentence-pair head to show.</div>'
+            return f'<div style="{MUTED}">This checkpoint has no sentence-pair head to show.</div>'
         return ""
 
     def figures(self) -> dict[str, go.Figure]:

@@ -58,10 +58,6 @@ class ServePlan:
         """How often idle kernels are looked for: a closed tab's kernel goes within cull_idle + this."""
         return max(2, min(10, self.cull_idle // 4))
 
-    @property
-    def needs_door(self) -> bool:
-        return not is_loopback(self.host)
-
     def argv(self) -> list[str]:
         """The server's command line (no secrets in it)."""
         cmd = [

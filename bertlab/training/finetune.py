@@ -38,11 +38,7 @@ from bertlab.config import BertConfig
 from bertlab.families import ModelFamily, family_for
 from bertlab.model import Bert, ModelOutput
 from bertlab.runtime import derive_seed, eval_mode, max_tokens, model_device
-from bertlab.tokenizer import Tokenizer
-from bertlab.training.checkpoint import save_model_atomically, write_error, write_text_atomically
-from bertlab.training.finetune_defaults import Recipe, recipe
-from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, resolve_precision, train
-from bertlab.training.tasks import (
+from bertlab.tasks import (
     CONLL_LABELS,
     IGNORE_INDEX,
     BucketBatchSampler,
@@ -59,6 +55,10 @@ from bertlab.training.tasks import (
     subset,
     word_predictions,
 )
+from bertlab.tokenizer import Tokenizer
+from bertlab.training.checkpoint import save_model_atomically, write_error, write_text_atomically
+from bertlab.training.finetune_defaults import Recipe, recipe
+from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, resolve_precision, train
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class FinetuneError(ValueError):
 class FinetuneConfig:
     """One fine-tuning run: task, data, model, mode, and the loop's settings."""
 
-    task: str = "sst2"  # sst2 | nli | ner | qa (bertlab.training.tasks.TASKS)
+    task: str = "sst2"  # sst2 | nli | ner | qa (bertlab.tasks.TASKS)
     data: str | os.PathLike | None = None  # the reader's path (file or folder); None = the copy under BERTLAB_DATA
     # A separate dev file/folder; None = `data`'s dev part, or (a data file without one) a seeded 10 % held out.
     eval_data: str | os.PathLike | None = None

@@ -24,12 +24,12 @@ EXIT_FAILED = 1
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message is for the user (no traceback): bad data, model, or settings."""
-    from bertlab.loading import CheckpointError
     from bertlab.settings import DataNotFoundError
+    from bertlab.tasks import DataFormatError, DataSourceError, FeatureError
+    from bertlab.tasks.metrics import MetricError
     from bertlab.training.checkpoint import TrainingStateError
     from bertlab.training.finetune import FinetuneError
-    from bertlab.training.metrics import MetricError
-    from bertlab.training.tasks import DataFormatError, DataSourceError, FeatureError
+    from bertlab.weights import CheckpointError
 
     return (CheckpointError, DataNotFoundError, DataFormatError, DataSourceError, FeatureError, FinetuneError,
             MetricError, TrainingStateError, KeyError, ValueError)
@@ -44,10 +44,10 @@ def _fail(command: str, error: BaseException | str) -> int:
 # -- finetune --------------------------------------------------------------------------------
 def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """`bertlab finetune`: options mirror FinetuneConfig."""
+    from bertlab.tasks import TASKS
     from bertlab.training.finetune import MODES, FinetuneConfig
     from bertlab.training.finetune_defaults import RECIPES
     from bertlab.training.loop import PRECISIONS
-    from bertlab.training.tasks import TASKS
 
     d = FinetuneConfig()
     full = "; ".join(f"{t}: {r.epochs} epochs, lr {r.lr:g}, batch {r.batch_size}, length {r.max_length}, "
@@ -141,7 +141,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
 # -- evaluate --------------------------------------------------------------------------------
 def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """`bertlab evaluate`: the task metric of a fine-tuned model, as one JSON line."""
-    from bertlab.training.tasks import TASKS
+    from bertlab.tasks import TASKS
 
     p = sub.add_parser(
         "evaluate", help="score a fine-tuned model on a task's data (one JSON line)",
@@ -172,9 +172,9 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from bertlab.loading import load
+    from bertlab.runtime import resolve_device
+    from bertlab.tasks import get_task
     from bertlab.training.finetune import evaluate
-    from bertlab.training.loop import resolve_device
-    from bertlab.training.tasks import get_task
 
     try:
         task = get_task(args.task)

@@ -1,4 +1,4 @@
-"""The panels in JupyterLab, where errors show that Voilà hides (issue 15).
+"""The panels in JupyterLab, where errors show that Voilà hides.
 
 A real `jupyter lab` on a free loopback port (its own settings, workspaces and token) runs notebook
 03 and a notebook with the Embeddings panel in headless Chromium; the test clicks as a student

@@ -1,4 +1,4 @@
-"""Issue 20, item 3 in a real browser: a short pre-training run in the Pre-training tab, then its Replay
+"""A real browser: a short pre-training run in the Pre-training tab, then its Replay
 section: the step slider moved with the keyboard redraws the view at the first snapshot, and each view
 (Mask, Attention, Embeddings, Logit lens) draws. Screenshot: $TMPDIR/bertlab-screenshots/replay-*.png."""
 

@@ -1,5 +1,5 @@
 """What a compressed model is, in memory: pruned heads (smaller attention matrices, per-layer head
-counts) and int8 Linear layers, with the config keys that record them. `bertlab.compress.storage`
+counts) and int8 Linear layers, with the config keys that record them. `bertlab.compressed.storage`
 writes and reads them; `quantize` and `prune` make them.
 
 - `pruned_heads` (config.extra, saved in config.json): {"layer": [original head indices removed]},
