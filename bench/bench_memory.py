@@ -254,13 +254,13 @@ def serve_fork(seats: int, settle: float, timeout: float) -> dict:
     folder = tempfile.mkdtemp(prefix="bench_fork_")
     token = "bench-fork-token"
     env = {k: v for k, v in os.environ.items() if k != "BERTLAB_MODEL"}
-    env["HF_HUB_OFFLINE"] = "1"
+    env["HF_HUB_OFFLINE"], env["BERTLAB_TOKEN"] = "1", token
     load_before = os.getloadavg()
     t = time.perf_counter()
     log = Path(folder) / "server.log"
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "bertlab.cli", "serve", "--class", str(seats), "--fork-kernels",
-                                 "--no-browser", "--port", str(port), "--token", token, "--class-dir",
+                                 "--no-browser", "--port", str(port), "--class-dir",
                                  folder + "/class"], env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     failed = True

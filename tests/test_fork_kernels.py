@@ -69,16 +69,16 @@ START_S = 300
 
 @pytest.fixture(scope="module")
 def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """`bertlab serve --class 2 --fork-kernels --token ...` on a free loopback port."""
+    """`bertlab serve --class 2 --fork-kernels` (token in BERTLAB_TOKEN) on a free loopback port."""
     port = _free_port()
     folder = tmp_path_factory.mktemp("forkclass")
     log = folder / "server.log"
     env = {k: v for k, v in os.environ.items() if k != "BERTLAB_MODEL"}
-    env["HF_HUB_OFFLINE"] = "1"
+    env["HF_HUB_OFFLINE"], env["BERTLAB_TOKEN"] = "1", TOKEN
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "bertlab.cli", "serve", "--class", "2", "--fork-kernels", "--no-browser",
-             "--port", str(port), "--token", TOKEN, "--class-dir", str(folder / "class")],
+             "--port", str(port), "--class-dir", str(folder / "class")],
             cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True)
     srv = Server(port, proc, log)
