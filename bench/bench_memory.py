@@ -37,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 AIM_MB = 250.0
 BUILD = "from bertlab.panels.app import build_app\napp = build_app()\napp.widget"
 DEFAULT_OUT = str(Path(__file__).parent / "results" / "memory.json")
@@ -213,15 +215,11 @@ def measure(k: int, mode: str, threads: int, settle: float, timeout: float) -> d
 
 # -- the class server with forked kernels -----------------------------------------------------------
 def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
+    """Processes whose parent is `pid`."""
+    try:
+        return [c.pid for c in psutil.Process(pid).children()]
+    except psutil.NoSuchProcess:
+        return []
 
 
 def _descendants(pid: int) -> list[int]:
