@@ -434,3 +434,15 @@ def test_download_then_load_offline(tmp_path, hf_tok):
         ref = model(torch.tensor([tok.encode("the quick [MASK] fox").ids])).mlm_logits[0, 3, :5]
         assert family == "modernbert"
         torch.testing.assert_close(torch.tensor(logits), ref, atol=1e-5, rtol=0)
+
+
+def test_feature_mode_trains_the_task_head_before_the_classifier(checkpoints):
+    """ModernBERT's classifier reads `head` (dense -> activation -> norm) first: feature mode trains both."""
+    from bertlab.training.finetune import set_trainable
+
+    model, _ = load_model(checkpoints["ModernBertForSequenceClassification"])
+    assert model.family.task_head_prefixes == ("head.", "classifier.")
+    trainable, _ = set_trainable(model, "feature")
+    learning = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert learning == {"head.dense.weight", "head.norm.weight", "classifier.weight", "classifier.bias"}
+    assert trainable == 32 * 32 + 32 + 3 * 32 + 3

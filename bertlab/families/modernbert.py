@@ -452,6 +452,7 @@ FAMILY = Family(
     special_tokens={"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "unk": "[UNK]", "mask": "[MASK]"},
     base_keys=("embeddings.", "layers.", "final_norm."),
     head_prefixes=("head.", "decoder."),
+    task_head_prefixes=("head.", "classifier."),  # a task model's head: head.dense -> act -> head.norm, classifier
     tied={"decoder.weight": "model.embeddings.tok_embeddings.weight"},
     check=_check,
     title="ModernBERT",
