@@ -446,3 +446,24 @@ def test_feature_mode_trains_the_task_head_before_the_classifier(checkpoints):
     learning = {n for n, p in model.named_parameters() if p.requires_grad}
     assert learning == {"head.dense.weight", "head.norm.weight", "classifier.weight", "classifier.bias"}
     assert trainable == 32 * 32 + 32 + 3 * 32 + 3
+
+
+def test_logit_lens_reads_every_stage_through_final_norm(checkpoints):
+    """Pre-norm: the lens at stage s (after layer s - 1) equals the MLM logits of the model cut to its first
+    s layers (whose last layer's stream goes through `final_norm`, as the head expects); the last stage is
+    the model's own MLM output."""
+    import copy
+
+    from bertlab.analysis.ablation import logit_lens
+
+    model, tok = load(checkpoints["ModernBertForMaskedLM"])
+    text = "The quick brown fox [MASK] over the lazy dog near the river bank today."
+    lens = logit_lens(model, tok, text, k=5)
+    ids, pos = lens.query.input_ids, lens.query.position
+    for s in range(1, model.config.num_hidden_layers + 1):
+        cut = copy.deepcopy(model)
+        cut.model.layers = cut.model.layers[:s]
+        with torch.no_grad():
+            log_probs = cut(ids).mlm_logits[0, pos].log_softmax(-1)  # [vocab]
+        assert abs(float(log_probs[lens.query.target_id]) - float(lens.target_log_probs[s])) < 1e-4, s
+        assert log_probs.topk(5).indices.tolist() == lens.top_ids[s].tolist(), s

@@ -368,6 +368,12 @@ class ModernBert(FamilyModel):
     def has_mlm(self) -> bool:
         return "mlm" in self.config.pretraining_heads
 
+    def lens_input(self, states: torch.Tensor) -> torch.Tensor:
+        """Pre-norm: the stream between layers is not normalised, and the head reads it after `final_norm`;
+        states [stage, ..., d_model] -> the intermediate stages through `final_norm`, the last (the
+        encoder's output, `final_norm`'ed already) as it is."""
+        return torch.cat([self.model.final_norm(states[:-1]), states[-1:]])
+
     def mlm_head(self, states: torch.Tensor) -> torch.Tensor:
         """The MLM head on hidden states `states` [..., hidden]: logits [..., vocab] (the logit lens
         applies it after every layer)."""
