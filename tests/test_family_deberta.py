@@ -356,3 +356,27 @@ def test_damaged_spm_model_is_refused(tmp_path):
     (folder / "spm.model").write_bytes(data[: len(data) // 3])
     with pytest.raises(TokenizerError, match="spm.model|SentencePiece"):
         Tokenizer.from_folder(folder)
+
+
+@pytest.mark.parametrize("variant", ["v3", "v2-conv"])
+def test_parameter_bars_file_the_relative_positions_apart_from_the_layers(checkpoints, variant):
+    """The Family tab's bars: rel_embeddings (with their norm) are relative-position embeddings, the
+    embeddings' LayerNorm a norm outside the layers, the ConvLayer its own part; a layer is one layer."""
+    from bertlab.analysis.family import parameter_count
+
+    model, _ = load_model(checkpoints[variant, "ForMaskedLM"])
+    count = parameter_count(model)
+    enc = model.deberta.encoder
+
+    def size(m):
+        return sum(p.numel() for p in m.parameters()) if m is not None else 0
+
+    assert count.total == sum(p.numel() for p in model.parameters())
+    assert count.parts["relative-position embeddings"] == size(enc.rel_embeddings) + size(enc.LayerNorm) > 0
+    assert count.parts["norms outside the layers"] == size(model.deberta.embeddings.LayerNorm)
+    assert count.parts["convolution beside the first layer"] == size(enc.conv)
+    assert count.per_layer == size(enc.layer[0]) and count.stored_layers == len(enc.layer)
+    emb = model.deberta.embeddings
+    assert count.parts["position + segment embeddings"] == size(emb.position_embeddings) + size(
+        emb.token_type_embeddings)
+    assert (count.parts["position + segment embeddings"] == 0) == (variant == "v3")

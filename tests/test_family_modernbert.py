@@ -467,3 +467,16 @@ def test_logit_lens_reads_every_stage_through_final_norm(checkpoints):
             log_probs = cut(ids).mlm_logits[0, pos].log_softmax(-1)  # [vocab]
         assert abs(float(log_probs[lens.query.target_id]) - float(lens.target_log_probs[s])) < 1e-4, s
         assert log_probs.topk(5).indices.tolist() == lens.top_ids[s].tolist(), s
+
+
+def test_parameter_bars_show_no_position_parameters_and_the_norms_apart(checkpoints):
+    """Rotary positions have no parameters; the embeddings' norm and final_norm sit outside the layers."""
+    from bertlab.analysis.family import parameter_count
+
+    model, _ = load_model(checkpoints["ModernBertForMaskedLM"])
+    count = parameter_count(model)
+    assert count.total == sum(p.numel() for p in model.parameters())
+    assert count.parts["position + segment embeddings"] == 0
+    assert count.parts["norms outside the layers"] == 2 * 32  # two bias-free norms
+    assert count.parts["encoder layers"] == sum(p.numel() for p in model.model.layers.parameters())
+    assert count.parts["word embeddings"] == model.model.embeddings.tok_embeddings.weight.numel()

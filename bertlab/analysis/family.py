@@ -237,8 +237,9 @@ def readable_candidate(tok: Tokenizer, token: str, token_id: int) -> str:
 # ---------------------------------------------------------------------------------------------
 # Parameters and where they sit
 # ---------------------------------------------------------------------------------------------
-PARTS = ("word embeddings", "position + segment embeddings", "embedding projection", "encoder layers",
-         "pooler", "pre-training heads", "task head")
+PARTS = ("word embeddings", "position + segment embeddings", "embedding projection", "norms outside the layers",
+         "relative-position embeddings", "convolution beside the first layer", "encoder layers", "pooler",
+         "pre-training heads", "task head")
 
 
 @dataclass
@@ -280,7 +281,10 @@ class ParameterCount:
 
 
 def parameter_count(model: torch.nn.Module) -> ParameterCount:
-    """Count `model`'s parameters by where they sit, through the family protocol."""
+    """Count `model`'s parameters by where they sit, through the family protocol: the parts a family
+    names itself (`Family.parameter_parts`: DeBERTa's relative-position embeddings, ModernBERT's norms
+    outside the layers) first, then by embeddings, encoder layers and heads. Rotary positions have no
+    parameters, so no part."""
     fam, cfg = model.family, model.config
     emb = fam.embeddings(model)
     word = getattr(emb, "word_embeddings", None)
@@ -296,9 +300,17 @@ def parameter_count(model: torch.nn.Module) -> ParameterCount:
     layer_seen: set[int] = set()
     prefix = fam.prefix + "."
     pooler = fam.pooler_prefix
+    named = fam.family.parameter_parts  # the family's own parts first
+    unknown = sorted({part for _, part in named} - set(PARTS))
+    if unknown:
+        raise ValueError(f"the {fam.title} family names parameter parts {unknown} that the Family tab does not "
+                         f"draw; the parts are {', '.join(PARTS)}.")
     for name, p in model.named_parameters():  # tied weights come once
         n = p.numel()
-        if id(p) in word_ids:
+        own = next((part for start, part in named if name.startswith(start)), None)
+        if own is not None:
+            part = own
+        elif id(p) in word_ids:
             part = "word embeddings"
         elif id(p) in emb_ids:
             part = "position + segment embeddings"

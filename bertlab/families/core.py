@@ -105,6 +105,10 @@ class Family:
     check: Callable[[dict], None] | None = None  # family-specific refusals on the raw config
     spec_hook: Callable[[dict, dict], None] | None = None  # fills spec kwargs the table cannot
     head_prefixes: tuple[str, ...] = ()  # parameter-name prefixes of the pre-training heads ("cls.")
+    # parameter-name prefix -> the part of the model it is, for the Family tab's parameter bars, where the
+    # generic filing (by embeddings / encoder / heads) would put it with parts it is not ("deberta.encoder.
+    # rel_embeddings." -> "relative-position embeddings"; the parts: bertlab.analysis.family.PARTS)
+    parameter_parts: tuple[tuple[str, str], ...] = ()
     # parameter-name prefixes of a task model's head (what feature-mode fine-tuning trains, with the pooler)
     task_head_prefixes: tuple[str, ...] = ("classifier.", "qa_outputs.")
     hf_hook: Callable[[BertConfig, dict], None] | None = None  # undoes spec_hook when writing config.json

@@ -458,6 +458,8 @@ FAMILY = Family(
     special_tokens={"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "unk": "[UNK]", "mask": "[MASK]"},
     base_keys=("embeddings.", "layers.", "final_norm."),
     head_prefixes=("head.", "decoder."),
+    parameter_parts=(("model.embeddings.norm.", "norms outside the layers"),
+                     ("model.final_norm.", "norms outside the layers")),  # rotary positions: no parameters
     task_head_prefixes=("head.", "classifier."),  # a task model's head: head.dense -> act -> head.norm, classifier
     tied={"decoder.weight": "model.embeddings.tok_embeddings.weight"},
     check=_check,

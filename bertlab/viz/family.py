@@ -19,7 +19,9 @@ SPECIAL_FILL = "#e6e6e6"
 CHAR_PX = 7.5  # px per character of a chip's label at the base font
 PART_COLORS = {
     "word embeddings": OKABE_ITO[0], "position + segment embeddings": OKABE_ITO[5],
-    "embedding projection": OKABE_ITO[3], "encoder layers": OKABE_ITO[2], "pooler": OKABE_ITO[4],
+    "embedding projection": OKABE_ITO[3], "norms outside the layers": "#999999",
+    "relative-position embeddings": OKABE_ITO[6], "convolution beside the first layer": OKABE_ITO[7],
+    "encoder layers": OKABE_ITO[2], "pooler": OKABE_ITO[4],
     "pre-training heads": OKABE_ITO[1], "task head": NEUTRAL,
 }
 BAR, TRUE_BAR = OKABE_ITO[5], OKABE_ITO[2]
