@@ -11,6 +11,7 @@ file (a changed default) is dropped from the table until it is run again.
     python bench/finetune_table.py --only nli --only ner --threads 1 --cpus 1  # some rows, pinned to core 1
     python bench/finetune_table.py --list                                      # the rows and their commands
     python bench/finetune_table.py --sweep nli-lr1e-4 --task nli -- --lr 1e-4  # a tuning run: finetune_sweep.json
+    python bench/finetune_table.py --only qa --from-sweep qa-lr2e-4-e3          # a sweep run that is today's default
 
 `make results` runs every row.
 """
@@ -52,7 +53,7 @@ class Row:
 
 
 ROWS: tuple[Row, ...] = (
-    Row("sst2", "sst2", "all 60,614 sentences"),
+    Row("sst2", "sst2", "all training rows, dev held out by whole sentences"),
     Row("sst2-4k", "sst2", "4,000 sentences", ("--max-train-examples", "4000")),
     Row("sst2-4k-adapter", "sst2", "4,000 sentences", ("--max-train-examples", "4000", "--mode", "adapter")),
     Row("sst2-4k-feature", "sst2", "4,000 sentences", ("--max-train-examples", "4000", "--mode", "feature")),
@@ -131,6 +132,28 @@ def row_from_results(name: str, task: str, args: list[str], summary: dict[str, A
     }
 
 
+def row_from_sweep(table_row: Row, sweep_name: str) -> dict[str, Any]:
+    """The sweep run `sweep_name` as `table_row`'s measurement: refused unless the sweep ran the row's
+    task with the settings that the row's command means today (same start, epochs, lr, batch, length)."""
+    sys.path.insert(0, str(ROOT))
+    from bertlab.training.finetune_defaults import recipe
+
+    sweeps = {r["name"]: r for r in _read(SWEEP).get("rows", [])}
+    if sweep_name not in sweeps:
+        raise SystemExit(f"no sweep run {sweep_name!r} in {SWEEP.name}")
+    sweep = dict(sweeps[sweep_name])
+    mode = table_row.args[table_row.args.index("--mode") + 1] if "--mode" in table_row.args else "full"
+    rec = recipe(table_row.task, mode)
+    ran = (sweep["task"], sweep["mode"], sweep["model"], sweep["epochs"], sweep["lr"], sweep["batch_size"],
+           sweep["max_length"], sweep.get("warmup_ratio"))
+    today = (table_row.task, mode, rec.model, rec.epochs, rec.lr, rec.batch_size, rec.max_length, rec.warmup_ratio)
+    if ran != today:
+        raise SystemExit(f"sweep {sweep_name} ran {ran}, but row {table_row.name} means {today} today")
+    sweep.update(name=table_row.name, command=shlex.join(table_row.command()), from_sweep=sweep_name,
+                 data=table_row.data)
+    return sweep
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", action="append", choices=[r.name for r in ROWS], help="run this row (repeatable)")
@@ -144,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", default=None, metavar="OUT",
                         help="with --sweep: record the finished run in OUT (its finetune_results.json) instead "
                              "of running; the options after -- are the ones it was run with")
+    parser.add_argument("--from-sweep", default=None, metavar="NAME",
+                        help="with one --only ROW: take the sweep run NAME as that row's measurement, when the "
+                             "sweep ran with exactly the row's defaults of today (the run is not repeated)")
     parser.add_argument("extra", nargs="*", help="finetune options of a --sweep run (after --)")
     args = parser.parse_args(argv)
     if args.list:
@@ -160,6 +186,13 @@ def main(argv: list[str] | None = None) -> int:
             row = run(args.sweep, args.task, list(args.extra), args.threads, args.cpus)
         merge_row(SWEEP, row)
         print(json.dumps({k: row[k] for k in ("name", "score", "history", "train_s", "threads")}))
+        return 0
+    if args.from_sweep:
+        if not args.only or len(args.only) != 1:
+            parser.error("--from-sweep needs exactly one --only ROW")
+        row = row_from_sweep(rows_by_name()[args.only[0]], args.from_sweep)
+        merge_row(TABLE, row)
+        print(json.dumps({k: row[k] for k in ("name", "score", "train_s", "threads", "from_sweep")}))
         return 0
     chosen = [rows_by_name()[n] for n in (args.only or [r.name for r in ROWS])]
     for r in chosen:

@@ -3,10 +3,12 @@ text refused, long input quoted short. Below training, analysis and viz, which a
 
 from __future__ import annotations
 
+import errno
 import re
 import unicodedata
 
 ECHO_CHARS = 60  # a student's input quoted in a message is cut to this many characters
+PATH_MAX_BYTES, NAME_MAX_BYTES = 4096, 255  # Linux's limits on a whole path and on one file or folder name
 _INVISIBLE = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})  # control, format (zero-width), separators
 
 
@@ -49,3 +51,46 @@ def echo(text: object, limit: int = ECHO_CHARS) -> str:
     if len(s) <= limit:
         return f"'{s}'"
     return f"'{s[: limit - 1]}…' ({len(s):,} characters)"
+
+
+def check_path_text(text: str, what: str = "path") -> str:
+    """`text` when it is not too long to be a path; else an InputError saying why (too long as a whole
+    or in one name) and what to type instead, quoting at most ECHO_CHARS of it."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > PATH_MAX_BYTES:
+        raise InputError(
+            f"That {what} is {len(text):,} characters long, and a path has at most {PATH_MAX_BYTES:,}: it is not "
+            f"a path. Type or paste only the path, e.g. runs/my-model or sst2/train.tsv."
+        )
+    longest = max(text.replace("\\", "/").split("/"), key=lambda part: len(part.encode("utf-8", "surrogatepass")))
+    if len(longest.encode("utf-8", "surrogatepass")) > NAME_MAX_BYTES:
+        raise InputError(
+            f"One name in that {what} ({echo(longest)}) is longer than the {NAME_MAX_BYTES} characters a file or "
+            f"folder name can have: check what you pasted, or pick a shorter name."
+        )
+    return text
+
+
+_OS_ERRORS = {
+    errno.ENAMETOOLONG: "the path or one of its names is too long: pick a shorter one",
+    errno.EEXIST: "a file or folder of that name is in the way: pick another name, or remove it first",
+    errno.ENOENT: "there is no such file or folder: check the spelling and where it lies",
+    errno.ENOTDIR: "a part of the path is a file, not a folder: check the path",
+    errno.EISDIR: "that is a folder, but a file is needed here: add the file's name",
+    errno.EACCES: "this program may not open that place: pick a folder of your own",
+    errno.EPERM: "this program may not change that place: pick a folder of your own",
+    errno.EROFS: "that place is read-only: pick a folder you can write to",
+    errno.ENOSPC: "the disk is full: free some space (delete old runs) and try again",
+    errno.EDQUOT: "your disk quota is used up: delete old runs and try again",
+}
+
+
+def os_error_message(error: OSError, action: str, path: object | None = None) -> str:
+    """A sentence for an OSError, without its errno or a whole path: "Could not <action> <'path'>: <why>."."""
+    where = f" {echo(path if path is not None else error.filename)}" if (path or error.filename) else ""
+    why = _OS_ERRORS.get(error.errno or -1) or (error.strerror or "the system refused").lower()
+    return f"Could not {action}{where}: {why}."
+
+
+__all__ = ["ECHO_CHARS", "InputError", "check_path_text", "echo", "optional_text", "os_error_message",
+           "require_text"]

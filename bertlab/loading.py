@@ -31,6 +31,7 @@ from bertlab.families import Family, FamilyError, assemble, family_for, spec_fro
 from bertlab.families.core import check_state as family_check_state
 from bertlab.families.core import normalise_keys as family_keys
 from bertlab.families.core import tied_in, ties_decoder
+from bertlab.inputs import InputError, check_path_text, echo
 from bertlab.model import HookedModel
 from bertlab.settings import (  # DEFAULT_ENCODER, DEFAULT_MODEL: re-exported
     DEFAULT_ENCODER,
@@ -329,13 +330,17 @@ def _resolve(source: str | os.PathLike | None, revision: str | None) -> tuple[st
     if str(source).strip() == DEFAULT_ENCODER:
         return DEFAULT_ENCODER, default_model_folder()
     text = str(source).strip()
+    try:
+        check_path_text(text, "model name or folder")
+    except InputError as e:
+        raise CheckpointError(str(e)) from None
     path = Path(text).expanduser()
     if path.is_dir():
         return text, path
     if path.is_file():
         raise CheckpointError(f"{text} is a file; give the folder that holds config.json and the weights.")
     if text.startswith((".", "/", "~")) or text.count("/") > 1:  # a path, not "org/name"
-        raise CheckpointError(f"the folder {text} does not exist.")
+        raise CheckpointError(f"the folder {echo(text)} does not exist.")
     return text, _from_hub(text, revision)
 
 

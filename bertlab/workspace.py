@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Literal
 
 from bertlab import settings
+from bertlab.inputs import check_path_text
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ class Workspace:
         must lie inside the workspace or BERTLAB_DATA (for models also the teacher's folders
         and the hub cache), else PathNotAllowed with REFUSED[kind], whether it exists or not.
         """
-        text = user_text.strip()
+        text = check_path_text(user_text.strip())
         if not self.confined:
             return Path(text).expanduser()
         refused = PathNotAllowed(REFUSED[kind])
@@ -181,7 +182,7 @@ class Workspace:
         """What `bertlab.loading.load` should get for a model the student typed: a folder, or a
         hub name. Class mode: a hub name only when it is in the hub cache, a folder only where
         `resolve(..., "model")` allows it; the models bertlab ships (e.g. default-encoder) always."""
-        text = user_text.strip()
+        text = check_path_text(user_text.strip(), "model name or folder")
         if not self.confined or text in settings.BUILT_IN_MODELS:  # shipped with bertlab: nothing outside to reach
             return text
         if _HUB_ID.fullmatch(text) and ".." not in text:

@@ -28,7 +28,7 @@ from bertlab.workspace import REFUSED, Workspace
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 PASSWD_LINE = "root:x:0:0"  # the first line of /etc/passwd
-SST2 = "sentence\tlabel\n" + "".join(f"{w} film\t{i % 2}\n" for i, w in enumerate(["dull", "great"] * 10))
+SST2 = "sentence\tlabel\n" + "".join(f"{w} film number {i}\t{i % 2}\n" for i, w in enumerate(["dull", "great"] * 10))
 
 
 @pytest.fixture
@@ -40,7 +40,8 @@ def classroom(monkeypatch, tmp_path) -> dict[str, Path]:
         d.mkdir()
     (dirs["data"] / "sst2").mkdir()
     for split in ("train", "dev"):
-        (dirs["data"] / "sst2" / f"{split}.tsv").write_text(SST2, encoding="utf-8")
+        text = SST2 if split == "train" else SST2.replace("film", "play")  # dev: sentences of its own
+        (dirs["data"] / "sst2" / f"{split}.tsv").write_text(text, encoding="utf-8")
     (dirs["outside"] / "secret.tsv").write_text(f"{PASSWD_LINE}:secret\t1\n", encoding="utf-8")
     monkeypatch.setenv("BERTLAB_CLASS", "1")
     monkeypatch.setenv("BERTLAB_WORKSPACES", str(dirs["workspaces"]))

@@ -77,7 +77,8 @@ def write_sst2(folder: Path, n_train: int = 192, n_dev: int = 48) -> Path:
         rows = ["sentence\tlabel"]
         for i in range(n):
             label = i % 2
-            rows.append(f"{_pick(g, OPENERS)} {_pick(g, GOOD if label else BAD)}\t{label}")
+            text = f"{_pick(g, OPENERS)} {_pick(g, GOOD if label else BAD)}"
+            rows.append(f"{text} in review {i}\t{label}" if split == "dev" else f"{text}\t{label}")  # dev: its own
         (folder / f"{split}.tsv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     return folder
 

@@ -73,3 +73,19 @@ def test_the_defaults_table_is_the_codes(task):
     line = next(x for x in text.splitlines() if x.startswith(f"| {task} |"))
     r = recipe(task)
     assert f"| {r.batch_size} | {r.max_length} |" in line and f"{r.lr:g} / " in line and r.basis in line
+
+
+def test_a_sweep_run_stands_for_a_row_only_when_it_ran_that_rows_defaults(tmp_path, monkeypatch):
+    table = _module("finetune_table")
+    sweep_file = tmp_path / "sweep.json"
+    monkeypatch.setattr(table, "SWEEP", sweep_file)
+    same = table.row_from_results("nli-same", "nli", ["--lr", "5e-5"], _summary(), 12.0, 1, None)
+    other = table.row_from_results("nli-lr1e-4", "nli", ["--lr", "1e-4"], _summary(lr=1e-4), 12.0, 1, None)
+    for row in (same, other):
+        table.merge_row(sweep_file, row)
+    row = table.row_from_sweep(table.rows_by_name()["nli"], "nli-same")
+    assert (row["name"], row["command"], row["from_sweep"]) == ("nli", "bertlab finetune --task nli", "nli-same")
+    with pytest.raises(SystemExit, match="means"):
+        table.row_from_sweep(table.rows_by_name()["nli"], "nli-lr1e-4")
+    with pytest.raises(SystemExit, match="means"):  # a sweep of another mode's defaults is no full-mode row
+        table.row_from_sweep(table.rows_by_name()["nli-adapter"], "nli-same")

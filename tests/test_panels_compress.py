@@ -18,6 +18,7 @@ from bertlab.model import Bert
 from bertlab.panels.app import TABS
 from bertlab.panels.compress import CompressPanel
 from bertlab.training.tasks import SST2_LABELS
+from bertlab.viz.compress import variants_html
 from bertlab.workspace import Workspace
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -153,3 +154,41 @@ def test_a_variant_compressed_again_is_compared_with_its_own_row(panel, tok):
     assert panel.wait(60) and not errors(panel)
     assert [v["method"] for v in panel.variants] == ["original", "pruned", "int8"]
     assert panel.variants[-1]["baseline"] is pruned and panel.variants[-1]["heads"] == pruned["heads"]
+
+
+def test_scores_compare_only_on_the_same_dev_examples_and_timings_show_their_spread(panel):
+    panel.method.value = "quantize"
+    panel.start()
+    assert panel.wait(60) and not errors(panel)
+    panel.max_dev.value = 10  # the student asks for fewer dev examples: the original is scored again on them
+    panel.start()
+    assert panel.wait(60) and not errors(panel)
+    methods = [(v["method"], v["eval_examples"]) for v in panel.variants]
+    assert methods == [("original", 24), ("int8", 24), ("original", 10), ("int8", 10)]
+    for row in panel.variants[1::2]:  # each int8 row is compared with the original scored on its own examples
+        base = row["baseline"]
+        assert base["eval_key"] == row["eval_key"] and base["eval_examples"] == row["eval_examples"]
+    assert "both on the same 10 held-out examples" in panel.message.value
+    assert "scored on" in panel.table.value and all(v["latency_range_b1"] for v in panel.variants)
+
+
+def test_a_delta_between_scores_on_other_examples_is_not_shown():
+    base = {"name": "original", "method": "original", "layers": 2, "heads": 8, "memory_mb": 1.0, "disk_mb": None,
+            "latency_ms_b1": 10.0, "latency_ms_b32": 100.0, "score": 0.9, "eval_examples": 500, "eval_key": "a",
+            "latency_range_b1": (9.0, 11.0), "latency_range_b32": (90.0, 110.0)}
+    other = {**base, "name": "int8", "method": "int8", "score": 0.4, "eval_examples": 20, "eval_key": "b",
+             "latency_ms_b1": 9.5, "latency_range_b1": (9.2, 9.9), "latency_ms_b32": 50.0,
+             "latency_range_b32": (48.0, 52.0), "baseline": base}
+    table = variants_html([{**base, "baseline": None}, other])
+    assert "-50.0" not in table and "+" not in table.split("int8")[-1].split("</tr>")[0]
+    assert "1.05 (noise)" in table and "2.00 (noise)" not in table and "2.00" in table
+    same = variants_html([{**other, "eval_key": "a"}])
+    assert "-50.0" in same
+
+
+def test_an_essay_in_the_data_field_is_one_short_message(panel):
+    panel.path.value = "word " * 5000
+    panel.start_button.click()
+    panel.wait(30)
+    text = errors(panel)
+    assert "not a path" in text and "Errno" not in text and len(text) < 300

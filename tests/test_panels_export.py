@@ -126,7 +126,9 @@ def test_a_name_already_downloaded_gets_the_time_even_when_the_folder_cannot_kee
     panel.export_button.click()
     panel.export_button.click()
     assert link_file(panel)[0] == "mask-top-k_2026-11-24_091205.html"
-    assert "Made mask-top-k_2026-11-24_091205.html, but could not save it" in notes(panel, "warning")
+    warning = notes(panel, "warning")
+    assert "Made mask-top-k_2026-11-24_091205.html. Could not save it in the folder" in warning
+    assert "in the way" in warning and "Errno" not in warning
 
 
 def test_refresh_lists_new_figures_and_keeps_the_pick(panel, tabs):
@@ -191,7 +193,7 @@ def test_a_folder_that_cannot_be_written_still_gives_the_link(panel, tmp_path):
     panel.folder.value = str(tmp_path / "a-file")
     panel.choice.value, panel.format.value = "Mask: top-k", "html"
     panel.export_button.click()
-    assert "could not save it to the folder" in notes(panel, "warning")
+    assert "Could not save it in the folder" in notes(panel, "warning") and "Errno" not in notes(panel, "warning")
     assert link_file(panel)[0] == "mask-top-k.html"
 
 

@@ -243,7 +243,7 @@ def test_a_malformed_upload_names_the_line(tok, tmp_path):
     assert panel.data.value == "upload"
     panel.start_button.click()  # Start reads it again: the same message, no crash
     assert panel.wait(30) and "line 3" in errors(panel) and not panel.runs  # a failed start adds no row
-    good = "".join(f"{w} film\t{i % 2}\n" for i, w in enumerate(["dull", "great"] * 10)).encode()
+    good = "".join(f"{w} film {i}\t{i % 2}\n" for i, w in enumerate(["dull", "great"] * 10)).encode()
     upload(panel, "my reviews.tsv", good)
     assert not errors(panel)
     assert "my reviews.tsv: 18 training examples, 2 held out as dev" in panel.messages[0][1]

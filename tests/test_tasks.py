@@ -49,6 +49,7 @@ from bertlab.training.tasks import (
     window_starts,
     word_predictions,
 )
+from bertlab.training.tasks.splits import hold_out, hold_out_sentences, phrase_leak, read_train_dev
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # beside the repository
 LABEL2ID = {v: k for k, v in CONLL_LABELS.items()}
@@ -722,3 +723,60 @@ def test_registry_runs_every_task_end_to_end(data, tok):
         assert scores[task.main_metric] in (1.0, 100.0)
     with pytest.raises(KeyError, match="choose one of sst2, nli, ner, qa"):
         get_task("squad2")
+
+
+# -- SST-2's dev part: whole sentences with all their phrases ---------------------------------
+
+
+def _phrases(sentence: str) -> list[str]:
+    """A sentence and its left and right sub-phrases, as SST's parse trees give them."""
+    words = sentence.split()
+    return [" ".join(words[i:]) for i in range(len(words))] + [" ".join(words[:i]) for i in range(1, len(words))]
+
+
+def _phrase_rows(n_sentences: int) -> list[str]:
+    rows = []
+    for s in range(n_sentences):
+        sentence = f"movie {s} was shared and word{s} {'good' if s % 2 else 'bad'}"
+        rows += [f"{p}\t{s % 2}\n" for p in _phrases(sentence)]
+    return rows
+
+
+def test_sst2_dev_holds_out_whole_sentences_with_every_phrase(tmp_path):
+    file = _write(tmp_path / "phrases.tsv", "".join(_phrase_rows(20)))
+    split = read_train_dev(get_task("sst2"), file, seed=0)
+    assert split.held_out and "whole sentence" in split.note
+    dev_sentences = {e.text_a for e in split.dev
+                     if e.text_a.startswith("movie ") and e.text_a.endswith(("good", "bad"))}
+    assert dev_sentences, "a whole sentence is held out"
+    train_texts = {e.text_a for e in split.train}
+    for sentence in dev_sentences:  # every phrase of a held-out sentence is in dev, none in train
+        assert not set(_phrases(sentence)) & train_texts
+    # a phrase that several sentences share ("movie") goes with the held-out sentence
+    assert "movie" in {e.text_a for e in split.dev} and "movie" not in train_texts
+    # a random hold-out would have scored phrases of training sentences
+    plain = hold_out(read_sst2("train", path=file), 0, "x")
+    assert {e.text_a for e in plain.dev} & {p for e in plain.train for p in _phrases(e.text_a)}
+    assert hold_out_sentences(read_sst2("train", path=file), 0, "x").dev == split.dev  # seeded
+
+
+def test_a_leaky_sst2_dev_file_is_re_split_and_a_clean_one_kept(tmp_path):
+    rows = _phrase_rows(20)
+    leaky = tmp_path / "leaky"
+    _write(leaky / "train.tsv", "".join(rows[::2]))
+    _write(leaky / "dev.tsv", "".join(rows[1::2]))  # phrases of the same sentences
+    split = read_train_dev(get_task("sst2"), leaky)
+    assert "pooled and split again by sentence" in split.note and len(split.train) + len(split.dev) == len(rows)
+    clean = tmp_path / "clean"
+    _write(clean / "train.tsv", "".join(_phrase_rows(20)))
+    _write(clean / "dev.tsv", "".join(f"a new review number {i}\t{i % 2}\n" for i in range(6)))
+    split = read_train_dev(get_task("sst2"), clean)
+    assert not split.held_out and len(split.dev) == 6
+
+
+def test_sst2_dev_from_bertlab_data_shares_no_text_with_training(data):
+    split = read_train_dev(get_task("sst2"))
+    assert split.held_out and "split again by sentence" in split.note
+    assert len(split.train) + len(split.dev) == 60_614 + 6_735
+    assert not {e.text_a for e in split.train} & {e.text_a for e in split.dev}
+    assert phrase_leak(split.train, split.dev) < len(split.dev) / 4  # only phrases that several sentences share

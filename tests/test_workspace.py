@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_models import tiny_bert
 
 from bertlab import settings
+from bertlab.training.checkpoint import save_model_atomically
 from bertlab.workspace import REFUSED, PathNotAllowed, UploadTooLarge, Workspace
 
 SECRET = "root:x:0:0"  # the first line of /etc/passwd: must never reach a message
@@ -181,3 +183,21 @@ def test_messages_show_paths_relative_to_the_workspace(classroom):
     assert ws.shown(run) == f"runs/{run.name}" and ws.shown("/somewhere/else") == "/somewhere/else"
     assert ws.hide_root(f"{run} has no config.json") == f"runs/{run.name} has no config.json"
     assert str(ws.root) not in ws.hide_root(f"cannot read {ws.root}")
+
+
+def test_a_finished_run_folder_stays_private(classroom, tok):
+    """A model saved into a run folder (through a staged folder renamed into place) keeps the folder's 0700."""
+    ws = Workspace.for_session()
+    folder = ws.new_run_dir("sst2-full")
+    model = tiny_bert(tok)
+    save_model_atomically(model, tok, folder)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and (folder / "config.json").is_file()
+    fresh = classroom["elsewhere"] / "mine"  # a new folder outside any workspace: the umask's mode
+    save_model_atomically(model, tok, fresh)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o777 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -13,6 +13,7 @@ CPU latency, so the variants of a session compare in one table.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -67,6 +68,12 @@ class TaskData:
         eval_set = EvalSet.build(t, dev, tok, length, dict(model.config.id2label), None, 64)
         return cls(t, train, dev, eval_set, split.note, data)
 
+    @property
+    def key(self) -> str:
+        """Which dev examples these are: scores compare only between models scored on the same key."""
+        digest = hashlib.sha256("\n".join(str(getattr(e, "guid", i)) for i, e in enumerate(self.dev)).encode())
+        return f"{self.task.name}:{len(self.dev)}:{digest.hexdigest()[:16]}"
+
     def score(self, model: nn.Module) -> float:
         """The task's main metric (accuracy for SST-2) on the dev examples, 0-1."""
         return float(evaluate_set(model, self.eval_set)[self.task.main_metric])
@@ -115,9 +122,11 @@ class Made:
 def measure_variant(model: nn.Module, tok: Tokenizer, data: TaskData, name: str, method: str,
                     folder: str | Path | None = None, reps: int = 5,
                     batch_sizes: Sequence[int] = (1, 32)) -> Variant:
-    """The comparison row of `model`: sizes, latency at batch 1 and 32, score on the dev examples."""
-    return measure(model, tok, name, method, data.sentences(), score=data.score, folder=folder, reps=reps,
-                   batch_sizes=batch_sizes, metric=data.task.main_metric)
+    """The comparison row of `model`: sizes, latency at batch 1 and 32, score on the dev examples (and
+    which examples those were)."""
+    variant = measure(model, tok, name, method, data.sentences(), score=data.score, folder=folder, reps=reps,
+                      batch_sizes=batch_sizes, metric=data.task.main_metric)
+    return dataclasses.replace(variant, eval_examples=len(data.dev), eval_key=data.key)
 
 
 def save_variant(model: nn.Module, tok: Tokenizer, out_dir: str | Path | None) -> Path | None:

@@ -55,12 +55,18 @@ def timing_batches(tok: Tokenizer, sentences: Sequence[str], batch_size: int, re
             for r in range(reps + 1)]
 
 
-@torch.inference_mode()
 def latency_ms(model: nn.Module, tok: Tokenizer, sentences: Sequence[str], batch_size: int = 1,
                reps: int = 5, max_length: int = 128) -> float:
     """Median wall time (ms) of one forward pass over a batch of `batch_size` sentences, over `reps`
     different batches (see `timing_batches`) after one warm-up pass; on the model's device, with
     torch's current thread count."""
+    return statistics.median(latency_samples(model, tok, sentences, batch_size, reps, max_length))
+
+
+@torch.inference_mode()
+def latency_samples(model: nn.Module, tok: Tokenizer, sentences: Sequence[str], batch_size: int = 1,
+                    reps: int = 5, max_length: int = 128) -> list[float]:
+    """The wall time (ms) of each of `reps` forward passes that `latency_ms` takes the median of."""
     device = model_device(model)
     batches = [tuple(t.to(device) for t in (b.input_ids, b.token_type_ids, b.attention_mask))
                for b in timing_batches(tok, sentences, batch_size, reps, max_length)]
@@ -71,7 +77,7 @@ def latency_ms(model: nn.Module, tok: Tokenizer, sentences: Sequence[str], batch
             t0 = time.perf_counter()
             model(*batch)
             times.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(times)
+    return times
 
 
 @dataclass
@@ -91,6 +97,10 @@ class Variant:
     heads: int = 0
     note: str = ""
     folder: str | None = None
+    latency_range_b1: tuple[float, float] | None = None  # fastest and slowest of the timed batches (ms)
+    latency_range_b32: tuple[float, float] | None = None
+    eval_examples: int | None = None  # how many held-out examples `score` was measured on
+    eval_key: str = ""  # which examples: two scores compare only when their keys are equal
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -115,15 +125,18 @@ def measure(model: nn.Module, tok: Tokenizer, name: str, method: str, sentences:
             reps: int = 5, batch_sizes: Sequence[int] = (1, 32), metric: str = "accuracy") -> Variant:
     """A `Variant` row for `model`: sizes, median latency at batch 1 and 32 (0 in `batch_sizes` skips),
     and `score(model)` when given."""
-    lat = {b: latency_ms(model, tok, sentences, b, reps) for b in batch_sizes}
+    samples = {b: latency_samples(model, tok, sentences, b, reps) for b in batch_sizes if b}
+    lat = {b: statistics.median(times) for b, times in samples.items()}
+    spread = {b: (min(times), max(times)) for b, times in samples.items()}
     return Variant(
         name=name, method=method, parameters=count_parameters(model), memory_mb=memory_bytes(model) / MB,
         disk_mb=disk_bytes(folder) / MB if folder is not None else None,
         latency_ms_b1=lat.get(1), latency_ms_b32=lat.get(32), score=score(model) if score is not None else None,
         metric=metric, layers=model.family.num_layers, heads=sum(heads_per_layer(model)),
         note=describe_compression(model), folder=str(folder) if folder is not None else None,
+        latency_range_b1=spread.get(1), latency_range_b32=spread.get(32),
     )
 
 
-__all__ = ["MB", "Variant", "count_parameters", "disk_bytes", "latency_ms", "measure", "memory_bytes",
-           "timing_batches"]
+__all__ = ["MB", "Variant", "count_parameters", "disk_bytes", "latency_ms", "latency_samples", "measure",
+           "memory_bytes", "timing_batches"]

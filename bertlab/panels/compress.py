@@ -39,7 +39,14 @@ from bertlab.panels.base import BackgroundWork, Panel, SyncedFigureWidget, show_
 from bertlab.panels.finetune import STUDENT_ERRORS, model_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.loop import TrainEvent
-from bertlab.viz.compress import plot_distill_curves, plot_prune_curve, plot_variants, variants_html
+from bertlab.viz.compress import (
+    comparable,
+    plot_distill_curves,
+    plot_prune_curve,
+    plot_variants,
+    variants_html,
+    within_noise,
+)
 from bertlab.viz.mask import empty_figure
 from bertlab.workspace import Workspace
 
@@ -79,7 +86,7 @@ class CompressPanel(BackgroundWork, Panel):
         self.runs_dir = Path(runs_dir) if runs_dir is not None else None
         self.latency_reps = latency_reps
         self.variants: list[dict[str, Any]] = []  # every row of the session (originals included)
-        self._originals: dict[int, dict[str, Any]] = {}  # id(model) -> its row
+        self._originals: dict[tuple[int, str], dict[str, Any]] = {}  # (id(model), dev key) -> its row
         self._data_cache: dict[tuple, TaskData] = {}
         self._cancel = threading.Event()
         self._last_draw = 0.0
@@ -234,7 +241,7 @@ class CompressPanel(BackgroundWork, Panel):
             row["name"] = self._unique(row["name"])
             self.variants.append(row)
             self.made.append(made)
-            self._originals[id(made.model)] = row  # compressing it further compares with this row
+            self._originals[(id(made.model), row.get("eval_key", ""))] = row  # compressing it further compares with it
             self._draw_variants()
             self._announce(row, made)
         except Exception as e:
@@ -262,17 +269,19 @@ class CompressPanel(BackgroundWork, Panel):
         return self._data_cache[key]
 
     def _original_row(self, model: torch.nn.Module, tok: Tokenizer, data: TaskData | None) -> dict[str, Any]:
-        """The row of the model a run starts from (measured once per model), added to the table."""
-        if id(model) not in self._originals:
+        """The row of the model a run starts from, measured once per model and dev examples (a run on
+        other dev examples scores the original again on those), added to the table."""
+        key = (id(model), data.key if data is not None else "")
+        if key not in self._originals:
             self._status("measuring the original (size, latency, score)…")
             name = self._unique(f"original ({model.family.num_layers} layers)")
             variant = (measure_variant(model, tok, data, name, "original", reps=self.latency_reps) if data is not None
                        else measure(model, tok, name, "original", PLAIN_SENTENCES, reps=self.latency_reps))
             row = {**variant.as_dict(), "baseline": None}
-            self._originals[id(model)] = row
+            self._originals[key] = row
             self.variants.append(row)
             self._draw_variants()
-        return self._originals[id(model)]
+        return self._originals[key]
 
     def _compress(self, method: str, model: torch.nn.Module, tok: Tokenizer, data: TaskData | None,
                   folder: Path, settings: dict[str, Any]) -> Made:
@@ -332,9 +341,11 @@ class CompressPanel(BackgroundWork, Panel):
         base = row["baseline"] or {}
         parts = [f"{row['name']}: {row['disk_mb'] or row['memory_mb']:.1f} MB"]
         if base.get("latency_ms_b1") and row.get("latency_ms_b1"):
-            parts.append(f"{base['latency_ms_b1'] / row['latency_ms_b1']:.2f}× the original's speed (batch 1)")
-        if row.get("score") is not None and base.get("score") is not None:
-            parts.append(f"{row['metric']} {row['score']:.3f} ({(row['score'] - base['score']) * 100:+.1f} points)")
+            noise = " (within the timings' spread: no clear difference)" if within_noise(row, base, 1) else ""
+            parts.append(f"{base['latency_ms_b1'] / row['latency_ms_b1']:.2f}× the original's speed (batch 1){noise}")
+        if row.get("score") is not None and base.get("score") is not None and comparable(row, base):
+            parts.append(f"{row['metric']} {row['score']:.3f} ({(row['score'] - base['score']) * 100:+.1f} points, "
+                         f"both on the same {row['eval_examples']:,} held-out examples)")
         saved = f"; saved in {self.workspace.shown(row['folder'])}" if row.get("folder") else ""
         text = ", ".join(parts) + saved + ". It joins the model list."
         if row["method"] == "pruned":

@@ -14,6 +14,7 @@ import torch
 
 from bertlab.analysis import InputError
 from bertlab.analysis.attention import AttentionResult, attention_patterns
+from bertlab.inputs import os_error_message
 from bertlab.panels.base import Level, Panel
 from bertlab.panels.record import session_header, session_sections
 from bertlab.tokenizer import Tokenizer
@@ -249,7 +250,8 @@ class ExportPanel(Panel):
         except OSError as e:
             if not self.workspace.confined:
                 self._link(data, filename)
-                saved = f"Made {filename}, but could not save it to the folder ({e}); the link below downloads it."
+                why = os_error_message(e, "save it in the folder", folder)
+                saved = f"Made {filename}. {why} The link below downloads it."
                 return [("warning", saved)]
             log.warning("could not keep a copy of %s in the workspace", filename, exc_info=True)
         self._link(data, filename)

@@ -634,7 +634,8 @@ class FinetunePanel(BackgroundWork, Panel):
         with self._draw_lock:
             self._last_draw = time.perf_counter()
             metric, curves = self._curve_data()
-            fig = plot_training_curves(curves, metric)
+            scored = [len(r.dev) for r in self.runs if r.dev]
+            fig = plot_training_curves(curves, metric, dev_examples=min(scored) if scored else None)
             self._curves_fig = fig
             key = (metric, tuple(curves))
             if key == self._curves_key and not force:

@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -206,10 +207,12 @@ def save_checkpoint(
 @contextlib.contextmanager
 def _staged(tmp: Path, target: Path, what: str) -> Iterator[Path]:
     """Make the empty folder `tmp` for the caller to fill; then fsync it and rename it onto `target`.
+    The new folder keeps the mode of the `target` it replaces (a private run folder stays private).
     If anything fails, `tmp` is removed and `target` left as it was (a write error such as a full
     disk comes out as `write_error(..., target, what)`)."""
     try:
-        tmp.mkdir()
+        tmp.mkdir(mode=0o700)
+        os.chmod(tmp, stat.S_IMODE(target.stat().st_mode) if target.is_dir() else 0o777 & ~_umask())
         yield tmp
         _fsync_tree(tmp)
     except BaseException as e:
@@ -218,6 +221,20 @@ def _staged(tmp: Path, target: Path, what: str) -> Iterator[Path]:
             raise write_error(e, target, what) from e
         raise
     _swap_into_place(tmp, target)
+
+
+def _umask() -> int:
+    """The process's umask: from /proc where Linux shows it (no window in which another thread's files
+    get a changed mask), else by setting it and putting it back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def save_model_files(model: torch.nn.Module, tokenizer: Tokenizer | None, folder: Path) -> None:

@@ -485,7 +485,8 @@ def _examples(cfg: FinetuneConfig, task: Task, train_examples: Sequence[Any] | N
     if eval_examples is None:
         eval_examples = read_split(task, "dev", cfg.eval_data or cfg.data)
     if held_out:
-        log.warning("no dev part in the data: %s Give a dev file of your own with eval_data (--eval-data).", note)
+        log.warning("dev examples held out of the training data: %s A dev file of your own (eval_data) is used "
+                    "as it is.", note)
     else:
         log.info("data: %s", note)
     train_ex = subset(train_examples, cfg.max_train_examples, cfg.seed, "train")

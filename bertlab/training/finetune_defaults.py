@@ -48,9 +48,9 @@ _FULL = {
                   basis="sweep nli-pkg-e3 (dev accuracy after each epoch)"),
     "ner": Recipe(DEFAULT_ENCODER, epochs=3, lr=1e-4, batch_size=32, max_length=128,
                   basis="table row ner (dev F1 after each epoch)"),
-    "qa": Recipe(DEFAULT_ENCODER, epochs=3, lr=1e-4, batch_size=32, max_length=384,
+    "qa": Recipe(DEFAULT_ENCODER, epochs=3, lr=2e-4, batch_size=32, max_length=384,
                  basis="start: sweeps qa-3000-encoder-e2 vs qa-3000-offline-default-e2; epochs: table row qa "
-                       "(dev F1 after each epoch); lr not re-tuned"),
+                       "(dev F1 after each epoch); lr: sweep qa-lr2e-4-e3 against the lr 1e-4 table row"),
 }
 _NOT_TUNED = "not re-tuned: start and epochs as full mode, lr 1e-3"
 # (lr, epochs or None = full mode's, basis) per task where a sweep chose them (bench/results/finetune_sweep.json)

@@ -107,33 +107,59 @@ def _cell(value: Any, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
 
 
+def comparable(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two rows' scores were measured on the same held-out examples (so a difference means something)."""
+    return a.get("eval_key", "") == b.get("eval_key", "")
+
+
+def within_noise(a: Mapping[str, Any], b: Mapping[str, Any], batch: int) -> bool:
+    """Whether the two rows' latency ranges at `batch` overlap: their speed ratio is then within timing noise."""
+    ra, rb = a.get(f"latency_range_b{batch}"), b.get(f"latency_range_b{batch}")
+    return bool(ra and rb) and ra[0] <= rb[1] and rb[0] <= ra[1]
+
+
+def _latency(v: Mapping[str, Any], batch: int, fmt: str) -> str:
+    median, spread = v.get(f"latency_ms_b{batch}"), v.get(f"latency_range_b{batch}")
+    if median is None:
+        return "–"
+    return format(median, fmt) + (f" ({format(spread[0], fmt)}–{format(spread[1], fmt)})" if spread else "")
+
+
+def _speedup(v: Mapping[str, Any], base: Mapping[str, Any], batch: int) -> str:
+    key = f"latency_ms_b{batch}"
+    if not base or not v.get(key) or not base.get(key):
+        return "–"
+    ratio = format(base[key] / v[key], ".2f")
+    return f"{ratio} (noise)" if within_noise(v, base, batch) else ratio
+
+
 def variants_html(variants: Sequence[Mapping[str, Any]]) -> str:
     """One table row per variant: size, latency, score, and the ratios to the original of its run."""
     if not variants:
         return ""
     head = ("<tr><th>model</th><th>method</th><th>layers</th><th>heads</th><th>size (MB)</th>"
             "<th>in memory (MB)</th><th>× original</th><th>latency b1 (ms)</th><th>speed-up b1</th>"
-            "<th>latency b32 (ms)</th><th>speed-up b32</th><th>score</th><th>Δ score</th></tr>")
+            "<th>latency b32 (ms)</th><th>speed-up b32</th><th>score</th><th>scored on</th><th>Δ score</th></tr>")
     rows = []
     for v in variants:
         base = v.get("baseline") or {}
         ratio = _size(v) / _size(base) if base else None
-        speed1 = base.get("latency_ms_b1") / v["latency_ms_b1"] if base and v.get("latency_ms_b1") else None
-        speed32 = base.get("latency_ms_b32") / v["latency_ms_b32"] if base and v.get("latency_ms_b32") else None
         delta = (v["score"] - base["score"]) * 100 if base and v.get("score") is not None and \
-            base.get("score") is not None else None
+            base.get("score") is not None and comparable(v, base) else None
+        scored_on = f"{v['eval_examples']:,}" if v.get("eval_examples") is not None else "–"
         rows.append(
             f"<tr><td>{html.escape(v['name'])}</td><td>{html.escape(v['method'])}</td><td>{v['layers']}</td>"
             f"<td>{v['heads']}</td><td>{_cell(_size(v), '.1f')}</td><td>{_cell(v.get('memory_mb'), '.1f')}</td>"
             f"<td>{_cell(ratio, '.2f')}</td>"
-            f"<td>{_cell(v.get('latency_ms_b1'), '.1f')}</td><td>{_cell(speed1, '.2f')}</td>"
-            f"<td>{_cell(v.get('latency_ms_b32'), '.0f')}</td><td>{_cell(speed32, '.2f')}</td>"
-            f"<td>{_cell(v.get('score'), '.3f')}</td><td>{_cell(delta, '+.1f')}</td></tr>")
+            f"<td>{_latency(v, 1, '.1f')}</td><td>{_speedup(v, base, 1)}</td>"
+            f"<td>{_latency(v, 32, '.0f')}</td><td>{_speedup(v, base, 32)}</td>"
+            f"<td>{_cell(v.get('score'), '.3f')}</td><td>{scored_on}</td><td>{_cell(delta, '+.1f')}</td></tr>")
     style = "border-collapse:collapse;font-size:0.9em"
     return (f'<table class="bertlab-compress-table" style="{style}" cellpadding="4">{head}{"".join(rows)}</table>'
             '<div style="color:#555;font-size:0.85em">Size: the saved weights (in memory when not saved); '
-            "× original and Δ score (points) against the model it came from; latency on this machine's CPU, "
-            "median of a few batches.</div>")
+            "× original and Δ score (points) against the model it came from, Δ only between scores on the same "
+            "held-out examples; latency on this machine's CPU, median of a few batches (fastest–slowest in "
+            "brackets): a speed-up marked (noise) lies within that spread.</div>")
 
 
-__all__ = ["plot_distill_curves", "plot_prune_curve", "plot_variants", "variants_html"]
+__all__ = ["comparable", "plot_distill_curves", "plot_prune_curve", "plot_variants", "variants_html", "within_noise"]

@@ -16,6 +16,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from bertlab.analysis.predict import AnswerResult, ClassPrediction, EntityPrediction
+from bertlab.analysis.sample_size import examples_text, measured_on, too_few
 from bertlab.tokenizer import DEFAULT_SPECIALS
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.text import plain_text
@@ -42,21 +43,28 @@ def _history(run: Any) -> list[Mapping[str, Any]]:
 # Curves and confusion
 # ---------------------------------------------------------------------------------------------
 def plot_training_curves(runs: Mapping[str, Any], metric: str, x: str = "step",
-                         style: Theme | None = None) -> go.Figure:
+                         style: Theme | None = None, dev_examples: int | None = None) -> go.Figure:
     """Training loss (left) and dev `metric` (right) against `x` ("step" or "epoch"), one
     colour per run: e.g. {"full": result_a, "feature": result_b, "adapter": result_c}.
-    A run is a FinetuneResult, a TrainResult, or a loop history (dicts with kind train/eval)."""
+    A run is a FinetuneResult, a TrainResult, or a loop history (dicts with kind train/eval).
+    `dev_examples`: how many examples the dev figures were measured on (named in the title; a
+    warning below a meaningful size). Shares (accuracy, F1: in 0..1, or 0..100 when `metric` names "%")
+    keep a fixed full axis."""
     t = style or current()
     if not runs:
         return empty_figure("Fine-tune a model to see its curves.", t)
     if x not in ("step", "epoch"):
         raise ValueError(f"x must be 'step' or 'epoch'; got {x!r}.")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["training loss", f"dev {metric}"], horizontal_spacing=0.1)
+    dev_title = f"dev {metric}" + (f" ({examples_text(dev_examples)})" if dev_examples is not None else "")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["training loss", dev_title], horizontal_spacing=0.1)
+    shares = True
     for n, (name, run) in enumerate(runs.items()):
         color = t.color(n)
         history = _history(run)
         train = [h for h in history if h.get("kind") == "train"]
         evals = [h for h in history if h.get("kind") == "eval" and metric in h]
+        top = 100.0 if "%" in metric else 1.0  # a share in percent or in 0..1
+        shares = shares and all(0.0 <= h[metric] <= top for h in evals)
         fig.add_trace(go.Scatter(
             x=[h[x] for h in train], y=[round(h["loss"], DECIMALS) for h in train], mode="lines", name=name,
             legendgroup=name, line=dict(color=color),
@@ -69,9 +77,15 @@ def plot_training_curves(runs: Mapping[str, Any], metric: str, x: str = "step",
         ), row=1, col=2)
     fig.update_xaxes(title_text=x)
     fig.update_yaxes(title_text="loss", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title_text=metric, row=1, col=2)
+    top = 100.0 if "%" in metric else 1.0
+    fig.update_yaxes(title_text=metric, row=1, col=2, **({"range": [0, 1.02 * top]} if shares else {}))
     fig.update_layout(height=380, width=900, plot_bgcolor="white", margin=dict(l=60, r=20, t=50, b=50),
                       legend=dict(title=dict(text="run")))
+    warning = too_few(dev_examples, "dev examples") if dev_examples is not None else ""
+    if warning:
+        fig.add_annotation(text=html.escape(warning), xref="paper", yref="paper", x=1, y=-0.22, showarrow=False,
+                           xanchor="right", font=dict(color=t.warning, size=12))
+        fig.update_layout(margin=dict(b=80))
     return finish(fig, t)
 
 
@@ -86,6 +100,7 @@ def plot_confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str]
                          f"got shape {tuple(counts.shape)}.")
     shares = counts / counts.sum(dim=1, keepdim=True).clamp(min=1)  # [gold, predicted]
     z = shares if normalize else counts
+    n = int(counts.sum())
     accuracy = float(counts.diagonal().sum() / counts.sum().clamp(min=1))
     fig = go.Figure(go.Heatmap(
         z=[[round(float(v), DECIMALS) for v in row] for row in z], x=list(labels), y=list(labels),
@@ -96,11 +111,16 @@ def plot_confusion_matrix(matrix: Sequence[Sequence[int]], labels: Sequence[str]
         colorbar=dict(title=dict(text="share of row" if normalize else "count")),
     ))
     fig.update_layout(
-        title=dict(text=f"Confusion matrix (accuracy {100 * accuracy:.1f}%)", font=dict(size=14)),
+        title=dict(text=f"Confusion matrix: accuracy {measured_on(accuracy, n, 'dev examples')}", font=dict(size=13)),
         xaxis=dict(title=dict(text="predicted"), side="bottom", type="category"),
         yaxis=dict(title=dict(text="gold"), autorange="reversed", type="category"),
-        height=120 + 60 * len(labels), width=220 + 80 * len(labels), margin=dict(l=100, r=20, t=50, b=60),
+        height=120 + 60 * len(labels), width=max(480, 220 + 80 * len(labels)), margin=dict(l=100, r=20, t=50, b=60),
     )
+    warning = too_few(n, "dev examples")
+    if warning:
+        fig.add_annotation(text=html.escape(warning), xref="paper", yref="paper", x=0, y=-0.35, showarrow=False,
+                           xanchor="left", font=dict(color=t.warning, size=12))
+        fig.update_layout(height=fig.layout.height + 40, margin=dict(b=100))
     return finish(fig, t)
 
 

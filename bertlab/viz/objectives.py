@@ -10,7 +10,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bertlab.training.objectives import OBJECTIVES
-from bertlab.viz.theme import OKABE_ITO, Theme, current, finish
+from bertlab.viz.mask import empty_figure
+from bertlab.viz.theme import OKABE_ITO, Theme, current, finish, share_tickformat
 
 DECIMALS = 6  # probe probabilities are small early on
 PANELS = (("own_loss", "the objective's own loss (log)"), ("mlm_acc", "MLM accuracy (training batches)"),
@@ -35,6 +36,8 @@ def plot_objective_curves(runs: Mapping[str, Sequence[Mapping[str, float | None]
     `objectives`: run name -> objective name (for the legend; default: the run name). ELECTRA's MLM
     accuracy is its small generator's."""
     t = style or current()
+    if not any(_xy(points, key)[0] for points in runs.values() for key, _ in PANELS):
+        return empty_figure("Pre-train with two or more objectives to compare them here.", t)
     fig = make_subplots(rows=1, cols=3, subplot_titles=[name for _, name in PANELS], horizontal_spacing=0.08)
     for i, (name, points) in enumerate(runs.items()):
         color = OKABE_ITO[i % len(OKABE_ITO)]
@@ -46,8 +49,9 @@ def plot_objective_curves(runs: Mapping[str, Sequence[Mapping[str, float | None]
                                      hovertemplate=f"{html.escape(name)} step %{{x}}: %{{y:.4g}}<extra></extra>"),
                           row=1, col=col)
     fig.update_yaxes(type="log", row=1, col=1)
-    fig.update_yaxes(rangemode="tozero", tickformat=".0%", row=1, col=2)
-    fig.update_yaxes(rangemode="tozero", tickformat=".2%", row=1, col=3)
+    for col, (key, _) in enumerate(PANELS[1:], start=2):
+        values = [v for points in runs.values() for v in _xy(points, key)[1]]
+        fig.update_yaxes(rangemode="tozero", tickformat=share_tickformat(values), row=1, col=col)
     fig.update_xaxes(title_text="step", rangemode="tozero")
     fig.update_layout(
         title={"text": title or "Pre-train with two or more objectives to compare them here", "font": {"size": 14}},

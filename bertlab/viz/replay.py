@@ -12,7 +12,7 @@ from bertlab.viz.finetune import plot_class_probabilities
 from bertlab.viz.mask import empty_figure, plot_fill_mask
 from bertlab.viz.similarity import plot_token_similarity
 from bertlab.viz.text import plain_text
-from bertlab.viz.theme import Theme, current, finish
+from bertlab.viz.theme import Theme, current, finish, share_tickformat
 
 DECIMALS = 4
 VIEWS = ("Mask", "Attention", "Embeddings", "Logit lens")
@@ -31,13 +31,14 @@ def plot_trajectory(replay: Replay, step: int, style: Theme | None = None) -> go
         fig.add_trace(go.Scatter(
             x=x, y=[float(f"{v:.{DECIMALS}g}") for v in values], mode="lines+markers", name=label,
             line=dict(color=t.color(i)), customdata=replay.steps,
-            hovertemplate=f"<b>{plain_text(label)}</b><br>step %{{customdata}}: %{{y:.4f}}<extra></extra>",
+            hovertemplate=f"<b>{plain_text(label)}</b><br>step %{{customdata}}: %{{y:.3~%}}<extra></extra>",
         ))
     what = "probability at the mask" if replay.tracked else "class probability"
     fig.update_layout(
         title=dict(text=f"The probe over training: {what}", font=dict(size=14)),
         xaxis=dict(title="step (snapshots)", tickmode="array", tickvals=x, ticktext=[str(s) for s in replay.steps]),
-        yaxis=dict(title="probability", rangemode="tozero"),
+        yaxis=dict(title="probability", rangemode="tozero",
+                   tickformat=share_tickformat([v for values in lines.values() for v in values])),
         shapes=[marker(replay, step)], height=300, width=620, plot_bgcolor="white",
         margin=dict(l=60, r=20, t=50, b=50), legend=dict(title=dict(text="word" if replay.tracked else "class")),
     )

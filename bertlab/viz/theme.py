@@ -53,6 +53,7 @@ class Theme:
     line_gain: float = 1.6  # head-view line opacity = gain × weight / sqrt(heads shown), at most 1
     label_gap: float = 1.5  # an axis label needs this many times its font size of room
     segment_fill: tuple[str, str] = ("#e8f1fb", "#fdf0e2")  # cell tints of sentence A (blue) and B (orange)
+    warning: str = "#a34700"  # text that says a figure means little (too few examples, noisy timings)
 
     def px(self, size: float) -> int:
         """`size` (px on the normal page) in this theme."""
@@ -90,6 +91,16 @@ def use(theme: Theme | bool, page_width: int | None = None) -> Theme:
 
 def is_projector(theme: Theme | None = None) -> bool:
     return (theme or current()).full_width
+
+
+def share_tickformat(values: Sequence[float], ticks: int = 8) -> str:
+    """A d3 tick format for an axis of shares (0..1) drawn as percents, with enough decimals that ticks
+    about max/`ticks` apart read differently (no "0.01 %, 0.01 %"), and no SI prefix ("80μ")."""
+    top = max((abs(float(v)) for v in values), default=0.0)
+    if top <= 0:
+        return ".0%"
+    step = top / ticks * 100  # percent between ticks
+    return f".{max(0, min(6, -math.floor(math.log10(step))))}%"
 
 
 # -- figures ------------------------------------------------------------------------------------

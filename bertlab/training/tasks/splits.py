@@ -12,6 +12,13 @@ Where the dev examples come from:
 - otherwise (one SST-2 or CoNLL file, a folder without a dev file, a SICK file without a TRIAL
   part, one SQuAD article): a seeded DEV_SHARE of the examples is held out, never trained on,
   and `held_out` is True. A SICK TEST part is never used for either.
+
+SST-2's rows are phrases of a few thousand sentences (a sentence and its parse's sub-phrases). A dev
+part cut from such rows at random scores phrases of sentences the model was trained on, so SST-2 dev
+is held out by whole sentences: a sentence goes to dev with every row that is a phrase of it
+(`hold_out_sentences`). A dev file whose rows are phrases of the training rows (the GLUE train piece in
+BERTLAB_DATA) is pooled with the training file and split that way; a dev file of its own sentences
+is used as it is.
 """
 
 from __future__ import annotations
@@ -26,13 +33,14 @@ from typing import Any
 import torch
 
 from bertlab.runtime import derive_seed
-from bertlab.settings import DataNotFoundError, data_dir
+from bertlab.settings import DataNotFoundError
 from bertlab.training.tasks.readers import DataFormatError, NoPartsError
 from bertlab.training.tasks.squad import squad_article_split
 
 log = logging.getLogger(__name__)
 
 DEV_SHARE = 0.1  # held out as dev when the data has no dev part
+LEAK_SHARE = 20  # a dev file of which 1 row in LEAK_SHARE or more is a phrase of training rows is re-split
 
 
 @dataclass
@@ -64,7 +72,7 @@ def hold_out(examples: Sequence[Any], seed: int, where: str,
     if len(unique) < 2:
         raise DataFormatError(
             f"{where}: {len(unique)} {what}; at least 2 are needed to hold one out as dev. "
-            f"Add data, or give a separate dev file (eval_data, bertlab finetune --eval-data)."
+            f"Add data, or give a separate dev file of your own."
         )
     target = max(1, round(DEV_SHARE * len(examples)))
     if group is None:
@@ -87,11 +95,98 @@ def hold_out(examples: Sequence[Any], seed: int, where: str,
     return DataSplit(train, dev, note, held_out=True)
 
 
+def _sentence_roots(texts: Sequence[str]) -> list[str]:
+    """The texts that are no phrase of a longer text (whole words compared), longest first."""
+    unique = sorted({t for t in texts if t.split()}, key=lambda t: (-len(t), t))
+    counts: dict[str, int] = {}
+    for t in unique:
+        for w in set(t.split()):
+            counts[w] = counts.get(w, 0) + 1
+    roots: list[str] = []
+    by_word: dict[str, list[int]] = {}
+    for t in unique:
+        words = set(t.split())
+        rarest = min(words, key=lambda w: (counts[w], w))
+        if any(_is_phrase_of(t, roots[i]) for i in by_word.get(rarest, ())):
+            continue
+        for w in words:
+            by_word.setdefault(w, []).append(len(roots))
+        roots.append(t)
+    return roots
+
+
+def _is_phrase_of(phrase: str, sentence: str) -> bool:
+    return f" {phrase} " in f" {sentence} "
+
+
+class _PhraseIndex:
+    """Which texts are phrases of a sentence: each text filed under its rarest word."""
+
+    def __init__(self, texts: Sequence[str]):
+        counts: dict[str, int] = {}
+        for t in texts:
+            for w in set(t.split()):
+                counts[w] = counts.get(w, 0) + 1
+        self.by_rarest: dict[str, list[int]] = {}
+        for i, t in enumerate(texts):
+            words = set(t.split())
+            if words:
+                self.by_rarest.setdefault(min(words, key=lambda w: (counts[w], w)), []).append(i)
+        self.texts = texts
+
+    def phrases_of(self, sentence: str) -> set[int]:
+        """Indices of the texts that are phrases of `sentence` (itself included)."""
+        found: set[int] = set()
+        for w in set(sentence.split()):
+            found.update(i for i in self.by_rarest.get(w, ()) if _is_phrase_of(self.texts[i], sentence))
+        return found
+
+
+def hold_out_sentences(examples: Sequence[Any], seed: int, where: str) -> DataSplit:
+    """A seeded DEV_SHARE of `examples` (rows with `text_a`) as dev, held out by whole sentences: a
+    sentence (a row that is no phrase of a longer row) goes to dev with every row that is a phrase of
+    it, so no phrase of a dev sentence is trained on."""
+    texts = [e.text_a for e in examples]
+    roots = _sentence_roots(texts)
+    if len(roots) < 2:
+        raise DataFormatError(
+            f"{where}: {len(roots)} sentences; at least 2 are needed to hold one out as dev. "
+            f"Add data, or give a separate dev file of your own."
+        )
+    index = _PhraseIndex(texts)
+    target = max(1, round(DEV_SHARE * len(examples)))
+    g = torch.Generator().manual_seed(derive_seed(seed, "subset", "held-out dev sentences"))
+    dev_rows: set[int] = set()
+    sentences = 0
+    for i in torch.randperm(len(roots), generator=g).tolist()[: len(roots) - 1]:
+        if len(dev_rows) >= target:
+            break
+        dev_rows |= index.phrases_of(roots[i])
+        sentences += 1
+    train = [e for i, e in enumerate(examples) if i not in dev_rows]
+    dev = [e for i, e in enumerate(examples) if i in dev_rows]
+    note = (f"{where}: {len(train):,} training examples, {len(dev):,} held out as dev ({DEV_SHARE:.0%}, seed {seed}): "
+            f"{sentences:,} whole sentence{'s' if sentences != 1 else ''} of {len(roots):,}, each with every phrase "
+            f"of it.")
+    return DataSplit(train, dev, note, held_out=True)
+
+
+def phrase_leak(train: Sequence[Any], dev: Sequence[Any]) -> int:
+    """How many `dev` rows are phrases of a training row (whole words compared)."""
+    train_texts = _sentence_roots([e.text_a for e in train])
+    dev_texts = [e.text_a for e in dev]
+    index = _PhraseIndex(dev_texts)
+    leaked: set[int] = set()
+    for t in train_texts:
+        leaked |= index.phrases_of(t)
+    return len(leaked)
+
+
 def read_train_dev(task: Any, data: str | os.PathLike | None = None,
                    eval_data: str | os.PathLike | None = None, seed: int = 0) -> DataSplit:
     """The task's train and dev examples from BERTLAB_DATA (data None), a folder or one file,
     with dev from `eval_data` when given, else holding out a seeded dev part (module docstring)."""
-    where = str(data) if data is not None else f"BERTLAB_DATA ({data_dir()})"
+    where = str(data) if data is not None else "BERTLAB_DATA"
     if eval_data is not None:
         train, dev = task.read("train", path=data), task.read("dev", path=eval_data)
         return DataSplit(train, dev, f"{len(train):,} training examples from {where}, "
@@ -112,13 +207,22 @@ def read_train_dev(task: Any, data: str | os.PathLike | None = None,
             return DataSplit(train, dev, f"{len(train):,} training and {len(dev):,} dev pairs "
                                          f"(the TRAIN and TRIAL parts) from {where}.")
         return hold_out(train + dev, seed, f"{where}: no {'TRIAL' if train else 'TRAIN'} part")
+    by_sentence = task.name == "sst2"  # rows that are phrases of sentences (module docstring)
+    split_off = hold_out_sentences if by_sentence else hold_out
     train = task.read("train", path=data)
     if file is not None:  # one SST-2 or CoNLL file: read whole, it has no dev part
-        return hold_out(train, seed, where)
+        return split_off(train, seed, where)
     try:
         dev = task.read("dev", path=data)
     except DataNotFoundError:  # a folder with a train file only
-        return hold_out(train, seed, f"{where}: no dev file")
+        return split_off(train, seed, f"{where}: no dev file")
+    if by_sentence:
+        leaked = phrase_leak(train, dev)
+        if leaked * LEAK_SHARE >= len(dev):
+            return hold_out_sentences(
+                train + dev, seed,
+                f"{where}: {leaked:,} of the dev file's {len(dev):,} rows are phrases of training sentences, "
+                f"so train and dev were pooled and split again by sentence")
     return DataSplit(train, dev, f"{len(train):,} training and {len(dev):,} dev examples from {where}.")
 
 
@@ -134,4 +238,4 @@ def _squad(task: Any, data: str | os.PathLike | None, where: str, seed: int) -> 
                                  f"({len({e.title for e in dev})} of {articles} articles held out) from {where}.")
 
 
-__all__ = ["DEV_SHARE", "DataSplit", "hold_out", "read_train_dev", "subset"]
+__all__ = ["DEV_SHARE", "DataSplit", "hold_out", "hold_out_sentences", "phrase_leak", "read_train_dev", "subset"]
