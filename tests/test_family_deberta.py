@@ -380,3 +380,32 @@ def test_parameter_bars_file_the_relative_positions_apart_from_the_layers(checkp
     assert count.parts["position + segment embeddings"] == size(emb.position_embeddings) + size(
         emb.token_type_embeddings)
     assert (count.parts["position + segment embeddings"] == 0) == (variant == "v3")
+
+
+@pytest.mark.parametrize("variant", ["v3", "v2-conv"])
+def test_pruned_deberta_equals_the_head_masked_model(checkpoints, variant):
+    """Pruning cuts a head's rows out of query_proj, key_proj, value_proj and (without share_att_key)
+    pos_key_proj / pos_query_proj, and its columns out of the output dense: the same numbers as switching
+    the head off."""
+    import copy
+
+    from bertlab.compress.structure import heads_per_layer, prune_heads
+
+    model, _ = load_model(checkpoints[variant, "ForSequenceClassification"])
+    ids, types, mask = _batch(types=variant != "v3")
+    gone = {0: [1, 3], 1: [0]}
+    head_mask = torch.ones(2, 4)
+    for layer, heads in gone.items():
+        head_mask[layer, heads] = 0
+    with torch.no_grad():
+        ref = model(ids, types, mask, head_mask=head_mask)
+        small = prune_heads(copy.deepcopy(model), gone)
+        out = small(ids, types, mask)
+    assert heads_per_layer(small) == [2, 3]
+    attn = small.deberta.encoder.layer[0].attention.self
+    assert attn.query_proj.weight.shape == attn.value_proj.weight.shape == (2 * 8, 32)
+    if variant == "v2-conv":
+        assert attn.pos_key_proj.weight.shape == attn.pos_query_proj.weight.shape == (2 * 8, 32)
+    assert (out.logits - ref.logits).abs().max() <= 1e-5
+    keep = mask.bool()
+    assert (out.last_hidden_state - ref.last_hidden_state)[keep].abs().max() <= 1e-5
