@@ -13,7 +13,7 @@ BERT's shape) is fine-tuned and probed the same way as the floor.
 
     python bench/bench_objectives.py [--steps 200] [--size mini] [--seq-len 64] [--batch 16] [--quick]
 
-Writes bench/results/objectives.json (and, when kaleido can draw, objectives.png); the README's
+Writes bench/results/objectives.json (and, when kaleido can draw, objectives.png); docs/results.md's
 `figures:objectives` block comes from it (bench/readme_tables.py).
 """
 

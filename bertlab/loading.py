@@ -160,7 +160,7 @@ def _assemble(folder: Path, family: Family, spec: BertConfig, weights_file: Path
         log.warning("%s: %s", report.source, report.notes[-1])
     if "mlm" not in found.heads:
         report.notes.append("no MLM head: masked-word prediction needs one (train it in the pre-training lab).")
-        log.info("%s: %s", report.source, report.notes[-1])
+        log.debug("%s: %s", report.source, report.notes[-1])  # the panels show it where it matters
     model.load_report = report
     return model, report
 
@@ -188,8 +188,8 @@ def load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[
         raise CheckpointError(f"bertlab's default heads {path} do not fit the offline default: {e}") from e
     report.notes = [
         f"MLM and NSP heads trained by bertlab ({path.name}), with the top {n} of the encoder's "
-        f"{model.config.num_hidden_layers} layers re-trained to carry word identity again: see the README "
-        "for their accuracy."
+        f"{model.config.num_hidden_layers} layers re-trained to carry word identity again: the documentation's "
+        "Models page gives their accuracy."
     ]
     return model, report
 

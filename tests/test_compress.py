@@ -29,7 +29,7 @@ from bertlab.training.tasks import SST2_LABELS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-# int8 tolerance (stated in the README): the final hidden states (LayerNorm'd, about unit scale) of a
+# int8 tolerance (stated in docs/compression.md): the final hidden states (LayerNorm'd, about unit scale) of a
 # dynamic-int8 model stay within 0.1 of float32's everywhere and 0.02 on average.
 INT8_MAX_DIFF, INT8_MEAN_DIFF = 0.1, 0.02
 
@@ -284,7 +284,7 @@ def test_bertlab_compress_writes_folders_that_load_and_evaluate(tmp_path, sst2, 
                  "--importance-examples", "32", "--out", str(tmp_path / "p"), *data]) == 0
     line = json.loads(capsys.readouterr().out)
     assert line["result"]["heads"] == 4 and [p["heads_kept"] for p in line["curve"]][0] == 8
-    assert main(["compress", "distill", "--teacher", str(tmp_path / "m"), "--layers", "1", "--task", "sst2",
+    assert main(["compress", "distill", "--model", str(tmp_path / "m"), "--layers", "1", "--task", "sst2",
                  "--epochs", "1", "--batch-size", "32", "--max-train-examples", "64", "--out", str(tmp_path / "s"),
                  *data]) == 0
     line = json.loads(capsys.readouterr().out)

@@ -259,7 +259,7 @@ def test_the_cycle_finder_sees_a_cycle_through_a_function_import():
 # Module-name prefix -> layer (the longest prefix wins). Same layer: allowed unless SIBLINGS says no.
 LAYERS: dict[str, int] = {
     "bertlab.tokenizer": 0, "bertlab.config": 0, "bertlab.hooks": 0, "bertlab.settings": 0,
-    "bertlab.runtime": 0, "bertlab.inputs": 0, "bertlab.workspace": 0,
+    "bertlab.runtime": 0, "bertlab.inputs": 0, "bertlab.workspace": 0, "bertlab.options": 0,
     "bertlab.model": 1, "bertlab.families": 1,
     "bertlab.loading": 2, "bertlab.default_heads_file": 2, "bertlab.hub": 2,
     # the tasks layer: datasets, features and metrics of the fine-tuning tasks (below training and analysis)

@@ -36,6 +36,7 @@ TABS: tuple[tuple[str, str], ...] = (
     ("Next sentence", "bertlab.panels.nsp:NSPPanel"),
     ("Attention", "bertlab.panels.attention:AttentionPanel"),
     ("Embeddings", "bertlab.panels.similarity:SimilarityPanel"),
+    ("What it knows", "bertlab.panels.knows:KnowsPanel"),
     ("Ablation", "bertlab.panels.ablation:AblationPanel"),
     ("Family", "bertlab.panels.family:FamilyPanel"),
     ("Pre-training", "bertlab.panels.pretrain:PretrainPanel"),

@@ -61,7 +61,7 @@ class Panel:
     `self.message` somewhere in `self.widget`, and wrap callbacks in `self.reporting()`."""
 
     title: str = ""
-    teaches: str = ""  # one sentence for the README and the tab's help line
+    teaches: str = ""  # one sentence for the docs and the tab's help line
 
     def __init__(self) -> None:
         self.message = widgets.HTML(value="", layout=widgets.Layout(width="100%"))

@@ -370,7 +370,8 @@ class FinetunePanel(BackgroundWork, Panel):
             text = "Fine-tunes a copy of the model picked above."
         else:
             text = (f"Fine-tunes a copy of {START_NAMES[choice]}, not the offline default picked above: bertlab's "
-                    "MLM/NSP heads re-trained its layers, which fine-tune worse on this task (see the README).")
+                    "MLM/NSP heads re-trained its layers, which fine-tune worse on this task (see the documentation: "
+                    "Results, fine-tuning).")
         self.start_note.value = f'<span style="color:#555;font-size:0.9em">{html.escape(text)}</span>'
 
     def _on_data(self, _=None) -> None:

@@ -1,6 +1,6 @@
 """The fine-tuning lab's defaults per task and mode: the encoder a run starts from and the loop's
 settings, chosen by measurement (the runs and their dev figures are in bench/results/finetune_sweep.json
-and bench/results/finetune_table.json; `python bench/finetune_table.py` re-measures the README's rows).
+and bench/results/finetune_table.json; `python bench/finetune_table.py` re-measures the rows of docs/results.md).
 
     r = recipe("nli", "full")     # r.model, r.epochs, r.lr, r.batch_size, r.max_length, r.warmup_ratio
 

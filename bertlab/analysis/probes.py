@@ -1,0 +1,321 @@
+"""Linear probes on frozen features, one per stage (0 = embeddings, s = after layer s − 1), a control task
+(Hewitt & Liang 2019: a random but consistent label per word type) and the selectivity (probe accuracy −
+control accuracy), and a scalar mix (ELMo: softmax weights over the stages and a scale, learned with the probe).
+
+A word's feature is its first piece's vector (`pool="first"`), or the mean of its pieces (`pool="mean"`).
+Features are computed once per model, sentences and pooling, and cached to disk (`feature_cache_dir()`).
+The probes of all stages train together as one batched linear map (each stage's loss is its own: the same
+as training them one by one); weights start at zero, so a run depends only on the data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertlab.analysis import InputError, max_tokens
+from bertlab.analysis.probe_data import TaggedSentence
+from bertlab.analysis.similarity import hidden_states
+from bertlab.model import Bert
+from bertlab.tokenizer import Tokenizer
+from bertlab.training.tasks import encode_words
+
+log = logging.getLogger(__name__)
+
+POOLS = ("first", "mean")
+SENTENCES_PER_BATCH = 16
+EPOCHS = 8  # passes over the training words
+BATCH = 256  # words per step
+LR = 0.01
+WEIGHT_DECAY = 1e-4
+Progress = Callable[[int, int], None]
+
+
+class Cancelled(Exception):
+    """A run stopped by its cancel check."""
+
+
+def feature_cache_dir() -> Path:
+    """Where word features are cached (`BERTLAB_CACHE`/features, default `~/.cache/bertlab/features`)."""
+    root = os.environ.get("BERTLAB_CACHE") or Path.home() / ".cache" / "bertlab"
+    return Path(root).expanduser() / "features"
+
+
+def model_fingerprint(model: nn.Module) -> str:
+    """A short hash of a model's weights (names, shapes and two sums per tensor): the cache key's model part."""
+    h = hashlib.sha256()
+    with torch.no_grad():
+        for name, p in model.state_dict().items():
+            if p.is_floating_point():
+                h.update(f"{name}{tuple(p.shape)}{float(p.double().sum()):.6e}{float(p.double().abs().sum()):.6e}"
+                         .encode())
+    return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# Word features
+# ---------------------------------------------------------------------------------------------
+def word_features(model: Bert, tok: Tokenizer, sentences: Sequence[TaggedSentence], pool: str = "first",
+                  cache_dir: Path | None = None, progress: Progress | None = None,
+                  cancelled: Callable[[], bool] | None = None, use_cache: bool = True) -> list[torch.Tensor]:
+    """Each sentence's word vectors at every stage: a list of [stage, words, d_model] float32 (a sentence cut by
+    the model's length limit keeps the words that fit), stored as float16. Cached under `cache_dir` (default
+    feature_cache_dir()) unless `use_cache` is False."""
+    if pool not in POOLS:
+        raise ValueError(f"pool must be one of {', '.join(POOLS)}; got {pool!r}.")
+    key = hashlib.sha256("\x1f".join(" ".join(s.words) for s in sentences).encode()).hexdigest()[:16]
+    folder = feature_cache_dir() if cache_dir is None else cache_dir
+    file = folder / f"{model_fingerprint(model)}-{key}-{pool}.pt" if use_cache else None
+    if file is not None and file.is_file():
+        try:
+            return [t.float() for t in torch.load(file, weights_only=True)]
+        except Exception:  # a damaged cache file: compute again
+            log.warning("ignoring unreadable feature cache %s", file)
+    out: list[torch.Tensor] = []
+    limit = min(tok.model_max_length, max_tokens(model))
+    for start in range(0, len(sentences), SENTENCES_PER_BATCH):
+        if cancelled is not None and cancelled():
+            raise Cancelled("stopped while reading the sentences")
+        chunk = sentences[start : start + SENTENCES_PER_BATCH]
+        encoded = [encode_words(s.words, tok, max_length=limit) for s in chunk]
+        n = max(len(ids) for ids, _ in encoded)
+        ids = torch.full((len(chunk), n), tok.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(chunk), n), dtype=torch.long)
+        for i, (row, _) in enumerate(encoded):
+            ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
+        states = hidden_states(model, ids, torch.zeros_like(ids), mask)  # [stage, batch, seq, d]
+        for i, (_, word_ids) in enumerate(encoded):
+            out.append(pool_words(states[:, i], word_ids, pool))
+        if progress is not None:
+            progress(len(out), len(sentences))
+    out = [t.half().float() for t in out]  # what a later run reads back from the cache: the same numbers
+    if file is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = file.with_suffix(f".{os.getpid()}.tmp")
+        torch.save([t.half() for t in out], tmp)
+        tmp.replace(file)
+    return out
+
+
+def pool_words(states: torch.Tensor, word_ids: Sequence[int | None], pool: str = "first") -> torch.Tensor:
+    """[stage, seq, d] token vectors -> [stage, words, d]: each word's first piece, or the mean of its pieces."""
+    words = max((w for w in word_ids if w is not None), default=-1) + 1
+    out = torch.zeros(states.shape[0], words, states.shape[-1])
+    counts = torch.zeros(words)
+    for t, w in enumerate(word_ids):
+        if w is None or (pool == "first" and counts[w] > 0):
+            continue
+        out[:, w] += states[:, t]
+        counts[w] += 1
+    return out / counts.clamp(min=1)[None, :, None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Labels
+# ---------------------------------------------------------------------------------------------
+def labelled_words(features: Sequence[torch.Tensor], sentences: Sequence[TaggedSentence], prop: str,
+                   labels: dict[str, int] | None = None
+                   ) -> tuple[torch.Tensor, torch.Tensor, list[str], dict[str, int]]:
+    """(x [words, stage, d], y [words], word forms, label -> id) of every word that has a feature. With
+    `labels` given (from training), words whose tag it lacks get -1 (counted wrong, never trained on)."""
+    if not sentences or prop not in sentences[0].tags:
+        have = ", ".join(sentences[0].tags) if sentences else "nothing"
+        raise InputError(f"these sentences have no {prop!r} tags (they have {have}); give a file with them.")
+    labels = dict(labels) if labels is not None else {t: i for i, t in enumerate(sorted({t for s in sentences
+                                                                                       for t in s.tags[prop]}))}
+    xs, ys, forms = [], [], []
+    for f, s in zip(features, sentences):
+        n = f.shape[1]
+        xs.append(f.transpose(0, 1))  # [words, stage, d]
+        ys += [labels.get(t, -1) for t in s.tags[prop][:n]]
+        forms += s.words[:n]
+    return torch.cat(xs), torch.tensor(ys), forms, labels
+
+
+def control_labels(forms: Sequence[str], y_train: torch.Tensor, n_labels: int, seed: int = 0,
+                   table: dict[str, int] | None = None) -> tuple[torch.Tensor, dict[str, int]]:
+    """Hewitt & Liang's control task: each word type (lower-cased form) gets one random label, drawn from the
+    real labels' distribution in `y_train`; `table` (type -> label) carries the choices from train to eval."""
+    table = dict(table or {})
+    counts = torch.bincount(y_train[y_train >= 0], minlength=n_labels).float()
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for form in forms:
+        key = form.lower()
+        if key not in table:
+            table[key] = int(torch.multinomial(counts, 1, generator=g))
+        out.append(table[key])
+    return torch.tensor(out), table
+
+
+# ---------------------------------------------------------------------------------------------
+# The probes
+# ---------------------------------------------------------------------------------------------
+class StageProbes(nn.Module):
+    """One linear probe per stage, trained at once: [words, stage, d] -> logits [words, stage, labels]."""
+
+    def __init__(self, stages: int, d: int, n_labels: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(stages, d, n_labels))
+        self.bias = nn.Parameter(torch.zeros(stages, n_labels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.einsum("nsd,sdc->nsc", x, self.weight) + self.bias
+
+
+class ScalarMix(nn.Module):
+    """ELMo's scalar mix: gamma · Σ_s softmax(w)_s x_s over stages; [words, stage, d] -> [words, d].
+    `fixed` weights (a probability per stage) are used as given, with gamma 1 (nothing learned)."""
+
+    def __init__(self, stages: int, fixed: torch.Tensor | None = None):
+        super().__init__()
+        self.fixed = fixed
+        self.logits = nn.Parameter(torch.zeros(stages), requires_grad=fixed is None)
+        self.gamma = nn.Parameter(torch.ones(()), requires_grad=fixed is None)
+
+    @property
+    def weights(self) -> torch.Tensor:
+        return self.fixed if self.fixed is not None else self.logits.softmax(-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gamma * torch.einsum("nsd,s->nd", x, self.weights.to(x.dtype))
+
+
+class MixProbe(nn.Module):
+    """A scalar mix of the stages, then one linear probe: [words, stage, d] -> logits [words, 1, labels]."""
+
+    def __init__(self, stages: int, d: int, n_labels: int, fixed: torch.Tensor | None = None):
+        super().__init__()
+        self.mix = ScalarMix(stages, fixed)
+        self.probe = StageProbes(1, d, n_labels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.probe(self.mix(x)[:, None])
+
+
+def train_probe(module: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int = EPOCHS, lr: float = LR,
+                weight_decay: float = WEIGHT_DECAY, seed: int = 0, progress: Progress | None = None,
+                cancelled: Callable[[], bool] | None = None) -> nn.Module:
+    """Adam on the cross-entropy of module(x) [words, stage, labels] against y [words] (at every stage; -1 =
+    ignore), in shuffled batches of BATCH words (the order from `seed`). Returns the module, trained."""
+    keep = y >= 0
+    x, y = x[keep], y[keep]
+    params = [p for p in module.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    g = torch.Generator().manual_seed(seed)
+    module.train()
+    for epoch in range(epochs):
+        for rows in torch.randperm(len(y), generator=g).split(BATCH):
+            if cancelled is not None and cancelled():
+                raise Cancelled("stopped while training the probe")
+            logits = module(x[rows])  # [n, stage, c]
+            loss = F.cross_entropy(logits.transpose(1, 2), y[rows, None].expand(-1, logits.shape[1]),
+                                   reduction="sum") / len(rows)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        if progress is not None:
+            progress(epoch + 1, epochs)
+    return module.eval()
+
+
+def accuracy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Share of words whose top label is right, per stage: logits [words, stage, labels], y [words] -> [stage]."""
+    if len(y) == 0:
+        return torch.full((logits.shape[1],), float("nan"))
+    return (logits.argmax(-1) == y[:, None]).float().mean(0)
+
+
+@dataclass
+class ProbeResult:
+    """Per-stage probe accuracy on the evaluation words, with the control task and the scalar mix."""
+
+    prop: str
+    stages: list[str]  # "embeddings", "layer 0", ...
+    accuracy: list[float]  # per stage
+    control_accuracy: list[float] | None
+    mix_weights: list[float]  # softmax weights over the stages
+    mix_gamma: float
+    mix_accuracy: float
+    majority: float  # accuracy of always saying the most common training label
+    train_words: int
+    eval_words: int
+    train_sentences: int
+    eval_sentences: int
+    labels: list[str]
+    pool: str
+
+    @property
+    def selectivity(self) -> list[float] | None:
+        """Probe accuracy − control accuracy, per stage."""
+        if self.control_accuracy is None:
+            return None
+        return [a - c for a, c in zip(self.accuracy, self.control_accuracy)]
+
+    def as_json(self) -> dict:
+        r = lambda v: None if v is None else [_num(a) for a in v]  # noqa: E731
+        return {"property": self.prop, "layers": self.stages, "accuracy": r(self.accuracy),
+                "control_accuracy": r(self.control_accuracy), "selectivity": r(self.selectivity),
+                "mix": {"weights": r(self.mix_weights), "gamma": _num(self.mix_gamma),
+                        "accuracy": _num(self.mix_accuracy)},
+                "majority_baseline": _num(self.majority), "pool": self.pool,
+                "train_sentences": self.train_sentences, "eval_sentences": self.eval_sentences,
+                "train_words": self.train_words, "eval_words": self.eval_words}
+
+
+def _num(v: float) -> float | None:
+    """Rounded for JSON; None for NaN (JSON has no NaN)."""
+    return None if v != v else round(float(v), 4)
+
+
+def probe_property(
+    model: Bert, tok: Tokenizer, train: Sequence[TaggedSentence], evaluate: Sequence[TaggedSentence], prop: str,
+    control: bool = True, mix: bool = True, pool: str = "first", seed: int = 0, epochs: int = EPOCHS,
+    cache_dir: Path | None = None, progress: Callable[[str, int, int], None] | None = None,
+    cancelled: Callable[[], bool] | None = None,
+) -> ProbeResult:
+    """Fit the per-stage probes (and the control task, and the scalar mix) on `train`; report on `evaluate`.
+    progress(what, done, total) names the step ("features", "probes", "control", "mix")."""
+    from bertlab.analysis.similarity import stage_names
+
+    def step(what: str) -> Progress | None:
+        return None if progress is None else (lambda d, t: progress(what, d, t))
+
+    if not train or not evaluate:
+        raise InputError("a probe needs training and evaluation sentences: one of the two sets is empty.")
+    f_train = word_features(model, tok, train, pool, cache_dir, step("features"), cancelled)
+    f_eval = word_features(model, tok, evaluate, pool, cache_dir, step("features"), cancelled)
+    x, y, forms, labels = labelled_words(f_train, train, prop)
+    xe, ye, forms_e, _ = labelled_words(f_eval, evaluate, prop, labels)
+    stages, d, c = x.shape[1], x.shape[2], len(labels)
+    torch.manual_seed(seed)
+    probes = train_probe(StageProbes(stages, d, c), x, y, epochs, seed=seed, progress=step("probes"),
+                         cancelled=cancelled)
+    with torch.no_grad():
+        acc = accuracy(probes(xe), ye)
+    control_acc = None
+    if control:
+        yc, table = control_labels(forms, y, c, seed)
+        yce, _ = control_labels(forms_e, y, c, seed, table)
+        ctrl = train_probe(StageProbes(stages, d, c), x, yc, epochs, seed=seed, progress=step("control"),
+                           cancelled=cancelled)
+        with torch.no_grad():
+            control_acc = accuracy(ctrl(xe), yce).tolist()
+    weights, gamma, mix_acc = [float("nan")] * stages, float("nan"), float("nan")
+    if mix:
+        mixed = train_probe(MixProbe(stages, d, c), x, y, epochs, seed=seed, progress=step("mix"),
+                            cancelled=cancelled)
+        with torch.no_grad():
+            mix_acc = float(accuracy(mixed(xe), ye)[0])
+            weights, gamma = mixed.mix.weights.tolist(), float(mixed.mix.gamma)
+    majority = float((ye == torch.bincount(y[y >= 0]).argmax()).float().mean()) if len(ye) else float("nan")
+    return ProbeResult(prop, stage_names(stages - 1), acc.tolist(), control_acc, weights, gamma, mix_acc, majority,
+                       int((y >= 0).sum()), len(ye), len(train), len(evaluate), list(labels), pool)
