@@ -480,3 +480,17 @@ def test_parameter_bars_show_no_position_parameters_and_the_norms_apart(checkpoi
     assert count.parts["norms outside the layers"] == 2 * 32  # two bias-free norms
     assert count.parts["encoder layers"] == sum(p.numel() for p in model.model.layers.parameters())
     assert count.parts["word embeddings"] == model.model.embeddings.tok_embeddings.weight.numel()
+
+
+def test_adapter_mode_trains_modernberts_norms(checkpoints):
+    """Adapter mode trains every LayerNorm of the encoder: ModernBERT's are attn_norm, mlp_norm, final_norm."""
+    from bertlab.training.finetune import is_trainable
+
+    model, _ = load_model(checkpoints["ModernBertForSequenceClassification"])
+    fam = model.family
+    norms = [n for n, _ in model.named_parameters() if n.startswith("model.") and n.endswith("norm.weight")]
+    assert {"model.layers.1.attn_norm.weight", "model.layers.0.mlp_norm.weight", "model.final_norm.weight",
+            "model.embeddings.norm.weight"} <= set(norms)
+    assert all(is_trainable(n, "adapter", fam) for n in norms)
+    assert not is_trainable("model.layers.1.attn.Wqkv.weight", "adapter", fam)
+    assert not is_trainable("model.layers.1.attn_norm.weight", "feature", fam)

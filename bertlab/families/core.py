@@ -327,8 +327,9 @@ class ModelFamily:
     @staticmethod
     def is_layer_norm(name: str) -> bool:
         """Whether parameter `name` belongs to a LayerNorm, under any family's name for it ("LayerNorm",
-        DistilBERT's "sa_layer_norm", ALBERT's "full_layer_layer_norm", RoBERTa's "lm_head.layer_norm")."""
-        return re.search(r"(LayerNorm|layer_norm)\.(weight|bias)$", name) is not None
+        DistilBERT's "sa_layer_norm", ALBERT's "full_layer_layer_norm", RoBERTa's "lm_head.layer_norm",
+        ModernBERT's "attn_norm", "mlp_norm", "final_norm" and "embeddings.norm")."""
+        return re.search(r"(LayerNorm|norm)\.(weight|bias)$", name) is not None
 
     @property
     def pooler_prefix(self) -> str | None:
