@@ -313,7 +313,8 @@ class LogitLens:
 def logit_lens(
     model: Bert, tok: Tokenizer, text: str, target: str | None = None, position: int | None = None, k: int = 5
 ) -> LogitLens:
-    """Apply the MLM head to the masked position's vector after every stage: the top-k pieces,
+    """Apply the MLM head to the masked position's vector after every stage (as the head expects it:
+    `model.lens_input`, a pre-norm family's final norm on the intermediate stages): the top-k pieces,
     and the target's log-probability and rank at each stage."""
     query = masked_query(model, tok, text, target, position)
     if k < 1:
@@ -322,7 +323,7 @@ def logit_lens(
     model.require("mlm")
     dtype = next(model.parameters()).dtype
     with eval_mode(model), torch.inference_mode():
-        logits = model.mlm_head(states.to(model_device(model), dtype))  # [stage, vocab]
+        logits = model.mlm_head(model.lens_input(states.to(model_device(model), dtype)))  # [stage, vocab]
     log_probs = logits.float().log_softmax(dim=-1).cpu()
     values, ids = log_probs.topk(min(k, log_probs.shape[-1]), dim=-1)  # [stage, k]
     return LogitLens(

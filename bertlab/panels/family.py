@@ -14,15 +14,19 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.family import (
+    AttentionReach,
     Distillation,
     ElectraPicture,
     ModelView,
+    ScoreTerms,
     WordChoice,
+    attention_reach,
     check_sentence,
     default_word,
     distillation,
     electra_pair,
     kind_note,
+    score_terms,
     view_model,
     word_choices,
 )
@@ -39,9 +43,11 @@ from bertlab.viz.family import (
     distillation_html,
     objective_html,
     objectives_html,
+    plot_attention_reach,
     plot_electra,
     plot_masked_words,
     plot_parameters,
+    plot_score_terms,
     plot_token_cuts,
 )
 from bertlab.viz.pretrain import dynamic_html
@@ -92,6 +98,9 @@ class FamilyPanel(Panel):
         self.picture: ElectraPicture | None = None
         self.replaced: ReplacedTokens | None = None
         self.distilled: dict[str, tuple[str, Distillation]] = {}  # student -> (teacher, the loss on the word)
+        # what a member changed in attention, on the sentence: (model name, result) of the first that has it
+        self.reach: tuple[str, AttentionReach] | None = None  # a local band beside full attention
+        self.terms: tuple[str, ScoreTerms] | None = None  # disentangled score terms of one head
         self._loaded: list[Loaded] = []
         self._holding = False
         self.text = widgets.Textarea(value=text, description="Sentence", continuous_update=False,
@@ -107,6 +116,7 @@ class FamilyPanel(Panel):
                                           tooltip="Mask other pieces and let the generator sample again")
         self.help = widgets.HTML(help_html(html.escape(HELP)))
         self.cuts_box, self.mask_box, self.params_box, self.electra_box = (widgets.VBox([]) for _ in range(4))
+        self.band_box, self.terms_box = widgets.VBox([]), widgets.VBox([])
         self.kinds = widgets.HTML()
         self.objectives = widgets.HTML()
         self._fill_options(first=True)
@@ -127,7 +137,7 @@ class FamilyPanel(Panel):
             self.text,
             widgets.HBox([self.word, self.k, self.compare_button], layout=widgets.Layout(flex_flow="row wrap")),
             self.message,
-            self.cuts_box, self.kinds, self.mask_box, self.params_box,
+            self.cuts_box, self.kinds, self.mask_box, self.params_box, self.band_box, self.terms_box,
             widgets.HTML('<div style="font-weight:600;margin-top:8px">Pre-training objectives on this sentence</div>'),
             self.objectives,
             widgets.HBox([self.draw_button]), self.electra_box,
@@ -226,6 +236,7 @@ class FamilyPanel(Panel):
             drawn = False
             with self.reporting():
                 self.views, self.picture, self.replaced, self.distilled, self._loaded = [], None, None, {}, []
+                self.reach = self.terms = None
                 notes = self._compute()
                 self._draw()  # in place where a figure is on show already (smooth in the browser)
                 self.show_messages(notes)
@@ -235,7 +246,8 @@ class FamilyPanel(Panel):
 
     def _clear(self) -> None:
         self.views, self.picture, self.replaced, self.distilled, self._loaded = [], None, None, {}, []
-        for box in (self.cuts_box, self.mask_box, self.params_box, self.electra_box):
+        self.reach = self.terms = None
+        for box in (self.cuts_box, self.mask_box, self.params_box, self.electra_box, self.band_box, self.terms_box):
             box.children = ()
         self.kinds.value = self.objectives.value = ""
         self.draw_button.layout.display = "none"
@@ -261,7 +273,19 @@ class FamilyPanel(Panel):
         self._loaded = loaded
         notes += self._electra(loaded, text, word)
         notes += self._distil(loaded, text, word)
+        self._attention_changes(loaded, text)
         return notes
+
+    def _attention_changes(self, loaded: list[Loaded], text: str) -> None:
+        """What a member changed in attention, for the first picked model that shows it."""
+        shown = {v.name for v in self.views}
+        for m in loaded:
+            if m.name not in shown:
+                continue
+            if self.reach is None and (reach := attention_reach(m.model, m.tok, text)) is not None:
+                self.reach = (m.name, reach)
+            if self.terms is None and (terms := score_terms(m.model, m.tok, text)) is not None:
+                self.terms = (m.name, terms)
 
     def _distil(self, loaded: list[Loaded], text: str, word: WordChoice | None) -> list[tuple[Level, str]]:
         """A distilled student (DistilBERT) beside a teacher with its vocabulary: the soft-target loss on the word."""
@@ -362,6 +386,12 @@ class FamilyPanel(Panel):
         else:
             self.mask_box.children = ()
         show_figure(self.params_box, plot_parameters([(v.name, v.params) for v in views]))
+        for box, result, plot in ((self.band_box, self.reach, plot_attention_reach),
+                                  (self.terms_box, self.terms, plot_score_terms)):
+            if result is None:
+                box.children = ()
+            else:
+                show_figure(box, plot(*result))
         self.objectives.value = objectives_html([objective_html(v, self._extra(v)) for v in views])
         self.draw_button.layout.display = None if self.picture is not None else "none"
         if self.picture is not None:
@@ -404,7 +434,8 @@ class FamilyPanel(Panel):
     def figures(self) -> dict[str, go.Figure]:
         out = {}
         for name, box in (("tokenizers", self.cuts_box), ("hidden word", self.mask_box),
-                          ("parameters", self.params_box), ("ELECTRA", self.electra_box)):
+                          ("parameters", self.params_box), ("ELECTRA", self.electra_box),
+                          ("attention band", self.band_box), ("score terms", self.terms_box)):
             if box.children:
                 out[name] = go.Figure(box.children[0])
         return out

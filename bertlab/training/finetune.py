@@ -7,8 +7,9 @@
 Three ways to adapt the encoder (`mode`):
 
 - "full": every weight learns;
-- "feature": the encoder is frozen, only the head learns: the pooler + classifier
-  for sentence classification, the classifier for NER, the span head for QA;
+- "feature": the encoder is frozen, only the head learns: the parts the family names as its task
+  head (`model.family.task_head_prefixes`: the pooler + classifier for BERT's sentence classification,
+  ModernBERT's `head.` before its classifier, DeBERTa's ContextPooler), the span head for QA;
 - "adapter": Houlsby adapters (bottlenecks of `adapter_size` after attention and after the
   MLP of every layer), all LayerNorms and the head learn; the rest is frozen.
 
@@ -68,7 +69,6 @@ DEFAULT_MAX_LENGTH: dict[str, int] = {
     "token_classification": 128,
     "question_answering": 384,
 }
-HEAD_PREFIXES = ("classifier.", "qa_outputs.")  # what "the head" trains in feature mode (with the family's pooler)
 RESULTS_FILE = "finetune_results.json"
 CHECKPOINTS = "checkpoints"  # sub-folder of out_dir for the loop's checkpoints
 
@@ -251,7 +251,7 @@ def is_trainable(name: str, mode: str, family: ModelFamily | None = None) -> boo
         return True
     if family is None:
         family = ModelFamily(family_for(BertConfig().model_type), BertConfig())
-    head = name.startswith(HEAD_PREFIXES + ((family.pooler_prefix,) if family.pooler_prefix else ()))
+    head = name.startswith(family.task_head_prefixes)
     if mode == "feature":
         return head
     if mode == "adapter":
