@@ -3,7 +3,9 @@
 #   make app     create .venv if needed, install, serve the dashboard (Voila) on PORT
 #   make test    install (skipped when up to date) and run the whole test suite
 #   make bench   install and run every bench/*.py (BENCH_ARGS=--quick for a short run)
-#   make results re-measure the README's fine-tuning table with today's defaults, then rewrite it
+#   make docs    build the documentation site into site/ (MkDocs, warnings as errors)
+#   make lint    ruff over bertlab, tests and bench
+#   make results re-measure the docs' fine-tuning table with today's defaults, then rewrite it
 #                (hours on a CPU; ROWS="nli ner" for some rows, RESULTS_ARGS="--threads 1 --cpus 1")
 #
 # Variables: PYTHON (the interpreter that creates the venv), VENV (its folder), PORT, MODEL
@@ -25,10 +27,11 @@ ALLOW_CUDA_TORCH ?= 0
 BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.bertlab-installed
+TOOLS_STAMP := $(VENV)/.bertlab-tools-installed
 TORCH_SPEC := $(or $(shell sed -n 's/^[[:space:]]*"\(torch[=<>~!][^"]*\)".*/\1/p' pyproject.toml | head -n 1),torch)
 BENCH_SCRIPTS := $(filter-out bench/finetune_table.py,$(sort $(wildcard bench/*.py)))  # that one: make results
 
-.PHONY: help install app test bench results check-torch clean
+.PHONY: help install app test bench results docs lint check-torch clean
 
 help:
 	@sed -n 's/^#   //p' Makefile
@@ -44,6 +47,11 @@ $(STAMP): pyproject.toml | $(PY)
 	@touch $@
 
 install: $(STAMP)
+
+# The docs and lint extras (MkDocs + Material, ruff), on top of the test install.
+$(TOOLS_STAMP): pyproject.toml | $(STAMP)
+	$(PY) -m pip install $(PIP_ARGS) -e ".[test,docs,lint]"
+	@touch $@
 
 # An unpinned or CUDA torch is a multi-GB download: ask pip which build it would take first.
 define TORCH_CHECK
@@ -85,6 +93,12 @@ results: $(STAMP)
 	@export BERTLAB_DATA="$${BERTLAB_DATA:-$(abspath ../shared/data)}"; \
 	$(PY) bench/finetune_table.py $(foreach row,$(ROWS),--only $(row)) $(RESULTS_ARGS)
 
+docs: $(TOOLS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+lint: $(TOOLS_STAMP)
+	$(BIN)/ruff check bertlab tests bench
+
 clean:
-	rm -rf .pytest_cache build dist $(STAMP) $(VENV)/torch-report.json
+	rm -rf .pytest_cache build dist site $(STAMP) $(TOOLS_STAMP) $(VENV)/torch-report.json
 	find bertlab tests -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     import bertlab.compress.lab as lab
     from bertlab.compress.distill import DistillConfig
     from bertlab.compress.measure import MB, disk_bytes, timing_batches
-    from bertlab.training.tasks import collate
+    from bertlab.tasks import collate
 
     t_start = time.perf_counter()
     Path(args.workdir).mkdir(parents=True, exist_ok=True)

@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     from bertlab.analysis.attribution import attribute, baseline_ids
     from bertlab.analysis.targets import mask_target, pair_target
     from bertlab.loading import load
-    from bertlab.training.default_heads import EVERYDAY_PAIRS
+    from bertlab.recipes.default_heads import EVERYDAY_PAIRS
 
     model, tok = load(None)
     model.eval()

@@ -100,8 +100,8 @@ def bucket_batches(examples: int, batch: int) -> int:
 def load_features(spec: Mapping[str, Any]) -> tuple[list, list, Any]:
     """(timed features, warm-up features, bertlab's tokenizer of the offline default) from SST-2 train."""
     from bertlab.loading import default_model_folder
+    from bertlab.tasks import featurize_classification, read_sst2
     from bertlab.tokenizer import Tokenizer
-    from bertlab.training.tasks import featurize_classification, read_sst2
 
     tok = Tokenizer.from_folder(default_model_folder())
     data = read_sst2("train")
@@ -173,8 +173,8 @@ def prepare_bertlab(spec: Mapping[str, Any], tok: Any, counting: CountingCollate
     """A bertlab variant's model; the returned callable trains it with the lab's loop."""
     from bertlab.config import BertConfig
     from bertlab.model import Bert
+    from bertlab.tasks import SST2_LABELS, BucketBatchSampler, collate
     from bertlab.training.loop import TrainConfig, train
-    from bertlab.training.tasks import SST2_LABELS, BucketBatchSampler, collate
 
     layers, hidden, heads, inter = PRESETS[spec["preset"]]
     torch.manual_seed(spec["seed"])

@@ -14,11 +14,16 @@ shared page is also split with any other process on the machine that maps it (an
   --mode fork     plain processes forked from one warm parent that has imported the dashboard's code,
                   loaded the model and run `gc.freeze()` (as pre-fork servers do): what kernels forked
                   from such a parent would cost. The parent counts in every total (the server keeps it).
+  --mode serve-fork  the real class server, `bertlab serve --class N --fork-kernels`, for each N of
+                  --seats: seconds from the command to N pre-heated seats (/bertlab/api/status), then the
+                  PSS and USS of every idle student kernel and of the zygote they were forked from.
+                  Writes bench/results/memory_fork_kernels.json, with the machine's load average.
 
 Each kernel gets BERTLAB_THREADS=--threads (and OMP_NUM_THREADS), as `bertlab serve --class` sets.
 Prints a markdown table and writes bench/results/memory.json.
 
-    python bench/bench_memory.py [--quick] [--kernels 1 4] [--mode kernel|process] [--threads 1]
+    python bench/bench_memory.py [--quick] [--kernels 1 4] [--mode kernel|process|fork] [--threads 1]
+    python bench/bench_memory.py --mode serve-fork --seats 20 [100]
 """
 
 from __future__ import annotations
@@ -32,8 +37,11 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 AIM_MB = 250.0
 BUILD = "from bertlab.panels.app import build_app\napp = build_app()\napp.widget"
+DEFAULT_OUT = str(Path(__file__).parent / "results" / "memory.json")
 FIELDS = ("Rss", "Pss", "Pss_Anon", "Pss_File", "Private_Clean", "Private_Dirty")
 
 
@@ -205,6 +213,124 @@ def measure(k: int, mode: str, threads: int, settle: float, timeout: float) -> d
     return row
 
 
+# -- the class server with forked kernels -----------------------------------------------------------
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is `pid`."""
+    try:
+        return [c.pid for c in psutil.Process(pid).children()]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        kids = _children(todo.pop())
+        found += kids
+        todo += kids
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def serve_fork(seats: int, settle: float, timeout: float) -> dict:
+    """`bertlab serve --class seats --fork-kernels` on a free loopback port: time to `seats` pre-heated
+    kernels, then the memory of each idle kernel and of the zygote."""
+    import shutil
+    import socket
+    import tempfile
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    folder = tempfile.mkdtemp(prefix="bench_fork_")
+    token = "bench-fork-token"
+    env = {k: v for k, v in os.environ.items() if k != "BERTLAB_MODEL"}
+    env["HF_HUB_OFFLINE"], env["BERTLAB_TOKEN"] = "1", token
+    load_before = os.getloadavg()
+    t = time.perf_counter()
+    log = Path(folder) / "server.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "bertlab.cli", "serve", "--class", str(seats), "--fork-kernels",
+                                 "--no-browser", "--port", str(port), "--class-dir",
+                                 folder + "/class"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    failed = True
+    try:
+        ready, status = None, {}
+        while time.perf_counter() - t < timeout:
+            if proc.poll() is not None:
+                raise SystemExit(f"the class server exited ({proc.returncode}).")
+            try:
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/bertlab/api/status",
+                                             headers={"Authorization": f"token {token}"})
+                status = json.loads(urllib.request.urlopen(req, timeout=30).read())
+            except OSError:
+                status = {}
+            if status.get("pool", {}).get("ready") == seats:
+                ready = time.perf_counter() - t
+                break
+            time.sleep(1.0)
+        if ready is None:
+            raise SystemExit(f"{seats} seats were not pre-heated within {timeout} s (last status: {status}).")
+        load_ready = os.getloadavg()
+        time.sleep(settle)
+        zygotes = [p for p in _descendants(proc.pid) if "bertlab.serving.forking" in _cmdline(p)
+                   and "bertlab.serving.forking" not in _cmdline(int(Path(f"/proc/{p}/stat").read_text()
+                                                                      .rsplit(")", 1)[1].split()[1]))]
+        if len(zygotes) != 1:
+            raise SystemExit(f"expected one zygote, found {zygotes}")
+        kernels = _children(zygotes[0])
+        per = [smaps_rollup(p) for p in kernels]
+        zygote = smaps_rollup(zygotes[0])
+        failed = False
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=120)
+        if failed:
+            print(f"the server's log: {log}", file=sys.stderr)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+    pss = [p["Pss"] for p in per]
+    uss = [p.get("Private_Clean", 0.0) + p.get("Private_Dirty", 0.0) for p in per]
+    return {"seats": seats, "kernels_found": len(kernels), "preheat_s": round(ready, 1),
+            "pss_per_kernel_mb": round(sum(pss) / len(pss), 1), "pss_max_mb": round(max(pss), 1),
+            "uss_per_kernel_mb": round(sum(uss) / len(uss), 1), "zygote_pss_mb": round(zygote["Pss"], 1),
+            "pss_total_mb": round(sum(pss) + zygote["Pss"], 1),
+            "pss_total_per_seat_mb": round((sum(pss) + zygote["Pss"]) / len(pss), 1),
+            "load_avg_at_start": [round(x, 2) for x in load_before],
+            "load_avg_when_ready": [round(x, 2) for x in load_ready]}
+
+
+def main_serve_fork(a: argparse.Namespace) -> None:
+    rows = []
+    print("| seats | pre-heat s | PSS per kernel MB | USS per kernel MB | zygote PSS MB | PSS total per seat MB "
+          "| load avg (1 min) start / ready |\n|---|---|---|---|---|---|---|")
+    for n in a.seats:
+        r = serve_fork(n, a.settle, a.timeout)
+        rows.append(r)
+        print(f"| {n} | {r['preheat_s']} | {r['pss_per_kernel_mb']} | {r['uss_per_kernel_mb']} | "
+              f"{r['zygote_pss_mb']} | {r['pss_total_per_seat_mb']} | {r['load_avg_at_start'][0]} / "
+              f"{r['load_avg_when_ready'][0]} |", flush=True)
+    import torch
+
+    meta = {"mode": "serve-fork", "command": "bertlab serve --class N --fork-kernels", "settle_s": a.settle,
+            "torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count(),
+            "memory_gb": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "model": "offline default (MiniLM-L6 + bertlab heads)",
+            "shared_machine": "other engineers' jobs ran on the same cores meanwhile: see the load averages"}
+    out = Path(a.out if a.out != DEFAULT_OUT else Path(__file__).parent / "results" / "memory_fork_kernels.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    print(f"written to {out}")
+
+
 HEADER = ("| kernels | PSS each MB | PSS total MB | PSS anon each MB | PSS file each MB | USS each MB | RSS each MB "
           "| ready s |\n|---|---|---|---|---|---|---|---|")
 
@@ -220,15 +346,19 @@ def _fmt(r: dict) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kernels", type=int, nargs="+", default=[1, 4], help="group sizes to measure")
-    p.add_argument("--mode", choices=["kernel", "process", "fork"], default="kernel")
+    p.add_argument("--mode", choices=["kernel", "process", "fork", "serve-fork"], default="kernel")
+    p.add_argument("--seats", type=int, nargs="+", default=[20], help="with --mode serve-fork: class sizes")
     p.add_argument("--threads", type=int, default=1, help="BERTLAB_THREADS for each kernel")
     p.add_argument("--settle", type=float, default=3.0, help="seconds of idling before reading memory")
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--quick", action="store_true", help="1 and 2 kernels")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "memory.json"))
+    p.add_argument("--out", default=DEFAULT_OUT)
     a = p.parse_args()
     if not Path("/proc/self/smaps_rollup").is_file():
         raise SystemExit("this benchmark reads /proc/PID/smaps_rollup: it needs Linux 4.14 or later.")
+    if a.mode == "serve-fork":
+        main_serve_fork(a)
+        return
     if a.quick:
         a.kernels = [1, 2]
     print(HEADER)

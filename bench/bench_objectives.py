@@ -13,7 +13,7 @@ BERT's shape) is fine-tuned and probed the same way as the floor.
 
     python bench/bench_objectives.py [--steps 200] [--size mini] [--seq-len 64] [--batch 16] [--quick]
 
-Writes bench/results/objectives.json (and, when kaleido can draw, objectives.png); the README's
+Writes bench/results/objectives.json (and, when kaleido can draw, objectives.png); docs/results.md's
 `figures:objectives` block comes from it (bench/readme_tables.py).
 """
 
@@ -37,6 +37,8 @@ sys.path.insert(0, str(ROOT))
 
 from bertlab.loading import default_model_folder  # noqa: E402
 from bertlab.settings import data_dir  # noqa: E402
+from bertlab.tasks import get_task  # noqa: E402
+from bertlab.tasks.splits import subset  # noqa: E402
 from bertlab.tokenizer import Tokenizer  # noqa: E402
 from bertlab.training.corpora import load_corpus  # noqa: E402
 from bertlab.training.objectives import OBJECTIVES, get_objective  # noqa: E402
@@ -53,8 +55,6 @@ from bertlab.training.pretrain import (  # noqa: E402
     objective_module,
     pretrain_objective,
 )
-from bertlab.training.tasks import get_task  # noqa: E402
-from bertlab.training.tasks.splits import subset  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 BERT_BASE_TOKENS = 1_000_000 * 256 * 512  # BERT-base: 1M steps of 256 sequences of 512 tokens (the paper's budget)

@@ -1,9 +1,9 @@
-"""Re-measure the README's fine-tuning table with today's defaults and code, then rewrite the table.
+"""Re-measure the fine-tuning table (docs/results.md) with today's defaults and code, then rewrite the table.
 
 Each row is one `bertlab finetune` command (the task's defaults unless the row says otherwise), run in a
 fresh process; its dev metric, wall time, device, torch threads and date go to
 bench/results/finetune_table.json (rows merged by name: a row re-run replaces only itself), and the
-README's `figures:finetune-table` block is rewritten from that file by bench/readme_tables.py. Only rows
+`figures:finetune-table` block of docs/results.md is rewritten from that file by bench/readme_tables.py. Only rows
 measured with the defaults of the current code are shown: a row whose command no longer matches the
 file (a changed default) is dropped from the table until it is run again.
 
@@ -41,7 +41,7 @@ SWEEP = RESULTS / "finetune_sweep.json"
 
 @dataclass(frozen=True)
 class Row:
-    """One row of the README's table: a `bertlab finetune` command and what its data is."""
+    """One row of the fine-tuning table: a `bertlab finetune` command and what its data is."""
 
     name: str
     task: str
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the rows and their commands, run nothing")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (OMP_NUM_THREADS) per run")
     parser.add_argument("--cpus", default=None, help="pin the runs to these CPUs (taskset -c), e.g. 1")
-    parser.add_argument("--no-readme", action="store_true", help="do not rewrite the README's table")
+    parser.add_argument("--no-readme", action="store_true", help="do not rewrite the docs' table")
     parser.add_argument("--sweep", default=None, help="a tuning run of this name into finetune_sweep.json "
                                                        "(with --task and finetune options after --)")
     parser.add_argument("--task", default=None, help="the task of a --sweep run")

@@ -67,8 +67,8 @@ def compare_heads(new: Path) -> dict[str, Any]:
     """Both heads files scored on this CPU on the same held-out text; `better` only if every figure is."""
     from bertlab.default_heads_file import heads_path
     from bertlab.loading import default_model_folder
+    from bertlab.recipes.default_heads import evaluate_default_heads, start_model
     from bertlab.tokenizer import Tokenizer
-    from bertlab.training.default_heads import evaluate_default_heads, start_model
 
     tok = Tokenizer.from_folder(default_model_folder())
     scores = {}

@@ -1,15 +1,16 @@
-"""Write the README's measured figures from bench/results/*.json, so none is typed by hand.
+"""Write the documentation's measured figures from bench/results/*.json, so none is typed by hand.
 
-The README marks each generated block:
+The pages of the docs site (docs/*.md) mark each generated block:
 
     <!-- figures:fillmask -->
     ...table written by this script...
     <!-- /figures:fillmask -->
 
     python bench/readme_tables.py           rewrite every block from the results files
-    python bench/readme_tables.py --check   exit 1 (and name the blocks) when the README differs
+    python bench/readme_tables.py --check   exit 1 (and name the blocks) when a page differs
 
-tests/test_readme_figures.py runs the check, so a results file and the README never drift apart.
+tests/test_readme_figures.py runs the check, so a results file and the docs never drift apart.
+(The name stays from when these tables lived in the README.)
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+
+
+def pages() -> list[Path]:
+    """The docs pages that may hold figure blocks."""
+    return sorted(DOCS.glob("*.md"))
 
 
 def _load(name: str) -> dict:
@@ -169,7 +175,7 @@ def _current(r: dict, recipe: Callable) -> bool:
 
 
 def finetune_table() -> str:
-    """The README's fine-tuning table: rows of bench/results/finetune_table.json measured with the defaults
+    """The fine-tuning table (docs/results.md): rows of bench/results/finetune_table.json measured with the defaults
     the code has now (a row measured under other defaults is left out until `finetune_table.py --only` re-runs it)."""
     sys.path.insert(0, str(ROOT))
     from bertlab.training.finetune_defaults import START_NAMES, recipe
@@ -484,19 +490,21 @@ def render(text: str) -> tuple[str, list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only say whether the README is up to date")
+    parser.add_argument("--check", action="store_true", help="only say whether the docs pages are up to date")
     args = parser.parse_args(argv)
-    old = README.read_text(encoding="utf-8")
-    new, changed = render(old)
-    if args.check:
-        if changed:
-            print(f"README.md figures differ from bench/results for: {', '.join(changed)} "
-                  f"(run python bench/readme_tables.py)")
-            return 1
-        return 0
-    if changed:
-        README.write_text(new, encoding="utf-8")
-    print(f"README.md: rewrote {', '.join(changed) or 'nothing (up to date)'}")
+    stale = []
+    for page in pages():
+        old = page.read_text(encoding="utf-8")
+        new, changed = render(old)
+        name = page.relative_to(DOCS.parent)
+        if changed and args.check:
+            stale.append(f"{name} ({', '.join(changed)})")
+        elif changed:
+            page.write_text(new, encoding="utf-8")
+            print(f"{name}: rewrote {', '.join(changed)}")
+    if stale:
+        print(f"figures differ from bench/results in: {'; '.join(stale)} (run python bench/readme_tables.py)")
+        return 1
     return 0
 
 

@@ -2,6 +2,7 @@
 declares its options and sets `func`, the function that runs it and returns an exit code.
 
     bertlab serve [--class N] [--port N] [--no-browser] [--model SOURCE] [--projector]   the dashboard (Voila)
+    bertlab notebooks DIR                                        copy the teaching notebooks out
     bertlab pretrain --corpus C --size S --steps N --out DIR     pre-train a mini BERT
     bertlab evaluate-mlm --model M --text FILE                   masked-token top-1/top-5 (JSON)
     bertlab train-default-heads                                  the offline default's MLM+NSP heads
@@ -11,6 +12,11 @@ declares its options and sets `func`, the function that runs it and returns an e
     bertlab explain --text T [--model M] [--method ig|grad-x-input]  per-token attribution (JSON)
     bertlab probe --property P --train FILE [--eval FILE]        probe accuracy per layer (JSON)
     bertlab patch --clean T --corrupt T --answer W --wrong W     activation patching grid (JSON)
+    bertlab download NAME...                                     fill the hub cache ahead of a class
+
+`bertlab --help` stays light (no torch): the commands whose options need the training code are
+listed in LAZY with their one-line help, and their parsers are built only for the command that runs.
+A mistake on the command line is one line (CommandParser), said before anything loads.
 """
 
 from __future__ import annotations
@@ -18,37 +24,53 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 log = logging.getLogger("bertlab.cli")
 
+DISTRIBUTION = "bert-classroom-lab"  # the name on PyPI; the import name and the command are bertlab
 DEFAULT_APP = "bertlab.ipynb"
 DEFAULT_PORT = 8866
 MODEL_ENV = "BERTLAB_MODEL"  # read by apps/bertlab.ipynb: which model to load
+WORKDIR_ENV = "BERTLAB_WORKDIR"  # read by the dashboards: their kernels work in the folder `serve` started in
+TOKEN_ENV = "BERTLAB_TOKEN"  # `serve`'s token, from the environment (never argv; kernels do not inherit it)
 PROJECTOR_ENV = "BERTLAB_PROJECTOR"  # bertlab.settings.PROJECTOR_ENV (not imported: --help stays light)
 DEFAULT_CULL_IDLE_S = 40  # bertlab.serving.plan.DEFAULT_CULL_IDLE_S (not imported: --help stays light)
 
 
 class AppNotFoundError(FileNotFoundError):
-    """The dashboard notebook is neither in a source checkout nor installed with the package."""
+    """The dashboard notebook is neither a file given by path nor in the installed package."""
 
 
 class UsageError(ValueError):
     """An option value that cannot work; the message says what to give instead."""
 
 
-# -- finding the dashboard notebooks ---------------------------------------------------------
+class CommandParser(argparse.ArgumentParser):
+    """argparse, with a mistake said in one line and where to read more (not the whole usage)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+# -- the notebooks shipped in the package --------------------------------------------------------
+def shipped(folder: str) -> Path:
+    """A folder shipped inside the package, wherever pip put it (venv, --user, conda, editable):
+    `apps` (the dashboards `serve` runs) or `notebooks` (the teaching notebooks)."""
+    from importlib.resources import files
+
+    return Path(str(files("bertlab") / folder))
+
+
 def app_dirs() -> list[Path]:
-    """Where dashboards live, first match wins: `apps/` of a source checkout (editable
-    installs), then `<prefix>/share/bertlab/apps` (where a wheel installs them)."""
-    root = Path(__file__).resolve().parent.parent
-    installed = Path(sysconfig.get_path("data")) / "share" / "bertlab" / "apps"
-    return ([root / "apps"] if (root / "pyproject.toml").is_file() else []) + [installed]
+    """Where dashboards live: the package's `apps/` folder."""
+    return [shipped("apps")]
 
 
 def find_app(name: str = DEFAULT_APP) -> Path:
@@ -61,9 +83,46 @@ def find_app(name: str = DEFAULT_APP) -> Path:
             return (folder / name).resolve()
     looked = ", ".join(str(d) for d in app_dirs())
     raise AppNotFoundError(
-        f"dashboard {name!r} not found (looked in {looked}). Run bertlab from a source checkout, "
-        f"reinstall it (pip install -e .), or pass --app PATH/TO/NOTEBOOK.ipynb."
+        f"dashboard {name!r} not found (looked in {looked}). Reinstall the lab "
+        f"(pip install --force-reinstall {DISTRIBUTION}), or pass --app PATH/TO/NOTEBOOK.ipynb."
     )
+
+
+def teaching_notebooks() -> list[Path]:
+    """The teaching notebooks shipped with the package, in lesson order."""
+    return sorted(shipped("notebooks").glob("*.ipynb"))
+
+
+def _add_notebooks(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "notebooks", help="copy the teaching notebooks into a folder, to open in Jupyter",
+        description="Copy the teaching notebooks (prose and exercises that call into bertlab) into DIR. "
+                    "A notebook already in DIR is kept, so a student's work is never overwritten, "
+                    "unless --force is given.",
+        epilog="bertlab notebooks ~/bertlab-notebooks && jupyter lab ~/bertlab-notebooks")
+    p.add_argument("dest", metavar="DIR", type=Path, help="folder to copy them into (made if missing)")
+    p.add_argument("--force", action="store_true", help="overwrite notebooks already in DIR")
+    p.set_defaults(func=cmd_notebooks)
+
+
+def cmd_notebooks(args: argparse.Namespace) -> int:
+    """Copy each teaching notebook into args.dest; one line per notebook."""
+    dest = args.dest.expanduser()
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"{dest} is a file: give a folder to copy the notebooks into.")
+    sources = teaching_notebooks()
+    if not sources:
+        raise AppNotFoundError(f"no teaching notebooks in {shipped('notebooks')}: reinstall the lab "
+                               f"(pip install --force-reinstall {DISTRIBUTION}).")
+    dest.mkdir(parents=True, exist_ok=True)
+    for source in sources:
+        target = dest / source.name
+        if target.exists() and not args.force:
+            print(f"{target}: already there, kept (--force overwrites it)")
+            continue
+        shutil.copyfile(source, target)
+        print(target)
+    return 0
 
 
 # -- serve -------------------------------------------------------------------------------------
@@ -94,6 +153,9 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-kernels", type=_positive, metavar="M", default=None,
                    help="live kernels at most, pool included; beyond it a page says the class is full "
                         "(default: N + max(2, N/10) with --class, else no cap)")
+    p.add_argument("--fork-kernels", action="store_true",
+                   help="with --class: fork each student's kernel from one warm process that has loaded the "
+                        "dashboard and the model once (less memory per student, faster pre-heating)")
     p.add_argument("--per-client", type=_count, metavar="K", default=None,
                    help="kernels the pages of one client address may hold (default 3 with --class, else no "
                         "limit; 0: no limit). Raise it when the class reaches the server through one address "
@@ -101,9 +163,11 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cull-idle", type=_count, metavar="SECONDS", default=DEFAULT_CULL_IDLE_S,
                    help="free a kernel whose page is gone after this many idle seconds "
                         "(default %(default)s; open pages are never culled)")
-    p.add_argument("--token", default=None,
-                   help="require this token (students open http://HOST:PORT/?token=TOKEN once). Beyond "
-                        "loopback one is generated and printed unless --token or --password is given")
+    p.add_argument("--token-file", type=Path, default=None, metavar="FILE",
+                   help=f"require the token written in FILE (students open http://HOST:PORT/?token=TOKEN once); "
+                        f"or set {TOKEN_ENV}. Beyond loopback one is generated and printed unless a token or "
+                        f"--password is given")
+    p.add_argument("--token", action=_RefuseSecret, help=argparse.SUPPRESS)
     p.add_argument("--password", action="store_true",
                    help="require a password: asked at start (read from stdin when it is not a terminal)")
     p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
@@ -121,7 +185,7 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
 def serve_command(args: argparse.Namespace, env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """The server command line (`python -m bertlab.serving ...`) and environment `bertlab serve` runs."""
     plan = serve_plan(args)
-    return plan.argv(), plan.env(dict(os.environ if env is None else env))
+    return plan.argv(), plan.env(server_env(env))
 
 
 def serve_plan(args: argparse.Namespace):  # -> bertlab.serving.plan.ServePlan (imported lazily)
@@ -141,14 +205,45 @@ def _make_plan(args: argparse.Namespace):
             app=find_app(args.app), port=args.port, host=args.host, open_browser=not args.no_browser,
             class_size=getattr(args, "class_size", None), preheat=not args.no_preheat,
             pool_size=getattr(args, "pool_size", None), max_kernels=getattr(args, "max_kernels", None),
-            cull_idle=getattr(args, "cull_idle", DEFAULT_CULL_IDLE_S), token=getattr(args, "token", None),
+            cull_idle=getattr(args, "cull_idle", DEFAULT_CULL_IDLE_S), token=read_token(args),
             password_hash=password_hash, allow_hosts=tuple(getattr(args, "allow_host", ())),
             class_dir=getattr(args, "class_dir", None), per_client=getattr(args, "per_client", None),
-            extra_env={**({MODEL_ENV: model_source(args.model)} if args.model else {}),
+            fork_kernels=getattr(args, "fork_kernels", False),
+            extra_env={WORKDIR_ENV: os.getcwd(),
+                       **({MODEL_ENV: model_source(args.model)} if args.model else {}),
                        **({PROJECTOR_ENV: "1"} if getattr(args, "projector", False) else {})},
         )
     except PlanError as e:
         raise UsageError(str(e)) from None
+
+
+class _RefuseSecret(argparse.Action):
+    """`serve --token`: the secret would sit on the command line, where `ps` shows it to everyone."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser.error(f"{option_string} puts the secret where `ps` shows it to every user of this machine: "
+                     f"write it to a file and give --token-file FILE, or set {TOKEN_ENV}")
+
+
+def read_token(args: argparse.Namespace) -> str | None:
+    """The class token: from --token-file, else the BERTLAB_TOKEN variable, else None."""
+    path = getattr(args, "token_file", None)
+    if path is None:
+        return os.environ.get(TOKEN_ENV, "").strip() or None
+    try:
+        token = path.expanduser().read_text().strip()
+    except OSError as e:
+        raise UsageError(f"--token-file {path}: {e.strerror or e}") from None
+    if not token:
+        raise UsageError(f"--token-file {path} is empty: write the token in it.")
+    return token
+
+
+def server_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a server starts from: the caller's, less the token variable (kernels must not see it)."""
+    base = dict(os.environ if env is None else env)
+    base.pop(TOKEN_ENV, None)
+    return base
 
 
 def read_password() -> str:
@@ -173,7 +268,7 @@ def hash_password(password: str) -> str:
 
 
 def model_source(source: str) -> str:
-    """A local folder as an absolute path (the kernel runs in apps/), a hub name as given."""
+    """A local folder as an absolute path (the kernel may run elsewhere), a hub name as given."""
     path = Path(source).expanduser()
     if path.exists():
         return str(path.resolve())
@@ -211,7 +306,7 @@ def _start_teacher(args: argparse.Namespace, plan) -> subprocess.Popen:
     from bertlab.serving.teacher import TEACHER_APP, teacher_command, teacher_plan, teacher_url
 
     teacher = teacher_plan(plan, find_app(TEACHER_APP), port=getattr(args, "teacher_port", None))
-    cmd, env = teacher_command(plan, teacher, dict(os.environ))
+    cmd, env = teacher_command(plan, teacher, server_env())
     proc = subprocess.Popen(cmd, env=env)
     log.info("teacher's view (keep this address to yourself; students use the one below):\n    %s",
              teacher_url(teacher))
@@ -221,10 +316,12 @@ def _start_teacher(args: argparse.Namespace, plan) -> subprocess.Popen:
 # -- the command -------------------------------------------------------------------------------
 def _add_training(sub: argparse._SubParsersAction) -> None:
     # Imported here: `bertlab serve` must not pay for the training modules.
+    from bertlab.recipes.cli import add_recipe_parsers
     from bertlab.training.finetune_cli import add_evaluate_parser, add_finetune_parser
     from bertlab.training.pretrain_cli import add_pretrain_parsers
 
     add_pretrain_parsers(sub)
+    add_recipe_parsers(sub)
     add_finetune_parser(sub)
     add_evaluate_parser(sub)
 
@@ -282,23 +379,53 @@ def _add_knows(sub: argparse._SubParsersAction) -> None:
     add_parsers(sub)
 
 
-COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (_add_serve, _add_training, _add_download,
-                                                                     _add_compress, _add_explain, _add_knows)
+COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
+    _add_serve, _add_notebooks, _add_training, _add_download, _add_compress, _add_explain, _add_knows,
+)
+# The commands whose parsers import torch (their defaults come from the training code): name and
+# one-line help for `bertlab --help`; tests/test_cli.py checks these against the real parsers.
+LAZY: dict[Callable[[argparse._SubParsersAction], None], dict[str, str]] = {
+    _add_training: {
+        "pretrain": "pre-train a mini BERT (or RoBERTa, ALBERT, ELECTRA, SpanBERT) on a corpus",
+        "evaluate-mlm": "masked-token top-1/top-5 accuracy of a model on a text file",
+        "train-default-heads": "train the offline default's MLM + NSP heads (the recipe)",
+        "finetune": "fine-tune a model on sst2, nli, ner or qa",
+        "evaluate": "score a fine-tuned model on a task's data (one JSON line)",
+    },
+    _add_compress: {"compress": "make a model smaller: int8 quantization, head pruning, distillation"},
+    _add_explain: {"explain": "attribution of one prediction to the input tokens (one JSON line)"},
+    _add_knows: {"probe": "probe accuracy per layer for one property (one JSON line)",
+                 "patch": "activation patching of a masked word (one JSON line)"},
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bertlab", description="An interactive lab for exploring BERT.")
+def build_parser(only: str | None = None) -> CommandParser:
+    """The `bertlab` parser. `only`: the command about to run; the LAZY commands other than it are
+    listed by name and help without building their options. None builds every command."""
+    parser = CommandParser(prog="bertlab", description="An interactive lab for exploring BERT.",
+                           epilog="bertlab COMMAND --help: the options of one command.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log more")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more (a failure's full traceback too)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for add in COMMANDS:
-        add(sub)
+        names = LAZY.get(add, {})
+        if only is None or not names or only in names:
+            add(sub)
+        else:
+            for name, text in names.items():
+                sub.add_parser(name, help=text, add_help=False)
     return parser
+
+
+def _command_in(argv: Sequence[str]) -> str:
+    """The command word of `argv` ("" when there is none): the first word that is not an option."""
+    return next((word for word in argv if not word.startswith("-")), "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `bertlab` command; returns the exit code."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(only=_command_in(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(message)s")
     if args.command is None:
@@ -322,7 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 _USER_RUNTIME_ERRORS = (
     ("bertlab.training.checkpoint", "TrainingStateError"),  # DiskFullError too
     ("bertlab.training.loop", "TrainingError"),
-    ("bertlab.training.tasks.readers", "DataSourceError"),
+    ("bertlab.tasks.readers", "DataSourceError"),
     ("bertlab.model", "MissingHeadError"),  # `bertlab explain` on a model without the head it needs
 )
 
@@ -370,7 +497,7 @@ def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        return version("bertlab")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:
         return "unknown"
 

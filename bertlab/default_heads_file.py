@@ -1,6 +1,6 @@
 """Where bertlab's trained MLM/NSP heads for the offline default ship, and which encoder layers they
 re-trained: what `loading.load_default` needs to merge them, kept below both loading and training
-(`training.default_heads` trains and writes the file)."""
+(`recipes.default_heads` trains and writes the file)."""
 
 from __future__ import annotations
 

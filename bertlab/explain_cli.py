@@ -18,7 +18,8 @@ import argparse
 import json
 import sys
 
-from bertlab.analysis import InputError
+from bertlab import options
+from bertlab.inputs import InputError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -29,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description="Integrated gradients or gradient × input of one prediction's probability, per input "
                     "token: a masked word, IsNext, a fine-tuned model's class, an entity tag, an answer's "
                     "start or end.")
-    p.add_argument("--model", metavar="SOURCE", default=None,
+    p.add_argument("--model", metavar="SOURCE", default=None, type=options.model_source,
                    help="a folder or a Hugging Face name (default: the offline MiniLM)")
     p.add_argument("--text", required=True, help="the text (with the mask token for a masked word; the question "
                                                  "for a QA model)")

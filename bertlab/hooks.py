@@ -141,11 +141,3 @@ class ActivationCache(dict):
                              f"it was pruned from.")
         return torch.stack([self[k] for k in keys])
 
-
-def caching_hooks(cache: ActivationCache, which: NameFilter, points: dict[str, HookPoint]):
-    """Hooks that store a detached copy of each selected activation into `cache`."""
-
-    def store(x: torch.Tensor, name: str) -> None:
-        cache[name] = x.detach()
-
-    return [(select(points, which), store)]

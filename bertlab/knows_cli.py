@@ -15,6 +15,8 @@ import json
 import sys
 from pathlib import Path
 
+from bertlab import options
+
 DEFAULT_MAX_TRAIN = 1000
 DEFAULT_MAX_EVAL = 500
 
@@ -27,10 +29,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("probe", help="probe accuracy per layer for one property (one JSON line)",
                        description="Linear probes on frozen word features at every layer (0 = embeddings), with a "
                                    "control task and a learned scalar mix; 'tree' fits the structural probe.")
-    p.add_argument("--property", required=True, choices=PROPERTIES)
-    p.add_argument("--model", metavar="SOURCE", default=None, help="a folder or a hub name (default: the offline one)")
-    p.add_argument("--train", required=True, type=Path, help="CoNLL-2003 (pos/chunk/ner) or CoNLL-U file")
-    p.add_argument("--eval", type=Path, default=None,
+    p.add_argument("--property", required=True, choices=PROPERTIES, help="what is probed: " + ", ".join(PROPERTIES))
+    p.add_argument("--model", metavar="SOURCE", default=None, type=options.model_source,
+                   help="a folder or a hub name (default: the offline one)")
+    p.add_argument("--train", required=True, type=lambda t: Path(options.existing_path(t)),
+                   help="CoNLL-2003 (pos/chunk/ner) or CoNLL-U file")
+    p.add_argument("--eval", type=lambda t: Path(options.existing_path(t)), default=None,
                    help="evaluation file (default: split --train by sentence, every 5th sentence evaluates)")
     p.add_argument("--max-train-sentences", type=_count, default=DEFAULT_MAX_TRAIN,
                    help=f"first N training sentences (default {DEFAULT_MAX_TRAIN})")
@@ -38,7 +42,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    help=f"first N evaluation sentences (default {DEFAULT_MAX_EVAL})")
     p.add_argument("--control", action="store_true", help="also fit the control task (random label per word type)")
     p.add_argument("--pool", choices=POOLS, default="first", help="a word's feature: its first piece or the mean")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the probes' training and the control task (default %(default)s)")
     p.set_defaults(func=run_probe)
 
     q = sub.add_parser("patch", help="activation patching of a masked word (one JSON line)",
@@ -49,7 +54,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--corrupt", required=True, help="the corrupted sentence: same number of pieces, mask in place")
     q.add_argument("--answer", required=True, help="the word the clean sentence calls for")
     q.add_argument("--wrong", required=True, help="the word the corrupted sentence calls for")
-    q.add_argument("--model", metavar="SOURCE", default=None)
+    q.add_argument("--model", metavar="SOURCE", default=None, type=options.model_source,
+                   help="a folder or a hub name (default: the offline one)")
     q.add_argument("--kind", choices=KINDS, default="residual", help="what is patched (default: the residual stream)")
     q.set_defaults(func=run_patch)
 

@@ -20,12 +20,12 @@ import logging
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from bertlab.compressed import storage  # pruned heads / int8 weights: the folder format beside this one
 from bertlab.config import ARCHITECTURES, BertConfig, ConfigError
 from bertlab.families import Family, FamilyError, assemble, family_for, spec_from_hf
 from bertlab.families.core import check_state as family_check_state
@@ -41,31 +41,14 @@ from bertlab.settings import (  # DEFAULT_ENCODER, DEFAULT_MODEL: re-exported
     hub_cache_dir,
 )
 from bertlab.tokenizer import Tokenizer, TokenizerError
+from bertlab.weights import WEIGHT_FILES, CheckpointError, LoadReport, read_safetensors, read_weights
 
 log = logging.getLogger(__name__)
 
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 HUB_FILES = ["config.json", "tokenizer.json", "vocab.txt", "spm.model", "tokenizer_config.json",
              "special_tokens_map.json"]
 COMPOSED_VERSION = 1  # bump when the composed default's file changes meaning: old files are then ignored
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be loaded; the message names the file and what is wrong."""
-
-
-@dataclass
-class LoadReport:
-    """What `load` found, for the UI and the log."""
-
-    source: str
-    folder: Path
-    weights_file: Path
-    heads: tuple[str, ...]
-    task: str | None
-    missing_heads: tuple[str, ...] = ()
-    notes: list[str] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -113,7 +96,6 @@ def load_model(
     share: keep safetensors weights memory-mapped (shared between processes) instead of copying
     them; only for files nobody rewrites in place while the model lives."""
     folder = Path(folder)
-    from bertlab.compress import storage  # pruned heads / int8 weights (layer beside this one)
 
     if storage.folder_is_compressed(folder) and not extra_state:
         return storage.load_compressed(folder, source)
@@ -160,14 +142,14 @@ def _assemble(folder: Path, family: Family, spec: BertConfig, weights_file: Path
         log.warning("%s: %s", report.source, report.notes[-1])
     if "mlm" not in found.heads:
         report.notes.append("no MLM head: masked-word prediction needs one (train it in the pre-training lab).")
-        log.info("%s: %s", report.source, report.notes[-1])
+        log.debug("%s: %s", report.source, report.notes[-1])  # the panels show it where it matters
     model.load_report = report
     return model, report
 
 
 def load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[HookedModel, LoadReport]:
     """The offline default plus bertlab's trained MLM/NSP heads, when they ship (see
-    training.default_heads): one model built once, from the package's weights and the heads file.
+    recipes.default_heads): one model built once, from the package's weights and the heads file.
     `heads` names another heads file (the start of `train-default-heads --init-heads`).
     The shipped heads' model is memory-mapped from its composed file (see `weights_cache_dir`)."""
     from bertlab.default_heads_file import heads_path, retrained_layers
@@ -188,8 +170,8 @@ def load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[
         raise CheckpointError(f"bertlab's default heads {path} do not fit the offline default: {e}") from e
     report.notes = [
         f"MLM and NSP heads trained by bertlab ({path.name}), with the top {n} of the encoder's "
-        f"{model.config.num_hidden_layers} layers re-trained to carry word identity again: see the README "
-        "for their accuracy."
+        f"{model.config.num_hidden_layers} layers re-trained to carry word identity again: the documentation's "
+        "Models page gives their accuracy."
     ]
     return model, report
 
@@ -198,8 +180,6 @@ def save_pretrained(model: HookedModel, tokenizer: Tokenizer | None, folder: str
     """Write config.json, model.safetensors and the tokenizer files (HF layout: transformers loads it).
     The weights go to a new file renamed into place, so a model loaded from the old one is unharmed."""
     folder = Path(folder)
-    from bertlab.compress import storage
-
     if storage.is_compressed(model):  # pruned heads or int8 weights: bertlab's own format (see there)
         return storage.save_compressed(model, tokenizer, folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -236,7 +216,7 @@ def _load_composed(folder: Path, heads: Path, heads_state: dict[str, torch.Tenso
         log.info("the composed default could not be cached (%s): loading it privately", e)
         return load_model(folder, source=DEFAULT_MODEL, extra_state=heads_state)
     try:
-        state = _read_safetensors(cached)
+        state = read_safetensors(cached)
         family, spec = _read_spec(folder)
         model, report = _assemble(folder, family, spec, folder / "model.safetensors", state, DEFAULT_MODEL,
                                   share=True)
@@ -399,51 +379,6 @@ def config_arch(folder: Path) -> str:
 # ---------------------------------------------------------------------------------------------
 # Reading and checking weights
 # ---------------------------------------------------------------------------------------------
-def read_weights(folder: Path) -> tuple[Path, dict[str, torch.Tensor]]:
-    """(file, state dict) from model.safetensors, its sharded index, or pytorch_model.bin."""
-    for name in WEIGHT_FILES:
-        path = folder / name
-        if path.is_file():
-            break
-    else:
-        raise CheckpointError(f"{folder} has no weights: expected one of {', '.join(WEIGHT_FILES)}.")
-    if name == "model.safetensors":
-        return path, _read_safetensors(path)
-    if name.endswith(".index.json"):
-        try:
-            shards = sorted(set(json.loads(path.read_text())["weight_map"].values()))
-        except (OSError, json.JSONDecodeError, KeyError) as e:
-            raise CheckpointError(f"{path} is not a valid safetensors index ({e}).") from e
-        state: dict[str, torch.Tensor] = {}
-        for shard in shards:
-            if not isinstance(shard, str) or not (folder / shard).resolve().is_relative_to(folder.resolve()):
-                raise CheckpointError(f"{path} names a shard outside its folder ({str(shard)[:80]!r}); "
-                                      f"shards must sit beside the index. The index is damaged or unsafe.")
-            state.update(_read_safetensors(folder / shard))
-        return path, state
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # pickle, zip and torch errors all mean the same thing here
-        raise CheckpointError(
-            f"{path} could not be read ({type(e).__name__}: {e}). It may be truncated or corrupt, or hold "
-            f"more than weights (bertlab reads .bin files with weights_only=True). Download it again."
-        ) from e
-    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise CheckpointError(f"{path} does not hold a state dict of tensors.")
-    return path, state
-
-
-def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        raise CheckpointError(f"{path} is missing (named in the safetensors index).")
-    try:
-        return load_file(str(path), device="cpu")
-    except Exception as e:  # SafetensorError, OSError: truncated header, bad JSON, short data
-        raise CheckpointError(
-            f"{path} could not be read: it looks truncated or corrupt ({e}). Download or save it again."
-        ) from e
-
-
 def normalise_keys(state: dict[str, torch.Tensor], family: Family | None = None) -> dict[str, torch.Tensor]:
     """A checkpoint's keys under the model's names: the family's rename/ignore table (default: BERT's),
     a bare encoder's keys under the family's prefix, tied copies dropped."""

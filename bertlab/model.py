@@ -507,6 +507,13 @@ class HookedModel(nn.Module):
     def tie_weights(self) -> None:
         """Re-link weights the model shares (BERT's MLM decoder and word embeddings); nothing by default."""
 
+    def lens_input(self, states: torch.Tensor) -> torch.Tensor:
+        """Every stage's stream as the MLM head expects it (the logit lens): states [stage, ..., d_model],
+        stage 0 the embeddings and the last the encoder's output. Post-norm families (BERT's) hand the
+        head normalised streams already: the identity. A pre-norm family normalises the intermediate
+        stages with its final norm."""
+        return states
+
     @property
     def family(self):
         """The model's family protocol (`bertlab.families.ModelFamily`): logical layers, hook

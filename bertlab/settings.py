@@ -27,12 +27,7 @@ def data_path(*parts: str) -> Path:
     return path
 
 
-def models_dir() -> Path:
-    """Where models trained in bertlab are written (`BERTLAB_MODELS`, default `~/.cache/bertlab/models`)."""
-    return Path(os.environ.get("BERTLAB_MODELS") or Path.home() / ".cache" / "bertlab" / "models").expanduser()
-
-
-# -- class mode (issue 14): one server, many students -------------------------------------------
+# -- class mode: one server, many students -------------------------------------------
 DEFAULT_UPLOAD_MAX_MB = 20
 # The models bertlab ships, by the names `bertlab.load` takes: nothing to download, nothing outside the
 # package, so class mode lets any student load them. Defined here (no torch) for loading, the fine-tuning

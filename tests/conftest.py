@@ -106,3 +106,28 @@ def bare_default():
     folder = default_model_folder()
     model, _ = load_model(folder)
     return model, Tokenizer.from_folder(folder)
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel of this checkout, built (offline) from a copy of what a source distribution holds."""
+    import importlib.util
+    import shutil
+    import subprocess
+    import sys
+
+    repo, out = Path(__file__).resolve().parents[1], tmp_path_factory.mktemp("wheel")
+    src = out / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(repo / name, src / name)
+    shutil.copytree(repo / "bertlab", src / "bertlab", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    # Offline and quick with the venv's setuptools; a venv without one builds in isolation.
+    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(out), str(src)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (built,) = out.glob("*.whl")
+    return built

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.ablation import (
     head_ablation,
     logit_lens,
@@ -17,6 +16,7 @@ from bertlab.analysis.ablation import (
     masked_query,
     single_head_effects,
 )
+from bertlab.inputs import InputError
 from bertlab.loading import load
 from bertlab.model import MissingHeadError
 from bertlab.viz.ablation import lens_row_labels, plot_head_effects, plot_logit_lens

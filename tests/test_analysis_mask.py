@@ -11,7 +11,6 @@ import math
 import pytest
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.mask import (
     Candidate,
     MaskPrediction,
@@ -22,6 +21,7 @@ from bertlab.analysis.mask import (
     text_words,
 )
 from bertlab.config import BertConfig
+from bertlab.inputs import InputError
 from bertlab.loading import load
 from bertlab.model import Bert, MissingHeadError
 from bertlab.tokenizer import Tokenizer

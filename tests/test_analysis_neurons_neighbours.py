@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.neighbours import build_index, corpus_neighbours, nearest
 from bertlab.analysis.neurons import neuron_view
+from bertlab.inputs import InputError
 
 SENTENCES = [
     "I went to the bank to deposit money.",

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.nsp import (
     CLS,
     GROUPS,
@@ -20,6 +19,7 @@ from bertlab.analysis.nsp import (
     random_sentence,
     token_groups,
 )
+from bertlab.inputs import InputError
 from bertlab.loading import load
 from bertlab.model import MissingHeadError
 from bertlab.viz.nsp import plot_attention_mass, plot_nsp_probability

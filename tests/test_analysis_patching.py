@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.patching import (
     Patch,
     component_grid,
@@ -15,6 +14,7 @@ from bertlab.analysis.patching import (
     patching_input,
     residual_grid,
 )
+from bertlab.inputs import InputError
 
 CLEAN = "When John and Mary went to the store, Mary gave a drink to [MASK]."
 CORRUPT = "When John and Mary went to the store, John gave a drink to [MASK]."

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.probe_data import TaggedSentence, read_conll2003, read_conllu, read_for, split_sentences
 from bertlab.analysis.probes import (
     MixProbe,
@@ -29,6 +28,7 @@ from bertlab.analysis.structural import (
     tree_distances,
     uuas,
 )
+from bertlab.inputs import InputError
 
 CONLL = """-DOCSTART- -X- -X- O
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertlab.analysis import InputError
 from bertlab.analysis.representation import PARTS, input_representation
+from bertlab.inputs import InputError
 from bertlab.viz.representation import plot_input_table, plot_part_norms, plot_part_projection, table_rows
 
 A = "Embeddings are learned."

@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertlab.analysis import InputError
 from bertlab.analysis.similarity import (
     anisotropy_baseline,
     find_word,
@@ -19,6 +18,7 @@ from bertlab.analysis.similarity import (
     word_in_contexts,
     word_projection,
 )
+from bertlab.inputs import InputError
 from bertlab.viz.similarity import plot_token_similarity, plot_word_across_layers, plot_word_projection, word_lines
 
 BANK = [

@@ -9,7 +9,6 @@ import math
 import pytest
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.attention_check import (
     check_attention,
     credited_heads,
@@ -28,6 +27,7 @@ from bertlab.analysis.attribution import (
 )
 from bertlab.analysis.targets import class_target, mask_target, pair_target, span_target, tag_target
 from bertlab.config import BertConfig
+from bertlab.inputs import InputError
 from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
 

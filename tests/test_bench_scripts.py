@@ -167,7 +167,7 @@ def test_rounds_add_their_time_and_must_repeat_the_same_batches():
 
 def test_counting_collate_counts_examples_tokens_and_padding():
     bf = _module("bench_finetune")
-    from bertlab.training.tasks import ClassificationFeature, collate
+    from bertlab.tasks import ClassificationFeature, collate
 
     feats = [ClassificationFeature(str(i), [101] + [7] * i + [102], [0] * (i + 2), 0) for i in (1, 3, 5, 2)]
     counting = bf.CountingCollate(collate)

@@ -152,7 +152,7 @@ def test_payload_before_and_after_for_128_tokens_and_144_heads():
 
 @pytest.mark.parametrize("view", ["head", "model"])
 def test_page_shows_a_busy_sign_until_bertviz_has_drawn(view):
-    """Issue 15: bertviz on 128 tokens left the frame blank for seconds."""
+    """bertviz on 128 tokens left the frame blank for seconds."""
     page = bertviz_html(softmax_attention(2, 3, len(TOKENS)), TOKENS, B_START, view=view)
     sign = page.index('id="bertlab-loading"')
     assert sign < page.index("d3js.org v5")  # before the libraries: it shows while they are parsed

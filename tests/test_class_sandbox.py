@@ -1,4 +1,4 @@
-"""Each student in a sandbox (issue 14), through the panels as a student uses them, without a
+"""Each student in a sandbox, through the panels as a student uses them, without a
 browser: every field that takes a path refuses what lies outside the student's workspace and
 the class data with one message that quotes no file and does not say whether the path exists;
 the Export tab writes nothing outside the workspace; two runs started in the same second keep
@@ -91,7 +91,7 @@ def test_finetune_path_field_refuses_server_files_with_one_message(classroom, es
     for text in escapes:
         panel.path.value = text
         panel.start_button.click()
-        assert panel.wait(30)
+        assert panel.job.wait(30)
         assert errors(panel.messages) == REFUSED["data"], text
         assert PASSWD_LINE not in all_text(panel) and "secret" not in all_text(panel)
     assert not panel.runs  # refused before any run (or run folder) was made
@@ -142,7 +142,7 @@ def test_two_runs_started_in_the_same_second_keep_their_own_folders(tmp_path, to
         panel.path.value, panel.lr.value = str(tmp_path / "data.tsv"), lr  # one-person mode: a free path
         panel.start_button.click()
     go_on.set()
-    assert all(p.wait(30) for p in panels)
+    assert all(p.job.wait(30) for p in panels)
     first, second = (Path(d) for d in sorted(seen))
     assert first != second and first.parent == second.parent == runs
     assert {(first / "model.safetensors").read_text(), (second / "model.safetensors").read_text()} == {"0.001",
@@ -159,7 +159,7 @@ def test_class_runs_go_to_the_students_own_workspace(classroom, tok, monkeypatch
     monkeypatch.setattr("bertlab.panels.finetune.finetune", fake_finetune)
     panel = FinetunePanel(tiny_bert(tok), tok, device="cpu")
     panel.start_button.click()  # the class data (BERTLAB_DATA)
-    assert panel.wait(30) and "stopped by the test" in errors(panel.messages)
+    assert panel.job.wait(30) and "stopped by the test" in errors(panel.messages)
     out = seen[0]
     assert out.parent == Workspace.for_session().runs and out.is_dir()
     assert not files_under(classroom["cwd"]) and not (classroom["cwd"] / "bertlab-runs").exists()
@@ -192,7 +192,7 @@ def test_pretrain_file_field_refuses_server_files(classroom, escapes, tok, corpu
     for text in escapes:
         panel.corpus_path.value = text
         panel.start.click()
-        assert panel.wait(30)
+        assert panel.job.wait(30)
         assert errors(panel.run_messages) == REFUSED["data"], text
         assert PASSWD_LINE not in panel.run_message.value
     assert corpus_calls == []  # "/" never walked
@@ -204,7 +204,7 @@ def test_pretrain_reads_a_text_file_of_the_students_workspace(classroom, tok, co
     mine.write_text("One sentence here. Another one there.\n", encoding="utf-8")
     panel.corpus_path.value = "uploads/my text.txt"
     panel.start.click()
-    assert panel.wait(30) and corpus_calls == [str(mine)]
+    assert panel.job.wait(30) and corpus_calls == [str(mine)]
 
 
 def test_one_person_mode_keeps_free_paths(monkeypatch, tmp_path, tok, corpus_calls):
@@ -218,7 +218,7 @@ def test_one_person_mode_keeps_free_paths(monkeypatch, tmp_path, tok, corpus_cal
     pretrain = pretrain_panel(tok)
     pretrain.corpus_path.value = str(anywhere)
     pretrain.start.click()
-    assert pretrain.wait(30) and corpus_calls == [str(anywhere)]
+    assert pretrain.job.wait(30) and corpus_calls == [str(anywhere)]
     export = ExportPanel(tiny_bert(tok), tok, figures=lambda: {"Mask: top": go.Figure(go.Bar(y=[1]))})
     assert export.folder in export.widget.children
     export.folder.value = str(anywhere / "exports")

@@ -1,4 +1,4 @@
-"""The class server (`bertlab serve --class N`, issue 14): what it runs (pure plan), the Host/Origin
+"""The class server (`bertlab serve --class N`): what it runs (pure plan), the Host/Origin
 guard and the kernel cap without a server, then the real server on loopback: a foreign Host is
 refused, a token or password is required, the page asks no CDN, a closed tab's kernel is freed at
 once (its beacon) or culled (no beacon), a page that never connects loses its kernel after a grace,
@@ -30,7 +30,7 @@ from bertlab.serving.guard import HostGuard, is_loopback, known_names
 from bertlab.serving.plan import class_cap, make_plan
 
 REPO = Path(__file__).resolve().parents[1]
-APP = REPO / "apps" / "bertlab.ipynb"
+APP = REPO / "bertlab" / "apps" / "bertlab.ipynb"
 
 
 def plan(**kw):
@@ -245,17 +245,18 @@ class _SourceAdapter(HTTPAdapter):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """`bertlab serve --class 2 --max-kernels 3 --per-client 1 --cull-idle 20 --token ... --password` on a
-    free loopback port (the password comes on stdin, as from a script)."""
+    """`BERTLAB_TOKEN=... bertlab serve --class 2 --max-kernels 3 --per-client 1 --cull-idle 20 --password` on
+    a free loopback port (the password comes on stdin, as from a script)."""
     port = _free_port()
     folder = tmp_path_factory.mktemp("class")
     log = folder / "server.log"
     env = {k: v for k, v in os.environ.items() if k != "BERTLAB_MODEL"}
     env["HF_HUB_OFFLINE"] = "1"
+    env["BERTLAB_TOKEN"] = TOKEN  # the token from the environment, not argv
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "bertlab.cli", "serve", "--class", "2", "--max-kernels", "3", "--per-client", "1",
-             "--no-browser", "--port", str(port), "--cull-idle", str(CULL_IDLE_S), "--token", TOKEN, "--password",
+             "--no-browser", "--port", str(port), "--cull-idle", str(CULL_IDLE_S), "--password",
              "--class-dir", str(folder / "class")],
             cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     proc.stdin.write(f"{PASSWORD}\n".encode())

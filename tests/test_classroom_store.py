@@ -1,4 +1,4 @@
-"""The class store (issue 15): one SQLite file in WAL mode shared by separate processes (one per
+"""The class store: one SQLite file in WAL mode shared by separate processes (one per
 kernel). Answers from two processes all count, a reveal is seen by every process, a killed process
 leaves nothing locked, and guesses are counted as normalised."""
 

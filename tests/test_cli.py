@@ -3,6 +3,7 @@ here; tests/browser/ serves for real)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -57,19 +58,21 @@ def test_unknown_command_is_a_usage_error(capsys):
 def test_serve_command_runs_voila_on_the_app():
     cmd, env = cli.serve_command(parse("serve", "--port", "9001", "--no-browser"), env={})
     assert cmd[:3] == [sys.executable, "-m", "bertlab.serving"]  # Voila, with bertlab's class server parts
-    assert Path(cmd[3]) == REPO / "apps" / "bertlab.ipynb"
+    assert Path(cmd[3]) == REPO / "bertlab" / "apps" / "bertlab.ipynb"
     assert "--port=9001" in cmd and "--no-browser" in cmd and "--Voila.ip=127.0.0.1" in cmd
     assert "--preheat_kernel=True" in cmd  # ~6 s to a page instead of ~15 s
     assert "--MappingKernelManager.cull_idle_timeout=40" in cmd  # closed pages' kernels are freed
     # loopback, one person: no token, no class settings; figures load plotly's code from the server
-    assert cli.MODEL_ENV not in env and env == {PLOTLY_BUNDLE_ENV: PLOTLY_BUNDLE_PATH}
+    assert cli.MODEL_ENV not in env
+    assert env == {PLOTLY_BUNDLE_ENV: PLOTLY_BUNDLE_PATH, cli.WORKDIR_ENV: os.getcwd()}  # kernels work here
 
 
 def test_serve_command_passes_model_and_options():
     args = parse("serve", "--model", "some/folder", "--host", "0.0.0.0", "--no-preheat")
     cmd, env = cli.serve_command(args, env={"KEEP": "1"})
     token = env.pop("BERTLAB_SERVE_TOKEN")  # beyond loopback: a door, generated
-    assert env == {"KEEP": "1", cli.MODEL_ENV: "some/folder", PLOTLY_BUNDLE_ENV: PLOTLY_BUNDLE_PATH}
+    assert env == {"KEEP": "1", cli.MODEL_ENV: "some/folder", PLOTLY_BUNDLE_ENV: PLOTLY_BUNDLE_PATH,
+                   cli.WORKDIR_ENV: os.getcwd()}
     assert len(token) >= 24
     assert "--Voila.ip=0.0.0.0" in cmd
     assert "--no-browser" not in cmd and not any("preheat" in c for c in cmd)
@@ -124,9 +127,10 @@ def test_sigterm_is_passed_on_to_voila(monkeypatch):
     assert procs[0].terminated and signal.getsignal(signal.SIGTERM) is before
 
 
-def test_serve_class_options():
+def test_serve_class_options(tmp_path):
+    (tmp_path / "token").write_text("t0k3n\n")
     args = parse("serve", "--class", "30", "--pool-size", "20", "--max-kernels", "34", "--cull-idle", "60",
-                 "--token", "t0k3n", "--allow-host", "lab.example.org", "--class-dir", "/tmp/c")
+                 "--token-file", str(tmp_path / "token"), "--allow-host", "lab.example.org", "--class-dir", "/tmp/c")
     assert (args.class_size, args.pool_size, args.max_kernels, args.cull_idle) == (30, 20, 34, 60)
     cmd, env = cli.serve_command(args, env={})
     assert "--pool_size=20" in cmd and "--BertlabVoila.max_kernels=34" in cmd
@@ -145,7 +149,7 @@ def test_bad_class_options_are_usage_errors(bad, capsys):
 
 def test_model_folder_is_passed_as_an_absolute_path(tmp_path, monkeypatch):
     (tmp_path / "my-model").mkdir()
-    monkeypatch.chdir(tmp_path)  # the kernel runs in apps/, so a relative path would break there
+    monkeypatch.chdir(tmp_path)  # the kernel may run elsewhere: a relative path would break there
     _, env = cli.serve_command(parse("serve", "--model", "my-model"), env={})
     assert env[cli.MODEL_ENV] == str(tmp_path / "my-model")
 
@@ -202,3 +206,161 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(monkeypatch, cap
         assert err.count("\n") == 1 and err.startswith("bertlab x: ") and text in err, err
     with pytest.raises(ZeroDivisionError):  # a bug is not dressed up as a user error
         run(ZeroDivisionError("division by zero"))
+
+
+def test_notebooks_copies_the_teaching_notebooks_and_keeps_a_students_work(tmp_path, capsys):
+    shipped = cli.teaching_notebooks()
+    assert [p.name for p in shipped] == sorted(p.name for p in (REPO / "bertlab" / "notebooks").glob("*.ipynb"))
+    dest = tmp_path / "class" / "notebooks"
+    assert cli.main(["notebooks", str(dest)]) == 0
+    assert sorted(p.name for p in dest.iterdir()) == [p.name for p in shipped]
+    assert (dest / shipped[0].name).read_bytes() == shipped[0].read_bytes()
+    (dest / shipped[0].name).write_text("my answers")
+    assert cli.main(["notebooks", str(dest)]) == 0
+    assert (dest / shipped[0].name).read_text() == "my answers" and "already there, kept" in capsys.readouterr().out
+    assert cli.main(["notebooks", str(dest), "--force"]) == 0
+    assert (dest / shipped[0].name).read_bytes() == shipped[0].read_bytes()
+
+
+def test_notebooks_refuses_a_file_as_the_folder(tmp_path, capsys):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(SystemExit) as e:
+        cli.main(["notebooks", str(tmp_path / "f")])
+    assert e.value.code == 1 and "is a file" in capsys.readouterr().err
+
+
+# -- one clear line for every mistake, before anything loads ------------------------------------
+def _all_parsers(parser=None, prog="bertlab"):
+    """(prog, parser) of every command and sub-command of the full parser."""
+    parser = parser or cli.build_parser()
+    yield prog, parser
+    for action in parser._actions:
+        if isinstance(action, cli.argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from _all_parsers(child, f"{prog} {name}")
+
+
+def test_every_option_has_help_and_every_command_a_description():
+    missing = [f"{prog} {'/'.join(a.option_strings) or a.dest}" for prog, p in _all_parsers() for a in p._actions
+               if not a.help and not isinstance(a, cli.argparse._SubParsersAction)]
+    assert not missing, "options without help: " + ", ".join(missing)
+    bare = [prog for prog, p in _all_parsers() if prog != "bertlab" and not p.description]
+    assert not bare, "commands without a description: " + ", ".join(bare)
+
+
+def test_help_texts_print_percent_signs_once(capsys):
+    for prog, parser in _all_parsers():
+        parser.print_help()
+        assert "%%" not in capsys.readouterr().out, prog
+
+
+def test_lazy_commands_list_the_help_of_their_real_parsers():
+    full = {a.dest: a.help for a in cli.build_parser()._subparsers._group_actions[0]._choices_actions}
+    for names in cli.LAZY.values():
+        for name, text in names.items():
+            assert full[name] == text, name
+
+
+def test_help_imports_neither_torch_nor_the_lab():
+    code = ("import sys\nfrom bertlab.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('bertlab')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "['bertlab', 'bertlab.cli']"
+    assert "finetune" in out.stdout and "explain" in out.stdout and "notebooks" in out.stdout
+
+
+def _refused(argv, capsys, monkeypatch) -> str:
+    """Run `bertlab ARGV`, expecting the command line refused (exit 2) before any model loads; its message."""
+    import bertlab.loading
+
+    monkeypatch.setattr(bertlab.loading, "load", lambda *a, **k: pytest.fail("a model loaded"))
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("argv", [
+    ["finetune", "--task", "sst2", "--out", "x"], ["evaluate", "--task", "sst2", "--model", "m"],
+    ["pretrain", "--out", "x"], ["train-default-heads"],
+    ["compress", "distill", "--model", "m", "--layers", "1", "--task", "sst2", "--out", "x"],
+])
+def test_a_device_that_does_not_exist_is_one_line(argv, capsys, monkeypatch):
+    err = _refused([*argv, "--device", "tpu"], capsys, monkeypatch)
+    assert err.startswith(f"bertlab {argv[0]}") and "'tpu' is not a device" in err and "auto, cpu" in err
+
+
+def test_cuda_where_there_is_none_is_one_line(capsys, monkeypatch):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    err = _refused(["finetune", "--task", "sst2", "--out", "x", "--device", "cuda"], capsys, monkeypatch)
+    assert "CUDA is not available" in err
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["finetune", "--task", "sst3", "--out", "x"], "invalid choice: 'sst3'"),
+    (["finetune", "--task", "sst2", "--out", "x", "--data", "/no/such/data"], "'/no/such/data': no such file"),
+    (["finetune", "--task", "sst2", "--out", "x", "--model", "./no/such/model"], "no such folder"),
+    (["evaluate-mlm", "--text", "/no/such.txt"], "no such file"),
+    (["evaluate", "--task", "sst2", "--model", "/no/such/model"], "no such folder"),
+    (["pretrain", "--out", "x", "--resume", "/no/such/checkpoint"], "no such file or folder"),
+    (["pretrain", "--out", "x", "--model", "/no/such/model"], "no such folder"),
+    (["pretrain", "--out", "x", "--steps", "0"], "0 is not 1 or more"),
+    (["compress", "prune", "--model", "m", "--task", "sst2", "--out", "x", "--data", "/no/such"], "no such file"),
+    (["explain", "--text", "a", "--model", "~/no/such/model"], "no such folder"),
+])
+def test_wrong_values_are_one_line_before_loading(argv, says, capsys, monkeypatch):
+    assert says in _refused(argv, capsys, monkeypatch)
+
+
+def test_distill_names_its_teacher_model_and_still_reads_teacher(capsys):
+    args = parse("compress", "distill", "--model", "t", "--layers", "2", "--task", "sst2", "--out", "s")
+    assert args.model == "t"
+    old = parse("compress", "distill", "--teacher", "t", "--layers", "2", "--task", "sst2", "--out", "s")
+    assert old.model == "t" and "--teacher is now --model" in capsys.readouterr().err
+    helps = {prog: p.format_help() for prog, p in _all_parsers()}
+    assert "--model" in helps["bertlab compress distill"] and "--teacher" not in helps["bertlab compress distill"]
+
+
+def test_serve_takes_no_secret_on_the_command_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["serve", "--token", "s3cret"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "--token-file" in err and "BERTLAB_TOKEN" in err
+
+
+def test_serve_reads_the_token_from_a_file_or_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(cli.TOKEN_ENV, "from-env")
+    cmd, env = cli.serve_command(parse("serve", "--host", "0.0.0.0"), env=dict(os.environ))
+    assert env["BERTLAB_SERVE_TOKEN"] == "from-env" and cli.TOKEN_ENV not in env  # kernels never see it
+    assert not any("from-env" in c for c in cmd)
+    (tmp_path / "t").write_text("from-file\n")
+    _, env = cli.serve_command(parse("serve", "--token-file", str(tmp_path / "t")), env={})
+    assert env["BERTLAB_SERVE_TOKEN"] == "from-file"
+    (tmp_path / "empty").write_text("")
+    with pytest.raises(cli.UsageError, match="empty"):
+        cli.serve_command(parse("serve", "--token-file", str(tmp_path / "empty")), env={})
+
+
+def test_loading_an_encoder_without_mlm_head_says_nothing_at_start(caplog):
+    import logging
+
+    from bertlab.loading import load
+
+    with caplog.at_level(logging.INFO):
+        model, _ = load("default-encoder")
+    assert "no MLM head" in " ".join(model.load_report.notes)  # kept for the panels
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO and "no MLM head" in r.getMessage()]
+
+
+def test_import_bertlab_is_light_and_its_names_come_on_first_use():
+    code = ("import sys, bertlab\nprint('torch' in sys.modules)\n"
+            "from bertlab import load, Tokenizer\n"
+            "print(load.__module__, bertlab.loading.__name__, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "bertlab.loading", "bertlab.loading", "True"]

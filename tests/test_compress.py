@@ -1,4 +1,4 @@
-"""The compression lab (issue 18) on tiny random models: pruning equals masking, int8 stays close to
+"""The compression lab on tiny random models: pruning equals masking, int8 stays close to
 float32 and keeps every hook, saved folders reload exactly, distillation brings the student nearer
 the teacher, head scores find a dead head, and the `bertlab compress` commands write folders that
 `bertlab.load` and `bertlab evaluate` read."""
@@ -20,16 +20,17 @@ from bertlab.compress.lab import TaskData
 from bertlab.compress.measure import memory_bytes
 from bertlab.compress.prune import head_importance, head_mask_hooks, heads_to_prune, prune
 from bertlab.compress.quantize import quantize
-from bertlab.compress.storage import save_compressed
-from bertlab.compress.structure import CompressError, heads_per_layer, prune_heads
+from bertlab.compressed.storage import save_compressed
+from bertlab.compressed.structure import CompressError, heads_per_layer, prune_heads
 from bertlab.config import BertConfig
 from bertlab.families import FAMILIES
-from bertlab.loading import CheckpointError, save_pretrained
-from bertlab.training.tasks import SST2_LABELS
+from bertlab.loading import save_pretrained
+from bertlab.tasks import SST2_LABELS
+from bertlab.weights import CheckpointError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-# int8 tolerance (stated in the README): the final hidden states (LayerNorm'd, about unit scale) of a
+# int8 tolerance (stated in docs/compression.md): the final hidden states (LayerNorm'd, about unit scale) of a
 # dynamic-int8 model stay within 0.1 of float32's everywhere and 0.02 on average.
 INT8_MAX_DIFF, INT8_MEAN_DIFF = 0.1, 0.02
 
@@ -156,11 +157,12 @@ def test_int8_stays_within_the_stated_tolerance_and_keeps_every_hook(model_type)
 
 
 def test_analysis_functions_run_on_an_int8_model(tok):
+    from bertlab.analysis import encode_input
     from bertlab.analysis.ablation import masked_log_probs, masked_query
     from bertlab.analysis.attention import attention_patterns
     from bertlab.analysis.mask import fill_mask
     from bertlab.analysis.representation import input_representation
-    from bertlab.analysis.similarity import batch_hidden_states, encode_input
+    from bertlab.analysis.similarity import batch_hidden_states
 
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -284,7 +286,7 @@ def test_bertlab_compress_writes_folders_that_load_and_evaluate(tmp_path, sst2, 
                  "--importance-examples", "32", "--out", str(tmp_path / "p"), *data]) == 0
     line = json.loads(capsys.readouterr().out)
     assert line["result"]["heads"] == 4 and [p["heads_kept"] for p in line["curve"]][0] == 8
-    assert main(["compress", "distill", "--teacher", str(tmp_path / "m"), "--layers", "1", "--task", "sst2",
+    assert main(["compress", "distill", "--model", str(tmp_path / "m"), "--layers", "1", "--task", "sst2",
                  "--epochs", "1", "--batch-size", "32", "--max-train-examples", "64", "--out", str(tmp_path / "s"),
                  *data]) == 0
     line = json.loads(capsys.readouterr().out)

@@ -206,7 +206,7 @@ def test_the_fine_tuning_tab_runs_on_the_device(tok, tmp_path):
     panel.path.value = str(data)
     assert DEVICE in panel.device_note.value
     panel.start_button.click()
-    assert panel.wait(300)
+    assert panel.job.wait(300)
     run = panel.runs[0]
     assert run.status == "completed" and run.step == run.total_steps == 8, panel.messages
     assert made and next(made[0][1].parameters()).device.type in (DEVICE, "cpu")
@@ -227,7 +227,7 @@ def test_the_gpu_checks_paths_import_without_the_widget_stack():
                     raise ModuleNotFoundError(f"No module named {{name!r}} (blocked)", name=name)
         sys.meta_path.insert(0, Block())
         import bertlab, bertlab.cli, bertlab.training.finetune, bertlab.training.pretrain
-        import bertlab.training.default_heads, bertlab.training.finetune_cli, bertlab.training.pretrain_cli
+        import bertlab.recipes.default_heads, bertlab.training.finetune_cli, bertlab.training.pretrain_cli
         parser = bertlab.cli.build_parser()
         names = {{a.dest: a for a in parser._subparsers._group_actions}}["command"].choices
         assert {{"finetune", "train-default-heads", "pretrain", "evaluate"}} <= set(names), names

@@ -10,7 +10,7 @@ import torch
 
 from bertlab.analysis.mask import fill_mask
 from bertlab.loading import load
-from bertlab.training.default_heads import (
+from bertlab.recipes.default_heads import (
     EVERYDAY_PAIRS,
     apply_heads,
     describe_history,
@@ -181,7 +181,7 @@ def test_a_short_continuation_writes_its_history_and_keeps_the_start_layers(tmp_
     the shipped file re-trained: the new file still holds them all, and says how it was made."""
     from safetensors import safe_open
 
-    from bertlab.training import default_heads
+    from bertlab.recipes import default_heads
     from bertlab.training.corpora import load_corpus
 
     try:

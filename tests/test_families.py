@@ -13,7 +13,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertlab.families import FAMILIES, model_family
-from bertlab.loading import CheckpointError, load, load_model, save_pretrained
+from bertlab.loading import load, load_model, save_pretrained
+from bertlab.weights import CheckpointError
 
 TOL = 1e-5
 BERT_LIKE = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
@@ -377,8 +378,8 @@ def test_untied_mlm_decoder_loads_and_equals_transformers(tmp_path, mt):
 def test_adapters_work_on_every_family(family_checkpoints, tmp_path, arch):
     """The fine-tuning lab's Houlsby adapters: after attention and after the MLP of every logical layer,
     near-identity at the start, the only encoder weights adapter mode trains, saved and read back."""
+    from bertlab.tasks import get_task
     from bertlab.training.finetune import set_trainable, with_task_head
-    from bertlab.training.tasks import get_task
 
     base, _ = load_model(family_checkpoints[arch])
     model = with_task_head(base, get_task("sst2"), adapter_size=8)

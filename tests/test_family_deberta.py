@@ -356,3 +356,56 @@ def test_damaged_spm_model_is_refused(tmp_path):
     (folder / "spm.model").write_bytes(data[: len(data) // 3])
     with pytest.raises(TokenizerError, match="spm.model|SentencePiece"):
         Tokenizer.from_folder(folder)
+
+
+@pytest.mark.parametrize("variant", ["v3", "v2-conv"])
+def test_parameter_bars_file_the_relative_positions_apart_from_the_layers(checkpoints, variant):
+    """The Family tab's bars: rel_embeddings (with their norm) are relative-position embeddings, the
+    embeddings' LayerNorm a norm outside the layers, the ConvLayer its own part; a layer is one layer."""
+    from bertlab.analysis.family import parameter_count
+
+    model, _ = load_model(checkpoints[variant, "ForMaskedLM"])
+    count = parameter_count(model)
+    enc = model.deberta.encoder
+
+    def size(m):
+        return sum(p.numel() for p in m.parameters()) if m is not None else 0
+
+    assert count.total == sum(p.numel() for p in model.parameters())
+    assert count.parts["relative-position embeddings"] == size(enc.rel_embeddings) + size(enc.LayerNorm) > 0
+    assert count.parts["norms outside the layers"] == size(model.deberta.embeddings.LayerNorm)
+    assert count.parts["convolution beside the first layer"] == size(enc.conv)
+    assert count.per_layer == size(enc.layer[0]) and count.stored_layers == len(enc.layer)
+    emb = model.deberta.embeddings
+    assert count.parts["position + segment embeddings"] == size(emb.position_embeddings) + size(
+        emb.token_type_embeddings)
+    assert (count.parts["position + segment embeddings"] == 0) == (variant == "v3")
+
+
+@pytest.mark.parametrize("variant", ["v3", "v2-conv"])
+def test_pruned_deberta_equals_the_head_masked_model(checkpoints, variant):
+    """Pruning cuts a head's rows out of query_proj, key_proj, value_proj and (without share_att_key)
+    pos_key_proj / pos_query_proj, and its columns out of the output dense: the same numbers as switching
+    the head off."""
+    import copy
+
+    from bertlab.compress.structure import heads_per_layer, prune_heads
+
+    model, _ = load_model(checkpoints[variant, "ForSequenceClassification"])
+    ids, types, mask = _batch(types=variant != "v3")
+    gone = {0: [1, 3], 1: [0]}
+    head_mask = torch.ones(2, 4)
+    for layer, heads in gone.items():
+        head_mask[layer, heads] = 0
+    with torch.no_grad():
+        ref = model(ids, types, mask, head_mask=head_mask)
+        small = prune_heads(copy.deepcopy(model), gone)
+        out = small(ids, types, mask)
+    assert heads_per_layer(small) == [2, 3]
+    attn = small.deberta.encoder.layer[0].attention.self
+    assert attn.query_proj.weight.shape == attn.value_proj.weight.shape == (2 * 8, 32)
+    if variant == "v2-conv":
+        assert attn.pos_key_proj.weight.shape == attn.pos_query_proj.weight.shape == (2 * 8, 32)
+    assert (out.logits - ref.logits).abs().max() <= 1e-5
+    keep = mask.bool()
+    assert (out.last_hidden_state - ref.last_hidden_state)[keep].abs().max() <= 1e-5

@@ -78,18 +78,18 @@ def test_every_member_says_its_objective_in_its_own_module():
 def test_the_input_tab_says_what_a_model_uses_instead_of_position_embeddings(default_model, positions):
     _, tok = default_model
     model = tiny(member(positions=positions))
-    assert lacks(model, "positions") == POSITION_NOTES[positions]
+    assert lacks(model, "position_embeddings") == POSITION_NOTES[positions]
     panel = RepresentationPanel(model, tok)
     infos = [text for level, text in panel.messages if level == "info"]
     assert POSITION_NOTES[positions] in infos
     own = tiny(member(positions=positions, positions_note="Each <layer> turns q and k."))
-    assert lacks(own, "positions") == "Each <layer> turns q and k."
+    assert lacks(own, "position_embeddings") == "Each <layer> turns q and k."
     assert "Each &lt;layer&gt; turns q and k." in RepresentationPanel(own, tok).message.value
 
 
 def test_learned_positions_get_no_note(default_model):
     model, tok = default_model
-    assert lacks(model, "positions") is None
+    assert lacks(model, "position_embeddings") is None
     shown = " ".join(text for _, text in RepresentationPanel(model, tok).messages)
     assert not any(note in shown for note in POSITION_NOTES.values())
 

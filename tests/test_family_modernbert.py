@@ -19,8 +19,9 @@ from fake_hub import FakeHub
 from tiny_models import CORPUS
 
 from bertlab.families import LAYER_HOOKS
-from bertlab.loading import CheckpointError, load, load_model, save_pretrained
+from bertlab.loading import load, load_model, save_pretrained
 from bertlab.tokenizer import Tokenizer
+from bertlab.weights import CheckpointError
 
 TOL = 1e-5
 WINDOW = 4  # local_attention: each token of a local layer sees 2 on each side
@@ -306,8 +307,8 @@ def test_pruned_and_quantized_modernbert_equal_their_references_and_reload(check
     import copy
 
     from bertlab.compress.quantize import quantize
-    from bertlab.compress.storage import save_compressed
-    from bertlab.compress.structure import heads_per_layer, prune_heads
+    from bertlab.compressed.storage import save_compressed
+    from bertlab.compressed.structure import heads_per_layer, prune_heads
 
     model, tok = load(str(checkpoints["ModernBertForSequenceClassification"]))
     ids, mask = _batch(tok)
@@ -434,3 +435,63 @@ def test_download_then_load_offline(tmp_path, hf_tok):
         ref = model(torch.tensor([tok.encode("the quick [MASK] fox").ids])).mlm_logits[0, 3, :5]
         assert family == "modernbert"
         torch.testing.assert_close(torch.tensor(logits), ref, atol=1e-5, rtol=0)
+
+
+def test_feature_mode_trains_the_task_head_before_the_classifier(checkpoints):
+    """ModernBERT's classifier reads `head` (dense -> activation -> norm) first: feature mode trains both."""
+    from bertlab.training.finetune import set_trainable
+
+    model, _ = load_model(checkpoints["ModernBertForSequenceClassification"])
+    assert model.family.task_head_prefixes == ("head.", "classifier.")
+    trainable, _ = set_trainable(model, "feature")
+    learning = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert learning == {"head.dense.weight", "head.norm.weight", "classifier.weight", "classifier.bias"}
+    assert trainable == 32 * 32 + 32 + 3 * 32 + 3
+
+
+def test_logit_lens_reads_every_stage_through_final_norm(checkpoints):
+    """Pre-norm: the lens at stage s (after layer s - 1) equals the MLM logits of the model cut to its first
+    s layers (whose last layer's stream goes through `final_norm`, as the head expects); the last stage is
+    the model's own MLM output."""
+    import copy
+
+    from bertlab.analysis.ablation import logit_lens
+
+    model, tok = load(checkpoints["ModernBertForMaskedLM"])
+    text = "The quick brown fox [MASK] over the lazy dog near the river bank today."
+    lens = logit_lens(model, tok, text, k=5)
+    ids, pos = lens.query.input_ids, lens.query.position
+    for s in range(1, model.config.num_hidden_layers + 1):
+        cut = copy.deepcopy(model)
+        cut.model.layers = cut.model.layers[:s]
+        with torch.no_grad():
+            log_probs = cut(ids).mlm_logits[0, pos].log_softmax(-1)  # [vocab]
+        assert abs(float(log_probs[lens.query.target_id]) - float(lens.target_log_probs[s])) < 1e-4, s
+        assert log_probs.topk(5).indices.tolist() == lens.top_ids[s].tolist(), s
+
+
+def test_parameter_bars_show_no_position_parameters_and_the_norms_apart(checkpoints):
+    """Rotary positions have no parameters; the embeddings' norm and final_norm sit outside the layers."""
+    from bertlab.analysis.family import parameter_count
+
+    model, _ = load_model(checkpoints["ModernBertForMaskedLM"])
+    count = parameter_count(model)
+    assert count.total == sum(p.numel() for p in model.parameters())
+    assert count.parts["position + segment embeddings"] == 0
+    assert count.parts["norms outside the layers"] == 2 * 32  # two bias-free norms
+    assert count.parts["encoder layers"] == sum(p.numel() for p in model.model.layers.parameters())
+    assert count.parts["word embeddings"] == model.model.embeddings.tok_embeddings.weight.numel()
+
+
+def test_adapter_mode_trains_modernberts_norms(checkpoints):
+    """Adapter mode trains every LayerNorm of the encoder: ModernBERT's are attn_norm, mlp_norm, final_norm."""
+    from bertlab.training.finetune import is_trainable
+
+    model, _ = load_model(checkpoints["ModernBertForSequenceClassification"])
+    fam = model.family
+    norms = [n for n, _ in model.named_parameters() if n.startswith("model.") and n.endswith("norm.weight")]
+    assert {"model.layers.1.attn_norm.weight", "model.layers.0.mlp_norm.weight", "model.final_norm.weight",
+            "model.embeddings.norm.weight"} <= set(norms)
+    assert all(is_trainable(n, "adapter", fam) for n in norms)
+    assert not is_trainable("model.layers.1.attn.Wqkv.weight", "adapter", fam)
+    assert not is_trainable("model.layers.1.attn_norm.weight", "feature", fam)

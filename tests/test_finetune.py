@@ -18,6 +18,7 @@ from tiny_models import tiny_bert
 
 from bertlab.loading import load, save_pretrained
 from bertlab.model import Bert
+from bertlab.tasks import NLI_LABELS, get_task, read_train_dev
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import DiskFullError
 from bertlab.training.finetune import (
@@ -35,7 +36,6 @@ from bertlab.training.finetune import (
 )
 from bertlab.training.finetune_cli import add_evaluate_parser, add_finetune_parser, config_from_args
 from bertlab.training.finetune_defaults import recipe
-from bertlab.training.tasks import NLI_LABELS, get_task, read_train_dev
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""Issue 20, item 4: before and after fine-tuning. Jensen-Shannon divergence and linear CKA on hand-made
+"""Before and after fine-tuning. Jensen-Shannon divergence and linear CKA on hand-made
 cases, a model against itself (no change at all), a change confined to one layer, and the filter-normalised
 loss slice (Li et al. 2018)."""
 

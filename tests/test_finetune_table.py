@@ -1,4 +1,4 @@
-"""bench/finetune_table.py writes the README's fine-tuning rows; bench/readme_tables.py shows only the rows
+"""bench/finetune_table.py writes the docs' fine-tuning rows; bench/readme_tables.py shows only the rows
 measured with today's defaults, and the defaults table comes from the code."""
 
 from __future__ import annotations

@@ -209,7 +209,7 @@ def test_picker_lists_recommended_models_and_downloads_with_progress(local_hub, 
     busy: list[str] = []
     picker.hub_info.observe(lambda c: busy.append(c["new"]), names="value")
     picker.get_button.click()
-    assert picker.wait(60)
+    assert picker.download.wait(60)
     assert picker_state.name == REPO and picker_state.model.family.name == "roberta"
     assert "Something went wrong" not in picker.message.value
     assert "every tab now shows it" in picker.message.value
@@ -242,7 +242,7 @@ def test_class_mode_picker_offers_only_cached_models(local_hub, picker_state, tm
     size = hub.human_size(sum(len(d) for n, d in local_hub.repos[REPO].items() if n in read))
     assert not picker.get_button.disabled and f"cache ({size})" in picker.hub_info.value
     picker.get_button.click()
-    assert picker.wait(60)
+    assert picker.download.wait(60)
     assert picker_state.name == REPO, picker.message.value
     assert len(local_hub.requests) == requests or all("/resolve/" not in r for r in local_hub.requests[requests:])
 

@@ -1,4 +1,4 @@
-"""The lab record (issue 20, item 5): one offline HTML page of the session's tabs, made in the Export tab."""
+"""The lab record: one offline HTML page of the session's tabs, made in the Export tab."""
 
 from __future__ import annotations
 

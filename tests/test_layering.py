@@ -256,26 +256,32 @@ def test_the_cycle_finder_sees_a_cycle_through_a_function_import():
 # ---------------------------------------------------------------------------------------------
 # Layers point one way
 # ---------------------------------------------------------------------------------------------
-# Module-name prefix -> layer (the longest prefix wins). Same layer: allowed unless SIBLINGS says no.
+# Package (or top-level module) -> layer. A module may import from its own layer or the ones below;
+# every module of a package has the package's layer: no module has a layer of its own.
 LAYERS: dict[str, int] = {
     "bertlab.tokenizer": 0, "bertlab.config": 0, "bertlab.hooks": 0, "bertlab.settings": 0,
-    "bertlab.runtime": 0, "bertlab.inputs": 0, "bertlab.workspace": 0,
+    "bertlab.runtime": 0, "bertlab.inputs": 0, "bertlab.workspace": 0, "bertlab.options": 0,
     "bertlab.model": 1, "bertlab.families": 1,
-    "bertlab.loading": 2, "bertlab.default_heads_file": 2, "bertlab.hub": 2,
-    # the tasks layer: datasets, features and metrics of the fine-tuning tasks (below training and analysis)
-    "bertlab.training.tasks": 3, "bertlab.training.metrics": 3,
-    "bertlab.training": 4, "bertlab.analysis": 4, "bertlab.classroom.store": 4,
-    # the default heads' recipe trains (training) and then evaluates with the Mask/NSP computations (analysis)
-    "bertlab.training.default_heads": 5,
-    # the compression lab quantizes, prunes (scored with analysis-style hooks) and distils (training's loop);
-    # its storage (pruned shapes, int8 tensors) sits beside loading, which reads compressed folders with it
-    "bertlab.compress": 5, "bertlab.compress.storage": 2, "bertlab.compress.structure": 2, "bertlab.compress.cli": 7,
-    "bertlab.viz": 5, "bertlab.classroom": 5,
-    "bertlab.panels": 6,
-    "bertlab.panels.app": 7, "bertlab.cli": 7, "bertlab.serving": 7, "bertlab.training.pretrain_cli": 7,
-    "bertlab.training.finetune_cli": 7, "bertlab": 7,
+    "bertlab.weights": 2, "bertlab.compressed": 2, "bertlab.loading": 3, "bertlab.default_heads_file": 3,
+    "bertlab.hub": 3,
+    "bertlab.tasks": 4,  # task specs, readers, features, metrics, decoding: below training and analysis
+    "bertlab.training": 5, "bertlab.analysis": 5,
+    "bertlab.compress": 6, "bertlab.recipes": 6, "bertlab.viz": 6, "bertlab.classroom": 6,
+    "bertlab.panels": 7,
+    "bertlab.serving": 8, "bertlab.cli": 8, "bertlab.explain_cli": 8, "bertlab": 8,
 }
+# the two halves of a layer that must not lean on each other
 SIBLINGS = (("bertlab.training", "bertlab.analysis"), ("bertlab.analysis", "bertlab.training"))
+
+
+def test_the_layers_are_packages():
+    """No entry names a module inside a package: a package has one layer, all its modules share it."""
+    inside = [name for name in LAYERS if name.count(".") > 1]
+    assert not inside, inside
+    for name in LAYERS:
+        if name != "bertlab":
+            path = ROOT.parent / name.replace(".", "/")
+            assert path.is_dir() or path.with_suffix(".py").is_file(), name
 
 
 def layer_of(module: str) -> tuple[int, str]:
@@ -324,7 +330,7 @@ def test_layers_point_one_way():
 
 
 @pytest.mark.parametrize("module, target", [
-    ("bertlab.loading", "bertlab.training.default_heads"),  # the heads file's path and layers moved down
+    ("bertlab.loading", "bertlab.recipes.default_heads"),  # the heads file's path and layers moved down
     ("bertlab.training.finetune", "bertlab.analysis"),  # eval_mode, model_device, max_tokens: bertlab.runtime
     ("bertlab.training.masking", "bertlab.training.loop"),  # derive_seed: bertlab.runtime
     ("bertlab.viz.pretrain", "bertlab.training.masking.mask_tokens"),  # masks are computed in training.preview
@@ -409,3 +415,19 @@ def test_cache_finds_layers_through_the_protocol(roberta):
     bare = ActivationCache(cache)
     with pytest.raises(KeyError, match="run_with_cache"):
         bare.layer(0, "hook_pattern")
+
+
+# ---------------------------------------------------------------------------------------------
+# No import cycles anywhere in the package, imports inside functions included
+# ---------------------------------------------------------------------------------------------
+def test_no_import_cycles():
+    graph = import_graph()
+    found = cycles(graph, set(graph))
+    assert not found, "modules that import each other (imports inside functions count):\n" + "\n".join(
+        " <-> ".join(c) for c in found)
+
+
+def test_imports_inside_functions_count(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("def late():\n    from bertlab.loading import load\n    return load\n")
+    assert [t for _, t in imports_of(f)] == ["bertlab.loading"]

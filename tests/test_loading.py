@@ -13,7 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertlab.loading import CheckpointError, load, save_pretrained
+from bertlab.loading import load, save_pretrained
+from bertlab.weights import CheckpointError
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -38,7 +39,7 @@ def test_hub_name_loads_offline_from_a_hub_layout_cache(tmp_path, tiny_checkpoin
         "from bertlab.loading import load\n"
         "m, t = load('tiny-org/tiny-bert')\n"
         "print(m.has_mlm, m.has_nsp, m.load_report.folder.name, len(t.encode('hello there')))\n"
-        "from bertlab.loading import CheckpointError\n"
+        "from bertlab.weights import CheckpointError\n"
         "try:\n    load('tiny-org/not-cached')\nexcept CheckpointError as e:\n    print('ERR', e)\n"
     )
     env = dict(os.environ, HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1")
@@ -196,7 +197,7 @@ def _reference_default(folder: Path):
     from bertlab.config import BertConfig
     from bertlab.loading import normalise_keys
     from bertlab.model import Bert
-    from bertlab.training.default_heads import heads_path
+    from bertlab.recipes.default_heads import heads_path
 
     heads = {k: v.float() for k, v in load_file(str(heads_path())).items()}
     state = {**normalise_keys(load_file(str(folder / "model.safetensors"))), **heads}
@@ -214,7 +215,7 @@ linux_only = pytest.mark.skipif(not Path("/proc/self/maps").is_file(), reason="r
 @linux_only
 def test_default_is_mapped_from_one_composed_file_with_the_same_logits(tmp_path, monkeypatch, minilm_folder):
     from bertlab import loading
-    from bertlab.training.default_heads import heads_path
+    from bertlab.recipes.default_heads import heads_path
 
     monkeypatch.setenv("HOME", str(tmp_path))
     model, tok = load()
@@ -259,7 +260,7 @@ def test_loading_needs_no_compiler(tmp_path):
 @linux_only
 def test_composed_file_follows_the_heads_and_a_bad_one_is_rebuilt(tmp_path, monkeypatch, minilm_folder, caplog):
     from bertlab import loading
-    from bertlab.training.default_heads import heads_path
+    from bertlab.recipes.default_heads import heads_path
 
     monkeypatch.setenv("HOME", str(tmp_path))
     heads = tmp_path / "heads.safetensors"

@@ -591,7 +591,7 @@ def test_out_of_memory_says_what_to_change():
     data = [{"input_ids": torch.ones(16, dtype=torch.long), "x": torch.zeros(8)} for _ in range(8)]
     res = train(Tiny(), oom, data, cfg(batch_size=4, max_steps=2))
     assert res.status == "failed" and isinstance(res.exception, torch.cuda.OutOfMemoryError)
-    assert "out of GPU memory at batch size 4, sequence length 16" in res.error
+    assert "Out of GPU memory with batches of 4 × up to 16 tokens at step 1" in res.error
     assert "smaller batch" in res.error and "shorter sequences" in res.error
 
 
@@ -758,7 +758,7 @@ def test_a_cpu_run_hands_the_heaps_free_pages_back_every_few_steps_and_at_the_en
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
 def test_trimming_gives_freed_heap_memory_back_to_the_system():
-    from bertlab.training.loop import release_free_memory
+    from bertlab.runtime import release_free_memory
 
     def rss_mb() -> float:
         return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20

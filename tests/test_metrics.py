@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertlab.training.metrics import (
+from bertlab.tasks.metrics import (
     Entity,
     MetricError,
     accuracy,

@@ -3,13 +3,11 @@ the CI script, the app notebook (stripped, shipped in the wheel)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -39,7 +37,7 @@ def pip_requirements(extras: tuple[str, ...] = ("test",)) -> dict[str, Specifier
         seen.add(extra)
         for line in project["optional-dependencies"][extra]:
             req = Requirement(line)
-            if canonicalize_name(req.name) == "bertlab":
+            if canonicalize_name(req.name) == canonicalize_name(project["name"]):
                 todo += [e for e in req.extras if e not in seen]
             else:
                 lines.append(line)
@@ -99,34 +97,32 @@ def test_conda_parser_reads_the_forms_conda_uses():
 
 # -- the app notebook --------------------------------------------------------------------------
 def test_app_notebook_is_committed_without_outputs():
-    nb = json.loads((REPO / "apps" / "bertlab.ipynb").read_text())
+    nb = json.loads((REPO / "bertlab" / "apps" / "bertlab.ipynb").read_text())
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
-            assert cell["outputs"] == [] and cell["execution_count"] is None, "strip the outputs of apps/bertlab.ipynb"
+            assert cell["outputs"] == [] and cell["execution_count"] is None, "strip the dashboard's outputs"
     assert "BERTLAB_MODEL" in "".join("".join(c["source"]) for c in nb["cells"])
 
 
-def test_wheel_ships_the_dashboard(tmp_path):
-    """`bertlab serve` finds the app in <prefix>/share/bertlab/apps when installed from a wheel."""
-    src = tmp_path / "src"
-    src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, src / name)
-    for name in ("bertlab", "apps"):
-        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    # Offline and quick with the venv's setuptools; a venv without one builds in isolation.
-    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
-    out = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(tmp_path), str(src)],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    (wheel,) = tmp_path.glob("bertlab-*.whl")
+def test_wheel_ships_the_dashboards_notebooks_and_licence(wheel):
+    """`bertlab serve` and `bertlab notebooks` find their notebooks inside the package (importlib.resources)."""
+    assert wheel.name.startswith("bert_classroom_lab-")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "bertlab/cli.py" in names
-    assert any(n.endswith(".data/data/share/bertlab/apps/bertlab.ipynb") for n in names), (
-        'add to pyproject.toml: [tool.setuptools.data-files] "share/bertlab/apps" = ["apps/*.ipynb"]'
-    )
+    assert "bertlab/cli.py" in names and "bertlab/py.typed" in names
+    assert {"bertlab/apps/bertlab.ipynb", "bertlab/apps/teacher.ipynb"} <= set(names)
+    teaching = {f"bertlab/notebooks/{p.name}" for p in (REPO / "bertlab" / "notebooks").glob("*.ipynb")}
+    assert teaching and teaching <= set(names)
+    assert not any(".data/" in n for n in names)  # nothing outside the package: --user installs find it all
+    (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    text = zipfile.ZipFile(wheel).read(meta).decode()
+    assert "Name: bert-classroom-lab" in text and "License-Expression: Apache-2.0" in text
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+
+
+def test_licence_is_apache_2():
+    assert pyproject()["project"]["license"] == "Apache-2.0"
+    text = (REPO / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
 
 
 # -- Makefile ----------------------------------------------------------------------------------
@@ -203,6 +199,8 @@ def test_ci_installs_chromium_exports_data_and_runs_make_test(tmp_path):
         "apt-get update | BERTLAB_DATA= CI=",
         "apt-get install -y chromium | BERTLAB_DATA= CI=",
         "npm install -g configurable-http-proxy | BERTLAB_DATA= CI=",
+        f"make lint | BERTLAB_DATA={data} CI=true",
+        f"make docs | BERTLAB_DATA={data} CI=true",
         f"make test | BERTLAB_DATA={data} CI=true",
     ]
 
@@ -210,7 +208,7 @@ def test_ci_installs_chromium_exports_data_and_runs_make_test(tmp_path):
 def test_ci_skips_chromium_install_and_data_when_not_needed(tmp_path):
     out, log = fake_ci(tmp_path, with_chromium=True, with_data=False)
     assert out.returncode == 0, out.stderr
-    assert log.read_text().splitlines() == ["make test | BERTLAB_DATA= CI=true"]
+    assert log.read_text().splitlines() == [f"make {t} | BERTLAB_DATA= CI=true" for t in ("lint", "docs", "test")]
 
 
 def test_ci_script_is_executable_bash_with_strict_mode():
@@ -218,3 +216,21 @@ def test_ci_script_is_executable_bash_with_strict_mode():
     assert os.access(script, os.X_OK)
     text = script.read_text()
     assert text.startswith("#!/usr/bin/env bash") and "set -euo pipefail" in text
+
+
+def test_make_docs_and_lint_install_their_extras_then_run(tmp_path):
+    venv = tmp_path / "venv"
+    out = make_dry_run("docs", "lint", f"VENV={venv}", "PYTHON=python3.11")
+    steps = ['pip install  -e ".[test]"', 'pip install  -e ".[test,docs,lint]"', f"{venv}/bin/mkdocs build --strict",
+             f"{venv}/bin/ruff check bertlab tests bench"]
+    positions = [out.find(s) for s in steps]
+    assert -1 not in positions and positions == sorted(positions), out
+    extras = pyproject()["project"]["optional-dependencies"]
+    assert {canonicalize_name(Requirement(r).name) for r in extras["docs"]} == {"mkdocs", "mkdocs-material"}
+    assert [Requirement(r).name for r in extras["lint"]] == ["ruff"]
+
+
+def test_the_docs_site_lists_every_page():
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
+    listed = {next(iter(item.values())) for item in config["nav"]}
+    assert listed == {p.name for p in (REPO / "docs").glob("*.md")} and config["strict"] is True

@@ -10,7 +10,6 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.ablation import (
     head_ablation,
     logit_lens,
@@ -18,6 +17,7 @@ from bertlab.analysis.ablation import (
     masked_query,
     single_head_effects,
 )
+from bertlab.inputs import InputError
 from bertlab.panels.ablation import DEFAULT_TARGET, DEFAULT_TEXT, AblationPanel
 
 TINY_TEXT = "one ! two [MASK] three ! !"
@@ -182,7 +182,7 @@ def test_set_model_rebuilds_the_grid_and_recomputes(panel, tiny):
     assert np.asarray(panel.lens_figure.data[0].z).shape == (3, 5)  # embeddings + 2 layers
 
 
-# -- stale results, odd input, the busy sign (issue 15) -------------------------------------------
+# -- stale results, odd input, the busy sign -------------------------------------------
 def test_an_error_clears_the_previous_sentences_results(panel):
     panel.effects_button.click()
     assert set(panel.figures()) == {"head effects", "logit lens"} and panel.summary.value

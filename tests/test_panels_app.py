@@ -106,7 +106,7 @@ def test_model_card_lists_heads(default_model, tiny_checkpoints):
 
 
 def test_a_tab_not_built_yet_shows_a_busy_sign(state):
-    """Issue 15: the first opening of a tab takes seconds; the browser shows the slot meanwhile."""
+    """The first opening of a tab takes seconds; the browser shows the slot meanwhile."""
     app = App(state, tabs=(ATTENTION, ("Export", "bertlab.panels.export:ExportPanel")), first=0)
     waiting = app.tabs.children[1].children[0].value
     assert "bertlab-busy" in waiting and "Opening Export…" in waiting and "@keyframes" in waiting

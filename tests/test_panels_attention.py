@@ -372,7 +372,7 @@ def test_figures_before_any_result_are_empty(default_model):
     assert AttentionPanel(model, tok, text="").figures() == {}
 
 
-# -- issue 15: stale messages, controls that do not apply, the busy sign ---------------------------
+# -- Stale messages, controls that do not apply, the busy sign ---------------------------
 def test_an_error_clears_the_picture_and_goes_away_when_the_text_is_back(panel):
     panel.text_a.value = ""
     assert "The text is empty" in notes(panel, "error")

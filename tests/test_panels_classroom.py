@@ -1,4 +1,4 @@
-"""Predict, then reveal (issue 15) without a browser: a TeacherPanel and students' Mask and Next
+"""Predict, then reveal without a browser: a TeacherPanel and students' Mask and Next
 sentence tabs share one class store (as separate kernels do); the teacher pushes, students answer,
 the histogram counts them, and the reveal reaches everyone. No student sees the model's answer
 before answering or the reveal."""

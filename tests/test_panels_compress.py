@@ -12,12 +12,12 @@ import pytest
 import torch
 
 import bertlab
-from bertlab.compress.structure import heads_per_layer
+from bertlab.compressed.structure import heads_per_layer
 from bertlab.config import BertConfig
 from bertlab.model import Bert
 from bertlab.panels.app import TABS
 from bertlab.panels.compress import CompressPanel
-from bertlab.training.tasks import SST2_LABELS
+from bertlab.tasks import SST2_LABELS
 from bertlab.viz.compress import variants_html
 from bertlab.workspace import Workspace
 
@@ -72,8 +72,8 @@ def test_each_method_makes_a_variant_that_joins_the_table_the_plot_and_the_list(
         if method == "distill":
             panel.layers.value, panel.epochs.value, panel.lr.value = 1, 1, 1e-3
         panel.start_button.click()
-        assert panel.start_button.disabled and not panel.cancel_button.disabled or not panel.running
-        assert panel.wait(60), method
+        assert panel.start_button.disabled and not panel.cancel_button.disabled or not panel.job.running
+        assert panel.job.wait(60), method
         assert not errors(panel), errors(panel)
         assert not panel.start_button.disabled and "bertlab-busy" not in panel.message.value
     names = [v["name"] for v in panel.variants]
@@ -104,7 +104,7 @@ def test_the_pruning_curve_draws_every_fraction(panel):
     panel.method.value = "prune"
     panel.keep.value = 0.25
     panel.start()
-    assert panel.wait(60)
+    assert panel.job.wait(60)
     curve = panel.curve_box.children[0]
     assert list(curve.data[0].x) == [8, 7, 6, 6, 5, 4, 3, 2, 2, 2]  # heads kept, one head per layer at least
     assert panel.variants[-1]["heads"] == 2 and "figures" not in errors(panel)
@@ -116,10 +116,10 @@ def test_refusals_are_messages(panel, tok):
                                     num_attention_heads=4, intermediate_size=64)), tok)
     panel.method.value = "prune"
     panel.start_button.click()
-    assert "no sentiment, NLI or NER head" in errors(panel) and not panel.running
+    assert "no sentiment, NLI or NER head" in errors(panel) and not panel.job.running
     panel.method.value = "quantize"  # quantization needs no task: size and speed only
     panel.start_button.click()
-    assert panel.wait(60) and not errors(panel)
+    assert panel.job.wait(60) and not errors(panel)
     assert panel.variants[-1]["method"] == "int8" and panel.variants[-1]["score"] is None
     panel.set_model(panel.made_list[-1][1], tok)
     panel.start_button.click()
@@ -128,7 +128,7 @@ def test_refusals_are_messages(panel, tok):
     panel.path.value = "/etc"
     panel.method.value = "prune"
     panel.start_button.click()
-    assert "Only files in your workspace" in errors(panel) and not panel.running
+    assert "Only files in your workspace" in errors(panel) and not panel.job.running
 
 
 def test_a_run_shows_a_busy_sign_and_cancel_stops_it(panel):
@@ -137,7 +137,7 @@ def test_a_run_shows_a_busy_sign_and_cancel_stops_it(panel):
     panel.start()
     assert "bertlab-busy" in panel.message.value and panel.start_button.disabled
     panel.cancel_button.click()
-    assert panel.wait(60)
+    assert panel.job.wait(60)
     assert not errors(panel) and "bertlab-busy" not in panel.message.value
     assert not panel.start_button.disabled and panel.cancel_button.disabled
     assert panel.variants[-1]["method"] != "distilled" or panel.made_list  # a student so far joins, or nothing
@@ -146,12 +146,12 @@ def test_a_run_shows_a_busy_sign_and_cancel_stops_it(panel):
 def test_a_variant_compressed_again_is_compared_with_its_own_row(panel, tok):
     panel.method.value = "prune"
     panel.start()
-    assert panel.wait(60)
+    assert panel.job.wait(60)
     pruned = panel.variants[-1]
     panel.set_model(panel.made_list[-1][1], tok)  # the student picks the pruned model in the list
     panel.method.value = "quantize"
     panel.start()
-    assert panel.wait(60) and not errors(panel)
+    assert panel.job.wait(60) and not errors(panel)
     assert [v["method"] for v in panel.variants] == ["original", "pruned", "int8"]
     assert panel.variants[-1]["baseline"] is pruned and panel.variants[-1]["heads"] == pruned["heads"]
 
@@ -159,10 +159,10 @@ def test_a_variant_compressed_again_is_compared_with_its_own_row(panel, tok):
 def test_scores_compare_only_on_the_same_dev_examples_and_timings_show_their_spread(panel):
     panel.method.value = "quantize"
     panel.start()
-    assert panel.wait(60) and not errors(panel)
+    assert panel.job.wait(60) and not errors(panel)
     panel.max_dev.value = 10  # the student asks for fewer dev examples: the original is scored again on them
     panel.start()
-    assert panel.wait(60) and not errors(panel)
+    assert panel.job.wait(60) and not errors(panel)
     methods = [(v["method"], v["eval_examples"]) for v in panel.variants]
     assert methods == [("original", 24), ("int8", 24), ("original", 10), ("int8", 10)]
     for row in panel.variants[1::2]:  # each int8 row is compared with the original scored on its own examples
@@ -189,6 +189,6 @@ def test_a_delta_between_scores_on_other_examples_is_not_shown():
 def test_an_essay_in_the_data_field_is_one_short_message(panel):
     panel.path.value = "word " * 5000
     panel.start_button.click()
-    panel.wait(30)
+    panel.job.wait(30)
     text = errors(panel)
     assert "not a path" in text and "Errno" not in text and len(text) < 300

@@ -10,10 +10,10 @@ from tiny_models import tiny_bert
 
 import bertlab.panels.explain as explain_module
 from bertlab.analysis.attribution import attribute as real_attribute
-from bertlab.panels.finetune import UsePanel
 from bertlab.panels.mask import MaskPanel
 from bertlab.panels.nsp import NSPPanel
-from bertlab.training.tasks import CONLL_LABELS, SST2_LABELS
+from bertlab.panels.use import UsePanel
+from bertlab.tasks import CONLL_LABELS, SST2_LABELS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -98,7 +98,7 @@ def test_export_reads_the_figure_as_it_is_now_and_keeps_earlier_files(panel, tab
 
 
 def test_a_repeated_export_downloads_under_the_name_it_is_announced_and_saved_with(panel, tmp_path):
-    """Issue 15: a file renamed "-2" in the folder was announced under the new name but downloaded
+    """A file renamed "-2" in the folder was announced under the new name but downloaded
     under the old one (and the browser then renamed it again). Each download now has its own
     meaningful name, the saved copy's, the one the note gives."""
     (tmp_path / "exports").mkdir()

@@ -95,8 +95,8 @@ def test_mask_tab_says_plainly_when_there_is_neither_mlm_nor_rtd(members, tmp_pa
     bare, tok = load(str(folder))
     panel = MaskPanel(bare, tok, classroom=None, class_poll_s=None)
     _clean(panel)
-    assert panel.messages == [("warning", lacks(bare, "mlm"))]
-    assert "no MLM head" in lacks(bare, "mlm") and "ELECTRA" not in lacks(bare, "mlm")
+    assert panel.messages == [("warning", lacks(bare, "mlm_head"))]
+    assert "no MLM head" in lacks(bare, "mlm_head") and "ELECTRA" not in lacks(bare, "mlm_head")
     assert panel.figures() == {}
 
 
@@ -128,11 +128,11 @@ def test_next_sentence_tab_says_when_there_is_neither_nsp_nor_sop(members, membe
     panel = NSPPanel(model, tok, documents=DOCS, classroom=None, class_poll_s=None)
     panel.random_button.click()
     _clean(panel)
-    assert ("warning", lacks(model, "pair")) in panel.messages
-    assert "neither BERT's next-sentence prediction nor ALBERT's sentence order" in lacks(model, "pair")
+    assert ("warning", lacks(model, "pair_head")) in panel.messages
+    assert "neither BERT's next-sentence prediction nor ALBERT's sentence order" in lacks(model, "pair_head")
     assert panel.result is None and list(panel.figures()) == ["attention between the sentences"]
     assert "no NSP or SOP head" in panel.probability_box.children[0].layout.annotations[0].text
-    segments = lacks(model, "segments")
+    segments = lacks(model, "segment_embeddings")
     assert (segments is None) == (member == "electra")  # RoBERTa (one segment type) and DistilBERT (none)
     if segments:
         assert ("info", segments) in panel.messages
@@ -143,7 +143,7 @@ def test_distilbert_input_tab_has_no_segment_part(members):
     panel = RepresentationPanel(model, tok)
     panel.text_a.value, panel.text_b.value = "The quick brown fox.", "It jumps."
     _clean(panel)
-    assert ("info", lacks(model, "segments")) in panel.messages
+    assert ("info", lacks(model, "segment_embeddings")) in panel.messages
     assert not any("segment 1" in t for _, t in panel.messages)
     assert "segment" not in panel.rep.parts and {"token", "position", "sum"} <= set(panel.rep.parts)
     assert panel.figures()

@@ -1,4 +1,4 @@
-"""The Family tab (issue 17, item 1): one sentence through several family members side by side.
+"""The Family tab: one sentence through several family members side by side.
 Tiny random checkpoints written by transformers (BertForPreTraining, RobertaForMaskedLM,
 AlbertForPreTraining, an ELECTRA generator + discriminator) with tokenizers trained here; every
 number on show is checked against the model itself or against transformers."""

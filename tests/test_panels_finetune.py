@@ -1,7 +1,7 @@
 """Fine-tuning tab without a browser: tiny runs through the panel's widgets (Start, Cancel, the
 data sources), failures (out of memory, a malformed upload, a closed tab), and the "use it"
 views for each kind of head. A 2-layer, 32-wide BERT with the MiniLM vocabulary trains on a
-few dozen real SST-2 sentences on the CPU; every run is joined with `panel.wait()`."""
+few dozen real SST-2 sentences on the CPU; every run is joined with `panel.job.wait()`."""
 
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ from tiny_models import tiny_bert
 from bertlab.analysis.predict import classify, entities
 from bertlab.loading import load
 from bertlab.model import Bert
-from bertlab.panels.finetune import FinetunePanel, model_task, save_upload
+from bertlab.panels.data_source import save_upload
+from bertlab.panels.finetune import FinetunePanel
+from bertlab.tasks import CONLL_LABELS, NLI_LABELS, SST2_LABELS, get_task, read_train_dev
+from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.finetune_defaults import recipe
-from bertlab.training.tasks import CONLL_LABELS, NLI_LABELS, SST2_LABELS, get_task, read_train_dev
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not (SHARED_DATA / "sst2").is_dir(), reason="shared data folder not present")
@@ -62,8 +64,8 @@ def session(tok, tmp_path_factory):
     for mode in ("full", "feature", "adapter"):
         panel.mode.value = mode  # sets the mode's default learning rate
         panel.start_button.click()
-        assert panel.running and panel.start_button.disabled and not panel.cancel_button.disabled
-        assert panel.wait(120)
+        assert panel.job.running and panel.start_button.disabled and not panel.cancel_button.disabled
+        assert panel.job.wait(120)
     return panel, made, base, before
 
 
@@ -154,7 +156,7 @@ def test_cancel_mid_run_keeps_a_usable_checkpoint_and_model(tok, tmp_path, share
 
     panel._on_event = cancel_at_3
     panel.start_button.click()
-    assert panel.wait(120)
+    assert panel.job.wait(120)
     run = panel.runs[0]
     assert "in progress" in seen[0] and len(panel.runs) == 1
     assert run.status == "cancelled" and run.step == 3
@@ -183,7 +185,7 @@ def test_out_of_memory_says_what_to_change(tok, tmp_path, shared_data, monkeypat
     panel = small_panel(tiny_bert(tok), tok, tmp_path, made)
     panel.batch.value, panel.max_length.value = 32, 128
     panel.start_button.click()
-    assert panel.wait(30)
+    assert panel.job.wait(30)
     text = errors(panel)
     assert "Out of GPU memory with batches of 32 × up to 128 tokens" in text
     assert "smaller batch (e.g. 16)" in text and "shorter sequences (max length 64)" in text
@@ -206,7 +208,7 @@ def test_out_of_memory_inside_the_loop_gives_the_same_advice(tok, tmp_path, shar
     made: list = []
     panel = small_panel(tiny_bert(tok), tok, tmp_path, made)
     panel.start_button.click()
-    assert panel.wait(60)
+    assert panel.job.wait(60)
     assert "Out of GPU memory with batches of 8" in errors(panel) and not made
     assert panel.runs[0].status == "failed" and panel.runs[0].step == 1
 
@@ -223,7 +225,7 @@ def test_a_closed_tab_does_not_lose_the_run(tok, tmp_path, shared_data):
     panel.max_train.value = 16
     panel.start_button.click()
     close_all(panel.widget)  # the student closed the tab: the kernel and the thread go on
-    assert panel.wait(120)
+    assert panel.job.wait(120)
     run = panel.runs[0]
     assert run.status == "completed" and (run.out_dir / "model.safetensors").is_file()
     assert made and not errors(panel)
@@ -242,7 +244,7 @@ def test_a_malformed_upload_names_the_line(tok, tmp_path):
     assert "bertlab-upload" not in text  # the student's file name, not the temporary path
     assert panel.data.value == "upload"
     panel.start_button.click()  # Start reads it again: the same message, no crash
-    assert panel.wait(30) and "line 3" in errors(panel) and not panel.runs  # a failed start adds no row
+    assert panel.job.wait(30) and "line 3" in errors(panel) and not panel.runs  # a failed start adds no row
     good = "".join(f"{w} film {i}\t{i % 2}\n" for i, w in enumerate(["dull", "great"] * 10)).encode()
     upload(panel, "my reviews.tsv", good)
     assert not errors(panel)
@@ -270,7 +272,7 @@ def test_the_next_run_trains_a_copy_of_the_model_picked_last(tok, tmp_path, shar
     assert panel.start_from.options == (("the model picked above", "picked"),)  # not the offline default
     panel.batch.value = 8
     panel.start_button.click()
-    assert panel.wait(30)
+    assert panel.job.wait(30)
     cfg = seen[0]
     r = recipe("nli", "adapter")
     assert cfg.model is other and (cfg.task, cfg.mode, cfg.lr, cfg.batch_size) == ("nli", "adapter", r.lr, 8)
@@ -288,7 +290,7 @@ def test_a_missing_path_is_a_message(tok, tmp_path):
     assert "Type the path" in errors(panel) and not panel.runs
     panel.path.value = str(tmp_path / "nowhere")
     panel.start_button.click()
-    assert panel.wait(30) and "does not exist" in errors(panel)
+    assert panel.job.wait(30) and "does not exist" in errors(panel)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -403,14 +405,14 @@ def test_cls_picture_of_a_picked_model_reads_dev_from_the_data_source(heads, tok
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 15: failed starts, stale errors, odd text, controls that do not apply
+# failed starts, stale errors, odd text, controls that do not apply
 # ---------------------------------------------------------------------------------------------
 def test_a_failed_start_adds_no_row_no_run_number_and_no_empty_axes(tok, tmp_path):
     panel = small_panel(tiny_bert(tok), tok, tmp_path, [])
     panel.path.value = str(tmp_path / "nowhere")
     for _ in range(2):
         panel.start_button.click()
-        assert panel.wait(30) and "does not exist" in errors(panel)
+        assert panel.job.wait(30) and "does not exist" in errors(panel)
     assert panel.runs == [] and panel.runs_table.value == ""  # no "failed 0/?" rows
     assert len(panel.curves.data) == 0 and "Fine-tune a model" in panel.curves.layout.annotations[0].text
     assert panel._label("sst2", "full") == "sst2 · full"  # the next run is not "#3"
@@ -462,7 +464,7 @@ def test_the_offline_default_fine_tunes_from_each_tasks_start_encoder(default_mo
     assert (panel.epochs.value, panel.lr.value, panel.batch.value) == (r.epochs, r.lr, r.batch_size)
     panel.max_train.value, panel.max_dev.value = 16, 8
     panel.start_button.click()
-    assert panel.wait(60)
+    assert panel.job.wait(60)
     start = seen[0].model
     assert start is not model and start.load_report.source == "default-encoder"
     assert start.config.task is None and not start.config.pretraining_heads  # the encoder alone
@@ -471,7 +473,7 @@ def test_the_offline_default_fine_tunes_from_each_tasks_start_encoder(default_mo
     panel.start_from.value = "picked"
     assert "default for nli starts from" in panel.start_note.value
     panel.start_button.click()
-    assert panel.wait(60)
+    assert panel.job.wait(60)
     assert seen[1].model is model
     panel.set_model(tiny_bert(tok), tok)  # another model: only "the model picked above"
     assert [v for _, v in panel.start_from.options] == ["picked"]

@@ -39,8 +39,8 @@ def test_probes_and_the_tree(panel):
         box.value = box.description.startswith(("part of speech", "tree"))
     panel.train_sentences.value, panel.eval_sentences.value = 20, 10
     panel.train_button.click()
-    assert panel.running or panel.results
-    assert panel.wait(600) and not notes(panel, "error"), panel.messages
+    assert panel.job.running or panel.results
+    assert panel.job.wait(600) and not notes(panel, "error"), panel.messages
     fig = panel.layers_box.children[0]
     names = [t.name for t in fig.data]
     assert "part of speech" in names and "part of speech: control task" in names and "tree (UUAS)" in names
@@ -65,7 +65,7 @@ def test_cancel_stops_a_run(panel):
     panel.train_button.click()
     assert panel.cancel_button.disabled is False
     panel.cancel_button.click()
-    assert panel.wait(300)
+    assert panel.job.wait(300)
     assert "Cancelled" in notes(panel, "warning") and panel.train_button.disabled is False
 
 
@@ -97,7 +97,7 @@ def test_neighbours(panel):
     panel.find_button.click()
     assert "Build the index" in notes(panel, "error")
     panel.build_button.click()
-    assert panel.wait(120) and panel.index is not None, panel.messages
+    assert panel.job.wait(120) and panel.index is not None, panel.messages
     panel.nb_text.value = CORPUS[1]
     panel.find_button.click()
     table = panel.nb_box.children[0].data[0]

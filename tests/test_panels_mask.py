@@ -16,10 +16,9 @@ from bertlab.panels.mask import (
     MAX_WORD_BUTTONS,
     NOTHING_HIDDEN,
     MaskPanel,
-    reads_html,
     show_figure,
 )
-from bertlab.viz.mask import strip_grid
+from bertlab.viz.mask import reads_html, strip_grid
 
 MILK = "The man went to the store to buy a gallon of milk."  # word 9 is "gallon"
 
@@ -189,10 +188,10 @@ def test_long_text_is_cut_with_a_note_and_few_buttons(panel):
 
 def test_a_model_without_mlm_head_points_to_pretraining_then_switches_back(default_model, bare_default):
     panel = MaskPanel(*bare_default)
-    assert notes(panel, "warning") == lacks(panel.model, "mlm") and "Pre-training tab" in notes(panel, "warning")
+    assert notes(panel, "warning") == lacks(panel.model, "mlm_head") and "Pre-training tab" in notes(panel, "warning")
     assert not fill(panel).data and panel.figures() == {} and "cannot guess" in fill(panel).layout.annotations[0].text
     panel.each_button.click()
-    assert panel.each_box.children == () and panel.messages == [("warning", lacks(panel.model, "mlm"))]
+    assert panel.each_box.children == () and panel.messages == [("warning", lacks(panel.model, "mlm_head"))]
     panel.set_model(*default_model)  # the picker switched to a model with the head: same text, redrawn
     assert len(fill(panel).data) == 1 and not notes(panel, "warning")
     assert len(panel.each_box.children[0].data) == 2  # the strip (scored, grey) was asked for: it follows the model
@@ -226,7 +225,7 @@ def test_reads_html_joins_pieces_and_marks_masks():
     assert "[MASK]</span>ization is &lt;b&gt;</div>" in out
 
 
-# -- issue 15: unknown and special words, bad characters, the busy sign ---------------------------
+# -- Unknown and special words, bad characters, the busy sign ---------------------------
 def test_mask_each_word_reports_unknown_words_as_unknown_not_scored(panel):
     panel.text.value = "The cat 🙂 sat on the mat."
     assert button(panel, "🙂").disabled  # the model cannot guess an [UNK] back: nothing to hide

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertlab.analysis.nsp import CLS, A, B, next_sentence
+from bertlab.analysis.nsp import CLS, A, B, next_sentence, pair_attention_mass
 from bertlab.panels.base import lacks
 from bertlab.panels.nsp import (
     DEFAULT_A,
@@ -15,7 +15,6 @@ from bertlab.panels.nsp import (
     EMPTY_B,
     NO_CORPUS,
     NSPPanel,
-    pair_attention_mass,
 )
 from bertlab.training.corpora import Document
 
@@ -165,7 +164,8 @@ def test_cjk_and_emoji_get_a_note_on_unknown_pieces(panel):
 # -- models without an NSP head -----------------------------------------------------------------
 def test_without_nsp_head_the_attention_is_still_shown(default_model, bare_default):
     panel = NSPPanel(*bare_default, documents=DOCS)
-    assert notes(panel, "warning") == lacks(bare_default[0], "pair") and "Pre-training tab" in notes(panel, "warning")
+    warning = notes(panel, "warning")
+    assert warning == lacks(bare_default[0], "pair_head") and "Pre-training tab" in warning
     assert panel.result is None and list(panel.figures()) == ["attention between the sentences"]
     assert "no NSP or SOP head" in panel.probability_box.children[0].layout.annotations[0].text
     mass, warning = pair_attention_mass(*bare_default, DEFAULT_A, DEFAULT_B)

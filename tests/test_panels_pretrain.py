@@ -12,14 +12,9 @@ import pytest
 import torch
 
 from bertlab.analysis.mask import fill_mask
-from bertlab.panels.pretrain import (
-    DEFAULT_TEXT,
-    FALLBACK_DOCUMENTS,
-    PretrainPanel,
-    documents_for_run,
-)
+from bertlab.panels.pretrain import DEFAULT_TEXT, FALLBACK_DOCUMENTS, PretrainPanel
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.corpora import Document
+from bertlab.training.corpora import Document, documents_for_run
 from bertlab.training.masking import (
     MaskKind,
     mask_tokens,
@@ -28,10 +23,8 @@ from bertlab.training.masking import (
     word_starts_from_ids,
 )
 from bertlab.training.pretrain import new_model
+from bertlab.training.preview import example_pairs, mask_every_strategy, mask_example
 from bertlab.viz.pretrain import (
-    example_pairs,
-    mask_every_strategy,
-    mask_example,
     masked_example_html,
     plot_pretrain_curves,
     progress_text,
@@ -92,7 +85,7 @@ def train_panel(small_tok, corpus) -> PretrainPanel:
     p.model_made = lambda name, model, tok: p.made.append((name, model, tok))
     yield p
     p.stop_run()
-    p.wait(60)
+    p.job.wait(60)
 
 
 # -- one example, as BERT sees it --------------------------------------------------------------
@@ -232,7 +225,7 @@ def test_a_short_run_fills_the_curves_and_joins_the_picker(train_panel):
     p = train_panel
     p.start.click()
     assert p.start.disabled and not p.stop.disabled
-    assert p.wait(120)
+    assert p.job.wait(120)
     assert p.result is not None and p.result.status == "completed", p.run_messages
     assert p.progress.value == p.progress.max == 8
     assert list(p.curves.data[0].x)[-1] == 8 and len(p.curves.data[0].x) == len(p.points) >= 2
@@ -254,7 +247,7 @@ def test_a_short_run_fills_the_curves_and_joins_the_picker(train_panel):
 def test_stop_mid_run_keeps_a_usable_model(train_panel):
     p = train_panel
     _stop_after_two_steps(p)
-    assert p.wait(60)
+    assert p.job.wait(60)
     assert p.result.status == "cancelled"
     assert 2 <= p.result.step < 2000
     (name, model, tok), = p.made
@@ -273,7 +266,7 @@ def test_a_corpus_error_becomes_a_message(train_panel, tmp_path, make, words):
     p = train_panel
     p.corpus_path.value = str(make(tmp_path))
     p.start.click()
-    assert p.wait(60)
+    assert p.job.wait(60)
     assert p.run_messages[-1][0] == "error" and words in p.run_messages[-1][1], p.run_messages
     assert p.made == [] and not p.start.disabled and p.stop.disabled
 
@@ -282,7 +275,7 @@ def test_bad_settings_are_a_message(train_panel):
     train_panel.seq_len.options = [8, 32]
     train_panel.seq_len.value = 8
     train_panel.start.click()
-    assert train_panel.thread is None
+    assert train_panel.job.state == "pending"
     assert "seq_len" in train_panel.run_messages[-1][1]
 
 
@@ -299,15 +292,15 @@ def _write(path: Path, text: str) -> Path:
 
 
 def test_the_progress_line_says_where_a_stopped_run_ended(train_panel, tmp_path):
-    """Issue 15: after Stop the line said "step 80 / 3000 · about 11:06 left" (the last logged step)."""
+    """After Stop the line said "step 80 / 3000 · about 11:06 left" (the last logged step)."""
     p = train_panel
     _stop_after_two_steps(p)
-    assert p.wait(60) and p.result.status == "cancelled"
+    assert p.job.wait(60) and p.result.status == "cancelled"
     assert p.progress_label.value == f"stopped at step {p.result.step} / 2000"
     assert p.progress.value == p.result.step
     p.corpus_path.value = str(tmp_path / "missing.txt")  # a run that cannot start: no "preparing the data…"
     p.start.click()
-    assert p.wait(60) and p.run_messages[-1][0] == "error"
+    assert p.job.wait(60) and p.run_messages[-1][0] == "error"
     assert p.progress_label.value == "stopped on an error"
 
 
@@ -316,6 +309,6 @@ def _stop_after_two_steps(p) -> None:
     p.steps.value = 2000
     p.start.click()
     deadline = time.monotonic() + 60
-    while p.progress.value < 2 and p.running and time.monotonic() < deadline:
+    while p.progress.value < 2 and p.job.running and time.monotonic() < deadline:
         time.sleep(0.02)
     p.stop.click()

@@ -1,4 +1,4 @@
-"""Issue 17, items 2-4 in the Pre-training tab, without a browser: an objective chosen in the tab trains
+"""The Pre-training tab, without a browser: an objective chosen in the tab trains
 its own model, the model is written to the run folder, joins the picker, can be downloaded, and the
 session's runs share one comparison plot and a "fine-tune each on SST-2" button."""
 
@@ -64,14 +64,14 @@ def panel(small_tok, corpus, sst2, tmp_path) -> PretrainPanel:
     p.model_made = lambda name, model, tok: p.made.append((name, model, tok))
     yield p
     p.stop_run()
-    p.wait(60)
-    p.compare.wait(60)
+    p.job.wait(60)
+    p.compare.job.wait(60)
 
 
 def _run(p: PretrainPanel, objective: str) -> None:
     p.objective.value = objective
     p.start.click()
-    assert p.wait(120)
+    assert p.job.wait(120)
     assert p.result is not None and p.result.status == "completed", p.run_messages
 
 
@@ -110,7 +110,7 @@ def test_an_objective_run_is_kept_joins_the_picker_and_the_comparison(panel, one
         assert "model/config.json" in z.namelist() and "model/pretraining_objective.json" in z.namelist()
 
     p.compare.finetune.click()  # the same small SST-2 fine-tuning for each, scored on held-out sentences
-    assert p.compare.wait(180)
+    assert p.compare.job.wait(180)
     assert all(0.0 <= r.score["accuracy"] <= 1.0 for r in p.compare.runs), p.compare.messages
     assert all(0.0 <= r.probe["accuracy"] <= 1.0 for r in p.compare.runs)  # the linear probe beside it
     floor = p.compare.untrained  # the same scores for an untrained model of the first run's shape
@@ -128,6 +128,6 @@ def test_the_own_mix_still_runs_and_a_missing_sst2_is_a_message(panel, tmp_path,
     assert p.made[-1][0] == "mini BERT (tiny, 4 steps)" and p.compare.runs[-1].objective == "your mix"
     p.compare.sst2_dir = tmp_path / "nowhere"
     p.compare.finetune.click()
-    assert p.compare.wait(60)
+    assert p.compare.job.wait(60)
     level, text = p.compare.messages[-1]
     assert level == "error" and "BERTLAB_DATA" in text and not p.compare.finetune.disabled

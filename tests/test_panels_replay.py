@@ -1,4 +1,4 @@
-"""Issue 20, items 3 and 4 in the training tabs, without a browser: a pre-training run and fine-tuning runs
+"""The training tabs, without a browser: a pre-training run and fine-tuning runs
 keep snapshots, the Replay section's slider shows each view at each step, and "What changed" compares the
 session's runs (a frozen encoder changes nothing). Tiny models; the fine-tuning runs read SST-2."""
 
@@ -48,7 +48,7 @@ def pretrained(small_tok, tmp_path_factory):
     p.made = []
     p.model_made = lambda name, model, tok: p.made.append((name, model, tok))
     p.start.click()
-    assert p.wait(120) and p.result.status == "completed", p.run_messages
+    assert p.job.wait(120) and p.result.status == "completed", p.run_messages
     return p
 
 
@@ -131,7 +131,7 @@ def test_finetuning_runs_are_replayed_and_compared(tok, tmp_path, monkeypatch):
         panel.max_train.value, panel.max_dev.value, panel.epochs.value = 64, 32, 1
         panel.batch.value, panel.max_length.value, panel.lr.value = 8, 64, 1e-3
         panel.start_button.click()
-        assert panel.wait(120)
+        assert panel.job.wait(120)
     assert [r.status for r in panel.runs] == ["completed", "completed"], panel.messages
     # Replay: both runs, the last one shown; no MLM head anywhere, so the Mask view shows the classifier
     assert list(panel.replay.runs) == ["sst2 · full", "sst2 · feature"] and panel.replay.run.value == "sst2 · feature"

@@ -10,14 +10,9 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from bertlab.analysis.representation import input_representation
+from bertlab.analysis.representation import first_tokens, input_representation
 from bertlab.loading import load
-from bertlab.panels.representation import (
-    DEFAULT_TEXT,
-    DEFAULT_TEXT_B,
-    RepresentationPanel,
-    first_tokens,
-)
+from bertlab.panels.representation import DEFAULT_TEXT, DEFAULT_TEXT_B, RepresentationPanel
 from bertlab.viz.representation import PART_LABELS
 
 DEFAULT_TOKENS = ["[CLS]", "the", "un", "##bel", "##ie", "##va", "##bly", "clue", "##less", "gamer", "played",
@@ -153,7 +148,7 @@ def test_set_model_redraws_with_the_other_model(panel, tiny_checkpoints):
     assert notes(panel, "error") == ""
 
 
-# -- issue 15: an error clears the pictures; its message goes when the text is back ---------------
+# -- An error clears the pictures; its message goes when the text is back ---------------
 def test_the_empty_text_message_goes_away_when_the_text_is_back(panel):
     text = panel.text_a.value
     panel.text_a.value = ""
@@ -181,7 +176,7 @@ def test_show_puts_up_a_busy_sign_and_disables_the_button(panel, monkeypatch):
     assert seen == [(True, True)] and not panel.show_button.disabled and "bertlab-busy" not in panel.message.value
 
 
-# -- issue 16: other families' tokenizers, named and drawn readably --------------------------------
+# -- Other families' tokenizers, named and drawn readably --------------------------------
 @pytest.fixture(scope="module")
 def roberta_panel(tmp_path_factory):
     """The tab on a tiny RoBERTa-like model whose byte-level BPE tokenizer is trained here."""

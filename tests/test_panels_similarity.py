@@ -10,6 +10,7 @@ import pytest
 from bertlab.analysis.similarity import (
     BASELINE_SENTENCES,
     anisotropy_baseline,
+    parse_contexts,
     token_similarity,
     word_in_contexts,
     word_projection,
@@ -20,7 +21,6 @@ from bertlab.panels.similarity import (
     DEFAULT_MAP_WORDS,
     DEFAULT_TEXT,
     SimilarityPanel,
-    parse_contexts,
 )
 
 ATOL = 1e-3  # batched (padded) vs one at a time, and 4-decimal rounding in the figures
@@ -225,7 +225,7 @@ def test_opening_a_sub_tab_keeps_its_figure_widget(panel):
     assert hidden.comm is None and redrawn.comm is not None
 
 
-# -- issue 15: an error clears the sub-tab's old figure; huge input is not echoed; busy sign -------
+# -- An error clears the sub-tab's old figure; huge input is not echoed; busy sign -------
 def test_an_error_clears_the_old_figure_of_its_sub_tab(panel):
     panel.text.value = ""
     assert "The text is empty" in notes(panel, 0, "error")

@@ -11,7 +11,6 @@ import math
 import pytest
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.predict import (
     ClassPrediction,
     EntityPrediction,
@@ -25,9 +24,10 @@ from bertlab.analysis.predict import (
     tag_words,
 )
 from bertlab.config import BertConfig
+from bertlab.inputs import InputError
 from bertlab.model import Bert, ModelOutput
+from bertlab.tasks import CONLL_LABELS, NLI_LABELS, SST2_LABELS
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.tasks import CONLL_LABELS, NLI_LABELS, SST2_LABELS
 from bertlab.viz.finetune import (
     ANSWER_COLOR,
     answer_html,

@@ -12,8 +12,8 @@ import torch
 
 from bertlab.cli import main
 from bertlab.loading import load
+from bertlab.recipes.default_heads import read_recipe
 from bertlab.training.corpora import load_text
-from bertlab.training.default_heads import read_recipe
 from bertlab.training.pretrain import PretrainConfig, freeze_for_heads, new_model, pretrain, trainable_prefixes
 
 ANIMALS = ["cat", "dog", "horse", "bird", "fish", "cow"]

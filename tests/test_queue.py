@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bertlab import settings
-from bertlab.training.queue import ClassQueue, turn, waiting_text
+from bertlab.training.queue import ClassQueue, join_queue, waiting_text
 
 FORK = mp.get_context("fork")  # the children only use sqlite and time
 
@@ -33,7 +33,7 @@ def _until(cond, timeout: float = 20.0) -> None:
 def _student(path: str, name: str, events, hold_s: float) -> None:
     """Join, report every place and the start, hold the slot `hold_s` seconds, leave."""
     q = ClassQueue(path, slots=1, poll_s=0.05)
-    t = q.turn(name)
+    t = q.join(name)
     events.put((name, "joined", None))
     try:
         assert t.wait(on_place=lambda ahead: events.put((name, "place", ahead)))
@@ -46,7 +46,7 @@ def _student(path: str, name: str, events, hold_s: float) -> None:
 
 def _holder(path: str, ready) -> None:
     """Take the slot and keep it until killed."""
-    t = ClassQueue(path, slots=1, poll_s=0.05).turn("holder")
+    t = ClassQueue(path, slots=1, poll_s=0.05).join("holder")
     assert t.wait()
     ready.set()
     time.sleep(600)
@@ -62,7 +62,7 @@ def _drain(events, names: set[str], kind: str, timeout: float = 30.0) -> list[tu
 def test_three_processes_run_one_at_a_time_in_the_order_they_joined(tmp_path):
     path = str(tmp_path / "queue.sqlite")
     q = ClassQueue(path, slots=1, poll_s=0.05)
-    mine = q.turn("teacher")  # holds the slot while the students line up
+    mine = q.join("teacher")  # holds the slot while the students line up
     assert mine.wait()
     events, procs, seen = FORK.Queue(), [], []
     for name in ("a", "b", "c"):  # join one after another: the join order is a, b, c
@@ -97,9 +97,9 @@ def test_three_processes_run_one_at_a_time_in_the_order_they_joined(tmp_path):
 
 def test_cancel_while_waiting_removes_the_entry(tmp_path):
     q = ClassQueue(tmp_path / "queue.sqlite", slots=1, poll_s=0.05)
-    holder = q.turn("holder")
+    holder = q.join("holder")
     assert holder.wait()
-    waiting, cancel, result, places = q.turn("student"), threading.Event(), [], []
+    waiting, cancel, result, places = q.join("student"), threading.Event(), [], []
     thread = threading.Thread(target=lambda: result.append(waiting.wait(cancel, places.append)))
     thread.start()
     _until(lambda: places == [1])
@@ -119,7 +119,7 @@ def test_a_killed_kernels_slot_is_given_back(tmp_path):
     try:
         assert ready.wait(30)
         q = ClassQueue(path, slots=1, poll_s=0.05)
-        mine, places, got = q.turn("next"), [], []
+        mine, places, got = q.join("next"), [], []
         thread = threading.Thread(target=lambda: got.append(mine.wait(on_place=places.append)))
         thread.start()
         _until(lambda: places == [1])
@@ -138,19 +138,19 @@ def test_a_killed_kernels_slot_is_given_back(tmp_path):
 def test_an_entry_whose_heartbeat_stopped_expires(tmp_path):
     path = tmp_path / "queue.sqlite"
     q = ClassQueue(path, slots=1, poll_s=0.05, ttl_s=5)
-    stuck = q.turn("stuck")
+    stuck = q.join("stuck")
     assert stuck.wait()
     db = sqlite3.connect(path)
     with db:  # as if its process had hung (or lived on another machine) for a minute
         db.execute("UPDATE runs SET heartbeat = heartbeat - 60")
     db.close()
     assert q.entries() == []
-    assert q.turn("next").wait()
+    assert q.join("next").wait()
 
 
 def test_a_running_turn_keeps_its_heartbeat(tmp_path):
     q = ClassQueue(tmp_path / "queue.sqlite", slots=1, poll_s=0.05, ttl_s=0.4)
-    running = q.turn("long run")
+    running = q.join("long run")
     assert running.wait()
     time.sleep(1.0)  # more than the ttl: the heartbeat thread keeps it alive
     assert [label for _, label, _ in q.entries()] == ["long run"]
@@ -159,7 +159,7 @@ def test_a_running_turn_keeps_its_heartbeat(tmp_path):
 
 def test_two_slots_let_two_run(tmp_path):
     q = ClassQueue(tmp_path / "queue.sqlite", slots=2, poll_s=0.05)
-    a, b, c = q.turn("a"), q.turn("b"), q.turn("c")
+    a, b, c = q.join("a"), q.join("b"), q.join("c")
     assert a.wait() and b.wait()
     places, done = [], []
     thread = threading.Thread(target=lambda: done.append(c.wait(on_place=places.append)))
@@ -173,11 +173,11 @@ def test_two_slots_let_two_run(tmp_path):
 
 def test_without_bertlab_queue_a_run_starts_at_once(monkeypatch, tmp_path):
     monkeypatch.delenv("BERTLAB_QUEUE", raising=False)
-    t = turn("run")
+    t = join_queue("run")
     assert t.queue is None and t.wait()
     cancel = threading.Event()
     cancel.set()
-    assert not turn("run").wait(cancel)  # cancelled before it started
+    assert not join_queue("run").wait(cancel)  # cancelled before it started
     assert list(tmp_path.iterdir()) == []
 
 
@@ -209,7 +209,7 @@ def class_queue(monkeypatch, tmp_path):
     path = tmp_path / "queue.sqlite"
     monkeypatch.setenv("BERTLAB_QUEUE", str(path))
     monkeypatch.setenv("BERTLAB_QUEUE_SLOTS", "1")
-    other = ClassQueue(path, slots=1).turn("another student's run")
+    other = ClassQueue(path, slots=1).join("another student's run")
     assert other.wait()
     yield ClassQueue(path, slots=1), other
     other.leave()
@@ -248,11 +248,11 @@ def test_pretraining_waits_its_turn_and_stop_leaves_the_queue(class_queue, tmp_p
     p = _pretrain_panel(tmp_path)
     p.start.click()
     _until(lambda: "1 run ahead of you" in _run_texts(p))
-    assert p.running and not p.stop.disabled and p.progress.value == 0  # waiting, not training
+    assert p.job.running and not p.stop.disabled and p.progress.value == 0  # waiting, not training
     assert "Stop leaves the queue" in _run_texts(p)
     assert len(q.entries()) == 2
     p.stop.click()
-    assert p.wait(20)
+    assert p.job.wait(20)
     assert "left the class queue" in _run_texts(p) and not p.made
     assert [label for _, label, _ in q.entries()] == ["another student's run"]
     assert not p.start.disabled and p.stop.disabled
@@ -265,7 +265,7 @@ def test_pretraining_starts_when_the_slot_frees(class_queue, tmp_path):
     p.start.click()
     _until(lambda: "1 run ahead of you" in _run_texts(p))
     other.leave()
-    assert p.wait(120)
+    assert p.job.wait(120)
     assert p.result is not None and p.result.status == "completed", p.run_messages
     assert p.made and q.entries() == []  # the slot was given back at the end
 
@@ -287,9 +287,9 @@ def test_finetuning_waits_its_turn_and_cancel_leaves_the_queue(class_queue, tok,
     panel.start_button.click()
     texts = lambda: " ".join(text for _, text in panel.messages)  # noqa: E731
     _until(lambda: "1 run ahead of you" in texts())
-    assert panel.running and not panel.cancel_button.disabled
+    assert panel.job.running and not panel.cancel_button.disabled
     panel.cancel_button.click()
-    assert panel.wait(20)
+    assert panel.job.wait(20)
     assert "left the class queue" in texts()
     assert panel.runs[-1].status == "cancelled"
     assert [label for _, label, _ in q.entries()] == ["another student's run"]
@@ -302,7 +302,7 @@ def test_a_command_line_run_waits_for_its_slot(monkeypatch, tmp_path, caplog):
     path = tmp_path / "queue.sqlite"
     monkeypatch.setenv("BERTLAB_QUEUE", str(path))
     monkeypatch.setenv("BERTLAB_QUEUE_SLOTS", "1")
-    holder = ClassQueue(path, slots=1).turn("a student's run")
+    holder = ClassQueue(path, slots=1).join("a student's run")
     assert holder.wait()
     ran = []
 

@@ -1,9 +1,10 @@
-"""The README's generated figure blocks equal what bench/readme_tables.py makes from bench/results."""
+"""The docs pages' generated figure blocks equal what bench/readme_tables.py makes from bench/results."""
 
 from __future__ import annotations
 
 import importlib.util
 import re
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,14 +17,23 @@ def _tables():
     return module
 
 
-def test_readme_figures_match_the_results_files():
+def test_docs_figures_match_the_results_files():
     tables = _tables()
+    pages = tables.pages()
+    assert ROOT / "docs" / "results.md" in pages
+    names: Counter[str] = Counter()
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        names.update(re.findall(r"<!-- figures:([\w-]+) -->", text))
+        _, changed = tables.render(text)
+        assert not changed, f"{page.name}: figures differ from bench/results for {changed}: run bench/readme_tables.py"
+    assert set(names) == set(tables.BLOCKS), f"blocks on no page: {set(tables.BLOCKS) - set(names)}"
+    assert max(names.values()) == 1, f"a block on two pages: {[n for n, c in names.items() if c > 1]}"
+
+
+def test_the_readme_is_a_front_door_without_figure_blocks():
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    names = re.findall(r"<!-- figures:([\w-]+) -->", text)
-    assert names, "the README has no generated figure blocks"
-    assert set(names) <= set(tables.BLOCKS), f"unknown blocks: {set(names) - set(tables.BLOCKS)}"
-    _, changed = tables.render(text)
-    assert not changed, f"README figures differ from bench/results for {changed}: run python bench/readme_tables.py"
+    assert "<!-- figures:" not in text and len(text.splitlines()) < 120
 
 
 def test_a_changed_result_is_caught(tmp_path, monkeypatch):
@@ -32,3 +42,11 @@ def test_a_changed_result_is_caught(tmp_path, monkeypatch):
     new, changed = tables.render(text)
     assert changed == ["fillmask"] and "| old |" not in new
     assert tables.render(new)[1] == []  # rendering is stable
+
+
+def test_the_check_names_a_stale_page(tmp_path, monkeypatch, capsys):
+    tables = _tables()
+    (tmp_path / "page.md").write_text("<!-- figures:fillmask -->\n| old |\n<!-- /figures:fillmask -->\n")
+    monkeypatch.setattr(tables, "DOCS", tmp_path)
+    assert tables.main(["--check"]) == 1 and "page.md (fillmask)" in capsys.readouterr().out
+    assert tables.main([]) == 0 and tables.main(["--check"]) == 0

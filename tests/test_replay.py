@@ -1,4 +1,4 @@
-"""Issue 20, item 3: training replayed. Snapshots kept by the loop (log-spaced, weights only, fp16, frozen
+"""Training replayed. Snapshots kept by the loop (log-spaced, weights only, fp16, frozen
 weights stored once), read back into the right model, and the probe replayed through them; the loop's own
 checkpoints (resume, pruning, atomic saves) are untouched. Tiny models on a 40-word vocabulary."""
 
@@ -240,7 +240,7 @@ def test_a_fine_tuned_encoder_replays_through_its_base_models_mlm_head(tok, tmp_
 
 
 def test_a_folder_without_snapshots_is_a_message(tok, tmp_path):
-    from bertlab.analysis import InputError
+    from bertlab.inputs import InputError
 
     with pytest.raises(InputError, match="no snapshots"):
         replay(iter_snapshots(tiny(tok, 0), tmp_path / "none"), tok, PROBE)

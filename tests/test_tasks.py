@@ -15,9 +15,7 @@ import torch
 
 from bertlab.config import TASKS as CONFIG_TASKS
 from bertlab.settings import DataNotFoundError
-from bertlab.tokenizer import Tokenizer
-from bertlab.training.metrics import normalize_answer
-from bertlab.training.tasks import (
+from bertlab.tasks import (
     CONLL_LABELS,
     IGNORE_INDEX,
     TASKS,
@@ -49,7 +47,9 @@ from bertlab.training.tasks import (
     window_starts,
     word_predictions,
 )
-from bertlab.training.tasks.splits import hold_out, hold_out_sentences, phrase_leak, read_train_dev
+from bertlab.tasks.metrics import normalize_answer
+from bertlab.tasks.splits import hold_out, hold_out_sentences, phrase_leak, read_train_dev
+from bertlab.tokenizer import Tokenizer
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"  # beside the repository
 LABEL2ID = {v: k for k, v in CONLL_LABELS.items()}

@@ -1,6 +1,6 @@
 """`bertlab serve --class N` starts the class store's variable for every kernel and, beside the
 students' server, the teacher's view: apps/teacher.ipynb on the next port, with its own secret that
-the students' server and kernels never hold (issue 15)."""
+the students' server and kernels never hold."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def test_class_kernels_get_the_class_store_next_to_the_queue():
 
 
 def test_the_teacher_server_has_its_own_secret_port_and_notebook(tmp_path):
-    plan = _plan("--class", "30", "--port", "9000", "--token", "students", "--host", "0.0.0.0",
+    (tmp_path / "token").write_text("students")
+    plan = _plan("--class", "30", "--port", "9000", "--token-file", str(tmp_path / "token"), "--host", "0.0.0.0",
                  "--class-dir", str(tmp_path))
     teacher = teacher_plan(plan, cli.find_app(TEACHER_APP))
     assert teacher.port == 9001 and teacher.host == plan.host

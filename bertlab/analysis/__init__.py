@@ -6,8 +6,8 @@ import functools
 import re
 from typing import TYPE_CHECKING, Collection
 
-from bertlab.inputs import ECHO_CHARS, InputError, echo, optional_text, require_text  # noqa: F401 (re-exported)
-from bertlab.runtime import eval_mode, max_tokens, model_device  # noqa: F401 (re-exported)
+from bertlab.inputs import InputError, optional_text, require_text
+from bertlab.runtime import input_limit
 
 if TYPE_CHECKING:
     from bertlab.tokenizer import Encoding, Tokenizer
@@ -40,3 +40,9 @@ def require_context(enc: "Encoding", hidden: Collection[int], tok: "Tokenizer") 
         )
 
 
+def encode_input(model, tok: "Tokenizer", a: str, b: str | None = None, what: str = "text") -> "Encoding":
+    """`a` (and `b` as sentence B) checked and encoded as every tab encodes them, cut to what the model
+    reads; InputError when `a` is empty."""
+    a = require_text(a, what)
+    b = optional_text(b, "second sentence (B)")
+    return tok.encode(a, b, max_length=input_limit(model, tok))

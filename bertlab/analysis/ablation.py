@@ -15,9 +15,11 @@ from functools import partial
 
 import torch
 
-from bertlab.analysis import InputError, echo, eval_mode, model_device, normalise_masks, require_context, require_text
-from bertlab.analysis.similarity import encode_input, hidden_states, stage_names
+from bertlab.analysis import encode_input, normalise_masks, require_context
+from bertlab.analysis.similarity import hidden_states, stage_names
+from bertlab.inputs import InputError, echo, require_text
 from bertlab.model import Bert
+from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Tokenizer
 
 TOKENS_PER_BATCH = 4096  # head masks per forward pass: this many tokens (all 72 MiniLM heads in one pass)
@@ -311,7 +313,8 @@ class LogitLens:
 def logit_lens(
     model: Bert, tok: Tokenizer, text: str, target: str | None = None, position: int | None = None, k: int = 5
 ) -> LogitLens:
-    """Apply the MLM head to the masked position's vector after every stage: the top-k pieces,
+    """Apply the MLM head to the masked position's vector after every stage (as the head expects it:
+    `model.lens_input`, a pre-norm family's final norm on the intermediate stages): the top-k pieces,
     and the target's log-probability and rank at each stage."""
     query = masked_query(model, tok, text, target, position)
     if k < 1:
@@ -320,7 +323,7 @@ def logit_lens(
     model.require("mlm")
     dtype = next(model.parameters()).dtype
     with eval_mode(model), torch.inference_mode():
-        logits = model.mlm_head(states.to(model_device(model), dtype))  # [stage, vocab]
+        logits = model.mlm_head(model.lens_input(states.to(model_device(model), dtype)))  # [stage, vocab]
     log_probs = logits.float().log_softmax(dim=-1).cpu()
     values, ids = log_probs.topk(min(k, log_probs.shape[-1]), dim=-1)  # [stage, k]
     return LogitLens(

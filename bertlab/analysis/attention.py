@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import torch
 
-from bertlab.analysis import eval_mode, optional_text, require_text
+from bertlab.inputs import optional_text, require_text
+from bertlab.runtime import eval_mode
 from bertlab.tokenizer import Tokenizer
 
 

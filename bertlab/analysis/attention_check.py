@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from bertlab.analysis import eval_mode
 from bertlab.analysis.attribution import Attribution, ExplainInput, Target, target_probability
 from bertlab.analysis.rollout import attention_rollout
+from bertlab.runtime import eval_mode
 
 DEFAULT_HEADS_OFF = 6
 RANDOM_DRAWS = 8  # random head sets the credited heads are compared with

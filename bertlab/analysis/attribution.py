@@ -30,8 +30,8 @@ from typing import Callable, Literal
 import numpy as np
 import torch
 
-from bertlab.analysis import eval_mode, model_device
 from bertlab.analysis.predict import require_head
+from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Tokenizer
 
 Method = Literal["ig", "grad-x-input"]

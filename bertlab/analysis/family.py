@@ -23,9 +23,10 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from bertlab.analysis import InputError, echo, eval_mode, max_tokens, model_device, require_text
 from bertlab.analysis.mask import MaskPrediction, fill_mask
 from bertlab.analysis.nsp import next_sentence
+from bertlab.inputs import InputError, echo, require_text
+from bertlab.runtime import eval_mode, input_limit, max_tokens, model_device
 from bertlab.tokenizer import WORD_START_MARK, Encoding, Tokenizer
 
 MAX_CHARS = 300  # the tab compares one sentence (or two): longer text is refused, not cut
@@ -237,8 +238,9 @@ def readable_candidate(tok: Tokenizer, token: str, token_id: int) -> str:
 # ---------------------------------------------------------------------------------------------
 # Parameters and where they sit
 # ---------------------------------------------------------------------------------------------
-PARTS = ("word embeddings", "position + segment embeddings", "embedding projection", "encoder layers",
-         "pooler", "pre-training heads", "task head")
+PARTS = ("word embeddings", "position + segment embeddings", "embedding projection", "norms outside the layers",
+         "relative-position embeddings", "convolution beside the first layer", "encoder layers", "pooler",
+         "pre-training heads", "task head")
 
 
 @dataclass
@@ -280,7 +282,10 @@ class ParameterCount:
 
 
 def parameter_count(model: torch.nn.Module) -> ParameterCount:
-    """Count `model`'s parameters by where they sit, through the family protocol."""
+    """Count `model`'s parameters by where they sit, through the family protocol: the parts a family
+    names itself (`Family.parameter_parts`: DeBERTa's relative-position embeddings, ModernBERT's norms
+    outside the layers) first, then by embeddings, encoder layers and heads. Rotary positions have no
+    parameters, so no part."""
     fam, cfg = model.family, model.config
     emb = fam.embeddings(model)
     word = getattr(emb, "word_embeddings", None)
@@ -296,9 +301,17 @@ def parameter_count(model: torch.nn.Module) -> ParameterCount:
     layer_seen: set[int] = set()
     prefix = fam.prefix + "."
     pooler = fam.pooler_prefix
+    named = fam.family.parameter_parts  # the family's own parts first
+    unknown = sorted({part for _, part in named} - set(PARTS))
+    if unknown:
+        raise ValueError(f"the {fam.title} family names parameter parts {unknown} that the Family tab does not "
+                         f"draw; the parts are {', '.join(PARTS)}.")
     for name, p in model.named_parameters():  # tied weights come once
         n = p.numel()
-        if id(p) in word_ids:
+        own = next((part for start, part in named if name.startswith(start)), None)
+        if own is not None:
+            part = own
+        elif id(p) in word_ids:
             part = "word embeddings"
         elif id(p) in emb_ids:
             part = "position + segment embeddings"
@@ -527,7 +540,7 @@ def _mlm_logits(model: torch.nn.Module, tok: Tokenizer, ids: Sequence[int], posi
 
 
 def _encode(model: torch.nn.Module, tok: Tokenizer, text: str) -> Encoding:
-    enc = tok.encode(text, max_length=min(tok.model_max_length, max_tokens(model)))
+    enc = tok.encode(text, max_length=input_limit(model, tok))
     if not enc.word_spans():
         raise InputError("The sentence has no words this tokenizer can read: type a sentence.")
     return enc
@@ -572,3 +585,77 @@ def view_model(name: str, model: torch.nn.Module, tok: Tokenizer, text: str, wor
         except InputError as e:
             view.notes.append(("info", str(e)))
     return view
+
+
+# ---------------------------------------------------------------------------------------------
+# What a member changed in attention: local bands, disentangled score terms
+# ---------------------------------------------------------------------------------------------
+SCORE_TERMS = ("c2c", "c2p", "p2c")  # content-to-content, content-to-position, position-to-content
+TERM_TITLES = {"c2c": "content → content", "c2p": "content → position", "p2c": "position → content"}
+
+
+@dataclass(frozen=True)
+class AttentionReach:
+    """Which keys each query may read in a layer with full attention and in a local layer (ModernBERT's
+    band), from the model's own layers: every attention module's `kind` and `window`."""
+
+    labels: list[str]  # the sentence's pieces, readable
+    kinds: list[str]  # per layer: "global" or "local"
+    window: int  # tokens a local layer's query sees on each side
+    local: torch.Tensor  # [query, key] bool: True where a local layer's query may read the key
+    full: torch.Tensor  # [query, key] bool: a global layer's (every key)
+
+
+def _attention_module(model: torch.nn.Module, layer: int) -> nn.Module:
+    """The module of layer `layer` that holds its hook_pattern (the attention itself)."""
+    path = model.family.hook_name(layer, "hook_pattern").rsplit(".", 1)[0]
+    return model.get_submodule(path)
+
+
+def attention_reach(model: torch.nn.Module, tok: Tokenizer, text: str) -> AttentionReach | None:
+    """The local band beside full attention on `text`; None for a model whose layers all attend fully."""
+    fam = model.family
+    modules = [_attention_module(model, i) for i in range(fam.num_layers)]
+    windows = [getattr(m, "window", None) for m in modules]
+    if all(w is None for w in windows):
+        return None
+    labels = [p.label for p in token_cut(model, tok, text).pieces]
+    window = int(next(w for w in windows if w is not None))
+    pos = torch.arange(len(labels))
+    return AttentionReach(labels=labels, kinds=["global" if w is None else "local" for w in windows], window=window,
+                          local=(pos[:, None] - pos[None, :]).abs() <= window,
+                          full=torch.ones(len(labels), len(labels), dtype=torch.bool))
+
+
+@dataclass(frozen=True)
+class ScoreTerms:
+    """One head's attention scores taken apart (DeBERTa's disentangled attention), before the softmax."""
+
+    labels: list[str]  # the sentence's pieces, readable
+    layer: int
+    head: int
+    terms: dict[str, torch.Tensor]  # SCORE_TERMS that the model computes -> [query, key] float32
+
+
+def score_terms(model: torch.nn.Module, tok: Tokenizer, text: str, layer: int | None = None, head: int = 0
+                ) -> ScoreTerms | None:
+    """The score terms of head `head` in layer `layer` (default: the last) on `text`, from the family's
+    hook_c2c / hook_c2p / hook_p2c; None for a family without them."""
+    fam = model.family
+    shorts = [t for t in SCORE_TERMS if "hook_" + t in fam.family.hook_paths]
+    if not shorts:
+        return None
+    layer = fam.num_layers - 1 if layer is None else layer
+    heads = model.config.num_attention_heads
+    if not 0 <= head < heads:
+        raise InputError(f"head {head} does not exist: the model has {heads} heads per layer (0..{heads - 1}).")
+    names = {t: fam.hook_name(layer, "hook_" + t) for t in shorts}
+    labels = [p.label for p in token_cut(model, tok, text).pieces]
+    enc = _encode(model, tok, text)
+    device = model_device(model)
+    ids = torch.tensor([enc.ids], device=device)
+    types = torch.tensor([enc.type_ids], device=device)
+    with eval_mode(model), torch.inference_mode():
+        _, cache = model.run_with_cache(ids, token_type_ids=types, names=list(names.values()))
+    terms = {t: cache[n][0, head].to("cpu", torch.float32) for t, n in names.items() if n in cache}
+    return ScoreTerms(labels=labels, layer=layer, head=head, terms=terms)

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 
 import torch
 
-from bertlab.analysis import InputError, eval_mode, model_device
 from bertlab.analysis.similarity import stage_names
+from bertlab.inputs import InputError
 from bertlab.model import Bert
+from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Tokenizer
 
 # A fixed probe set: everyday sentences of several kinds (the same for every run, so runs compare).

@@ -19,15 +19,9 @@ from typing import Callable, Sequence
 
 import torch
 
-from bertlab.analysis import (
-    InputError,
-    eval_mode,
-    max_tokens,
-    model_device,
-    normalise_masks,
-    require_context,
-    require_text,
-)
+from bertlab.analysis import normalise_masks, require_context
+from bertlab.inputs import InputError, require_text
+from bertlab.runtime import eval_mode, input_limit, model_device
 from bertlab.tokenizer import Encoding, Tokenizer, join_wordpieces
 
 # tokenizer -> {(vocab, device): [vocab] bool}: `_ordinary`'s masks, dropped with their tokenizer
@@ -242,7 +236,7 @@ def _encode(model: torch.nn.Module, tok: Tokenizer, text: str) -> tuple[str, Enc
     """(text with [MASK]s spelled as the tokenizer expects, its encoding), cut to what the
     model reads with the tokenizer's warning. The encoding's offsets point into that text."""
     text = normalise_masks(require_text(text), tok)
-    enc = tok.encode(text, max_length=min(tok.model_max_length, max_tokens(model)))
+    enc = tok.encode(text, max_length=input_limit(model, tok))
     if not enc.word_spans():
         raise InputError("The text has no words the tokenizer can read: type a sentence.")
     return text, enc

@@ -17,10 +17,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bertlab.analysis import InputError, echo, eval_mode, max_tokens, model_device
 from bertlab.analysis.probes import Cancelled, feature_cache_dir, model_fingerprint
 from bertlab.analysis.similarity import encode_input, find_word, word_pieces
+from bertlab.inputs import InputError, echo
 from bertlab.model import Bert
+from bertlab.runtime import eval_mode, max_tokens, model_device
 from bertlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)

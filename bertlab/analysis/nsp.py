@@ -12,7 +12,9 @@ from typing import Iterable, Sequence
 
 import torch
 
-from bertlab.analysis import InputError, eval_mode, max_tokens, model_device, require_text
+from bertlab.analysis.attention import attention_patterns
+from bertlab.inputs import InputError, require_text
+from bertlab.runtime import eval_mode, input_limit, model_device
 from bertlab.tokenizer import DEFAULT_SPECIALS, Encoding, Tokenizer
 
 A, B = "A", "B"
@@ -160,8 +162,22 @@ def random_sentence(
 # Helpers
 # ---------------------------------------------------------------------------------------------
 def _encode_pair(model: torch.nn.Module, tok: Tokenizer, a: str, b: str) -> Encoding:
-    enc = tok.encode(a, b, max_length=min(tok.model_max_length, max_tokens(model)))
+    enc = tok.encode(a, b, max_length=input_limit(model, tok))
     if A not in token_groups(enc) or B not in token_groups(enc):
         which = "first (A)" if A not in token_groups(enc) else "second (B)"
         raise InputError(f"The {which} sentence has no words the tokenizer can read: type a sentence.")
     return enc
+
+
+def pair_attention_mass(
+    model: torch.nn.Module, tok: Tokenizer, a: str, b: str
+) -> tuple[AttentionMass, str | None]:
+    """(attention mass between the parts of the pair A, B; a warning if it was cut), with the
+    encoder alone: what `next_sentence` gives as `.attention`, for models without an NSP head."""
+    limit = input_limit(model, tok)
+    result = attention_patterns(model, tok, a, b, max_length=limit)
+    groups = token_groups(tok.encode(a, b, max_length=limit))
+    for group, which in ((A, "first (A)"), (B, "second (B)")):
+        if group not in groups:
+            raise InputError(f"The {which} sentence has no words the tokenizer can read: type a sentence.")
+    return attention_mass(result.patterns, groups), result.warning

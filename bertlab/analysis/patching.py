@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from bertlab.analysis import InputError, echo, eval_mode, model_device, normalise_masks, require_text
+from bertlab.analysis import normalise_masks
 from bertlab.analysis.ablation import target_piece_id
 from bertlab.analysis.similarity import encode_input
+from bertlab.inputs import InputError, echo, require_text
 from bertlab.model import Bert, ModelOutput
+from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Tokenizer
 
 TOKENS_PER_BATCH = 4096  # patched runs per forward pass: this many tokens in all

@@ -17,12 +17,11 @@ from typing import NamedTuple
 
 import torch
 
-from bertlab.analysis import InputError, eval_mode, max_tokens, model_device, optional_text, require_text
 from bertlab.analysis.similarity import project_2d
+from bertlab.inputs import InputError, optional_text, require_text
 from bertlab.model import Bert
-from bertlab.tokenizer import Tokenizer
-from bertlab.training.metrics import get_entities
-from bertlab.training.tasks import (
+from bertlab.runtime import eval_mode, input_limit, max_tokens, model_device
+from bertlab.tasks import (
     FeatureError,
     QAExample,
     SpanPrediction,
@@ -30,6 +29,8 @@ from bertlab.training.tasks import (
     featurize_qa,
     predict_spans,
 )
+from bertlab.tasks.metrics import get_entities
+from bertlab.tokenizer import Tokenizer
 
 TASK_NAMES = {
     "sequence_classification": "sentence classification",
@@ -87,7 +88,7 @@ def classify(model: Bert, tok: Tokenizer, text: str, text_b: str | None = None) 
     require_head(model, "sequence_classification", "Classifying a sentence")
     text = require_text(text)
     text_b = optional_text(text_b, "second sentence (B)")
-    enc = tok.encode(text, text_b, max_length=min(tok.model_max_length, max_tokens(model)))
+    enc = tok.encode(text, text_b, max_length=input_limit(model, tok))
     device = model_device(model)
     with eval_mode(model), torch.inference_mode():
         logits = model(torch.tensor([enc.ids], device=device),
@@ -144,7 +145,7 @@ def tag_words(model: Bert, tok: Tokenizer, text: str) -> TaggedText:
     require_head(model, "token_classification", "Finding named entities")
     text = require_text(text)
     words = split_words(text)
-    ids, word_ids = encode_words([w for w, _, _ in words], tok, max_length=min(tok.model_max_length, max_tokens(model)))
+    ids, word_ids = encode_words([w for w, _, _ in words], tok, max_length=input_limit(model, tok))
     device = model_device(model)
     with eval_mode(model), torch.inference_mode():
         logits = model(torch.tensor([ids], device=device)).logits[0]  # [seq, labels]
@@ -255,7 +256,7 @@ def cls_vectors(model: Bert, tok: Tokenizer, texts: Sequence[str], texts_b: Sequ
     texts_b = list(texts_b) if texts_b is not None else [None] * len(texts)
     if len(texts_b) != len(texts):
         raise InputError(f"{len(texts)} texts but {len(texts_b)} second sentences.")
-    limit = min(tok.model_max_length, max_tokens(model))
+    limit = input_limit(model, tok)
     device = model_device(model)
     rows = []
     with eval_mode(model), torch.inference_mode():

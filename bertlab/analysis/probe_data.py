@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from bertlab.training.tasks.readers import DataFormatError, display_path
+from bertlab.tasks.readers import DataFormatError, display_path
 
 PROPERTIES = ("pos", "chunk", "ner", "upos", "deprel", "tree")
 CONLL_COLUMNS = {"pos": 1, "chunk": 2, "ner": 3}

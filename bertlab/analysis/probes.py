@@ -21,12 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertlab.analysis import InputError, max_tokens
 from bertlab.analysis.probe_data import TaggedSentence
 from bertlab.analysis.similarity import hidden_states
+from bertlab.inputs import InputError
 from bertlab.model import Bert
+from bertlab.runtime import max_tokens
+from bertlab.tasks import encode_words
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.tasks import encode_words
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from bertlab.analysis import eval_mode, max_tokens, model_device, require_text
+from bertlab.inputs import require_text
+from bertlab.runtime import eval_mode, input_limit, model_device
 from bertlab.tokenizer import Tokenizer
 
 
@@ -32,7 +33,7 @@ def replaced_tokens(model: torch.nn.Module, tok: Tokenizer, text: str) -> Replac
     Raises MissingHeadError without a replaced-token-detection head, InputError for empty text."""
     model.require("rtd")
     text = require_text(text)
-    enc = tok.encode(text, max_length=min(tok.model_max_length, max_tokens(model)))
+    enc = tok.encode(text, max_length=input_limit(model, tok))
     device = model_device(model)
     ids = torch.tensor([enc.ids], device=device)  # [1, seq]
     with eval_mode(model), torch.inference_mode():

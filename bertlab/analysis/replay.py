@@ -16,12 +16,13 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from bertlab.analysis import InputError, normalise_masks
+from bertlab.analysis import normalise_masks
 from bertlab.analysis.ablation import LogitLens, logit_lens, masked_log_probs
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.analysis.mask import MaskPrediction, fill_mask
 from bertlab.analysis.predict import ClassPrediction, classify
 from bertlab.analysis.similarity import TokenSimilarity, token_similarity
+from bertlab.inputs import InputError
 from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
 

@@ -6,14 +6,16 @@ then LayerNorm ("normalised"). This module reads those parts off the embedding h
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import torch
 
-from bertlab.analysis import InputError, eval_mode, model_device
-from bertlab.analysis.similarity import encode_input, project_2d
+from bertlab.analysis import encode_input
+from bertlab.analysis.similarity import project_2d
+from bertlab.inputs import InputError
 from bertlab.model import Bert
+from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Tokenizer
 
 PARTS: tuple[str, ...] = ("token", "segment", "position", "sum", "normalised")
@@ -115,4 +117,20 @@ def input_representation(
         warning=enc.warning,
         shown=tok.readable_pieces(enc.tokens),
         tokenizer=family.tokenizer_title,
+    )
+
+
+def first_tokens(rep: Representation, n: int) -> Representation:
+    """The first `n` tokens of `rep`, with the 2-D map refitted to them. Exact: a token's input
+    vector depends only on its own piece, segment and position."""
+    if len(rep.tokens) <= n:
+        return rep
+    parts = {name: v[:n] for name, v in rep.parts.items()}  # [n, d] each
+    points, explained = project_2d(torch.cat([parts[p] for p in rep.projected_parts]), center=False)
+    return replace(
+        rep,
+        tokens=rep.tokens[:n], ids=rep.ids[:n], segment_ids=rep.segment_ids[:n],
+        position_ids=rep.position_ids[:n], word_ids=rep.word_ids[:n], shown=rep.shown[:n],
+        parts=parts, norms={name: v[:n] for name, v in rep.norms.items()},
+        projection=points.view(len(rep.projected_parts), n, 2), explained=explained,
     )

@@ -10,14 +10,16 @@ states, word lookup, 2-D projection).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 
-from bertlab.analysis import InputError, echo, eval_mode, max_tokens, model_device, optional_text, require_text
+from bertlab.analysis import encode_input
+from bertlab.inputs import InputError, echo, require_text
 from bertlab.model import Bert
+from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Encoding, Tokenizer
 
 BATCH_SIZE = 16  # sentences per forward pass
@@ -48,13 +50,6 @@ BASELINE_SENTENCES: tuple[str, ...] = (
 def stage_names(num_layers: int) -> list[str]:
     """["embeddings", "layer 0", ..., "layer {num_layers-1}"]: the name of each stage."""
     return ["embeddings"] + [f"layer {i}" for i in range(num_layers)]
-
-
-def encode_input(model: Bert, tok: Tokenizer, a: str, b: str | None = None, what: str = "text") -> Encoding:
-    """Encode `a` (and `b` as sentence B), cut to what the model reads; InputError when `a` is empty."""
-    a = require_text(a, what)
-    b = optional_text(b, "second sentence (B)")
-    return tok.encode(a, b, max_length=max_tokens(model))
 
 
 def hidden_states(
@@ -380,3 +375,30 @@ def word_projection(model: Bert, tok: Tokenizer, words: Sequence[str], sentences
         explained=torch.stack([e for _, e in projected]),
         stage_names=stage_names(model.config.num_hidden_layers),
     )
+
+
+def first_similarity_tokens(sim: TokenSimilarity, n: int) -> TokenSimilarity:
+    """The cosines among the first `n` tokens (computed with the whole text as context)."""
+    if len(sim.tokens) <= n:
+        return sim
+    b = sim.sentence_b_start
+    return replace(sim, tokens=sim.tokens[:n], matrices=sim.matrices[:, :n, :n],
+                   sentence_b_start=b if b is not None and b < n else None)
+
+
+def parse_contexts(text: str) -> tuple[list[str] | None, list[str]]:
+    """(sense labels or None, contexts) from one context per line, each optionally "label | sentence"."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise InputError("No contexts: type at least two sentences that contain the word, one per line.")
+    split = [line.partition("|") for line in lines]
+    labelled = [bool(bar) and bool(label.strip()) for label, bar, _ in split]
+    if not any(labelled):
+        return None, lines
+    if not all(labelled):
+        missing = ", ".join(str(i) for i, ok in enumerate(labelled, start=1) if not ok)
+        raise InputError(
+            f"Some contexts have a sense label (“river | …”) and some do not (line {missing}): "
+            "label every context or none."
+        )
+    return [label.strip() for label, _, _ in split], [sentence.strip() for _, _, sentence in split]

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from bertlab.analysis import InputError
 from bertlab.analysis.probe_data import TaggedSentence
 from bertlab.analysis.probes import Cancelled, Progress, _num, word_features
+from bertlab.inputs import InputError
 from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
 

@@ -13,17 +13,19 @@ from __future__ import annotations
 
 import torch
 
-from bertlab.analysis import InputError, eval_mode, max_tokens, model_device, normalise_masks, require_text
+from bertlab.analysis import encode_input, normalise_masks
 from bertlab.analysis.ablation import target_piece_id
 from bertlab.analysis.attribution import ExplainInput, Target, head_kwargs
 from bertlab.analysis.predict import require_head, split_words
+from bertlab.inputs import InputError, require_text
+from bertlab.runtime import eval_mode, input_limit, model_device
+from bertlab.tasks import encode_words
 from bertlab.tokenizer import Encoding, Tokenizer
-from bertlab.training.tasks import encode_words
 
 
-def encode_input(model: torch.nn.Module, tok: Tokenizer, a: str, b: str | None = None) -> ExplainInput:
-    """`a` (and `b`) encoded as the tabs encode them, cut to what the model reads."""
-    enc = tok.encode(a, b, max_length=min(tok.model_max_length, max_tokens(model)))
+def explain_input(model: torch.nn.Module, tok: Tokenizer, a: str, b: str | None = None) -> ExplainInput:
+    """`a` (and `b`) encoded as the tabs encode them, cut to what the model reads, as attribution reads it."""
+    enc = encode_input(model, tok, a, b)
     return _from_ids(model, tok, enc.ids, enc.type_ids, enc.tokens, enc, enc.warning)
 
 
@@ -52,7 +54,7 @@ def mask_target(model: torch.nn.Module, tok: Tokenizer, text: str, word: str | N
     """The probability of `word` (default: the model's top guess) at the `which`-th mask token of `text`."""
     model.require("mlm")
     text = normalise_masks(require_text(text), tok)
-    ex = encode_input(model, tok, text)
+    ex = explain_input(model, tok, text)
     masks = [i for i, t in enumerate(ex.input_ids[0].tolist()) if t == tok.mask_token_id]
     if not masks:
         raise InputError(f"The text has no {tok.mask_token}: write {tok.mask_token} where the word to explain goes, "
@@ -78,7 +80,7 @@ def pair_target(model: torch.nn.Module, tok: Tokenizer, a: str, b: str, label: i
         raise InputError(f"the pair head has labels 0 and 1; got {label}.")
     sop = model.family.pair_task == "sop"
     names = ("A before B", "B before A") if sop else ("IsNext", "NotNext")
-    return encode_input(model, tok, a, b), Target("pair", label, None, f"P({names[label]})")
+    return explain_input(model, tok, a, b), Target("pair", label, None, f"P({names[label]})")
 
 
 def _label_index(model: torch.nn.Module, label: str | int | None, probs: torch.Tensor) -> int:
@@ -104,7 +106,7 @@ def class_target(model: torch.nn.Module, tok: Tokenizer, a: str, b: str | None =
                  label: str | int | None = None) -> tuple[ExplainInput, Target]:
     """A sentence classifier's probability of `label` (a name or id; default the predicted one)."""
     require_head(model, "sequence_classification", "Explaining a class")
-    ex = encode_input(model, tok, require_text(a), b if b and str(b).strip() else None)
+    ex = explain_input(model, tok, require_text(a), b if b and str(b).strip() else None)
     probs = _probabilities(model, ex, Target("class", 0))
     index = _label_index(model, label, probs)
     return ex, Target("class", index, None, f"P({model.config.id2label[index]})")
@@ -116,8 +118,7 @@ def tag_target(model: torch.nn.Module, tok: Tokenizer, text: str, word: str | in
     `word` (its index among the words, or the word itself; default the first word tagged as an entity)."""
     require_head(model, "token_classification", "Explaining an entity tag")
     words = split_words(require_text(text))
-    ids, word_ids = encode_words([w for w, _, _ in words], tok, max_length=min(tok.model_max_length,
-                                                                                max_tokens(model)))
+    ids, word_ids = encode_words([w for w, _, _ in words], tok, max_length=input_limit(model, tok))
     ex = _from_ids(model, tok, ids, [0] * len(ids), tok.convert_ids_to_tokens(ids))
     firsts = {}
     for i, w in enumerate(word_ids):
@@ -150,7 +151,7 @@ def span_target(model: torch.nn.Module, tok: Tokenizer, question: str, context: 
     """A QA model's probability that the answer starts (or, with `end`, ends) at token `position`
     (default: the best start of the context, or the best end from there on within 30 tokens)."""
     require_head(model, "question_answering", "Explaining an answer")
-    ex = encode_input(model, tok, require_text(question, "question"), require_text(context, "paragraph"))
+    ex = explain_input(model, tok, require_text(question, "question"), require_text(context, "paragraph"))
     if ex.sentence_b_start is None:
         raise InputError("The paragraph has no words left once the question is read: shorten the question.")
     ctx = [i for i in range(ex.sentence_b_start, len(ex)) if not ex.keep[i]]

@@ -8,10 +8,11 @@ from collections import Counter
 
 import torch
 
-from bertlab.analysis import InputError, echo, normalise_masks
+from bertlab.analysis import normalise_masks
 from bertlab.analysis.mask import fill_mask
 from bertlab.analysis.nsp import next_sentence
 from bertlab.classroom.store import Question, normalise_guess
+from bertlab.inputs import InputError, echo
 from bertlab.tokenizer import Tokenizer
 
 # What students pick for a pair: the model's two verdicts, as its sentence head was pre-trained to

@@ -7,12 +7,10 @@
     result = distill(model, tok, DistillConfig(task="sst2", layers=3))   # a 3-layer student
     save_compressed(small, tok, "runs/int8")         # `bertlab.load("runs/int8")` reads it back
 
-Modules: `structure` (pruned heads and int8 layers in memory), `storage` (the folder format; beside
-`bertlab.loading`),
-`quantize`, `prune`, `distill`, `measure` (size, latency, score), `lab` (the task's data and a
-session's variants for the Compression tab and the CLI), `cli`.
-Names are imported on first use, so that `bertlab.loading` can read a compressed folder through
-`storage` without pulling in the training code.
+Modules: `quantize`, `prune`, `distill`, `measure` (size, latency, score), `lab` (the task's data and a
+session's variants for the Compression tab and the CLI), `cli`. What a compressed model is, in memory and
+on disk, lives below loading in `bertlab.compressed` (`structure`, `storage`).
+Names are imported on first use: `import bertlab.compress` does not pull in the training code.
 """
 
 from __future__ import annotations
@@ -24,15 +22,16 @@ _WHERE = {
     "quantize": "quantize",
     "prune": "prune", "head_importance": "prune", "heads_to_prune": "prune", "accuracy_curve": "prune",
     "distill": "distill", "DistillConfig": "distill", "make_student": "distill",
-    "save_compressed": "storage", "load_compressed": "storage", "prune_heads": "structure",
-    "CompressError": "structure",
+    "save_compressed": "bertlab.compressed.storage", "load_compressed": "bertlab.compressed.storage",
+    "prune_heads": "bertlab.compressed.structure", "CompressError": "bertlab.compressed.structure",
     "measure": "measure", "Variant": "measure",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name in _WHERE:
-        return getattr(importlib.import_module(f"bertlab.compress.{_WHERE[name]}"), name)
+        where = _WHERE[name]
+        return getattr(importlib.import_module(where if "." in where else f"bertlab.compress.{where}"), name)
     raise AttributeError(f"module 'bertlab.compress' has no attribute {name!r}")
 
 

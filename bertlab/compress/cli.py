@@ -3,7 +3,7 @@
 
     bertlab compress quantize --model runs/sst2 --out runs/sst2-int8 [--task sst2 --data PATH]
     bertlab compress prune --model runs/sst2 --task sst2 --data PATH --keep 0.5 --out runs/sst2-pruned
-    bertlab compress distill --teacher runs/sst2 --layers 3 --task sst2 --data PATH --out runs/sst2-student
+    bertlab compress distill --model runs/sst2 --layers 3 --task sst2 --data PATH --out runs/sst2-student
 
 The data options are `bertlab finetune`'s (the same readers, the same held-out dev part).
 """
@@ -16,6 +16,8 @@ import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from bertlab import options
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ def finetune_options(parser: argparse.ArgumentParser, dests: Sequence[str] = DAT
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """`bertlab compress` and its three methods."""
-    from bertlab.training.tasks import TASKS
+    from bertlab.tasks import TASKS
 
     p = sub.add_parser(
         "compress", help="make a model smaller: int8 quantization, head pruning, distillation",
@@ -54,15 +56,16 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     q = methods.add_parser("quantize", help="dynamic int8 of the encoder's Linear layers (embeddings stored int8)",
                            description="Dynamic int8: the encoder's Linear layers run int8 matmuls; the embeddings "
                                        "are stored int8 per row. Give --task to score it against the original.")
-    q.add_argument("--model", required=True, help="a folder or hub name (a fine-tuned model to score it)")
+    q.add_argument("--model", required=True, type=options.model_source,
+                   help="a folder or hub name (a fine-tuned model to score it)")
     q.add_argument("--out", required=True, help="output folder")
     q.add_argument("--task", default=None, choices=list(TASKS), help="score original and result on this task")
 
     pr = methods.add_parser("prune", help="remove the least important attention heads (Michel et al. 2019)",
                             description="Score each head by |d loss / d gate| on training examples, draw the dev "
                                         "score against heads kept, then remove the least important heads for real.")
-    pr.add_argument("--model", required=True, help="a model fine-tuned for --task")
-    pr.add_argument("--task", required=True, choices=list(TASKS))
+    pr.add_argument("--model", required=True, type=options.model_source, help="a model fine-tuned for --task")
+    pr.add_argument("--task", required=True, choices=list(TASKS), help="the model's task: " + ", ".join(TASKS))
     pr.add_argument("--keep", type=float, default=0.5, help="fraction of the heads kept (default %(default)s)")
     pr.add_argument("--importance-examples", type=int, default=256,
                     help="training examples the head scores average over (default %(default)s)")
@@ -72,9 +75,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                            description="A student with --layers layers, started from every other teacher layer, "
                                        "learns T²·KL on the teacher's soft targets plus cross-entropy on the labels "
                                        "(and, with --hidden-weight, the teacher's hidden states).")
-    d.add_argument("--teacher", required=True, help="a model fine-tuned for --task")
-    d.add_argument("--layers", type=int, required=True, help="the student's layers")
-    d.add_argument("--task", required=True, choices=list(TASKS))
+    teacher = d.add_mutually_exclusive_group(required=True)
+    teacher.add_argument("--model", type=options.model_source, help="the teacher: a model fine-tuned for --task")
+    teacher.add_argument("--teacher", dest="model", type=_teacher, help=argparse.SUPPRESS)  # the old name
+    d.add_argument("--layers", type=options.positive_int, required=True, help="the student's layers")
+    d.add_argument("--task", required=True, choices=list(TASKS), help="the teacher's task: " + ", ".join(TASKS))
     d.add_argument("--out", required=True, help="output folder")
     d.add_argument("--temperature", type=float, default=2.0, help="soft-target temperature T (default %(default)s)")
     d.add_argument("--alpha", type=float, default=0.5, help="weight of the soft targets (default %(default)s)")
@@ -91,8 +96,14 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+def _teacher(text: str) -> str:
+    """`distill --teacher`, the old name of --model: still read, with a note."""
+    print("bertlab compress distill: --teacher is now --model (the teacher); --teacher will go.", file=sys.stderr)
+    return options.model_source(text)
+
+
 def _errors() -> tuple[type[BaseException], ...]:
-    from bertlab.compress.structure import CompressError
+    from bertlab.compressed.structure import CompressError
     from bertlab.training.finetune_cli import _user_errors
 
     return (CompressError, *_user_errors())
@@ -118,7 +129,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from bertlab.loading import load
     from bertlab.training.loop import TqdmCallback
 
-    source = args.teacher if args.method == "distill" else args.model
+    source = args.model
     model, tok = load(source)  # on the CPU: sizes and latency are the CPU's, and int8 runs there only
     lab.check_method(args.method, model)
     out: dict[str, Any] = {"method": args.method, "model": source, "out": args.out}

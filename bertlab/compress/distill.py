@@ -33,13 +33,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertlab.compress.structure import CompressError, is_compressed
-from bertlab.runtime import eval_mode, max_tokens, model_device
+from bertlab.compressed.structure import CompressError, is_compressed
+from bertlab.runtime import eval_mode, max_tokens, model_device, resolve_device
+from bertlab.tasks import IGNORE_INDEX, BucketBatchSampler, collate, get_task, read_train_dev, subset
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import save_model_atomically, write_text_atomically
 from bertlab.training.finetune import DEFAULT_MAX_LENGTH, EvalSet, evaluate_set, featurize, require_task_head
-from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, resolve_device, train
-from bertlab.training.tasks import IGNORE_INDEX, BucketBatchSampler, collate, get_task, read_train_dev, subset
+from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, train
 
 log = logging.getLogger(__name__)
 

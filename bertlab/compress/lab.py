@@ -1,7 +1,7 @@
 """One compression method from start to saved folder, as the Compression tab and the CLI run it.
 
     data = TaskData.read("sst2", tok, model, data=None, max_dev=872)     # held-out dev examples
-    made = run_quantize(model, tok, data, out_dir="runs/int8")            # -> Made(model, variant, ...)
+    made = run_quantize(model, tok, data, out_dir="runs/int8")            # -> CompressedModel(model, variant, ...)
     made = run_prune(model, tok, data, keep=0.5, out_dir=..., on_point=...)
     made = run_distill(model, tok, data, DistillConfig(layers=3), out_dir=..., callbacks=[...])
 
@@ -26,14 +26,14 @@ from bertlab.compress.distill import DistillConfig, distill
 from bertlab.compress.measure import Variant, measure
 from bertlab.compress.prune import CurvePoint, accuracy_curve, head_importance, heads_to_prune, prune
 from bertlab.compress.quantize import quantize
-from bertlab.compress.storage import save_compressed
-from bertlab.compress.structure import CompressError, is_compressed, quantization_info
+from bertlab.compressed.storage import save_compressed
+from bertlab.compressed.structure import CompressError, is_compressed, quantization_info
 from bertlab.runtime import max_tokens
+from bertlab.tasks import Task, collate, get_task, read_train_dev, subset
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import save_model_atomically
 from bertlab.training.finetune import DEFAULT_MAX_LENGTH, EvalSet, evaluate_set, featurize, require_task_head
 from bertlab.training.loop import TrainEvent
-from bertlab.training.tasks import Task, collate, get_task, read_train_dev, subset
 
 METHODS = ("quantize", "prune", "distill")
 IMPORTANCE_EXAMPLES = 256  # training examples the head scores average over
@@ -110,7 +110,7 @@ def check_method(method: str, model: nn.Module) -> None:
 
 
 @dataclass
-class Made:
+class CompressedModel:
     """A compressed model and its row of the comparison (plus the pruning curve, when pruned)."""
 
     model: nn.Module
@@ -139,10 +139,10 @@ def save_variant(model: nn.Module, tok: Tokenizer, out_dir: str | Path | None) -
 
 
 def run_quantize(model: nn.Module, tok: Tokenizer, data: TaskData, out_dir: str | Path | None = None,
-                 name: str = "int8", reps: int = 5, batch_sizes: Sequence[int] = (1, 32)) -> Made:
+                 name: str = "int8", reps: int = 5, batch_sizes: Sequence[int] = (1, 32)) -> CompressedModel:
     small = quantize(model)
     folder = save_variant(small, tok, out_dir)
-    return Made(small, measure_variant(small, tok, data, name, "int8", folder, reps, batch_sizes))
+    return CompressedModel(small, measure_variant(small, tok, data, name, "int8", folder, reps, batch_sizes))
 
 
 def run_prune(model: nn.Module, tok: Tokenizer, data: TaskData, keep: float = 0.5,
@@ -151,7 +151,7 @@ def run_prune(model: nn.Module, tok: Tokenizer, data: TaskData, keep: float = 0.
               on_point: Callable[[CurvePoint], None] | None = None,
               progress: Callable[[int, int], None] | None = None, cancel: threading.Event | None = None,
               reps: int = 5, batch_sizes: Sequence[int] = (1, 32), importance_examples: int = IMPORTANCE_EXAMPLES
-              ) -> Made:
+              ) -> CompressedModel:
     """Score the heads (Michel et al.) on training examples, draw the dev score against heads kept,
     and prune to `keep` (the fraction of heads kept)."""
     scores = head_importance(model, data.batches(tok, model, importance_examples), progress=progress, cancel=cancel)
@@ -162,13 +162,13 @@ def run_prune(model: nn.Module, tok: Tokenizer, data: TaskData, keep: float = 0.
     folder = save_variant(small, tok, out_dir)
     gone = heads_to_prune(model, scores, keep)
     variant = measure_variant(small, tok, data, name or f"pruned {keep:.0%}", "pruned", folder, reps, batch_sizes)
-    return Made(small, variant, curve, {"pruned_heads": {str(k): v for k, v in gone.items()}})
+    return CompressedModel(small, variant, curve, {"pruned_heads": {str(k): v for k, v in gone.items()}})
 
 
 def run_distill(model: nn.Module, tok: Tokenizer, data: TaskData, cfg: DistillConfig,
                 out_dir: str | Path | None = None, name: str | None = None,
                 callbacks: Sequence[Callable[[TrainEvent], None]] = (), cancel: threading.Event | None = None,
-                reps: int = 5, batch_sizes: Sequence[int] = (1, 32)) -> Made:
+                reps: int = 5, batch_sizes: Sequence[int] = (1, 32)) -> CompressedModel:
     """Distil `model` into a `cfg.layers`-layer student on `data`'s training examples (scored on its dev ones)."""
     cfg = dataclasses.replace(cfg, task=data.task.name, out_dir=str(out_dir) if out_dir is not None else None)
     result = distill(model, tok, cfg, callbacks, cancel, train_examples=data.train, eval_examples=data.dev)
@@ -179,8 +179,9 @@ def run_distill(model: nn.Module, tok: Tokenizer, data: TaskData, cfg: DistillCo
     result.student.cpu()  # latency is measured on the CPU, like every variant's
     variant = measure_variant(result.student, tok, data, name or f"student {cfg.layers} layers", "distilled",
                               result.saved_to, reps, batch_sizes)
-    return Made(result.student, variant, summary=result.summary())
+    return CompressedModel(result.student, variant, summary=result.summary())
 
 
-__all__ = ["METHODS", "Made", "TaskData", "check_method", "measure_variant", "run_distill", "run_prune", "run_quantize",
+__all__ = ["METHODS", "CompressedModel", "TaskData", "check_method", "measure_variant", "run_distill", "run_prune",
+           "run_quantize",
            "save_variant"]

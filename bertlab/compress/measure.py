@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bertlab.compress.structure import describe_compression, heads_per_layer, int8_parts, is_int8_linear
+from bertlab.compressed.structure import describe_compression, heads_per_layer, int8_parts, is_int8_linear
 from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Tokenizer
 

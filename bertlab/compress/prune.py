@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertlab.compress.structure import CompressError, heads_per_layer, is_int8_linear, kept_heads, prune_heads
+from bertlab.compressed.structure import CompressError, heads_per_layer, is_int8_linear, kept_heads, prune_heads
 from bertlab.runtime import eval_mode, model_device
 
 Progress = Callable[[int, int], None]

@@ -7,7 +7,7 @@ Each weight row of every encoder Linear gets its own scale (symmetric per-channe
 activations are quantized on the fly, per batch, by the int8 kernel (`torch.ao.nn.quantized.dynamic`,
 fbgemm/x86 on CPU). The embedding tables are rounded to int8 per row too, which shrinks the saved
 folder; in memory they stay float32 (a lookup gains nothing from int8). Heads and LayerNorms stay
-float32. The format on disk is in `bertlab.compress.storage`.
+float32. The format on disk is in `bertlab.compressed.storage`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import copy
 import torch
 from torch import nn
 
-from bertlab.compress.structure import (
+from bertlab.compressed.structure import (
     QUANT_FORMAT,
     QUANT_KEY,
     CompressError,

@@ -105,6 +105,12 @@ class Family:
     check: Callable[[dict], None] | None = None  # family-specific refusals on the raw config
     spec_hook: Callable[[dict, dict], None] | None = None  # fills spec kwargs the table cannot
     head_prefixes: tuple[str, ...] = ()  # parameter-name prefixes of the pre-training heads ("cls.")
+    # parameter-name prefix -> the part of the model it is, for the Family tab's parameter bars, where the
+    # generic filing (by embeddings / encoder / heads) would put it with parts it is not ("deberta.encoder.
+    # rel_embeddings." -> "relative-position embeddings"; the parts: bertlab.analysis.family.PARTS)
+    parameter_parts: tuple[tuple[str, str], ...] = ()
+    # parameter-name prefixes of a task model's head (what feature-mode fine-tuning trains, with the pooler)
+    task_head_prefixes: tuple[str, ...] = ("classifier.", "qa_outputs.")
     hf_hook: Callable[[BertConfig, dict], None] | None = None  # undoes spec_hook when writing config.json
     title: str = ""  # how people write the name ("RoBERTa"); default: name
     read_state: Callable[[BertConfig, dict], tuple[BertConfig, dict]] | None = None
@@ -321,8 +327,9 @@ class ModelFamily:
     @staticmethod
     def is_layer_norm(name: str) -> bool:
         """Whether parameter `name` belongs to a LayerNorm, under any family's name for it ("LayerNorm",
-        DistilBERT's "sa_layer_norm", ALBERT's "full_layer_layer_norm", RoBERTa's "lm_head.layer_norm")."""
-        return re.search(r"(LayerNorm|layer_norm)\.(weight|bias)$", name) is not None
+        DistilBERT's "sa_layer_norm", ALBERT's "full_layer_layer_norm", RoBERTa's "lm_head.layer_norm",
+        ModernBERT's "attn_norm", "mlp_norm", "final_norm" and "embeddings.norm")."""
+        return re.search(r"(LayerNorm|norm)\.(weight|bias)$", name) is not None
 
     @property
     def pooler_prefix(self) -> str | None:
@@ -336,6 +343,13 @@ class ModelFamily:
         """Parameter-name prefixes of the pre-training heads (BERT: ("cls.",))."""
         keys = [k for v in self.family.head_keys.values() for k in ((v,) if isinstance(v, str) else v)]
         return self.family.head_prefixes or tuple(dict.fromkeys(k.split(".")[0] + "." for k in keys))
+
+    @property
+    def task_head_prefixes(self) -> tuple[str, ...]:
+        """Parameter-name prefixes of the task head: the family's (`Family.task_head_prefixes`, e.g.
+        ModernBERT's "head." + "classifier.") and its pooler's, if it has one."""
+        pooler = (self.pooler_prefix,) if self.pooler_prefix else ()
+        return tuple(dict.fromkeys(self.family.task_head_prefixes + pooler))
 
     def embedding_part_hook(self, short: str) -> str:
         """Hook name of a part of the embeddings: hook_word, hook_token_type, hook_position, hook_sum, hook_out."""

@@ -561,6 +561,11 @@ FAMILY = Family(
     special_tokens={"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "unk": "[UNK]", "mask": "[MASK]"},
     base_keys=("embeddings.", "encoder."),
     head_prefixes=("cls.", "lm_predictions.", "mask_predictions."),
+    parameter_parts=(("deberta.embeddings.LayerNorm.", "norms outside the layers"),
+                     ("deberta.embeddings.embed_proj.", "embedding projection"),
+                     ("deberta.encoder.rel_embeddings.", "relative-position embeddings"),
+                     ("deberta.encoder.LayerNorm.", "relative-position embeddings"),  # the rel_embeddings' norm
+                     ("deberta.encoder.conv.", "convolution beside the first layer")),
     # transformers has no class for the detector: the encoder (and MLM head) are saved for its classes,
     # which leave `mask_predictions` unread (DebertaV2ForMaskedLM by name)
     unread_heads={("rtd",): "DebertaV2Model", ("mlm", "rtd"): "DebertaV2ForMaskedLM"},

@@ -368,6 +368,12 @@ class ModernBert(FamilyModel):
     def has_mlm(self) -> bool:
         return "mlm" in self.config.pretraining_heads
 
+    def lens_input(self, states: torch.Tensor) -> torch.Tensor:
+        """Pre-norm: the stream between layers is not normalised, and the head reads it after `final_norm`;
+        states [stage, ..., d_model] -> the intermediate stages through `final_norm`, the last (the
+        encoder's output, `final_norm`'ed already) as it is."""
+        return torch.cat([self.model.final_norm(states[:-1]), states[-1:]])
+
     def mlm_head(self, states: torch.Tensor) -> torch.Tensor:
         """The MLM head on hidden states `states` [..., hidden]: logits [..., vocab] (the logit lens
         applies it after every layer)."""
@@ -452,6 +458,9 @@ FAMILY = Family(
     special_tokens={"cls": "[CLS]", "sep": "[SEP]", "pad": "[PAD]", "unk": "[UNK]", "mask": "[MASK]"},
     base_keys=("embeddings.", "layers.", "final_norm."),
     head_prefixes=("head.", "decoder."),
+    parameter_parts=(("model.embeddings.norm.", "norms outside the layers"),
+                     ("model.final_norm.", "norms outside the layers")),  # rotary positions: no parameters
+    task_head_prefixes=("head.", "classifier."),  # a task model's head: head.dense -> act -> head.norm, classifier
     tied={"decoder.weight": "model.embeddings.tok_embeddings.weight"},
     check=_check,
     title="ModernBERT",

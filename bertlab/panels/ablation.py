@@ -4,7 +4,6 @@ the effect of every head alone as a layer x head heatmap; the logit lens at the 
 from __future__ import annotations
 
 import html
-import math
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
@@ -18,10 +17,11 @@ from bertlab.analysis.ablation import (
     logit_lens,
     single_head_effects,
 )
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, redraw
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, redraw, run_button, unknown_notes
 from bertlab.panels.classroom import AnswerHold
 from bertlab.tokenizer import Tokenizer, spell_specials
-from bertlab.viz.ablation import plot_head_effects, plot_logit_lens
+from bertlab.viz.ablation import plot_head_effects, plot_logit_lens, summary_html
+from bertlab.viz.theme import help_html
 
 DEFAULT_TEMPLATE = "The capital of France is {mask}."  # spelled with the model's mask token
 DEFAULT_TEXT = spell_specials(DEFAULT_TEMPLATE)  # as the offline default (WordPiece) spells it
@@ -60,7 +60,7 @@ class AblationPanel(Panel):
             value=target, description="Target", placeholder="blank = the model's top guess",
             continuous_update=False, tooltip="The word (one vocabulary piece) whose probability to follow",
         )
-        self.show_button = widgets.Button(description="Show", button_style="primary", tooltip="Run the model")
+        self.show_button = run_button()
         self.reset_button = widgets.Button(description="All heads on", tooltip="Switch every head back on")
         self.grid = widgets.GridBox(layout=widgets.Layout(grid_gap="2px"))
         self.head_buttons: list[list[widgets.ToggleButton]] = []
@@ -74,7 +74,7 @@ class AblationPanel(Panel):
         self.effects_box = widgets.VBox(layout=widgets.Layout(width="100%"))
         self.lens_box = widgets.VBox(layout=widgets.Layout(width="100%"))
         help_text = HELP.format(mask=html.escape(tok.mask_token))
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{help_text}</div>')
+        self.help = widgets.HTML(help_html(help_text))
 
         self.ablation: AblationResult | None = None
         self.lens: LogitLens | None = None
@@ -107,10 +107,6 @@ class AblationPanel(Panel):
             layout=widgets.Layout(width="100%"),
         )
         self.update()
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
     def _on_text(self, _=None) -> None:
@@ -190,7 +186,7 @@ class AblationPanel(Panel):
     def _ready(self) -> bool:
         """Whether this model can predict the masked word, and may now (not the class question's
         answer before the reveal); if not, say why."""
-        lack = lacks(self.model, "mlm")
+        lack = lacks(self.model, "mlm_head")
         held = self.answer_hold.note(self.text.value, self.tok.mask_token) if lack is None else None
         if lack is None and held is None:
             return True
@@ -249,7 +245,7 @@ class AblationPanel(Panel):
             raise
         self.ablation = result
         self.effects_button.disabled = False
-        self.summary.value = _summary_html(result)
+        self.summary.value = summary_html(result)
         self.show_messages(_notes(result, self.tok, guessed=self._target() is None))
 
     def _run_lens(self) -> None:
@@ -297,36 +293,6 @@ def _show(box: widgets.VBox, widget: go.FigureWidget | None, fig: go.Figure) -> 
     return widget
 
 
-def _summary_html(result: AblationResult) -> str:
-    """The target's log-probability with all heads on and with the chosen ones off, and the top-k of each."""
-    q, esc = result.query, html.escape
-    base = f"log P(“{esc(q.target)}”) = <b>{result.base_log_prob:.2f}</b> (rank {result.base_rank}) with every head on"
-    if not result.heads_off:
-        lines = [base + ". Click heads above to switch them off."]
-    else:
-        names = ", ".join(f"L{la}H{h}" for la, h in result.heads_off[:12])
-        more = f" and {len(result.heads_off) - 12} more" if len(result.heads_off) > 12 else ""
-        colour = "#d62728" if result.change < 0 else "#1f77b4"
-        lines = [
-            base + ";",
-            (f"with {len(result.heads_off)} head(s) off ({esc(names)}{more}): <b>{result.ablated_log_prob:.2f}</b> "
-             f"(rank {result.ablated_rank}), change <b style=\"color:{colour}\">{result.change:+.2f} nats</b> "
-             f"(probability ×{math.exp(result.change):.3g})."),
-        ]
-    tops = _top_html("all heads on", result.base_top)
-    if result.heads_off:
-        tops += _top_html("chosen heads off", result.ablated_top)
-    return (
-        f'<div style="line-height:1.6">{"<br>".join(lines)}</div>'
-        f'<div style="display:flex;gap:2em;margin-top:4px">{tops}</div>'
-    )
-
-
-def _top_html(title: str, top: list[tuple[str, float]]) -> str:
-    rows = "".join(f"<li>{html.escape(piece)} <span style='color:#777'>{p:.3f}</span></li>" for piece, p in top)
-    return f'<div><i>{html.escape(title)}</i><ol style="margin:2px 0">{rows}</ol></div>'
-
-
 def _notes(result: AblationResult, tok: Tokenizer, guessed: bool = False) -> list[tuple[Level, str]]:
     """What the student should know about this input, beyond the numbers."""
     q = result.query
@@ -336,9 +302,4 @@ def _notes(result: AblationResult, tok: Tokenizer, guessed: bool = False) -> lis
     ]
     if q.warning:
         notes.append(("warning", q.warning))
-    unk = tok.id_to_token(tok.unk_token_id)
-    unknown = q.tokens.count(unk)
-    if unknown:
-        notes.append(("warning", (f"{unknown} piece(s) are not in this model's vocabulary and read as {unk} "
-                                  "(emoji and rare symbols often are).")))
-    return notes
+    return notes + unknown_notes(q.tokens, tok.id_to_token(tok.unk_token_id))

@@ -17,7 +17,7 @@ import torch
 
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.analysis.rollout import RolloutResult, rollout_from_attention
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, redraw
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, redraw, run_button, sentence_pair, unknown_notes
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention import (
     empty_heatmap,
@@ -27,6 +27,7 @@ from bertlab.viz.attention import (
 )
 from bertlab.viz.attention_view import AttentionView
 from bertlab.viz.rollout import plot_rollout, rollout_titles, rollout_z
+from bertlab.viz.theme import FAINT, help_html
 
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
 MAX_TOKENS = 128  # beyond this a heatmap cell is smaller than a pixel pair; cut with a note
@@ -80,16 +81,8 @@ class AttentionPanel(Panel):
         super().__init__()
         self.model, self.tok, self.max_length = model, tok, max_length
         cfg = model.config
-        wide = widgets.Layout(width="min(100%, 720px)")
-        self.text_a = widgets.Textarea(
-            value=text, description="Sentence A", placeholder="Type a sentence, then press Show",
-            continuous_update=False, layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"),
-        )
-        self.text_b = widgets.Text(
-            value=text_b, description="Sentence B", placeholder="optional second sentence",
-            continuous_update=False, layout=wide,
-        )
-        self.show_button = widgets.Button(description="Show", button_style="primary", tooltip="Run the model")
+        self.text_a, self.text_b = sentence_pair(text, text_b)
+        self.show_button = run_button()
         self.layer = widgets.IntSlider(value=0, min=0, max=cfg.num_hidden_layers - 1, description="Layer")
         self.head = widgets.IntSlider(value=0, min=0, max=cfg.num_attention_heads - 1, description="Head")
         self.view = widgets.ToggleButtons(
@@ -121,7 +114,7 @@ class AttentionPanel(Panel):
         self.rollout_figure: go.FigureWidget | None = None
         self.bertviz_frame = widgets.HTML(layout=widgets.Layout(width="100%"))
         self.bertviz_box = widgets.VBox([self.bertviz_kind, self.bertviz_frame], layout=widgets.Layout(width="100%"))
-        self.placeholder = widgets.HTML('<div style="color:#777;padding:1em">Type a sentence and press Show.</div>')
+        self.placeholder = widgets.HTML(f'<div style="{FAINT};padding:1em">Type a sentence and press Show.</div>')
         self.stage = widgets.VBox([self.figure], layout=widgets.Layout(width="100%", overflow="auto"))
         self.help = widgets.HTML(_help_html("Heatmap"))
 
@@ -144,10 +137,6 @@ class AttentionPanel(Panel):
             ],
             layout=widgets.Layout(width="100%"),
         )
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
     def _on_text(self, _=None) -> None:
@@ -368,7 +357,7 @@ class AttentionPanel(Panel):
 
 
 def _help_html(view: str) -> str:
-    return f'<div style="color:#555;font-size:0.9em">{HELP[view]}</div>'
+    return help_html(HELP[view])
 
 
 def _notes(result: AttentionResult) -> list[tuple[Level, str]]:
@@ -380,10 +369,4 @@ def _notes(result: AttentionResult) -> list[tuple[Level, str]]:
     ]
     if result.warning:
         notes.append(("warning", result.warning))
-    if result.num_unknown:
-        notes.append((
-            "warning",
-            (f"{result.num_unknown} piece(s) are not in this model's vocabulary and show as {result.unk_token} "
-             "(emoji and rare symbols often are); the model sees them all as the same token."),
-        ))
-    return notes
+    return notes + unknown_notes(result.tokens, result.unk_token, "the model sees them all as the same token")

@@ -9,9 +9,8 @@ import hashlib
 import html
 import json
 import logging
-import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
 
 import ipywidgets as widgets
@@ -34,34 +33,12 @@ _STYLE: dict[str, str] = {
 }
 
 
-class BackgroundWork:
-    """A panel's one slow job at a time in a background thread (a training or compression run): start it,
-    ask whether it still runs, wait for it (tests, the CLI of a notebook)."""
-
-    thread: threading.Thread | None = None
-
-    @property
-    def running(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
-
-    def start_work(self, target: Callable[..., None], args: tuple, name: str) -> None:
-        """Run `target(*args)` in a new daemon thread named `name` (the caller checked `running`)."""
-        self.thread = threading.Thread(target=target, args=args, name=name, daemon=True)
-        self.thread.start()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Block until the job in progress ends (True) or `timeout` seconds pass (False)."""
-        if self.thread is not None:
-            self.thread.join(timeout)
-        return not self.running
-
-
 class Panel:
     """Base of one dashboard tab. Subclasses build their widgets in `__init__`, put
     `self.message` somewhere in `self.widget`, and wrap callbacks in `self.reporting()`."""
 
     title: str = ""
-    teaches: str = ""  # one sentence for the README and the tab's help line
+    teaches: str = ""  # one sentence for the docs and the tab's help line
 
     def __init__(self) -> None:
         self.message = widgets.HTML(value="", layout=widgets.Layout(width="100%"))
@@ -70,9 +47,12 @@ class Panel:
         # and the model joins the picker.
         self.model_made: Callable[[str, torch.nn.Module, Tokenizer], None] | None = None
 
+    _widget: widgets.Widget  # set by the subclass's __init__
+
     @property
     def widget(self) -> widgets.Widget:
-        raise NotImplementedError
+        """The tab's root widget, to show."""
+        return self._widget
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         """The picker switched model: recompute and redraw with it (same inputs)."""
@@ -133,36 +113,57 @@ class Panel:
             )
 
 
-NEEDS = ("mlm", "pair", "segments", "positions")
+WIDE = "min(100%, 720px)"  # the width of a text input: the whole tab on a phone, a line's length elsewhere
+
+
+def sentence_pair(a: str, b: str = "", placeholder_a: str = "Type a sentence, then press Show",
+                  placeholder_b: str = "optional second sentence",
+                  both_areas: bool = False) -> tuple[widgets.Textarea, widgets.Text | widgets.Textarea]:
+    """The sentence A / sentence B inputs of every tab that reads a pair: A a text area, B one line (or
+    two equal areas, `both_areas`, where B matters as much as A). Both update on Enter or leaving the box."""
+    height = "3.2em" if both_areas else "4.5em"
+    text_a = widgets.Textarea(value=a, description="Sentence A", placeholder=placeholder_a, continuous_update=False,
+                              layout=widgets.Layout(width=WIDE, height=height))
+    kind = widgets.Textarea if both_areas else widgets.Text
+    text_b = kind(value=b, description="Sentence B", placeholder=placeholder_b, continuous_update=False,
+                  layout=widgets.Layout(width=WIDE, height=height if both_areas else None))
+    return text_a, text_b
+
+
+def run_button(description: str = "Show", tooltip: str = "Run the model") -> widgets.Button:
+    """The primary button that runs the tab's computation on its inputs."""
+    return widgets.Button(description=description, button_style="primary", tooltip=tooltip)
+
+
+NEEDS = ("mlm_head", "pair_head", "segment_embeddings", "position_embeddings")
 
 
 def lacks(model: torch.nn.Module, need: str) -> str | None:
     """What `model` lacks for `need`, in a sentence a student can act on; None when it has it.
-    need: "mlm" (an MLM head, to guess hidden words), "pair" (an NSP or SOP head, to judge a
-    sentence pair), "segments" (segment embeddings, which tell sentence A from B), "positions" (position
-    embeddings added to the input; without them, what the model uses instead, as its family says it).
-    Every tab says it this one way."""
+    need: "mlm_head" (to guess hidden words), "pair_head" (an NSP or SOP head, to judge a sentence
+    pair), "segment_embeddings" (which tell sentence A from B), "position_embeddings" (added to the input;
+    without them, what the model uses instead, as its family says it). Every tab says it this one way."""
     family = model.family
-    if need == "mlm":
+    if need == "mlm_head":
         if model.has_mlm:
             return None
         why = (" It is an ELECTRA discriminator: it was trained to spot replaced tokens instead (the Mask tab "
                "shows that)." if getattr(model, "has_rtd", False) else "")
         return (f"This {family.name} model has no MLM head, so it cannot guess hidden words.{why} Pick a model "
                 "that has one in the model list, or train one in the Pre-training tab.")
-    if need == "pair":
+    if need == "pair_head":
         if model.has_nsp:
             return None
         return (f"This {family.name} model has no sentence-pair head (neither BERT's next-sentence prediction nor "
                 "ALBERT's sentence order), so it cannot judge whether B follows A; what needs only the encoder "
                 "(the attention) still works. Pick a BERT or ALBERT model, or train an NSP head in the "
                 "Pre-training tab.")
-    if need == "segments":
+    if need == "segment_embeddings":
         if family.has_segments:
             return None
         return (f"This {family.name} model has no segment embeddings: it reads A and B as one text, told apart "
                 "only by the separator token between them (no segment vector is added to any token).")
-    if need == "positions":
+    if need == "position_embeddings":
         return None if family.has_position_embeddings else family.positions_note
     raise ValueError(f"unknown need {need!r}; needs are {', '.join(NEEDS)}.")
 
@@ -170,6 +171,17 @@ def lacks(model: torch.nn.Module, need: str) -> str | None:
 def pair_task(model: torch.nn.Module) -> str | None:
     """"sop" (ALBERT's sentence order: is A before B?), "nsp" (does B follow A?), or None."""
     return model.family.pair_task if model.has_nsp else None
+
+
+def unknown_notes(tokens: Sequence[str], unk_token: str, meaning: str = "") -> list[tuple[Level, str]]:
+    """A warning when pieces of `tokens` are outside the vocabulary (each read as `unk_token`), with what
+    that means for the tab (`meaning`); [] when there are none. Every tab says it this one way."""
+    unknown = sum(1 for t in tokens if t == unk_token)
+    if not unknown:
+        return []
+    meaning = f": {meaning}" if meaning else ""
+    return [("warning", f"{unknown} piece(s) are not in this model's vocabulary and read as {unk_token} (emoji and "
+                        f"rare symbols often are){meaning}.")]
 
 
 def note_html(level: Level, text: str) -> str:
@@ -328,20 +340,20 @@ def show_figure(box: widgets.Box, fig: go.Figure) -> go.FigureWidget:
     widget = SyncedFigureWidget(fig)
     box.children = (widget,)
     if old is not None:
-        retire(box, old)
+        close_later(box, old)
     return widget
 
 
-_retired: weakref.WeakKeyDictionary[widgets.Box, widgets.Widget] = weakref.WeakKeyDictionary()
+_left_boxes: weakref.WeakKeyDictionary[widgets.Box, widgets.Widget] = weakref.WeakKeyDictionary()
 
 
-def retire(box: widgets.Box, old: widgets.Widget) -> None:
+def close_later(box: widgets.Box, old: widgets.Widget) -> None:
     """`old` has just left `box`: close the widget that left it the time before, and keep `old` until
     next time. Closing `old` at once races its view, which may still be talking to the kernel for a
     moment (a resize, a hover): each of its messages then arrives at a closed comm, and JupyterLab's
     log shows "No such comm". By the next swap the page has long dropped that view."""
-    before = _retired.get(box)
-    _retired[box] = old
+    before = _left_boxes.get(box)
+    _left_boxes[box] = old
     if before is not None and before is not old:
         before.close()
 

@@ -35,6 +35,7 @@ from bertlab.classroom.questions import (
 )
 from bertlab.classroom.store import ClassStore, GuessError, Kind, Question
 from bertlab.panels.base import note_html, show_figure
+from bertlab.panels.runs import BackgroundRun
 from bertlab.viz.classroom import plot_class_guesses
 
 log = logging.getLogger(__name__)
@@ -149,11 +150,9 @@ class ClassQuestionBox:
         )
         self.widget.add_class("bertlab-class-question")
 
-        self._stop = threading.Event()
-        self._idle_s = idle_s
-        if poll_s:
-            self._poll_s = poll_s
-            threading.Thread(target=self._run, name=f"bertlab-class-{kind}", daemon=True).start()
+        self.watch = BackgroundRun(f"bertlab-class-{kind}")
+        if poll_s:  # often while a question is live, seldom otherwise
+            self.watch.poll(self.poll, lambda: poll_s if (self.question or self.elsewhere) else idle_s)
 
     # -- looking at the store ----------------------------------------------------------------------
     def poll(self) -> None:
@@ -163,14 +162,7 @@ class ClassQuestionBox:
 
     def stop(self) -> None:
         """Stop looking at the store (the page went away)."""
-        self._stop.set()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._poll_s if (self.question or self.elsewhere) else self._idle_s):
-            try:
-                self.poll()
-            except Exception:  # a locked or vanished store must not end the loop: try again next time
-                log.exception("reading the class store failed")
+        self.watch.cancel()
 
     # -- what the student sees -----------------------------------------------------------------------
     def show(self, current: Question | None) -> None:

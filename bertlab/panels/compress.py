@@ -10,9 +10,8 @@ student's workspace) and joins the model picker through `self.model_made`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,9 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.compress.distill import DistillConfig
 from bertlab.compress.lab import (
-    Made,
+    CompressedModel,
     TaskData,
     check_method,
     measure_variant,
@@ -34,9 +32,11 @@ from bertlab.compress.lab import (
 )
 from bertlab.compress.measure import measure
 from bertlab.compress.quantize import quantize
-from bertlab.compress.structure import CompressError
-from bertlab.panels.base import BackgroundWork, Panel, SyncedFigureWidget, show_figure
-from bertlab.panels.finetune import STUDENT_ERRORS, model_task
+from bertlab.compressed.structure import CompressError
+from bertlab.inputs import InputError
+from bertlab.panels.base import Panel, SyncedFigureWidget, show_figure
+from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, BackgroundRun, error_text
+from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.loop import TrainEvent
 from bertlab.viz.compress import (
@@ -48,6 +48,7 @@ from bertlab.viz.compress import (
     within_noise,
 )
 from bertlab.viz.mask import empty_figure
+from bertlab.viz.theme import FAINT, MUTED, help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -65,13 +66,11 @@ HELP = ("Pick a fine-tuned model above (e.g. one just made in the Fine-tuning ta
         "Compress. Every variant of this session joins the table and the plot with the model it came from, "
         "and the model list above.")
 TASKS_SCORED = ("sst2", "nli", "ner")  # tasks whose held-out score the lab measures
-CPU_MAX_TRAIN, CPU_MAX_DEV = 2000, 500
 LATENCY_REPS = 3
-REDRAW_EVERY_S = 0.5
 PLAIN_SENTENCES = ["the film was a delight from start to end .", "a dull , tired story with nothing new ."]
 
 
-class CompressPanel(BackgroundWork, Panel):
+class CompressPanel(Panel):
     """Compress the picked model in the background; compare all variants of the session."""
 
     title = "Compression"
@@ -88,14 +87,12 @@ class CompressPanel(BackgroundWork, Panel):
         self.variants: list[dict[str, Any]] = []  # every row of the session (originals included)
         self._originals: dict[tuple[int, str], dict[str, Any]] = {}  # (id(model), dev key) -> its row
         self._data_cache: dict[tuple, TaskData] = {}
-        self._cancel = threading.Event()
-        self._last_draw = 0.0
         self._curve: list[dict[str, Any]] = []
         self._history: list[dict[str, Any]] = []
         self._teacher_score: float | None = None
         self._curve_kind = "prune"
         self._metric = "accuracy"
-        self.made: list[Made] = []
+        self.made: list[CompressedModel] = []
         style = {"description_width": "initial"}
         layers = model.family.num_layers
 
@@ -128,8 +125,9 @@ class CompressPanel(BackgroundWork, Panel):
                                            tooltip="Compress the model picked above (a copy of it)")
         self.cancel_button = widgets.Button(description="Cancel", button_style="warning", icon="stop", disabled=True,
                                             tooltip="Stop the run (distillation keeps the student so far)")
+        self.job = BackgroundRun("bertlab-compress", self.start_button, self.cancel_button)
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
-        self.progress_text = widgets.HTML('<span style="color:#777">No run yet.</span>')
+        self.progress_text = widgets.HTML(f'<span style="{FAINT}">No run yet.</span>')
         self._curve_fig = empty_figure("Prune or distil a model to see its curve here.")
         self.curve = SyncedFigureWidget(self._curve_fig)
         self.curve_box = widgets.Box([self.curve])
@@ -138,7 +136,7 @@ class CompressPanel(BackgroundWork, Panel):
         self.batch_choice = widgets.ToggleButtons(options=[("batch 1", 1), ("batch 32", 32)], value=1,
                                                   description="Latency at", style=style)
         self.table = widgets.HTML()
-        help_html = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP}</div>')
+        help_line = widgets.HTML(help_html(HELP))
 
         self.method.observe(lambda _: self._show_options(), names="value")
         self.batch_choice.observe(lambda _: self._draw_variants(), names="value")
@@ -146,15 +144,11 @@ class CompressPanel(BackgroundWork, Panel):
         self.cancel_button.on_click(lambda _: self.cancel())
         self._show_options()
         self._widget = widgets.VBox([
-            help_html, self.method, self.method_help, self.options,
+            help_line, self.method, self.method_help, self.options,
             widgets.HBox([self.path, self.max_dev], layout=widgets.Layout(flex_flow="row wrap")),
             widgets.HBox([self.start_button, self.cancel_button, self.progress, self.progress_text]),
             self.message, self.curve_box, self.table, self.batch_choice, self.plot_box,
         ], layout=widgets.Layout(width="100%"))
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         """The next run compresses this model; the session's table stays."""
@@ -164,7 +158,7 @@ class CompressPanel(BackgroundWork, Panel):
         layers = model.family.num_layers
         self.layers.max = max(1, layers - 1)
         self.layers.value = min(self.layers.value, self.layers.max)
-        if not self.running:
+        if not self.job.running:
             self.show_messages([])
 
     def figures(self) -> dict[str, go.Figure]:
@@ -174,13 +168,13 @@ class CompressPanel(BackgroundWork, Panel):
         return figs
 
     def cancel(self) -> None:
-        self._cancel.set()
+        self.job.cancel()
         self.progress_text.value = "Cancelling…"
 
     # -- settings -----------------------------------------------------------------------------
     def _show_options(self) -> None:
         method = self.method.value
-        self.method_help.value = f'<div style="color:#555;font-size:0.9em">{METHOD_HELP[method]}</div>'
+        self.method_help.value = help_html(METHOD_HELP[method])
         wrap = widgets.Layout(flex_flow="row wrap")
         self.options.children = {  # training examples: what head scores average over, what a student learns on
             "quantize": [],
@@ -199,8 +193,8 @@ class CompressPanel(BackgroundWork, Panel):
             self.start()
 
     def start(self) -> None:
-        """Compress the current model with the chosen method in a background thread."""
-        if self.running:
+        """Compress the current model with the chosen method in the background."""
+        if self.job.running:
             raise InputError("A run is in progress: cancel it or wait for it to end.")
         method, model, tok = self.method.value, self.model, self.tok
         task = model_task(model)
@@ -215,48 +209,38 @@ class CompressPanel(BackgroundWork, Panel):
         settings = {"keep": self.keep.value, "layers": self.layers.value, "temperature": self.temperature.value,
                     "alpha": self.alpha.value, "epochs": self.epochs.value, "lr": self.lr.value,
                     "max_train": self.max_train.value or None, "max_dev": self.max_dev.value or None}
-        self._cancel = threading.Event()
         self.messages = []
-        self._set_running(True, f"{METHODS[method]} of the model picked above…")
+        self._busy_text = f"{METHODS[method]} of the model picked above…"
+        self.show_messages(self.messages)  # the busy sign goes on top of the message line
         self.progress.value, self.progress.max = 0, 1
-        self.start_work(self._run, (method, model, tok, task, source, settings), f"bertlab-compress-{method}")
+        self.job.start(functools.partial(self._run, method, model, tok, task, source, settings),
+                       on_error=functools.partial(self._failed, method), on_done=self._ended)
 
-    def _set_running(self, running: bool, text: str = "") -> None:
-        self.start_button.disabled = running
-        self.cancel_button.disabled = not running
-        self._busy_text = (text or "Working…") if running else None
-        self.show_messages(self.messages)  # the busy sign goes on top of the message line, or away
+    def _failed(self, method: str, error: BaseException) -> None:
+        level = "warning" if self.job.cancelled else "error"
+        self.show_message(f"{METHODS[method]}: {error_text(error, self.workspace.hide_root)}", level)
+
+    def _ended(self) -> None:
+        self._busy_text = None
+        self.show_messages(self.messages)
+        self.progress_text.value = ""
 
     def _run(self, method: str, model: torch.nn.Module, tok: Tokenizer, task: str | None, source: str | None,
              settings: dict[str, Any]) -> None:
-        """The background thread: data, the original's row, the method, the new row; never raises."""
-        try:
-            data = self._data(task, source, model, tok, settings) if task in TASKS_SCORED else None
-            original = self._original_row(model, tok, data)
-            self._teacher_score = original.get("score")
-            self._metric = data.task.main_metric if data is not None else "accuracy"
-            folder = self.workspace.new_run_dir(f"compress-{method}", parent=self.runs_dir)
-            made = self._compress(method, model, tok, data, folder, settings)
-            row = {**made.variant.as_dict(), "baseline": original}
-            row["name"] = self._unique(row["name"])
-            self.variants.append(row)
-            self.made.append(made)
-            self._originals[(id(made.model), row.get("eval_key", ""))] = row  # compressing it further compares with it
-            self._draw_variants()
-            self._announce(row, made)
-        except Exception as e:
-            cancelled = self._cancel.is_set()
-            if not isinstance(e, (*STUDENT_ERRORS, CompressError)) and not cancelled:
-                log.exception("compression run %s failed", method)
-            text = str(e.args[0] if isinstance(e, KeyError) and e.args else e)
-            if isinstance(e, STUDENT_ERRORS + (CompressError,)):
-                text = self.workspace.hide_root(text)
-            else:
-                text = f"the run stopped ({type(e).__name__}: {text})."
-            self.show_message(f"{METHODS[method]}: {text}", "warning" if cancelled else "error")
-        finally:
-            self._set_running(False)
-            self.progress_text.value = ""
+        """The background job: data, the original's row, the method, the new row."""
+        data = self._data(task, source, model, tok, settings) if task in TASKS_SCORED else None
+        original = self._original_row(model, tok, data)
+        self._teacher_score = original.get("score")
+        self._metric = data.task.main_metric if data is not None else "accuracy"
+        folder = self.workspace.new_run_dir(f"compress-{method}", parent=self.runs_dir)
+        made = self._compress(method, model, tok, data, folder, settings)
+        row = {**made.variant.as_dict(), "baseline": original}
+        row["name"] = self._unique(row["name"])
+        self.variants.append(row)
+        self.made.append(made)
+        self._originals[(id(made.model), row.get("eval_key", ""))] = row  # compressing it further compares with it
+        self._draw_variants()
+        self._announce(row, made)
 
     def _data(self, task: str, source: str | None, model: torch.nn.Module, tok: Tokenizer,
               settings: dict[str, Any]) -> TaskData:
@@ -284,41 +268,42 @@ class CompressPanel(BackgroundWork, Panel):
         return self._originals[key]
 
     def _compress(self, method: str, model: torch.nn.Module, tok: Tokenizer, data: TaskData | None,
-                  folder: Path, settings: dict[str, Any]) -> Made:
+                  folder: Path, settings: dict[str, Any]) -> CompressedModel:
         reps = self.latency_reps
         if method == "quantize":
             self._status("quantizing to int8…")
             if data is None:  # no task head: size and speed only
                 small = quantize(model)
                 saved = save_variant(small, tok, folder)
-                return Made(small, measure(small, tok, "int8", "int8", PLAIN_SENTENCES, folder=saved, reps=reps))
+                measured = measure(small, tok, "int8", "int8", PLAIN_SENTENCES, folder=saved, reps=reps)
+                return CompressedModel(small, measured)
             return run_quantize(model, tok, data, folder, reps=reps)
         if method == "prune":
             self._curve, self._curve_kind = [], "prune"
-            self._draw_curve(force=True)
+            self._draw_curve()
             keep = settings["keep"]
 
             def on_point(point) -> None:
                 self._curve.append(dataclasses.asdict(point))
                 self.progress.value = min(self.progress.max, self.progress.value + 1)
-                self._draw_curve(force=True)
+                self._draw_curve()
 
             def progress(done: int, total: int) -> None:
                 self._status(f"scoring the heads: batch {done} of {total}…")
 
             self.progress.value, self.progress.max = 0, 10
             made = run_prune(model, tok, data, keep, folder, name=f"pruned to {keep:.0%} of heads", on_point=on_point,
-                             progress=progress, cancel=self._cancel, reps=reps)
-            self._draw_curve(force=True, keep=made.variant.heads)
+                             progress=progress, cancel=self.job.cancel_event, reps=reps)
+            self._draw_curve(keep=made.variant.heads)
             return made
         self._history, self._curve_kind = [], "distill"
-        self._draw_curve(force=True)
+        self._draw_curve()
         cfg = DistillConfig(task=data.task.name, layers=settings["layers"], temperature=settings["temperature"],
                             alpha=settings["alpha"], epochs=settings["epochs"], lr=settings["lr"], device="cpu",
                             log_every=1)
         self._status("distilling: the teacher's score first…")
         return run_distill(model, tok, data, cfg, folder, name=f"student, {cfg.layers} layers",
-                           callbacks=[self._on_event], cancel=self._cancel, reps=reps)
+                           callbacks=[self._on_event], cancel=self.job.cancel_event, reps=reps)
 
     def _on_event(self, event: TrainEvent) -> None:
         """A loop event from the distillation thread: record, redraw now and then. Never raises."""
@@ -332,12 +317,12 @@ class CompressPanel(BackgroundWork, Panel):
                                       **{k: v for k, v in event.metrics.items() if isinstance(v, (int, float))}})
             self.progress.value = min(event.step, self.progress.max)
             self._status(f"distilling: step {event.step} of {event.total_steps}")
-            if event.kind in ("eval", "end") or time.perf_counter() - self._last_draw > REDRAW_EVERY_S:
+            if self.job.redraw.due(force=event.kind in ("eval", "end")):
                 self._draw_curve()
         except Exception:
             log.exception("the compression panel could not show a training event")
 
-    def _announce(self, row: dict[str, Any], made: Made) -> None:
+    def _announce(self, row: dict[str, Any], made: CompressedModel) -> None:
         base = row["baseline"] or {}
         parts = [f"{row['name']}: {row['disk_mb'] or row['memory_mb']:.1f} MB"]
         if base.get("latency_ms_b1") and row.get("latency_ms_b1"):
@@ -367,11 +352,10 @@ class CompressPanel(BackgroundWork, Panel):
         return unique
 
     def _status(self, text: str) -> None:
-        self.progress_text.value = f'<span style="color:#555">{text}</span>'
+        self.progress_text.value = f'<span style="{MUTED}">{text}</span>'
 
     # -- drawing ------------------------------------------------------------------------------
-    def _draw_curve(self, force: bool = False, keep: int | None = None) -> None:
-        self._last_draw = time.perf_counter()
+    def _draw_curve(self, keep: int | None = None) -> None:
         if self._curve_kind == "prune":
             fig = plot_prune_curve(self._curve, self._metric, keep)
         else:

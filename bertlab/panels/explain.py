@@ -17,6 +17,7 @@ from bertlab.analysis.attribution import METHOD_NAMES, Attribution, ExplainInput
 from bertlab.panels.base import Level, Panel, show_figure
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.explain import agreement_text, heads_text, plot_attention_check
+from bertlab.viz.theme import help_html
 
 # request(choice) -> (input, target): what the tab explains now; raises InputError when there is nothing.
 Request = Callable[[int], tuple[ExplainInput, Target]]
@@ -79,10 +80,6 @@ class ExplainSection(Panel):
             w.observe(lambda _c: self._on_setting(), names="value")
         for w in (self.layer, self.head):
             w.observe(lambda _c: self._on_view(), names="value")
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     @property
     def is_open(self) -> bool:
@@ -149,7 +146,7 @@ class ExplainSection(Panel):
         method = self.method.value
         text = "Computing integrated gradients…" if method == "ig" else "Computing gradient × input…"
         help_text = html.escape(HELP.format(pad=self.tok.pad_token))
-        self.help.value = f'<div style="color:#555;font-size:0.9em">{help_text}</div>'
+        self.help.value = help_html(help_text)
         drawn = False
         with self.busy(self.explain_button, self.method, self.layer, self.head, text=text):
             self.show_messages([])

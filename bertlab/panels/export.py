@@ -12,10 +12,9 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.attention import AttentionResult, attention_patterns
-from bertlab.inputs import os_error_message
-from bertlab.panels.base import Level, Panel
+from bertlab.inputs import InputError, os_error_message
+from bertlab.panels.base import Level, Panel, sentence_pair, unknown_notes
 from bertlab.panels.record import session_header, session_sections
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention_view import to_standalone_html
@@ -30,6 +29,7 @@ from bertlab.viz.export import (
     static_export_problem,
 )
 from bertlab.viz.record import RecordSection, lab_record_html
+from bertlab.viz.theme import help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -90,12 +90,7 @@ class ExportPanel(Panel):
         )
         self.export_button = widgets.Button(description="Export", button_style="primary",
                                             tooltip="Make the file and a download link")
-        self.text_a = widgets.Textarea(
-            value=text, description="Sentence A", continuous_update=False,
-            layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"),
-        )
-        self.text_b = widgets.Text(value="", description="Sentence B", placeholder="optional second sentence",
-                                   continuous_update=False, layout=wide)
+        self.text_a, self.text_b = sentence_pair(text, placeholder_a="")
         self.view_button = widgets.Button(description="Export attention view", button_style="primary",
                                           layout=widgets.Layout(width="auto"))
         self.folder = widgets.Text(value=str(folder if folder is not None else DEFAULT_FOLDER), description="Folder",
@@ -107,7 +102,7 @@ class ExportPanel(Panel):
                                             tooltip="One HTML page of this session's tabs: inputs, figures, attention")
         self.link = widgets.HTML(value="")
         classroom = self.workspace.confined
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{CLASS_HELP if classroom else HELP}</div>')
+        self.help = widgets.HTML(help_html(CLASS_HELP if classroom else HELP))
         self.refresh_button.on_click(self._on_refresh)
         self.export_button.on_click(self._on_export)
         self.view_button.on_click(self._on_export_view)
@@ -122,7 +117,7 @@ class ExportPanel(Panel):
                 self.text_a,
                 widgets.HBox([self.text_b, self.view_button]),
                 widgets.HTML("<b>Lab record</b>"),
-                widgets.HTML(f'<div style="color:#555;font-size:0.9em">{RECORD_HELP}</div>'),
+                widgets.HTML(help_html(RECORD_HELP)),
                 widgets.HBox([self.student, self.record_button]),
                 *([] if classroom else [self.folder]),  # class mode: no server folder, downloads only
                 self.message,
@@ -131,10 +126,6 @@ class ExportPanel(Panel):
             layout=widgets.Layout(width="100%"),
         )
         self._on_refresh()
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         """Attention views are made with the new model from now on; the figure list follows the tabs."""
@@ -282,11 +273,7 @@ def _view_notes(result: AttentionResult) -> list[tuple[Level, str]]:
     notes: list[tuple[Level, str]] = [("info", holds)]
     if result.warning:
         notes.append(("warning", result.warning))
-    if result.num_unknown:
-        unknown = (f"{result.num_unknown} piece(s) are not in this model's vocabulary and show as {result.unk_token} "
-                   "(emoji and rare symbols often are).")
-        notes.append(("warning", unknown))
-    return notes
+    return notes + unknown_notes(result.tokens, result.unk_token)
 
 
 def _short(text: str, limit: int = 80) -> str:

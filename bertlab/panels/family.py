@@ -13,22 +13,26 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.family import (
+    AttentionReach,
     Distillation,
     ElectraPicture,
     ModelView,
+    ScoreTerms,
     WordChoice,
+    attention_reach,
     check_sentence,
     default_word,
     distillation,
     electra_pair,
     kind_note,
+    score_terms,
     view_model,
     word_choices,
 )
 from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.hub import RECOMMENDED
+from bertlab.inputs import InputError
 from bertlab.panels.base import Level, Panel, show_figure
 from bertlab.panels.classroom import AnswerHold
 from bertlab.panels.state import ModelState
@@ -39,13 +43,16 @@ from bertlab.viz.family import (
     distillation_html,
     objective_html,
     objectives_html,
+    plot_attention_reach,
     plot_electra,
     plot_masked_words,
     plot_parameters,
+    plot_score_terms,
     plot_token_cuts,
 )
 from bertlab.viz.pretrain import dynamic_html
 from bertlab.viz.replaced import plot_replaced
+from bertlab.viz.theme import MUTED, help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -91,6 +98,9 @@ class FamilyPanel(Panel):
         self.picture: ElectraPicture | None = None
         self.replaced: ReplacedTokens | None = None
         self.distilled: dict[str, tuple[str, Distillation]] = {}  # student -> (teacher, the loss on the word)
+        # what a member changed in attention, on the sentence: (model name, result) of the first that has it
+        self.reach: tuple[str, AttentionReach] | None = None  # a local band beside full attention
+        self.terms: tuple[str, ScoreTerms] | None = None  # disentangled score terms of one head
         self._loaded: list[Loaded] = []
         self._holding = False
         self.text = widgets.Textarea(value=text, description="Sentence", continuous_update=False,
@@ -104,8 +114,9 @@ class FamilyPanel(Panel):
                                              tooltip="Run the sentence through every picked model")
         self.draw_button = widgets.Button(description="ELECTRA: draw again",
                                           tooltip="Mask other pieces and let the generator sample again")
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(HELP)}</div>')
+        self.help = widgets.HTML(help_html(html.escape(HELP)))
         self.cuts_box, self.mask_box, self.params_box, self.electra_box = (widgets.VBox([]) for _ in range(4))
+        self.band_box, self.terms_box = widgets.VBox([]), widgets.VBox([])
         self.kinds = widgets.HTML()
         self.objectives = widgets.HTML()
         self._fill_options(first=True)
@@ -126,15 +137,11 @@ class FamilyPanel(Panel):
             self.text,
             widgets.HBox([self.word, self.k, self.compare_button], layout=widgets.Layout(flex_flow="row wrap")),
             self.message,
-            self.cuts_box, self.kinds, self.mask_box, self.params_box,
+            self.cuts_box, self.kinds, self.mask_box, self.params_box, self.band_box, self.terms_box,
             widgets.HTML('<div style="font-weight:600;margin-top:8px">Pre-training objectives on this sentence</div>'),
             self.objectives,
             widgets.HBox([self.draw_button]), self.electra_box,
         ], layout=widgets.Layout(width="100%"))
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     # -- the model list ------------------------------------------------------------------------------
     def options(self) -> list[tuple[str, str]]:
@@ -229,6 +236,7 @@ class FamilyPanel(Panel):
             drawn = False
             with self.reporting():
                 self.views, self.picture, self.replaced, self.distilled, self._loaded = [], None, None, {}, []
+                self.reach = self.terms = None
                 notes = self._compute()
                 self._draw()  # in place where a figure is on show already (smooth in the browser)
                 self.show_messages(notes)
@@ -238,7 +246,8 @@ class FamilyPanel(Panel):
 
     def _clear(self) -> None:
         self.views, self.picture, self.replaced, self.distilled, self._loaded = [], None, None, {}, []
-        for box in (self.cuts_box, self.mask_box, self.params_box, self.electra_box):
+        self.reach = self.terms = None
+        for box in (self.cuts_box, self.mask_box, self.params_box, self.electra_box, self.band_box, self.terms_box):
             box.children = ()
         self.kinds.value = self.objectives.value = ""
         self.draw_button.layout.display = "none"
@@ -264,7 +273,19 @@ class FamilyPanel(Panel):
         self._loaded = loaded
         notes += self._electra(loaded, text, word)
         notes += self._distil(loaded, text, word)
+        self._attention_changes(loaded, text)
         return notes
+
+    def _attention_changes(self, loaded: list[Loaded], text: str) -> None:
+        """What a member changed in attention, for the first picked model that shows it."""
+        shown = {v.name for v in self.views}
+        for m in loaded:
+            if m.name not in shown:
+                continue
+            if self.reach is None and (reach := attention_reach(m.model, m.tok, text)) is not None:
+                self.reach = (m.name, reach)
+            if self.terms is None and (terms := score_terms(m.model, m.tok, text)) is not None:
+                self.terms = (m.name, terms)
 
     def _distil(self, loaded: list[Loaded], text: str, word: WordChoice | None) -> list[tuple[Level, str]]:
         """A distilled student (DistilBERT) beside a teacher with its vocabulary: the soft-target loss on the word."""
@@ -365,6 +386,12 @@ class FamilyPanel(Panel):
         else:
             self.mask_box.children = ()
         show_figure(self.params_box, plot_parameters([(v.name, v.params) for v in views]))
+        for box, result, plot in ((self.band_box, self.reach, plot_attention_reach),
+                                  (self.terms_box, self.terms, plot_score_terms)):
+            if result is None:
+                box.children = ()
+            else:
+                show_figure(box, plot(*result))
         self.objectives.value = objectives_html([objective_html(v, self._extra(v)) for v in views])
         self.draw_button.layout.display = None if self.picture is not None else "none"
         if self.picture is not None:
@@ -386,7 +413,7 @@ class FamilyPanel(Panel):
             try:
                 draws = dynamic_draws(m.tok, self.text.value, "token", 0.15, self.seed, epochs=3)
             except (ValueError, IndexError) as e:
-                return f'<div style="color:#555">{html.escape(str(e))}</div>'
+                return f'<div style="{MUTED}">{html.escape(str(e))}</div>'
             return ('<div style="margin-top:4px">The same sentence in three epochs, each with a new mask:</div>'
                     + dynamic_html(draws))
         if o.demo == "rtd":
@@ -401,13 +428,14 @@ class FamilyPanel(Panel):
                 return depth + distillation_html(d, teacher)
             return depth
         if o.pair_task is None and o.demo == "pair":
-            return '<div style="color:#555">This checkpoint has no sentence-pair head to show.</div>'
+            return f'<div style="{MUTED}">This checkpoint has no sentence-pair head to show.</div>'
         return ""
 
     def figures(self) -> dict[str, go.Figure]:
         out = {}
         for name, box in (("tokenizers", self.cuts_box), ("hidden word", self.mask_box),
-                          ("parameters", self.params_box), ("ELECTRA", self.electra_box)):
+                          ("parameters", self.params_box), ("ELECTRA", self.electra_box),
+                          ("attention band", self.band_box), ("score terms", self.terms_box)):
             if box.children:
                 out[name] = go.Figure(box.children[0])
         return out

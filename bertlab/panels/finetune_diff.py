@@ -15,14 +15,15 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import model_device
 from bertlab.analysis.finetune_diff import FinetuneDiff, LossSlice, finetune_diff, loss_slice
 from bertlab.model import Bert
 from bertlab.panels.base import Panel, show_figure
+from bertlab.runtime import model_device
+from bertlab.tasks import collate, get_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.finetune import LOSSES, featurize
-from bertlab.training.tasks import collate, get_task
 from bertlab.viz.finetune_diff import plot_attention_change, plot_loss_slices, plot_representation_change
+from bertlab.viz.theme import help_html
 
 log = logging.getLogger(__name__)
 
@@ -87,15 +88,11 @@ class ChangedSection(Panel):
         self.landscape_box = widgets.Box([])
         self._figures: dict[str, go.Figure] = {}
         self._widget = widgets.VBox([
-            widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP}</div>'), self.message,
+            widgets.HTML(help_html(HELP)), self.message,
             self.attention_box, self.representation_box, self.landscape_box,
         ], layout=widgets.Layout(width="100%"))
         self._widget.add_class("bertlab-changed")  # for the browser tests
         self.show_message("Fine-tune a model above: what it changed shows here, beside the session's other runs.")
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     def set_model(self, model, tok) -> None:
         """The picked model does not change what the runs changed."""

@@ -10,22 +10,23 @@ from __future__ import annotations
 
 import html
 import logging
-import threading
 from collections.abc import Callable
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError
+from bertlab.analysis import encode_input
 from bertlab.analysis.neighbours import NeighbourIndex, build_index, corpus_neighbours
 from bertlab.analysis.neurons import neuron_view
 from bertlab.analysis.patching import component_grid, head_grid, patching_input
 from bertlab.analysis.probe_data import read_conll2003, read_conllu, split_sentences
 from bertlab.analysis.probes import Cancelled, ProbeResult, probe_property
-from bertlab.analysis.similarity import encode_input, stage_names
+from bertlab.analysis.similarity import stage_names
 from bertlab.analysis.structural import StructuralResult, predict_tree, probe_tree
-from bertlab.panels.base import BackgroundWork, Panel, SyncedFigureWidget, show_figure
+from bertlab.inputs import InputError
+from bertlab.panels.base import Panel, SyncedFigureWidget, show_figure
+from bertlab.panels.runs import BackgroundRun, error_text
 from bertlab.settings import data_path
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.knows import (
@@ -37,6 +38,7 @@ from bertlab.viz.knows import (
     plot_tree,
 )
 from bertlab.viz.mask import empty_figure
+from bertlab.viz.theme import MUTED, help_html
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ NEIGHBOUR_HELP = ("The corpus tokens whose vectors at this stage are nearest (co
                   "word in other senses, other words in the same role. The index is built once per model and stage.")
 
 
-class KnowsPanel(BackgroundWork, Panel):
+class KnowsPanel(Panel):
     """Probes per layer, the structural probe's tree, activation patching, the neuron view and corpus neighbours."""
 
     title = "What it knows"
@@ -74,7 +76,6 @@ class KnowsPanel(BackgroundWork, Panel):
         super().__init__()
         self.model, self.tok = model, tok
         self._corpus = corpus or wiki_sentences
-        self._cancel = threading.Event()
         self.results: dict[str, ProbeResult | StructuralResult] = {}
         self.index: NeighbourIndex | None = None
         self.ud_eval = []
@@ -88,6 +89,7 @@ class KnowsPanel(BackgroundWork, Panel):
                                      description="Word =")
         self.train_button = widgets.Button(description="Train probes", button_style="primary")
         self.cancel_button = widgets.Button(description="Cancel", button_style="warning", disabled=True)
+        self.job = BackgroundRun("bertlab-knows", cancel_button=self.cancel_button)
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="240px"))
         self.progress_text = widgets.HTML("")
         self.layers_box = widgets.Box([SyncedFigureWidget(empty_figure("Pick properties and press Train probes."))])
@@ -130,7 +132,7 @@ class KnowsPanel(BackgroundWork, Panel):
         self.nb_box = widgets.Box([SyncedFigureWidget(empty_figure("Build the index, then press Find."))])
 
         def note(text: str) -> widgets.HTML:
-            return widgets.HTML(f'<div style="color:#555;font-size:0.9em;max-width:720px">{text}</div>')
+            return widgets.HTML(help_html(text, extra=";max-width:720px"))
 
         run_row = widgets.HBox([self.train_button, self.cancel_button, self.progress, self.progress_text])
         self.sections = widgets.Tab(children=[
@@ -158,10 +160,6 @@ class KnowsPanel(BackgroundWork, Panel):
         self.build_button.on_click(lambda _: self._report(self.start_index))
         self.find_button.on_click(lambda _: self._report(self.find))
 
-    @property
-    def widget(self) -> widgets.Widget:
-        return self._widget
-
     def _report(self, fn: Callable[[], None]) -> None:
         with self.reporting():
             fn()
@@ -180,7 +178,7 @@ class KnowsPanel(BackgroundWork, Panel):
         self.neuron_head.max = model.config.num_attention_heads - 1
         for box in (self.layers_box, self.mix_box, self.tree_box):
             show_figure(box, empty_figure("Train the probes again for this model."))
-        if not self.running:
+        if not self.job.running:
             self.show_messages([])
 
     def figures(self) -> dict[str, go.Figure]:
@@ -195,41 +193,37 @@ class KnowsPanel(BackgroundWork, Panel):
 
     # -- background runs --------------------------------------------------------------------------
     def cancel(self) -> None:
-        self._cancel.set()
+        self.job.cancel()
         self.progress_text.value = "Cancelling…"
 
     def _set_running(self, running: bool, text: str = "") -> None:
+        """The two start buttons and the busy sign (the job handles Cancel)."""
         for b in (self.train_button, self.build_button):
             b.disabled = running
-        self.cancel_button.disabled = not running
         self._busy_text = (text or "Working…") if running else None
         self.show_messages(self.messages)
 
     def _progress(self, what: str, done: int, total: int) -> None:
         self.progress.max, self.progress.value = max(1, total), min(done, max(1, total))
-        self.progress_text.value = f'<span style="color:#555">{what}: {done}/{total}</span>'
+        self.progress_text.value = f'<span style="{MUTED}">{what}: {done}/{total}</span>'
 
     def _start(self, target: Callable[..., None], args: tuple, name: str, text: str) -> None:
-        if self.running:
+        if self.job.running:
             raise InputError("A run is in progress: cancel it or wait for it to end.")
-        self._cancel = threading.Event()
+        self.job.name = name
         self.messages = []
         self._set_running(True, text)
-        self.start_work(self._guarded, (target, args), name)
+        self.job.start(lambda: target(*args), on_error=self._failed, on_done=self._ended)
 
-    def _guarded(self, target: Callable[..., None], args: tuple) -> None:
-        try:
-            target(*args)
-        except Cancelled:
+    def _failed(self, error: BaseException) -> None:
+        if isinstance(error, Cancelled):
             self.show_message("Cancelled.", "warning")
-        except (ValueError, IndexError, OSError) as e:
-            self.show_message(str(e), "error")
-        except Exception as e:  # a bug: keep the traceback in the log
-            log.exception("What it knows: background run failed")
-            self.show_message(f"The run stopped ({type(e).__name__}: {e}).", "error")
-        finally:
-            self._set_running(False)
-            self.progress_text.value = ""
+        else:
+            self.show_message(error_text(error), "error")
+
+    def _ended(self) -> None:
+        self._set_running(False)
+        self.progress_text.value = ""
 
     # -- probes -----------------------------------------------------------------------------------
     def start_probes(self) -> None:
@@ -259,10 +253,10 @@ class KnowsPanel(BackgroundWork, Panel):
                 train, ev = conll
             if prop == "tree":
                 results[prop] = probe_tree(model, tok, train, ev, pool=pool, progress=progress,
-                                           cancelled=self._cancel.is_set)
+                                           cancelled=self.job.cancel_event.is_set)
             else:
                 results[prop] = probe_property(model, tok, train, ev, prop, pool=pool, progress=progress,
-                                               cancelled=self._cancel.is_set)
+                                               cancelled=self.job.cancel_event.is_set)
             self.results = dict(results)
             self._draw_probes()
         if "tree" in results:
@@ -328,7 +322,7 @@ class KnowsPanel(BackgroundWork, Panel):
         self._progress("reading the corpus", 0, 1)
         sentences = self._corpus()[:size]
         self.index = build_index(model, tok, sentences, stage, progress=lambda d, t: self._progress("index", d, t),
-                                 cancelled=self._cancel.is_set)
+                                 cancelled=self.job.cancel_event.is_set)
         self.show_message(f"Index of {len(self.index)} tokens ({len(sentences)} sentences) at "
                           f"{stage_names(model.config.num_hidden_layers)[stage]}: type a word and press Find.")
 

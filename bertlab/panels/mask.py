@@ -10,7 +10,6 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError, echo, max_tokens
 from bertlab.analysis.attribution import ExplainInput, Target
 from bertlab.analysis.mask import (
     MaskPrediction,
@@ -22,12 +21,15 @@ from bertlab.analysis.mask import (
 from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.analysis.targets import input_from_tokens, word_target
 from bertlab.classroom.store import ClassStore
-from bertlab.panels.base import Level, Panel, lacks, show_figure
+from bertlab.inputs import InputError, echo
+from bertlab.panels.base import Level, Panel, lacks, show_figure, unknown_notes
 from bertlab.panels.classroom import POLL_LIVE_S, AnswerHold, ClassQuestionBox, class_store
 from bertlab.panels.explain import ExplainSection
-from bertlab.tokenizer import DEFAULT_SPECIALS, WORDPIECE_PREFIX, Tokenizer, join_wordpieces, spell_specials
-from bertlab.viz.mask import empty_figure, plot_fill_mask, plot_word_predictability
+from bertlab.runtime import input_limit
+from bertlab.tokenizer import Tokenizer, spell_specials
+from bertlab.viz.mask import empty_figure, plot_fill_mask, plot_word_predictability, reads_html
 from bertlab.viz.replaced import plot_replaced
+from bertlab.viz.theme import help_html
 
 DEFAULT_TEMPLATE = "The man went to the {mask} to buy a gallon of milk."  # spelled with the model's mask token
 DEFAULT_TEXT = spell_specials(DEFAULT_TEMPLATE)  # as the offline default (WordPiece) spells it
@@ -89,7 +91,7 @@ class MaskPanel(Panel):
                                             layout=widgets.Layout(display="none"))
         self.word_buttons = widgets.Box(layout=widgets.Layout(display="flex", flex_flow="row wrap", width="100%"))
         self.reads = widgets.HTML()  # the text as the model reads it, hidden pieces marked
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(help_text(tok))}</div>')
+        self.help = widgets.HTML(help_html(html.escape(help_text(tok))))
 
         self.words: list[str] = []
         self.hidden: set[int] = set()  # words hidden by clicking, indices as in text_words
@@ -136,10 +138,6 @@ class MaskPanel(Panel):
             ],
             layout=widgets.Layout(width="100%"),
         )
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         """Same text and hidden words, another model (and maybe another tokenizer: words re-read)."""
@@ -231,7 +229,7 @@ class MaskPanel(Panel):
             self.words = []
         self._word_notes, self._cut = [], False
         if self.words:
-            enc = self.tok.encode(text, max_length=min(self.tok.model_max_length, max_tokens(self.model)))
+            enc = self.tok.encode(text, max_length=input_limit(self.model, self.tok))
             self._word_notes += [("warning", enc.warning)] if enc.warning else []
             self._cut = enc.truncated
         if len(self.words) > MAX_WORD_BUTTONS:
@@ -270,7 +268,7 @@ class MaskPanel(Panel):
         not. False when the model or the text cannot be used at all."""
         self.predictions, self._fill_notes, self.replaced = [], [], None
         if not self.model.has_mlm:
-            self._fill_notes = [("warning", lacks(self.model, "mlm"))]
+            self._fill_notes = [("warning", lacks(self.model, "mlm_head"))]
             if getattr(self.model, "has_rtd", False) and self.text.value.strip():
                 try:
                     self.replaced = replaced_tokens(self.model, self.tok, self.text.value)
@@ -346,14 +344,8 @@ class MaskPanel(Panel):
                     (f"'{self.words[split[0]]}' is several pieces ({pieces}): only the first is hidden, so the "
                      "model still sees the rest. Tick whole-word masking to hide them all."),
                 ))
-        unknown = predictions[0].tokens.count(self.tok.id_to_token(self.tok.unk_token_id))
-        if unknown:
-            notes.append((
-                "warning",
-                (f"{unknown} piece(s) are not in this model's vocabulary and read as {self.tok.unk_token} (emoji and "
-                 "rare symbols often are): the model cannot guess them, nor use them as context."),
-            ))
-        return notes
+        return notes + unknown_notes(predictions[0].tokens, self.tok.id_to_token(self.tok.unk_token_id),
+                                     "the model cannot guess them, nor use them as context")
 
     # -- drawing ---------------------------------------------------------------------------------
     def _draw_fill(self) -> None:
@@ -427,30 +419,6 @@ def score_notes(scores: list[WordScore], tok: Tokenizer) -> list[tuple[Level, st
 def help_text(tok: Tokenizer) -> str:
     """HELP spelled with `tok`: its mask token, and how it cuts a long word into pieces."""
     return HELP.format(mask=tok.mask_token, pieces=" ".join(tok.tokenize("tokenization")))
-
-
-def reads_html(tokens: list[str], tok: Tokenizer | None = None) -> str:
-    """The input as the model reads it ([CLS]/[SEP] left out, pieces joined), hidden pieces marked.
-    `tok` says which tokens are special and which pieces continue a word (default: WordPiece's)."""
-    specials = dict(tok.special_tokens) if tok is not None else dict(DEFAULT_SPECIALS)
-    mask_token, skipped = specials["mask"], {specials["cls"], specials["sep"], specials["pad"]}
-    continues = tok.is_continuation if tok is not None else (lambda t: t.startswith(WORDPIECE_PREFIX))
-    join = tok.join_pieces if tok is not None else join_wordpieces
-    words: list[str] = []
-    for t in tokens:
-        if t in skipped:
-            continue
-        glue = continues(t) and bool(words)
-        t = join(["_", t])[1:] if glue else t
-        piece = (
-            f'<span style="background:#ffe08a;border-radius:3px;padding:0 2px;font-weight:600">{html.escape(t)}</span>'
-            if t == mask_token else html.escape(t)
-        )
-        if glue:
-            words[-1] += piece
-        else:
-            words.append(piece)
-    return f'<div style="font-size:0.95em;margin:4px 0"><b>The model reads:</b> {" ".join(words)}</div>'
 
 
 def _first_words(tok: Tokenizer, text: str, n: int) -> tuple[str, bool]:

@@ -10,28 +10,27 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError, max_tokens, require_text
-from bertlab.analysis.attention import attention_patterns
 from bertlab.analysis.attribution import ExplainInput, Target
 from bertlab.analysis.nsp import (
     A,
     AttentionMass,
     B,
     NSPResult,
-    attention_mass,
     next_sentence,
+    pair_attention_mass,
     random_sentence,
-    token_groups,
 )
 from bertlab.analysis.targets import pair_target
 from bertlab.classroom.store import ClassStore
-from bertlab.panels.base import Level, Panel, lacks, pair_task, show_figure
+from bertlab.inputs import InputError, require_text
+from bertlab.panels.base import Level, Panel, lacks, pair_task, run_button, sentence_pair, show_figure, unknown_notes
 from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
 from bertlab.panels.explain import ExplainSection
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import CorpusError, Document, load_corpus
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.nsp import plot_attention_mass, plot_nsp_probability
+from bertlab.viz.theme import help_html
 
 DEFAULT_A = "The man went to the store."
 DEFAULT_B = "He bought a gallon of milk."
@@ -78,19 +77,16 @@ class NSPPanel(Panel):
         super().__init__()
         self._shown_inputs: tuple[str, str] | None = None  # the pair the figures show
         self.model, self.tok = model, tok
-        wide = widgets.Layout(width="min(100%, 720px)", height="3.2em")
-        self.text_a = widgets.Textarea(value=a, description="Sentence A", continuous_update=False, layout=wide,
-                                       placeholder="The first sentence")
-        self.text_b = widgets.Textarea(value=b, description="Sentence B", continuous_update=False, layout=wide,
-                                       placeholder="The sentence that may (or may not) follow A")
-        self.check_button = widgets.Button(description="Check", button_style="primary", tooltip="Run the model")
+        self.text_a, self.text_b = sentence_pair(a, b, "The first sentence",
+                                                 "The sentence that may (or may not) follow A", both_areas=True)
+        self.check_button = run_button("Check")
         self.random_button = widgets.Button(description="Random B",
                                             tooltip="Swap in a sentence from a Wikipedia article")
         self.pair_button = widgets.Button(description="Real pair",
                                           tooltip="Two sentences that follow each other in a Wikipedia article")
         self.swap_button = widgets.Button(description="Swap A ↔ B", tooltip="Does the order matter?")
         self.source = widgets.HTML()  # where the sentences on show came from
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{html.escape(tok.spell(HELP))}</div>')
+        self.help = widgets.HTML(help_html(html.escape(tok.spell(HELP))))
 
         self.seed = seed  # of the random B sentences (and the lab record says it)
         self.rng = torch.Generator().manual_seed(seed)
@@ -129,10 +125,6 @@ class NSPPanel(Panel):
             ],
             layout=widgets.Layout(width="100%"),
         )
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     def _hide_results(self, hide: bool) -> None:
         """While a class question waits for this student's guess, the tab's own verdict stays hidden."""
@@ -190,7 +182,7 @@ class NSPPanel(Panel):
         finally:
             self._holding = False
         self.update()
-        self.source.value = f'<div style="color:#555;font-size:0.9em">{html.escape(source)}</div>'
+        self.source.value = help_html(html.escape(source))
 
     def _buttons(self) -> tuple[widgets.Button, ...]:
         return self.check_button, self.random_button, self.pair_button, self.swap_button
@@ -240,12 +232,12 @@ class NSPPanel(Panel):
         mass = self.mass
         a_to_b, a_to_a = float(mass.share(A, B).mean()), float(mass.share(A, A).mean())
         b_to_a, b_to_b = float(mass.share(B, A).mean()), float(mass.share(B, B).mean())
-        notes: list[tuple[Level, str]] = [("warning", lack) for lack in (lacks(self.model, "pair"),) if lack]
+        notes: list[tuple[Level, str]] = [("warning", lack) for lack in (lacks(self.model, "pair_head"),) if lack]
         if pair_task(self.model) == "sop":
             notes.append(("info", "This model's pair head is ALBERT's sentence order (SOP): it was trained on two "
                                   "sentences that follow each other, given in order or swapped, and says whether A "
                                   "comes before B; not whether B is a random sentence. Try Swap A ↔ B."))
-        segments = lacks(self.model, "segments")
+        segments = lacks(self.model, "segment_embeddings")
         if segments:
             notes.append(("info", segments))
         notes.append((
@@ -256,19 +248,9 @@ class NSPPanel(Panel):
         ))
         if warning:
             notes.append(("warning", warning))
-        unknown = self._unknown()
-        if unknown:
-            notes.append((
-                "warning",
-                (f"{unknown} piece(s) are not in this model's vocabulary and read as {self.tok.unk_token} (emoji "
-                 "and rare symbols often are); the model sees them all as the same token."),
-            ))
-        return notes
-
-    def _unknown(self) -> int:
         tokens = self.result.tokens if self.result is not None else self.tok.encode(
             self.text_a.value, self.text_b.value).tokens
-        return tokens.count(self.tok.unk_token)
+        return notes + unknown_notes(tokens, self.tok.unk_token, "the model sees them all as the same token")
 
     # -- the corpus ----------------------------------------------------------------------------
     def _load_documents(self) -> list[Document]:
@@ -304,20 +286,6 @@ class NSPPanel(Panel):
         if not self._pairs:
             raise InputError(NO_CORPUS)
         return self._pairs[int(torch.randint(len(self._pairs), (1,), generator=self.rng))]
-
-
-def pair_attention_mass(
-    model: torch.nn.Module, tok: Tokenizer, a: str, b: str
-) -> tuple[AttentionMass, str | None]:
-    """(attention mass between the parts of the pair A, B; a warning if it was cut), with the
-    encoder alone: what `next_sentence` gives as `.attention`, for models without an NSP head."""
-    limit = min(tok.model_max_length, max_tokens(model))
-    result = attention_patterns(model, tok, a, b, max_length=limit)
-    groups = token_groups(tok.encode(a, b, max_length=limit))
-    for group, which in ((A, "first (A)"), (B, "second (B)")):
-        if group not in groups:
-            raise InputError(f"The {which} sentence has no words the tokenizer can read: type a sentence.")
-    return attention_mass(result.patterns, groups), result.warning
 
 
 def _fits(sentence: str) -> bool:

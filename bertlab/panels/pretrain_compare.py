@@ -16,14 +16,14 @@ from typing import Any, Callable
 import ipywidgets as widgets
 
 from bertlab.loading import load
-from bertlab.panels.base import BackgroundWork, Level, SyncedFigureWidget, note_html, redraw
+from bertlab.panels.base import Level, SyncedFigureWidget, note_html, redraw
+from bertlab.panels.runs import BackgroundRun, error_text
 from bertlab.settings import data_dir
+from bertlab.tasks import get_task
+from bertlab.tasks.splits import subset
 from bertlab.training.checkpoint import save_model_atomically
 from bertlab.training.objectives.compare import SST2_SETTINGS, sst2_probe, sst2_score, untrained_like
-from bertlab.training.queue import turn as queue_turn
 from bertlab.training.queue import waiting_text
-from bertlab.training.tasks import get_task
-from bertlab.training.tasks.splits import subset
 from bertlab.viz.export import download_link
 from bertlab.viz.objectives import plot_objective_curves, scores_html
 
@@ -56,7 +56,7 @@ def zip_folder(folder: Path) -> bytes:
     return buf.getvalue()
 
 
-class CompareView(BackgroundWork):
+class CompareView:
     """Runs on one plot and their SST-2 scores; `widget` is its box."""
 
     def __init__(self, sst2_dir: Path | None = None, sst2_train: int = SST2_TRAIN, sst2_dev: int = SST2_DEV,
@@ -71,6 +71,7 @@ class CompareView(BackgroundWork):
                                                f"sentences, {epochs} epoch(s), and a linear probe of its frozen "
                                                f"features; scored on {sst2_dev} held-out sentences")
         self.finetune.on_click(self._on_finetune)
+        self.job = BackgroundRun("bertlab-compare", self.finetune)
         self.scores = widgets.HTML()
         self.message = widgets.HTML()
         self.messages: list[tuple[Level, str]] = []
@@ -97,62 +98,57 @@ class CompareView(BackgroundWork):
         self.scores.value = scores_html([{"run": r.name, "objective": r.objective, "steps": r.steps,
                                           "accuracy": (r.score or {}).get("accuracy", "not yet"),
                                           "probe": (r.probe or {}).get("accuracy", "not yet")} for r in shown])
-        self.finetune.disabled = self.running or not self.runs
+        self.finetune.disabled = self.job.running or not self.runs
 
     def _on_finetune(self, _=None) -> None:
-        if self.running:
+        if self.job.running:
             return
         todo = [r for r in self.runs if r.score is None]
         if not todo and self.untrained is not None and self.untrained.score is not None:
             self.show("Every run has its SST-2 score already.")
             return
-        self.finetune.disabled = True
         self.show(f"Fine-tuning {len(todo)} model(s) on SST-2 (and an untrained one), one after the other…")
-        self.start_work(self._score_all, (todo,), "bertlab-compare")
+        self.job.start(lambda: self._score_all(todo), queue="SST-2 comparison",
+                       on_place=lambda ahead: self.show(waiting_text(ahead, leave="closing the page")),
+                       on_error=self._failed, on_done=self._ended)
+
+    def _failed(self, error: BaseException) -> None:
+        self.show(f"The SST-2 comparison stopped: {error_text(error, self.hide)}", "error")
+
+    def _ended(self) -> None:
+        self.finetune.disabled = not self.runs
 
     def _score_all(self, todo: list[ComparedRun]) -> None:
-        """Never raises: an error becomes the message line. Waits for a slot in the class queue first."""
-        slot = None
-        try:
-            slot = queue_turn("SST-2 comparison")
-            slot.wait(None, lambda ahead: self.show(waiting_text(ahead, leave="closing the page")))
-            task, folder = get_task("sst2"), self.sst2_dir or data_dir() / "sst2"
-            if not folder.is_dir():
-                raise FileNotFoundError("SST-2 is not here: set BERTLAB_DATA to the folder that holds sst2/ "
-                                        "(train.tsv, dev.tsv).")
-            train = subset(task.read("train", path=folder), self.sst2_train, 0, "train")
-            dev = subset(task.read("dev", path=folder), self.sst2_dev, 0, "dev")
-            if self.untrained is None:
-                # written beside the first run's model folder (not inside it: its download stays as it was)
-                first = self.runs[0]
-                self.untrained = ComparedRun(f"untrained (shape of {first.name})", "none", [],
-                                             first.folder.parent / "untrained", 0)
-                self.draw()
-            if self.untrained.score is None:
-                todo = [*todo, self.untrained]
-            for i, run in enumerate(todo, start=1):
-                self.show(f"Scoring {run.name} on SST-2 ({i} of {len(todo)}: a linear probe of its frozen features, "
-                          f"then fine-tuning on {len(train)} sentences, {SST2_SETTINGS['epochs']} epoch(s))…")
-                if run is self.untrained and not (run.folder / "config.json").is_file():
-                    model, tok = load(str(self.runs[0].folder))  # the first run's shape, fresh weights
-                    save_model_atomically(untrained_like(model), tok, run.folder)
-                run.probe = sst2_probe(run.folder, train, dev)
-                self.draw()
-                run.score = sst2_score(run.folder, train, dev)
-                self.draw()
-            best = max(self.runs, key=lambda r: (r.probe or {}).get("accuracy", -1.0))
-            self.show(f"Done: each model fine-tuned the same way on {len(train)} SST-2 sentences, and probed (a "
-                      f"logistic regression on its frozen features), scored on {len(dev)} others; the untrained row "
-                      f"is the floor. Best probe here: {best.name}. At this toy scale differences of a point or two "
-                      "are noise (change the seed and they move).")
-        except Exception as e:  # noqa: BLE001 - shown in the page
-            if not isinstance(e, (ValueError, OSError)):
-                log.exception("SST-2 comparison failed")
-            self.show(f"The SST-2 comparison stopped: {self.hide(str(e))}", "error")
-        finally:
-            if slot is not None:
-                slot.leave()
-            self.finetune.disabled = not self.runs
+        """The background job (its place in the class queue is taken): score every run of `todo`."""
+        task, folder = get_task("sst2"), self.sst2_dir or data_dir() / "sst2"
+        if not folder.is_dir():
+            raise FileNotFoundError("SST-2 is not here: set BERTLAB_DATA to the folder that holds sst2/ "
+                                    "(train.tsv, dev.tsv).")
+        train = subset(task.read("train", path=folder), self.sst2_train, 0, "train")
+        dev = subset(task.read("dev", path=folder), self.sst2_dev, 0, "dev")
+        if self.untrained is None:
+            # written beside the first run's model folder (not inside it: its download stays as it was)
+            first = self.runs[0]
+            self.untrained = ComparedRun(f"untrained (shape of {first.name})", "none", [],
+                                         first.folder.parent / "untrained", 0)
+            self.draw()
+        if self.untrained.score is None:
+            todo = [*todo, self.untrained]
+        for i, run in enumerate(todo, start=1):
+            self.show(f"Scoring {run.name} on SST-2 ({i} of {len(todo)}: a linear probe of its frozen features, "
+                      f"then fine-tuning on {len(train)} sentences, {SST2_SETTINGS['epochs']} epoch(s))…")
+            if run is self.untrained and not (run.folder / "config.json").is_file():
+                model, tok = load(str(self.runs[0].folder))  # the first run's shape, fresh weights
+                save_model_atomically(untrained_like(model), tok, run.folder)
+            run.probe = sst2_probe(run.folder, train, dev)
+            self.draw()
+            run.score = sst2_score(run.folder, train, dev)
+            self.draw()
+        best = max(self.runs, key=lambda r: (r.probe or {}).get("accuracy", -1.0))
+        self.show(f"Done: each model fine-tuned the same way on {len(train)} SST-2 sentences, and probed (a "
+                  f"logistic regression on its frozen features), scored on {len(dev)} others; the untrained row "
+                  f"is the floor. Best probe here: {best.name}. At this toy scale differences of a point or two "
+                  "are noise (change the seed and they move).")
 
     def download_html(self, run: ComparedRun) -> str:
         """A link that downloads the run's folder as a zip (a data: URL, as the Export tab does)."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +20,11 @@ from bertlab.analysis.replay import Replay, replay, with_borrowed_mlm
 from bertlab.model import Bert
 from bertlab.panels.base import Panel, SyncedFigureWidget, show_figure
 from bertlab.panels.classroom import AnswerHold
+from bertlab.panels.runs import in_background
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.snapshots import iter_snapshots, list_snapshots
 from bertlab.viz.replay import VIEWS, marker, plot_frame, plot_trajectory
+from bertlab.viz.theme import help_html
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +90,6 @@ class ReplaySection(Panel):
         self._widget.add_class("bertlab-replay")  # for the browser tests
         self._show_controls()
 
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
-
     def set_model(self, model, tok: Tokenizer) -> None:
         """The picker's model does not change a replay: a run replays the model it trained."""
 
@@ -108,7 +105,7 @@ class ReplaySection(Panel):
     @staticmethod
     def _help(intro: str, tok: Tokenizer) -> str:
         text = (intro + " " if intro else "") + HELP.format(mask=tok.mask_token)
-        return f'<div style="color:#555;font-size:0.9em">{text}</div>'
+        return help_html(text)
 
     # -- runs -------------------------------------------------------------------------------------
     def add_run(self, label: str, model: Bert, tok: Tokenizer, folder: str | Path, base: Bert | None = None,
@@ -248,7 +245,7 @@ class ReplaySection(Panel):
                     log.debug("prebuilding step %d failed", step, exc_info=True)
                     return
 
-        threading.Thread(target=work, name="bertlab-replay-prebuild", daemon=True).start()
+        in_background(work, "bertlab-replay-prebuild")
 
     def _show_controls(self) -> None:
         view = self.view.value

@@ -5,15 +5,22 @@ and the token + segment + position embeddings that add up to each token's input 
 from __future__ import annotations
 
 import html
-from dataclasses import replace
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis.representation import Representation, input_representation
-from bertlab.analysis.similarity import project_2d
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, show_figure
+from bertlab.analysis.representation import Representation, first_tokens, input_representation
+from bertlab.panels.base import (
+    Level,
+    Panel,
+    SyncedFigureWidget,
+    lacks,
+    run_button,
+    sentence_pair,
+    show_figure,
+    unknown_notes,
+)
 from bertlab.tokenizer import DEFAULT_SPECIALS, WORD_START_MARK, Tokenizer, join_wordpieces
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.representation import (
@@ -22,6 +29,7 @@ from bertlab.viz.representation import (
     plot_part_norms,
     plot_part_projection,
 )
+from bertlab.viz.theme import help_html
 
 DEFAULT_TEXT = "The unbelievably clueless gamer played it."
 DEFAULT_TEXT_B = "It was fine."
@@ -55,15 +63,8 @@ class RepresentationPanel(Panel):
     ) -> None:
         super().__init__()
         self.model, self.tok, self.max_shown = model, tok, max_shown
-        self.text_a = widgets.Textarea(
-            value=text, description="Sentence A", placeholder="Type a sentence, then press Show",
-            continuous_update=False, layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"),
-        )
-        self.text_b = widgets.Text(
-            value=text_b, description="Sentence B", placeholder="optional second sentence",
-            continuous_update=False, layout=widgets.Layout(width="min(100%, 720px)"),
-        )
-        self.show_button = widgets.Button(description="Show", button_style="primary", tooltip="Read the input")
+        self.text_a, self.text_b = sentence_pair(text, text_b)
+        self.show_button = run_button(tooltip="Read the input")
         self.rep = self._compute()
         # Each FigureWidget starts from a complete figure (one filled after creation shows blank in Voilà).
         self.table, self.norms, self.projection = (SyncedFigureWidget(f) for f in self._figures())
@@ -77,10 +78,6 @@ class RepresentationPanel(Panel):
             layout=widgets.Layout(width="100%"),
         )
 
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
-
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         self.model, self.tok = model, tok
         self.help.value = self._help_html()
@@ -88,7 +85,7 @@ class RepresentationPanel(Panel):
 
     def _help_html(self) -> str:
         kind = self.model.family.tokenizer_title
-        return f'<div style="color:#555;font-size:0.9em;max-width:760px">{help_text(self.tok, kind)}</div>'
+        return help_html(help_text(self.tok, kind), extra=";max-width:760px")
 
     def figures(self) -> dict[str, go.Figure]:
         if self.rep is None:
@@ -115,8 +112,8 @@ class RepresentationPanel(Panel):
             a, b = self._inputs()
             full = input_representation(self.model, self.tok, a, b)
             self.show_messages(notes(full, self.max_shown, pair_asked=bool(self.text_b.value), tok=self.tok,
-                                     segments=lacks(self.model, "segments"),
-                                     positions=lacks(self.model, "positions")))
+                                     segments=lacks(self.model, "segment_embeddings"),
+                                     positions=lacks(self.model, "position_embeddings")))
             return first_tokens(full, self.max_shown)
         return None
 
@@ -141,22 +138,6 @@ class RepresentationPanel(Panel):
         self.table, self.norms, self.projection = (
             show_figure(box, new) for box, new in zip(self.boxes, self._figures())
         )
-
-
-def first_tokens(rep: Representation, n: int) -> Representation:
-    """The first `n` tokens of `rep`, with the 2-D map refitted to them. Exact: a token's input
-    vector depends only on its own piece, segment and position."""
-    if len(rep.tokens) <= n:
-        return rep
-    parts = {name: v[:n] for name, v in rep.parts.items()}  # [n, d] each
-    points, explained = project_2d(torch.cat([parts[p] for p in rep.projected_parts]), center=False)
-    return replace(
-        rep,
-        tokens=rep.tokens[:n], ids=rep.ids[:n], segment_ids=rep.segment_ids[:n],
-        position_ids=rep.position_ids[:n], word_ids=rep.word_ids[:n], shown=rep.shown[:n],
-        parts=parts, norms={name: v[:n] for name, v in rep.norms.items()},
-        projection=points.view(len(rep.projected_parts), n, 2), explained=explained,
-    )
 
 
 def help_text(tok: Tokenizer, kind: str = "") -> str:
@@ -193,7 +174,7 @@ def notes(rep: Representation, max_shown: int = MAX_SHOWN, pair_asked: bool = Fa
           positions: str | None = None) -> list[tuple[Level, str]]:
     """What the student should know about this input, beyond the pictures (special tokens as `tok`
     spells them; default: WordPiece's). `segments`, `positions`: what the model lacks there
-    (`lacks(model, "segments")`, `lacks(model, "positions")`), None when it has those embeddings."""
+    (`lacks(model, "segment_embeddings")`, `lacks(model, "position_embeddings")`), None when it has those embeddings."""
     specials = tok.special_tokens if tok is not None else DEFAULT_SPECIALS
     n = len(rep.tokens)
     pair = "two sentences: A is segment 0 (blue), B is segment 1 (orange)" if rep.text_b else "one sentence"
@@ -213,13 +194,7 @@ def notes(rep: Representation, max_shown: int = MAX_SHOWN, pair_asked: bool = Fa
         out.append(("info", "Sentence B is blank, so only sentence A is read (all segment 0)."))
     if specials["mask"] in rep.tokens:
         out.append(("info", f"{specials['mask']} is an ordinary vocabulary piece here, with its own token embedding."))
-    unknown = rep.tokens.count(specials["unk"])
-    if unknown:
-        out.append((
-            "warning",
-            (f"{unknown} piece(s) are not in this model's vocabulary and show as {specials['unk']} (emoji and rare "
-             "symbols often are): they all get the same token embedding."),
-        ))
+    out += unknown_notes(rep.tokens, specials["unk"], "they all get the same token embedding")
     if rep.warning:
         out.append(("warning", rep.warning))
     if n > max_shown:

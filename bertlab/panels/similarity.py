@@ -8,25 +8,25 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
-from bertlab.analysis import InputError
 from bertlab.analysis.similarity import (
     Anisotropy,
     TokenSimilarity,
     WordAcrossContexts,
     WordProjection,
     anisotropy_baseline,
+    first_similarity_tokens,
+    parse_contexts,
     stage_names,
     token_similarity,
     word_in_contexts,
     word_projection,
 )
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, show_figure
+from bertlab.panels.base import Level, Panel, SyncedFigureWidget, run_button, show_figure, unknown_notes
 from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.similarity import (
@@ -35,6 +35,7 @@ from bertlab.viz.similarity import (
     plot_word_projection,
     word_lines,
 )
+from bertlab.viz.theme import help_html
 
 DEFAULT_TEXT = "I went to the bank to deposit money, then sat on the river bank."
 DEFAULT_WORD = "bank"
@@ -108,7 +109,7 @@ class SimilarityPanel(Panel):
         self.text = widgets.Textarea(value=text, description="Text", continuous_update=False,
                                      placeholder="Type a sentence, then press Show",
                                      layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"))
-        self.text_button = widgets.Button(description="Show", button_style="primary", tooltip="Run the model")
+        self.text_button = run_button()
         self.token_stage = widgets.SelectionSlider(options=stages, value=last, description="Stage",
                                                    continuous_update=True, layout=wide)
         # 2. one word across contexts
@@ -157,10 +158,6 @@ class SimilarityPanel(Panel):
         self.map_stage.observe(self._on_map_stage, names="value")
         self.sections.observe(self._on_section, names="selected_index")
         self._widget = widgets.VBox([self.sections, _help(HELP)], layout=widgets.Layout(width="100%"))
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         self.model, self.tok, self._baseline = model, tok, None
@@ -254,7 +251,7 @@ class SimilarityPanel(Panel):
 
     def _compute_tokens(self) -> tuple[TokenSimilarity, list[tuple[Level, str]]]:
         sim = token_similarity(self.model, self.tok, self.text.value)
-        return first_tokens(sim, self.max_shown), token_notes(sim, self.max_shown, self.tok.unk_token)
+        return first_similarity_tokens(sim, self.max_shown), token_notes(sim, self.max_shown, self.tok.unk_token)
 
     def _compute_word(self) -> tuple[WordAcrossContexts, list[tuple[Level, str]]]:
         senses, contexts = parse_contexts(self.contexts.value)
@@ -308,34 +305,7 @@ def _lines(text: str) -> list[str]:
 
 
 def _help(text: str) -> widgets.HTML:
-    return widgets.HTML(f'<div style="color:#555;font-size:0.9em;max-width:760px">{text}</div>')
-
-
-def parse_contexts(text: str) -> tuple[list[str] | None, list[str]]:
-    """(sense labels or None, contexts) from one context per line, each optionally "label | sentence"."""
-    lines = _lines(text)
-    if not lines:
-        raise InputError("No contexts: type at least two sentences that contain the word, one per line.")
-    split = [line.partition("|") for line in lines]
-    labelled = [bool(bar) and bool(label.strip()) for label, bar, _ in split]
-    if not any(labelled):
-        return None, lines
-    if not all(labelled):
-        missing = ", ".join(str(i) for i, ok in enumerate(labelled, start=1) if not ok)
-        raise InputError(
-            f"Some contexts have a sense label (“river | …”) and some do not (line {missing}): "
-            "label every context or none."
-        )
-    return [label.strip() for label, _, _ in split], [sentence.strip() for _, _, sentence in split]
-
-
-def first_tokens(sim: TokenSimilarity, n: int) -> TokenSimilarity:
-    """The cosines among the first `n` tokens (computed with the whole text as context)."""
-    if len(sim.tokens) <= n:
-        return sim
-    b = sim.sentence_b_start
-    return replace(sim, tokens=sim.tokens[:n], matrices=sim.matrices[:, :n, :n],
-                   sentence_b_start=b if b is not None and b < n else None)
+    return widgets.HTML(help_html(text, extra=";max-width:760px"))
 
 
 def token_notes(sim: TokenSimilarity, max_shown: int = MAX_SHOWN, unk_token: str = DEFAULT_SPECIALS["unk"]
@@ -348,10 +318,7 @@ def token_notes(sim: TokenSimilarity, max_shown: int = MAX_SHOWN, unk_token: str
         ("info", (f"{n} tokens. Mean cosine between two different tokens: {first:.2f} at the embeddings, "
                   f"{last:.2f} after the last layer.")),
     ]
-    unknown = sim.tokens.count(unk_token)
-    if unknown:
-        out.append(("warning", (f"{unknown} piece(s) are not in the vocabulary and show as {unk_token} (emoji and "
-                                "rare symbols often are): they share one embedding.")))
+    out += unknown_notes(sim.tokens, unk_token, "they share one embedding")
     if sim.warning:
         out.append(("warning", sim.warning))
     if n > max_shown:

@@ -7,13 +7,13 @@ Models made in the training tabs join with `ModelState.add`.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from bertlab.runtime import release_free_memory
 from bertlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -85,13 +85,3 @@ class ModelState:
     def _tell(self) -> None:
         for fn in list(self._listeners):
             fn(self)
-
-
-def release_free_memory() -> None:
-    """Give the memory this process has freed back to the OS. glibc keeps what a finished training
-    thread freed (its optimizer state, activations) in that thread's arena until asked;
-    `malloc_trim` asks. Does nothing where there is no glibc."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (AttributeError, OSError, TypeError):  # macOS, Windows, musl: nothing to ask
-        pass

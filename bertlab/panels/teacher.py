@@ -22,6 +22,7 @@ from bertlab.classroom.store import ClassStore, Question
 from bertlab.panels.base import Panel, note_html, show_figure
 from bertlab.panels.classroom import POLL_LIVE_S, TAB_OF, class_store
 from bertlab.panels.page import PageAddress, projector_in_query, projector_requested
+from bertlab.panels.runs import BackgroundRun
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz import theme
 from bertlab.viz.classroom import plot_class_guesses
@@ -95,13 +96,9 @@ class TeacherPanel(Panel):
         self.widget.add_class("bertlab-teacher")
         self.show(store.current())  # a reloaded page picks up the live question
 
-        self._stop = threading.Event()
+        self.watch = BackgroundRun("bertlab-teacher")
         if poll_s:
-            threading.Thread(target=self._run, args=(poll_s,), name="bertlab-teacher", daemon=True).start()
-
-    @property
-    def widget(self) -> widgets.VBox:
-        return self._widget
+            self.watch.poll(self.refresh, poll_s)
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         """The next question is asked of this model (the live one keeps its answer)."""
@@ -186,15 +183,8 @@ class TeacherPanel(Panel):
         self.text_b.layout.display = None if nsp else "none"
         self.k.layout.display = "none" if nsp else None
 
-    def _run(self, poll_s: float) -> None:
-        while not self._stop.wait(poll_s):
-            try:
-                self.refresh()
-            except Exception:  # a locked store must not end the loop: try again next time
-                log.exception("reading the class's answers failed")
-
     def stop(self) -> None:
-        self._stop.set()
+        self.watch.cancel()
 
     def redraw(self) -> None:
         """Draw the figure again (the theme changed)."""

@@ -22,12 +22,13 @@ import voila.app
 from jupyter_server.services.kernels.handlers import KernelHandler
 from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
-from traitlets import Integer, List, Unicode
+from traitlets import Bool, Integer, List, Unicode
 from voila.app import Voila
 from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
 from voila.tornado.handler import TornadoVoilaHandler
 
 from bertlab.serving import PASSWORD_HASH_ENV, STATUS_PATH, TOKEN_ENV
+from bertlab.serving.forking import start_zygote
 from bertlab.serving.guard import (
     ANY_ADDRESS,
     GuardedApplication,
@@ -56,6 +57,7 @@ class BertlabVoila(Voila):
     max_kernels = Integer(0, config=True, help="Live kernels at most, pool included (0: no cap).")
     max_per_client = Integer(0, config=True, help="Kernels the pages of one client address may hold (0: no limit).")
     class_size = Integer(0, config=True, help="Students the teacher expects (0: one-person mode).")
+    fork_kernels = Bool(False, config=True, help="Fork kernels from a warm parent (bertlab/serving/forking.py).")
     allowed_hosts = List(Unicode(), config=True,
                          help="Host names accepted besides localhost, loopback and this machine's own.")
 
@@ -72,6 +74,8 @@ class BertlabVoila(Voila):
             self.config.PasswordIdentityProvider.hashed_password = password_hash
         if not (self.token or password_hash or is_loopback(self.ip)):
             self.auto_token = True  # never open beyond this machine without a door
+        if self.fork_kernels:  # after the secrets left the environment: the kernels inherit the zygote's
+            start_zygote()
 
     def init_settings(self) -> dict:
         with _swapped(voila.app, "voila_kernel_manager_factory",

@@ -51,15 +51,12 @@ class ServePlan:
     allow_hosts: tuple[str, ...] = ()
     class_dir: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
+    fork_kernels: bool = False  # kernels forked from a warm parent (bertlab/serving/forking.py)
 
     @property
     def cull_interval(self) -> int:
         """How often idle kernels are looked for: a closed tab's kernel goes within cull_idle + this."""
         return max(2, min(10, self.cull_idle // 4))
-
-    @property
-    def needs_door(self) -> bool:
-        return not is_loopback(self.host)
 
     def argv(self) -> list[str]:
         """The server's command line (no secrets in it)."""
@@ -92,6 +89,8 @@ class ServePlan:
             cmd.append(f"--BertlabVoila.max_per_client={self.per_client}")
         if self.class_size:
             cmd.append(f"--BertlabVoila.class_size={self.class_size}")
+        if self.fork_kernels:
+            cmd.append("--BertlabVoila.fork_kernels=True")
         if self.allow_hosts:
             cmd.append("--BertlabVoila.allowed_hosts=" + repr(list(self.allow_hosts)))
         if not self.open_browser:
@@ -134,7 +133,7 @@ def make_plan(*, app: Path, port: int, host: str, open_browser: bool, class_size
               preheat: bool, pool_size: int | None, max_kernels: int | None, cull_idle: int,
               token: str | None, password_hash: str | None, allow_hosts: tuple[str, ...] = (),
               class_dir: Path | None = None, extra_env: dict[str, str] | None = None,
-              per_client: int | None = None) -> ServePlan:
+              per_client: int | None = None, fork_kernels: bool = False) -> ServePlan:
     """Fill in the defaults and check the options fit together. `per_client`: None for the default
     (DEFAULT_PER_CLIENT in class mode, no limit otherwise), 0 for no limit."""
     if class_size is not None and class_size < 1:
@@ -156,6 +155,9 @@ def make_plan(*, app: Path, port: int, host: str, open_browser: bool, class_size
     if per_client is not None and per_client < 0:
         raise PlanError(f"--per-client {per_client}: give 1 or more (0: no limit).")
     per_client = (DEFAULT_PER_CLIENT if class_size else None) if per_client is None else (per_client or None)
+    if fork_kernels and not class_size:
+        raise PlanError("--fork-kernels needs --class N: kernels are forked with one torch thread each, "
+                        "as class mode runs them.")
     if cull_idle < 5:
         raise PlanError(f"--cull-idle {cull_idle}: give 5 seconds or more (a page needs time to connect).")
     plan_token = token or ""
@@ -165,4 +167,4 @@ def make_plan(*, app: Path, port: int, host: str, open_browser: bool, class_size
                      pool_size=pool, max_kernels=cap, per_client=per_client, cull_idle=cull_idle, token=plan_token,
                      password_hash=password_hash or "", allow_hosts=tuple(allow_hosts),
                      class_dir=(class_dir.expanduser().resolve() if class_dir else None),
-                     extra_env=dict(extra_env or {}))
+                     extra_env=dict(extra_env or {}), fork_kernels=fork_kernels)

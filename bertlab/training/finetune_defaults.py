@@ -1,6 +1,6 @@
 """The fine-tuning lab's defaults per task and mode: the encoder a run starts from and the loop's
 settings, chosen by measurement (the runs and their dev figures are in bench/results/finetune_sweep.json
-and bench/results/finetune_table.json; `python bench/finetune_table.py` re-measures the README's rows).
+and bench/results/finetune_table.json; `python bench/finetune_table.py` re-measures the rows of docs/results.md).
 
     r = recipe("nli", "full")     # r.model, r.epochs, r.lr, r.batch_size, r.max_length, r.warmup_ratio
 
@@ -64,7 +64,7 @@ _ADAPTER_TUNED = {
 }
 
 
-def _light(tuned: dict[str, tuple[float, int | None, str]]) -> dict[str, Recipe]:
+def _frozen_encoder_recipes(tuned: dict[str, tuple[float, int | None, str]]) -> dict[str, Recipe]:
     """A frozen-encoder mode's recipes: full mode's start, batch and length, with the swept lr (and epochs)."""
     out = {}
     for task, r in _FULL.items():
@@ -74,8 +74,8 @@ def _light(tuned: dict[str, tuple[float, int | None, str]]) -> dict[str, Recipe]
     return out
 
 
-_FEATURE = _light(_FEATURE_TUNED)
-_ADAPTER = _light(_ADAPTER_TUNED)
+_FEATURE = _frozen_encoder_recipes(_FEATURE_TUNED)
+_ADAPTER = _frozen_encoder_recipes(_ADAPTER_TUNED)
 RECIPES: dict[tuple[str, str], Recipe] = {
     **{(t, "full"): r for t, r in _FULL.items()},
     **{(t, "feature"): r for t, r in _FEATURE.items()},

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import dataclasses
-import functools
 import inspect
 import logging
 import math
@@ -33,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bertlab.runtime import derive_seed  # noqa: F401 (re-exported: moved down for masking and viz)
+from bertlab.runtime import derive_seed, out_of_memory_text, release_free_memory, resolve_device
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import (
     DiskFullError,
@@ -206,7 +204,7 @@ def stack_collate(examples: list[Any]) -> Any:
     """Default collate: stack same-shaped tensors (or numbers) field by field.
 
     Examples may be tensors, dicts or tuples of them. Variable-length examples need their
-    own collate (e.g. `bertlab.training.tasks.batching.collate`, which pads).
+    own collate (e.g. `bertlab.tasks.batching.collate`, which pads).
     """
     first = examples[0]
     if isinstance(first, torch.Tensor):
@@ -303,42 +301,7 @@ def _destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
-def resolve_device(name: str = "auto") -> torch.device:
-    """"auto": cuda:LOCAL_RANK when CUDA is available, else cpu."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-        return torch.device("cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} was asked for but CUDA is not available here; use device='auto'.")
-    return device
-
-
 TRIM_EVERY = 10  # optimizer steps between two `release_free_memory` calls on a CPU
-
-
-def release_free_memory() -> bool:
-    """Hand the C heap's free pages back to the system (glibc's `malloc_trim`); False where there is none.
-
-    Batches of changing shapes (dynamic padding) leave holes in the heap that glibc keeps: a CPU run's
-    resident memory then creeps up step after step (by gigabytes over a SQuAD fine-tune) and stays up
-    after the run, in a kernel that goes on living. Trimming now and then keeps it near what a step needs.
-    """
-    trim = _malloc_trim()
-    if trim is None:
-        return False
-    trim(0)
-    return True
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim, looked up once; None elsewhere (macOS, Windows, musl)."""
-    try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, TypeError):
-        return None
 
 
 def native_bf16(device: torch.device) -> bool:
@@ -386,7 +349,7 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> 
         for ps, wd in ((decay, cfg.weight_decay), (no_decay, 0.0))
         if ps
     ]
-    # The fused kernel (one pass over all parameters) exists on CUDA and CPU; ~1.6x faster steps here.
+    # The fused kernel (one pass over all parameters) exists on CUDA and CPU: fewer passes over the weights.
     fused = device.type in ("cuda", "cpu") and all(p.dtype.is_floating_point for p in decay + no_decay)
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, fused=fused)
 
@@ -850,9 +813,7 @@ class _Run:
 
     def _oom_message(self) -> str:
         n, shape = self._last_batch
-        length = f"sequence length {shape[1]}" if shape else "this sequence length"
-        return (f"out of GPU memory at batch size {n}, {length} (step {self.step + 1}): try a smaller "
-                f"batch (batch_size, with grad_accum_steps to keep the effective batch) or shorter sequences.")
+        return out_of_memory_text(n, shape[1] if shape else None, step=self.step + 1)
 
     def _free_memory(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)

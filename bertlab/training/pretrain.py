@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -435,6 +435,3 @@ def _pad_pairs(pairs: Sequence[PairExample], pad_id: int) -> tuple[torch.Tensor,
         ids[i, :k], types[i, :k], mask[i, :k] = torch.tensor(p.input_ids), torch.tensor(p.token_type_ids), 1
     return ids, types, mask
 
-
-def config_dict(cfg: PretrainConfig) -> dict[str, Any]:
-    return asdict(cfg)

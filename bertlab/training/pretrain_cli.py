@@ -1,4 +1,4 @@
-"""`bertlab pretrain`, `bertlab evaluate-mlm` and `bertlab train-default-heads`."""
+"""`bertlab pretrain` and `bertlab evaluate-mlm`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from bertlab import options
 
 
 def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
@@ -22,16 +24,19 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
                    help="wiki-offline, gensim-wiki, ovos-wiki, a text file or folder, or hf:NAME (default %(default)s)")
     p.add_argument("--size", default=d.size, choices=list(SIZES),
                    help="model size for a new model (default %(default)s)")
-    p.add_argument("--model", default=None, help="continue this model (folder or hub name) instead of a new one")
-    p.add_argument("--steps", type=int, default=d.steps)
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--seq-len", type=int, default=d.seq_len)
-    p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--model", default=None, type=options.model_source,
+                   help="continue this model (folder or hub name) instead of a new one")
+    p.add_argument("--steps", type=options.positive_int, default=d.steps, help="optimizer steps (default %(default)s)")
+    p.add_argument("--batch-size", type=options.positive_int, default=d.batch_size,
+                   help="sequences per step (default %(default)s)")
+    p.add_argument("--seq-len", type=options.positive_int, default=d.seq_len,
+                   help="tokens per sequence (default %(default)s)")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (default %(default)s)")
     p.add_argument("--objective", default=None, choices=list(OBJECTIVES),
                    help="the family member's pre-training objective: bert (MLM + NSP), roberta (dynamic MLM, "
                         "full sentences), albert (MLM + SOP, factorised embedding, shared layers), electra "
                         "(generator + replaced-token detection), spanbert (spans + span-boundary objective), "
-                        "modernbert (MLM at 30 %, no NSP, on a ModernBERT: rotary, local/global attention, GeGLU). "
+                        "modernbert (MLM at 30 %%, no NSP, on a ModernBERT: rotary, local/global attention, GeGLU). "
                         "Default: bert, with --masking and --pair-task free to change")
     p.add_argument("--embedding-size", type=int, default=None,
                    help="albert/electra: factorised embedding width (default: the objective's)")
@@ -42,10 +47,13 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pair-task", default=None, choices=list(PAIR_TASKS),
                    help=f"without --objective: the sentence-pair task (default {d.pair_task})")
     p.add_argument("--max-documents", type=int, default=None, help="use only the first N documents")
-    p.add_argument("--checkpoint-every", type=int, default=0)
-    p.add_argument("--resume", default=None, help="a checkpoint folder of an earlier run to go on from")
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="steps between two checkpoints in OUT/checkpoints (default 0: none)")
+    p.add_argument("--resume", default=None, type=options.existing_path,
+                   help="a checkpoint folder of an earlier run to go on from")
+    p.add_argument("--seed", type=int, default=d.seed,
+                   help="seed of the initial weights, the data order and the masks (default %(default)s)")
+    p.add_argument("--device", type=options.device, default="auto", help=options.DEVICE_HELP)
     p.add_argument("--precision", default=d.precision, choices=["auto", "bf16", "fp32"],
                    help="auto (default): bf16 autocast where the device has native bf16 (recent CPUs, GPUs), else fp32")
     p.add_argument("--out", required=True,
@@ -54,33 +62,18 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_pretrain)
 
     e = sub.add_parser("evaluate-mlm", help="masked-token top-1/top-5 accuracy of a model on a text file",
-                       description="Choose 15%% of the tokens with a fixed seed, replace them by the mask token and "
+                       description="Choose 15% of the tokens with a fixed seed, replace them by the mask token and "
                                    "print the model's top-1 and top-5 accuracy as one JSON line.")
-    e.add_argument("--model", default=None, help="folder or hub name (default: the offline default)")
-    e.add_argument("--text", required=True, help="a plain-text file (blank lines between documents)")
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--seq-len", type=int, default=128)
-    e.add_argument("--max-tokens", type=int, default=None)
+    e.add_argument("--model", default=None, type=options.model_source,
+                   help="folder or hub name (default: the offline default)")
+    e.add_argument("--text", required=True, type=options.existing_path,
+                   help="a plain-text file (blank lines between documents)")
+    e.add_argument("--seed", type=int, default=0, help="seed of the tokens chosen for masking (default %(default)s)")
+    e.add_argument("--seq-len", type=options.positive_int, default=128,
+                   help="tokens per sequence the text is cut into (default %(default)s)")
+    e.add_argument("--max-tokens", type=options.positive_int, default=None,
+                   help="read only the first N tokens of the text (default: all)")
     e.set_defaults(func=cmd_evaluate_mlm)
-
-    h = sub.add_parser("train-default-heads", help="train the offline default's MLM + NSP heads (the recipe)")
-    h.add_argument("--recipe", default=None, help="recipe JSON (default: bertlab/recipes/default_heads.json)")
-    h.add_argument("--out", default=None, help="heads file (default: the one bertlab ships)")
-    h.add_argument("--steps", type=int, default=None, help="override the recipe's steps")
-    h.add_argument("--device", default=None, help="override the device (auto, cpu, cuda)")
-    h.add_argument("--lr", type=float, default=None, help="override the recipe's peak learning rate")
-    h.add_argument("--seed", type=int, default=None, help="override the recipe's seed (data order and masks)")
-    h.add_argument("--train-top-layers", type=int, default=None,
-                   help="override how many of the encoder's top layers are re-trained (default: the recipe's)")
-    h.add_argument("--sentence-pair-prob", type=float, default=None,
-                   help="override the share of NSP pairs made of one sentence + one sentence")
-    h.add_argument("--corpus", default=None,
-                   help="override the recipe's corpus (e.g. a .jsonl file that save_documents wrote from it)")
-    h.add_argument("--precision", default=None, choices=["auto", "bf16", "fp32"],
-                   help="override the recipe's precision (bf16: autocast, on a GPU)")
-    h.add_argument("--init-heads", default=None,
-                   help="continue from this heads file (e.g. the shipped one) instead of fresh heads")
-    h.set_defaults(func=cmd_train_default_heads)
 
 
 def cmd_pretrain(args: argparse.Namespace) -> int:
@@ -156,22 +149,4 @@ def cmd_evaluate_mlm(args: argparse.Namespace) -> int:
     docs = load_text(args.text)
     figures = evaluate_mlm(model, tok, docs, seed=args.seed, seq_len=args.seq_len, max_tokens=args.max_tokens)
     print(json.dumps({"model": args.model or "default", "text": args.text, **figures}))
-    return 0
-
-
-def cmd_train_default_heads(args: argparse.Namespace) -> int:
-    from bertlab.training.default_heads import heads_out, train_default_heads
-    from bertlab.training.loop import TqdmCallback
-
-    try:
-        heads_out(args.out, args.init_heads)  # before the model loads: fail at once
-    except ValueError as e:
-        print(f"bertlab: {e}", file=sys.stderr)
-        return 2
-    figures = train_default_heads(out=args.out, recipe=args.recipe, callbacks=[TqdmCallback(desc="heads")],
-                                  init_heads=args.init_heads, steps=args.steps, device=args.device, lr=args.lr,
-                                  seed=args.seed, train_top_layers=args.train_top_layers,
-                                  sentence_pair_prob=args.sentence_pair_prob, corpus=args.corpus,
-                                  precision=args.precision)
-    print(json.dumps(figures))
     return 0

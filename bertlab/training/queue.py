@@ -7,15 +7,15 @@ ahead), trains, and leaves. A run whose process died (killed kernel, culled page
 every entry stores its process id and start time, and a heartbeat that a live run refreshes;
 entries of dead processes or with a heartbeat older than `ttl_s` are removed by whoever looks next.
 
-Without `BERTLAB_QUEUE` there is no queue: `turn()` gives the go at once, as before.
+Without `BERTLAB_QUEUE` there is no queue: `join_queue()` gives the go at once.
 
-    turn = queue.turn("SST-2 · full")          # joins the queue (a no-op turn without one)
+    place = join_queue("SST-2 · full")          # a place in the queue (one that starts at once without a queue)
     try:
-        if not turn.wait(cancel, on_place):    # False: cancelled while waiting
+        if not place.wait(cancel, on_place):    # False: cancelled while waiting
             return
         ...train...
     finally:
-        turn.leave()
+        place.leave()
 """
 
 from __future__ import annotations
@@ -142,9 +142,9 @@ class ClassQueue:
             return db.execute("SELECT id, label, state FROM runs ORDER BY id").fetchall()
         return self._transaction(read)  # type: ignore[return-value]
 
-    def turn(self, label: str) -> Turn:
-        """Join the queue now (at the back); `Turn.wait` blocks until this run may start."""
-        return Turn(self, self._join(label), label)
+    def join(self, label: str) -> QueuePlace:
+        """Join the queue now (at the back); `QueuePlace.wait` blocks until this run may start."""
+        return QueuePlace(self, self._join(label), label)
 
     def _join(self, label: str) -> int:
         pid = os.getpid()
@@ -182,7 +182,7 @@ class ClassQueue:
         self._transaction(lambda db: db.execute("DELETE FROM runs WHERE id = ?", (rid,)))
 
 
-class Turn:
+class QueuePlace:
     """One run's place in the queue: `wait()` for the go, `leave()` when done (always)."""
 
     def __init__(self, queue: ClassQueue | None, rid: int | None, label: str = "") -> None:
@@ -234,17 +234,17 @@ class Turn:
                 log.warning("class queue: could not leave", exc_info=True)
 
 
-def turn(label: str) -> Turn:
-    """Join the class queue (BERTLAB_QUEUE) for a training run; without one, a turn that starts at once."""
+def join_queue(label: str) -> QueuePlace:
+    """Join the class queue (BERTLAB_QUEUE) for a training run; without one, a place that starts at once."""
     queue = ClassQueue.from_env()
-    return Turn(None, None, label) if queue is None else queue.turn(label)
+    return QueuePlace(None, None, label) if queue is None else queue.join(label)
 
 
 @contextlib.contextmanager
 def queued(label: str) -> Iterator[None]:
     """A command-line run in the class queue: wait for a slot (places go to the log), run, give it
     back, also on Ctrl-C. Without BERTLAB_QUEUE it runs at once."""
-    t = turn(label)
+    t = join_queue(label)
     try:
         t.wait(on_place=lambda ahead: log.warning(waiting_text(ahead, leave="Ctrl-C")))
         yield

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import html
+import math
+
 import numpy as np
 import plotly.graph_objects as go
 
-from bertlab.analysis.ablation import HeadEffects, LogitLens
+from bertlab.analysis.ablation import AblationResult, HeadEffects, LogitLens
 from bertlab.viz.text import plain_text
-from bertlab.viz.theme import Theme, current, finish
+from bertlab.viz.theme import FAINT, Theme, current, finish
 
 DECIMALS = 4
 
@@ -87,3 +90,33 @@ def plot_logit_lens(lens: LogitLens, style: Theme | None = None) -> go.Figure:
         margin=dict(l=260, r=20, t=80, b=30), plot_bgcolor="white",
     )
     return finish(fig, t)
+
+
+def summary_html(result: AblationResult) -> str:
+    """The target's log-probability with all heads on and with the chosen ones off, and the top-k of each."""
+    q, esc = result.query, html.escape
+    base = f"log P(“{esc(q.target)}”) = <b>{result.base_log_prob:.2f}</b> (rank {result.base_rank}) with every head on"
+    if not result.heads_off:
+        lines = [base + ". Click heads above to switch them off."]
+    else:
+        names = ", ".join(f"L{la}H{h}" for la, h in result.heads_off[:12])
+        more = f" and {len(result.heads_off) - 12} more" if len(result.heads_off) > 12 else ""
+        colour = "#d62728" if result.change < 0 else "#1f77b4"
+        lines = [
+            base + ";",
+            (f"with {len(result.heads_off)} head(s) off ({esc(names)}{more}): <b>{result.ablated_log_prob:.2f}</b> "
+             f"(rank {result.ablated_rank}), change <b style=\"color:{colour}\">{result.change:+.2f} nats</b> "
+             f"(probability ×{math.exp(result.change):.3g})."),
+        ]
+    tops = top_html("all heads on", result.base_top)
+    if result.heads_off:
+        tops += top_html("chosen heads off", result.ablated_top)
+    return (
+        f'<div style="line-height:1.6">{"<br>".join(lines)}</div>'
+        f'<div style="display:flex;gap:2em;margin-top:4px">{tops}</div>'
+    )
+
+
+def top_html(title: str, top: list[tuple[str, float]]) -> str:
+    rows = "".join(f"<li>{html.escape(piece)} <span style='{FAINT}'>{p:.3f}</span></li>" for piece, p in top)
+    return f'<div><i>{html.escape(title)}</i><ol style="margin:2px 0">{rows}</ol></div>'

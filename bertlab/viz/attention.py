@@ -12,7 +12,6 @@ HOVER = (
     "query %{y} <b>%{customdata[0]}</b> → key %{x} <b>%{customdata[1]}</b>"
     "<br>weight %{z:.3f}<extra></extra>"
 )
-COLORSCALE = "Blues"  # the normal theme's sequential scale (Theme.sequential draws)
 
 
 def heatmap_title(layer: int, head: int) -> str:

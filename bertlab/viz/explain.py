@@ -91,18 +91,3 @@ def plot_attention_check(check: AttentionCheck, attribution: Attribution, style:
         margin=dict(l=170, r=40, t=80, b=40),
     )
     return finish(fig, t, wide=True)
-
-
-def plot_attribution(attribution: Attribution, style: Theme | None = None) -> go.Figure:
-    """One bar per token: its attribution score (red helps the prediction, blue works against it)."""
-    t = style or current()
-    labels = [f"{i}:{tok}" for i, tok in enumerate(attribution.tokens)]
-    colors = [NEUTRAL if k else (OKABE_ITO[1] if s >= 0 else OKABE_ITO[0])
-              for s, k in zip(attribution.scores, attribution.keep or [False] * len(labels))]
-    fig = go.Figure(go.Bar(x=labels, y=[round(s, 5) for s in attribution.scores], marker_color=colors,
-                           hovertemplate="%{x}: %{y:.4f}<extra></extra>"))
-    method = METHOD_NAMES.get(attribution.method, attribution.method)
-    fig.update_layout(title=dict(text=f"{method}: {plain_text(attribution.target.name)}", font=dict(size=14)),
-                      plot_bgcolor="white", width=int(min(1100, max(480, 120 + 26 * len(labels)))), height=320,
-                      margin=dict(l=60, r=20, t=50, b=80), yaxis=dict(title=dict(text="score")))
-    return finish(fig, t, wide=True)

@@ -1,6 +1,7 @@
 """Figures of the Family tab (pure: results of `bertlab.analysis.family` in, figures or HTML out):
 how each tokenizer cuts the sentence, each model's guesses for the same hidden word, where the
-parameters sit, and ELECTRA's generator + discriminator on the sentence."""
+parameters sit, ELECTRA's generator + discriminator on the sentence, and what a member changed in
+attention (ModernBERT's local band beside full attention, DeBERTa's score terms of one head)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,17 @@ from typing import Sequence
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from bertlab.analysis.family import Distillation, ElectraPicture, MaskedWord, ModelView, ParameterCount, TokenCut
+from bertlab.analysis.family import (
+    TERM_TITLES,
+    AttentionReach,
+    Distillation,
+    ElectraPicture,
+    MaskedWord,
+    ModelView,
+    ParameterCount,
+    ScoreTerms,
+    TokenCut,
+)
 from bertlab.viz.text import plain_text
 from bertlab.viz.theme import NEUTRAL, OKABE_ITO, Theme, current, finish
 
@@ -19,7 +30,9 @@ SPECIAL_FILL = "#e6e6e6"
 CHAR_PX = 7.5  # px per character of a chip's label at the base font
 PART_COLORS = {
     "word embeddings": OKABE_ITO[0], "position + segment embeddings": OKABE_ITO[5],
-    "embedding projection": OKABE_ITO[3], "encoder layers": OKABE_ITO[2], "pooler": OKABE_ITO[4],
+    "embedding projection": OKABE_ITO[3], "norms outside the layers": "#999999",
+    "relative-position embeddings": OKABE_ITO[6], "convolution beside the first layer": OKABE_ITO[7],
+    "encoder layers": OKABE_ITO[2], "pooler": OKABE_ITO[4],
     "pre-training heads": OKABE_ITO[1], "task head": NEUTRAL,
 }
 BAR, TRUE_BAR = OKABE_ITO[5], OKABE_ITO[2]
@@ -277,3 +290,60 @@ def distillation_html(d: Distillation, teacher: str) -> str:
 
 def objectives_html(cards: Sequence[str]) -> str:
     return f'<div style="display:flex;flex-wrap:wrap;align-items:stretch">{"".join(cards)}</div>'
+
+
+# -- what a member changed in attention -----------------------------------------------------------
+def _matrix_axes(fig: go.Figure, labels: Sequence[str], panels: int) -> None:
+    """Positions as coordinates (a piece may repeat), the pieces as tick labels, queries top to bottom."""
+    n = len(labels)
+    for i in range(1, panels + 1):
+        axis = dict(tickmode="array", tickvals=list(range(n)), ticktext=list(labels), showgrid=False,
+                    zeroline=False, tickfont=dict(size=10 if n <= 30 else 8))
+        fig.update_xaxes(axis, tickangle=-60 if n > 8 else 0, title=dict(text="key"), row=1, col=i)
+        fig.update_yaxes(axis, autorange="reversed", showticklabels=i == 1,
+                         title=dict(text="query" if i == 1 else ""), row=1, col=i)
+
+
+def plot_attention_reach(name: str, reach: AttentionReach, style: Theme | None = None) -> go.Figure:
+    """Which keys each query may read: a global layer (every key) beside a local layer (a band of
+    ±window tokens), with the model's layers listed by kind."""
+    t = style or current()
+    n = len(reach.labels)
+    layers = {kind: ", ".join(str(i) for i, k in enumerate(reach.kinds) if k == kind) for kind in ("global", "local")}
+    titles = (f"global layers ({layers['global'] or 'none'}): every key",
+              f"local layers ({layers['local']}): ±{reach.window} tokens")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.08)
+    for col, allowed in ((1, reach.full), (2, reach.local)):
+        fig.add_trace(go.Heatmap(
+            z=allowed.to(int).tolist(), x=list(range(n)), y=list(range(n)), zmin=0, zmax=1, showscale=False,
+            colorscale=[[0, "#f2f2f2"], [1, OKABE_ITO[0]]], xgap=1 if n <= 40 else 0, ygap=1 if n <= 40 else 0,
+            hovertemplate="query %{y} → key %{x}: %{z}<extra></extra>"), row=1, col=col)
+    _matrix_axes(fig, reach.labels, 2)
+    fig.update_layout(title=dict(text=f"{plain_text(_name(name))}: which keys a query may read (blue)",
+                                 font=dict(size=14)),
+                      height=int(min(620, max(360, 180 + 14 * n))), width=860, plot_bgcolor="white",
+                      margin=dict(l=90, r=30, t=90, b=90))
+    return finish(fig, t)
+
+
+def plot_score_terms(name: str, st: ScoreTerms, style: Theme | None = None) -> go.Figure:
+    """One head's attention scores taken apart, side by side on one colour scale: content → content,
+    content → position, position → content (their sum, plus the mask, goes into the softmax)."""
+    t = style or current()
+    terms = list(st.terms.items())
+    n = len(st.labels)
+    top = max([float(z.abs().max()) for _, z in terms] + [1e-6])
+    fig = make_subplots(rows=1, cols=len(terms), subplot_titles=[TERM_TITLES[k] for k, _ in terms],
+                        horizontal_spacing=0.05)
+    for col, (key, z) in enumerate(terms, start=1):
+        fig.add_trace(go.Heatmap(
+            z=z.tolist(), x=list(range(n)), y=list(range(n)), zmin=-top, zmax=top, zmid=0, colorscale="RdBu_r",
+            showscale=col == len(terms), colorbar=dict(title=dict(text="score"), thickness=12),
+            hovertemplate=f"{TERM_TITLES[key]}: query %{{y}} → key %{{x}}: %{{z:.3f}}<extra></extra>"),
+            row=1, col=col)
+    _matrix_axes(fig, st.labels, len(terms))
+    fig.update_layout(title=dict(text=f"{plain_text(_name(name))}: the score terms of layer {st.layer}, head {st.head}",
+                                 font=dict(size=14)),
+                      height=int(min(560, max(340, 160 + 12 * n))), width=900, plot_bgcolor="white",
+                      margin=dict(l=90, r=30, t=90, b=90))
+    return finish(fig, t)

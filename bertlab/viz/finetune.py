@@ -8,7 +8,7 @@ bars, and the [CLS] vectors before and after fine-tuning.
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -22,7 +22,6 @@ from bertlab.viz.mask import empty_figure
 from bertlab.viz.text import plain_text
 from bertlab.viz.theme import OKABE_ITO, Theme, current, finish, labelled_points, point_text
 
-RUN_COLORS = OKABE_ITO  # colour-blind safe (bertlab.viz.theme)
 ENTITY_COLORS: dict[str, str] = {"PER": "#fdd49e", "ORG": "#a6cee3", "LOC": "#b2df8a", "MISC": "#d9c2e9"}
 OTHER_ENTITY = "#e0e0e0"
 ANSWER_COLOR, ALTERNATIVE_COLOR = "#ffd54f", "#fff3c4"
@@ -281,3 +280,56 @@ def plot_cls_pca(
 def _cut(text: str, n: int) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def progress_html(run: Any, event: Any) -> str:
+    """One line of a fine-tuning run (label, precision, history, metric, score) at a loop event: step, epoch,
+    loss, speed, last dev score, time left."""
+    parts = [f"<b>{html.escape(run.label)}</b>", f"step {event.step}/{event.total_steps}", f"epoch {event.epoch:.2f}"]
+    if run.precision == "bf16":  # said, since a run's figures differ a little from an fp32 run's
+        tip = "matrix products in bfloat16 (autocast); weights and optimizer in float32"
+        parts.append(f'<span title="{tip}">bf16</span>')
+    losses = [h["loss"] for h in run.history if h["kind"] == "train"]
+    if losses:
+        parts.append(f"loss {losses[-1]:.3f}")
+    if event.examples_per_s:
+        parts.append(f"{event.examples_per_s:.0f} examples/s")
+    if run.score is not None:
+        parts.append(f"dev {run.metric} {run.score:.3g}")
+    if 0 < event.step < event.total_steps and event.kind not in ("end", "error"):
+        left = event.elapsed_s / event.step * (event.total_steps - event.step)
+        parts.append(f"~{left:.0f} s left")
+    if event.kind == "end" and event.message:
+        parts.append(html.escape(event.message))
+    return " · ".join(parts)
+
+
+def runs_html(runs: Sequence[Any], shown: Callable[[str], str] = str) -> str:
+    """A table of this session's runs: how each ended, its dev score, what it trained, where it is."""
+    if not runs:
+        return ""
+    head = "".join(f'<th style="text-align:left;padding:2px 10px">{h}</th>'
+                   for h in ("run", "status", "steps", "dev score", "trained parameters", "time", "saved in"))
+    rows = []
+    for r in runs:
+        s = r.summary
+        score = f"{r.metric} {r.score:.3g}" if r.score is not None else "–"
+        trained = (f"{s['trainable_parameters'] / 1e6:.2f}M of {s['total_parameters'] / 1e6:.1f}M "
+                   f"({100 * s['trainable_parameters'] / max(1, s['total_parameters']):.1f}%)" if s else "–")
+        cells = (r.label, r.status, f"{r.step}/{r.total_steps or '?'}", score, trained,
+                 f"{s['wall_time_s']:.0f} s" if s else "–", shown(s.get("saved_to") or r.checkpoint or "–"))
+        rows.append("<tr>" + "".join(f'<td style="padding:2px 10px">{html.escape(str(c))}</td>' for c in cells)
+                    + "</tr>")
+    return (f'<table style="border-collapse:collapse;font-size:0.9em;margin:6px 0"><tr>{head}</tr>'
+            f'{"".join(rows)}</table>')
+
+
+def top_spans_html(spans: Sequence[Any]) -> str:
+    """The k best answer spans with their probabilities, as a small table."""
+    rows = "".join(
+        f'<tr><td style="padding:1px 8px">{i}</td><td style="padding:1px 8px">{html.escape(s.text)}</td>'
+        f'<td style="padding:1px 8px;text-align:right">{100 * s.probability:.1f}%</td></tr>'
+        for i, s in enumerate(spans, start=1)
+    )
+    return (f'<table style="font-size:0.9em;border-collapse:collapse"><tr><th>#</th><th style="text-align:left">'
+            f'span</th><th>probability</th></tr>{rows}</table>' if spans else "")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 from typing import Literal, Sequence
 
@@ -9,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bertlab.analysis.mask import MaskPrediction, WordScore
-from bertlab.tokenizer import DEFAULT_SPECIALS
+from bertlab.tokenizer import DEFAULT_SPECIALS, WORDPIECE_PREFIX, Tokenizer, join_wordpieces
 from bertlab.viz.text import plain_text
 from bertlab.viz.theme import OKABE_ITO, Theme, current, finish
 
@@ -179,3 +180,27 @@ def empty_figure(note: str, style: Theme | None = None) -> go.Figure:
 
 def _percent(p: float) -> str:
     return f"{100 * p:.1f}%" if p >= 0.001 else f"{p:.1e}"
+
+
+def reads_html(tokens: list[str], tok: Tokenizer | None = None) -> str:
+    """The input as the model reads it ([CLS]/[SEP] left out, pieces joined), hidden pieces marked.
+    `tok` says which tokens are special and which pieces continue a word (default: WordPiece's)."""
+    specials = dict(tok.special_tokens) if tok is not None else dict(DEFAULT_SPECIALS)
+    mask_token, skipped = specials["mask"], {specials["cls"], specials["sep"], specials["pad"]}
+    continues = tok.is_continuation if tok is not None else (lambda t: t.startswith(WORDPIECE_PREFIX))
+    join = tok.join_pieces if tok is not None else join_wordpieces
+    words: list[str] = []
+    for t in tokens:
+        if t in skipped:
+            continue
+        glue = continues(t) and bool(words)
+        t = join(["_", t])[1:] if glue else t
+        piece = (
+            f'<span style="background:#ffe08a;border-radius:3px;padding:0 2px;font-weight:600">{html.escape(t)}</span>'
+            if t == mask_token else html.escape(t)
+        )
+        if glue:
+            words[-1] += piece
+        else:
+            words.append(piece)
+    return f'<div style="font-size:0.95em;margin:4px 0"><b>The model reads:</b> {" ".join(words)}</div>'

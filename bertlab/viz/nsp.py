@@ -57,8 +57,8 @@ def plot_attention_mass(mass: AttentionMass, sources: Sequence[str] = (A, B, CLS
     sources = [s for s in sources if s in mass.groups]
     if not sources:
         raise ValueError(f"none of the groups to show are in this result ({', '.join(mass.groups)}).")
-    # Panels side by side sharing one y axis, laid out by hand: make_subplots costs ~50 ms a call,
-    # which a student feels on every new sentence.
+    # Panels side by side sharing one y axis, laid out by hand: make_subplots is slow enough that a
+    # student would feel it on every new sentence.
     n, gap = len(sources), 0.04
     width = (1 - gap * (n - 1)) / n
     domains = [(i * (width + gap), i * (width + gap) + width) for i in range(n)]

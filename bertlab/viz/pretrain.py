@@ -21,16 +21,7 @@ from bertlab.analysis.mask import Candidate
 from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
 from bertlab.training.masking import MaskKind
 from bertlab.training.pairs import PairExample
-from bertlab.training.preview import (  # noqa: F401 (computed in training; re-exported for the panel)
-    MaskedExample,
-    PairDemo,
-    VocabTables,
-    dynamic_draws,
-    example_pairs,
-    mask_every_strategy,
-    mask_example,
-    vocab_tables,
-)
+from bertlab.training.preview import MaskedExample, PairDemo
 from bertlab.viz.theme import OKABE_ITO, Theme, current, finish
 
 KIND_COLORS: dict[MaskKind, str] = {

@@ -8,7 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from bertlab.analysis.representation import Representation
-from bertlab.viz.theme import NEUTRAL, NORMAL, OKABE_ITO, Theme, current, finish, labelled_points, point_text
+from bertlab.viz.theme import NEUTRAL, OKABE_ITO, Theme, current, finish, labelled_points, point_text
 
 PART_COLORS: dict[str, str] = {  # colour-blind safe (bertlab.viz.theme.OKABE_ITO)
     "token": OKABE_ITO[0],
@@ -24,7 +24,6 @@ PART_LABELS: dict[str, str] = {
     "sum": "sum (before LayerNorm)",
     "normalised": "normalised sum (after LayerNorm)",
 }
-SEGMENT_FILL = NORMAL.segment_fill  # sentence A, sentence B (the theme in use draws)
 DECIMALS = 4
 
 

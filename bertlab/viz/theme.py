@@ -35,6 +35,9 @@ BASE_FONT = 12  # plotly's default text size, px, on the normal page
 HOVER_FONT = 13
 MIN_PAGE_WIDTH = 320  # px: a figure is never drawn narrower than this, however narrow the page
 MAX_HEIGHT = 1000  # px: projector mode grows a figure's height ×scale up to this (never shrinks one)
+MUTED = "color:#555"  # help lines and notes (projector mode darkens it, see `css`)
+HELP_STYLE = MUTED + ";font-size:0.9em"  # a tab's help line, a setting's note
+FAINT = "color:#777"  # what shows before there is anything ("No run yet.")
 
 
 @dataclass(frozen=True)
@@ -311,3 +314,9 @@ def css() -> str:
 {pr} [style*="color:#555"], {pr} [style*="color:#666"], {pr} [style*="color:#777"] {{ color: #222 !important; }}
 body:has({pr}) .jp-MarkdownCell {{ display: none; }}
 </style>"""
+
+
+def help_html(text: str, tag: str = "div", extra: str = "") -> str:
+    """A help line or a setting's note in the page's one style; `text` is HTML (escape student text
+    first), `extra` more CSS (";max-width:760px")."""
+    return f'<{tag} style="{HELP_STYLE}{extra}">{text}</{tag}>'

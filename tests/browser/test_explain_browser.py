@@ -1,4 +1,4 @@
-"""Issue 20, items 2 and 5 in a real browser: "Does attention explain it?" opened in the Mask and Next
+"""In a real browser: "Does attention explain it?" opened in the Mask and Next
 sentence tabs draws its figure; the Export tab's lab record downloads and, opened offline as a file,
 draws its figures and attention view. Screenshots: $TMPDIR/bertlab-screenshots/explain-*.png,
 lab-record.png."""

@@ -1,4 +1,4 @@
-"""The Family tab in headless Chromium (issue 17, item 1): the offline default and a tiny RoBERTa
+"""The Family tab in headless Chromium: the offline default and a tiny RoBERTa
 (written here by transformers, loaded through the picker as a student would) side by side: both
 tokenizers' rows, both models' guesses, the parameter chart, the objective cards; nothing leaves
 127.0.0.1. Screenshot: $TMPDIR/bertlab-screenshots/tab-family-two-models.png."""

@@ -1,4 +1,4 @@
-"""Issue 20, item 3 in a real browser: a short pre-training run in the Pre-training tab, then its Replay
+"""A real browser: a short pre-training run in the Pre-training tab, then its Replay
 section: the step slider moved with the keyboard redraws the view at the first snapshot, and each view
 (Mask, Attention, Embeddings, Logit lens) draws. Screenshot: $TMPDIR/bertlab-screenshots/replay-*.png."""
 
@@ -56,7 +56,7 @@ def test_a_pretraining_run_replays_in_the_browser(dashboard_url, dashboard_page,
         want = {"Attention": "Layer", "Embeddings": "Cosine", "Logit lens": "Logit lens", "Mask": "step 0"}[view]
         _wait_for_title(page, "step 0", want)
         page.wait_for_timeout(300)
-        for d in screenshot_dirs if view == "Attention" else screenshot_dirs[:1]:  # the README shows one
+        for d in screenshot_dirs if view == "Attention" else screenshot_dirs[:1]:  # the docs show one
             page.locator(f"{CURRENT} {REPLAY}").screenshot(path=str(d / f"replay-{view.lower().replace(' ', '-')}.png"))
     assert not page.eval_on_selector_all(f"{CURRENT} {REPLAY} .bertlab-error", "els => els.map(e => e.textContent)")
     assert not errors, errors

@@ -1,4 +1,4 @@
-"""Charts stay in step with the kernel when the browser is slow (issue 14, "Wrong under load").
+"""Charts stay in step with the kernel when the browser is slow ("Wrong under load").
 
 With ten students on one server, Mask charts kept showing the default sentence's guesses after an
 edit although the kernel had the new ones. The cause is in anywidget's front end (which plotly's

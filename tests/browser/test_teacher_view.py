@@ -1,4 +1,4 @@
-"""The teacher's view in real browsers (issue 15): `bertlab serve --class 2` serves the students'
+"""The teacher's view in real browsers: `bertlab serve --class 2` serves the students'
 dashboard and, at its own address and secret, the teacher's; the teacher pushes a [MASK] sentence,
 two students (two browser contexts: separate cookies, separate kernels) answer, the teacher's
 histogram counts them, and the reveal reaches both."""

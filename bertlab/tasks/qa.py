@@ -13,9 +13,9 @@ from typing import Mapping, Sequence
 
 import torch
 
+from bertlab.tasks.features import FeatureError
+from bertlab.tasks.readers import QAExample
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.tasks.features import FeatureError
-from bertlab.training.tasks.readers import QAExample
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import logging
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from bertlab.tasks.metrics import get_entities
+from bertlab.tasks.readers import CONLL_LABELS, ClassificationExample, TokenExample
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.metrics import get_entities
-from bertlab.training.tasks.readers import CONLL_LABELS, ClassificationExample, TokenExample
 
 log = logging.getLogger(__name__)
 

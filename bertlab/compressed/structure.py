@@ -1,5 +1,5 @@
 """What a compressed model is, in memory: pruned heads (smaller attention matrices, per-layer head
-counts) and int8 Linear layers, with the config keys that record them. `bertlab.compress.storage`
+counts) and int8 Linear layers, with the config keys that record them. `bertlab.compressed.storage`
 writes and reads them; `quantize` and `prune` make them.
 
 - `pruned_heads` (config.extra, saved in config.json): {"layer": [original head indices removed]},
@@ -23,7 +23,11 @@ QUANT_FORMAT = 1
 QMAX = 127  # symmetric int8: -127..127 (the -128 code is never used)
 # Names of the query/key/value Linears in the attention module that holds a layer's hook_q, and of
 # the output projection in the module that holds its hook_result, across the families.
-QKV_NAMES = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"), ("Wqkv",))  # Wqkv: q, k, v in one Linear
+QKV_NAMES = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"), ("query_proj", "key_proj", "value_proj"),
+             ("Wqkv",))  # Wqkv: q, k, v in one Linear
+# Projections beside q/k/v that also give each head its own rows, when the attention module has them:
+# DeBERTa's keys and queries of the relative positions (without share_att_key).
+PER_HEAD_ROWS = ("pos_key_proj", "pos_query_proj")
 OUT_NAMES = ("dense", "out_lin", "Wo")
 
 
@@ -149,7 +153,8 @@ def _take_columns(linear: nn.Linear, cols: torch.Tensor) -> nn.Linear:
 
 def prune_heads(model: nn.Module, heads: Mapping[int, Iterable[int]]) -> nn.Module:
     """Remove `heads` ({layer: original head indices}) from `model` in place, for real: the query,
-    key and value matrices lose those heads' rows, the output projection their columns. Heads
+    key and value matrices (and DeBERTa's position keys and queries) lose those heads' rows, the
+    output projection their columns. Heads
     pruned before stay pruned; every layer must keep at least one head. Records the result in
     config.extra["pruned_heads"] (saved in config.json). Returns `model`. Float models only."""
     fam = model.family
@@ -178,6 +183,9 @@ def prune_heads(model: nn.Module, heads: Mapping[int, Iterable[int]]) -> nn.Modu
             width = getattr(hp, name).out_features // parts
             rows = torch.cat([idx + i * width for i in range(parts)])
             setattr(hp, name, _take_rows(getattr(hp, name), rows))
+        for name in PER_HEAD_ROWS:
+            if isinstance(getattr(hp, name, None), nn.Linear):
+                setattr(hp, name, _take_rows(getattr(hp, name), idx))
         setattr(out_mod, out, _take_columns(getattr(out_mod, out), idx))
         hp.n_heads = len(keep)
         if hasattr(out_mod, "n_heads"):

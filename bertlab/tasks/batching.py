@@ -8,7 +8,7 @@ from typing import Iterator, Protocol, Sequence
 import torch
 from torch.utils.data import Sampler
 
-from bertlab.training.tasks.features import IGNORE_INDEX, FeatureError
+from bertlab.tasks.features import IGNORE_INDEX, FeatureError
 
 
 class Feature(Protocol):

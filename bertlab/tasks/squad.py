@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from bertlab.training.tasks.readers import (
+from bertlab.tasks.readers import (
     SPLITS,
     DataFormatError,
     QAAnswer,

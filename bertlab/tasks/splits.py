@@ -34,8 +34,8 @@ import torch
 
 from bertlab.runtime import derive_seed
 from bertlab.settings import DataNotFoundError
-from bertlab.training.tasks.readers import DataFormatError, NoPartsError
-from bertlab.training.tasks.squad import squad_article_split
+from bertlab.tasks.readers import DataFormatError, NoPartsError
+from bertlab.tasks.squad import squad_article_split
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
-from bertlab.training.metrics import classification_metrics, entity_metrics, squad_metrics
-from bertlab.training.tasks.batching import BucketBatchSampler, collate
-from bertlab.training.tasks.features import (
+from bertlab.tasks.batching import BucketBatchSampler, collate
+from bertlab.tasks.features import (
     IGNORE_INDEX,
     ClassificationFeature,
     EntitySpan,
@@ -30,7 +29,8 @@ from bertlab.training.tasks.features import (
     ner_labels,
     word_predictions,
 )
-from bertlab.training.tasks.qa import (
+from bertlab.tasks.metrics import classification_metrics, entity_metrics, squad_metrics
+from bertlab.tasks.qa import (
     QAFeature,
     SpanPrediction,
     best_answers,
@@ -38,7 +38,7 @@ from bertlab.training.tasks.qa import (
     predict_spans,
     window_starts,
 )
-from bertlab.training.tasks.readers import (
+from bertlab.tasks.readers import (
     CONLL_LABELS,
     NLI_LABELS,
     SST2_LABELS,
@@ -53,8 +53,8 @@ from bertlab.training.tasks.readers import (
     read_sick,
     read_sst2,
 )
-from bertlab.training.tasks.splits import DEV_SHARE, DataSplit, hold_out, read_train_dev, subset
-from bertlab.training.tasks.squad import read_squad, split_articles, squad_article_split
+from bertlab.tasks.splits import DEV_SHARE, DataSplit, hold_out, read_train_dev, subset
+from bertlab.tasks.squad import read_squad, split_articles, squad_article_split
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """A compressed model's folder: written by `save_compressed`, read back by `bertlab.load`.
 
 The folder is a Hugging Face layout (config.json, model.safetensors, tokenizer files) whose config.json
-carries the keys of `bertlab.compress.structure`: `pruned_heads` ({"layer": [original head indices
+carries the keys of `bertlab.compressed.structure`: `pruned_heads` ({"layer": [original head indices
 removed]}, Hugging Face's convention) and `bertlab_quantization` (format QUANT_FORMAT: which Linear
 modules and embedding tables are int8). Each int8 tensor `T` is stored as int8 under its own name, with
 `T_scale` (float32, one per output row) beside it: value = int8 × scale (symmetric, zero point 0).
@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from bertlab.compress.structure import (
+from bertlab.compressed.structure import (
     PRUNED_KEY,
     QUANT_FORMAT,
     QUANT_KEY,
@@ -42,7 +42,7 @@ from bertlab.config import ConfigError
 from bertlab.families import spec_from_hf
 from bertlab.families.core import few, key_problems, tied_in, ties_decoder
 from bertlab.families.core import normalise_keys as family_normalise_keys
-from bertlab.loading import CheckpointError, LoadReport, read_weights
+from bertlab.weights import CheckpointError, LoadReport, read_weights
 
 SCALE_SUFFIX = "_scale"
 

@@ -28,7 +28,7 @@ from bertlab.training.pretrain import PretrainConfig, evaluate_mlm, evaluate_nsp
 
 log = logging.getLogger(__name__)
 
-# The seeds' sentences, filled in by every evaluation (their top 5 go into the figures and the README).
+# The seeds' sentences, filled in by every evaluation (their top 5 go into the figures and docs/models.md).
 # {mask} is spelled by the model's tokenizer.
 FILL_IN_SENTENCES = ("the man went to the {mask} store.", "he bought a gallon {mask} milk.", "my dog is {mask}.")
 # Short everyday pairs, the kind a student types into the Next-sentence tab (the training text is Wikipedia):

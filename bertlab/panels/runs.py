@@ -1,0 +1,188 @@
+"""Work that runs in the background, as solara's tasks do: one object per job with a state
+(pending, running, finished, error, cancelled), start, cancel, the class queue's place, the buttons that
+start and cancel it, one redraw throttle for its progress, and one policy that turns an error into a
+message for the student. Every panel that trains, evaluates, downloads or watches the class store
+starts its work here; no panel holds a thread.
+
+    job = BackgroundRun("bertlab-finetune", start_button, cancel_button)
+    job.start(work, queue="sst2 · full", on_place=..., on_error=..., on_done=...)
+    job.cancel_event  # handed to the training loop, which stops after its current step
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import ipywidgets as widgets
+
+from bertlab.inputs import InputError
+from bertlab.runtime import is_out_of_memory, out_of_memory_text, release_free_memory
+from bertlab.tasks import DataSourceError
+from bertlab.training.queue import join_queue
+
+log = logging.getLogger(__name__)
+
+State = Literal["pending", "running", "finished", "error", "cancelled"]
+
+# errors whose message says what to change (bad settings, a missing or malformed file): shown as they are.
+# Anything else is a bug: its type is named and its traceback goes to the log.
+STUDENT_ERRORS = (ValueError, KeyError, OSError, DataSourceError)
+REDRAW_EVERY_S = 0.5  # live figures redraw at most this often while a run reports progress
+CPU_MAX_TRAIN, CPU_MAX_DEV = 2000, 500  # training and dev examples a CPU run keeps by default (0 = all)
+
+
+def is_student_error(error: BaseException) -> bool:
+    """Whether the error's own message tells the student what to change (no traceback needed)."""
+    return isinstance(error, STUDENT_ERRORS) or is_out_of_memory(error)
+
+
+def error_text(error: BaseException, hide: Callable[[str], str] = str, batch_size: int | None = None,
+               max_length: int | None = None) -> str:
+    """The one message a failed background run shows: out-of-memory advice (for `batch_size` ×
+    `max_length` when known), a student error's own words, or a bug named by its type. `hide` rewrites
+    paths the student should not see (the workspace's root)."""
+    if is_out_of_memory(error) and batch_size is not None:
+        return out_of_memory_text(batch_size, max_length)
+    if isinstance(error, KeyError) and error.args:
+        return hide(str(error.args[0]))
+    if is_student_error(error):
+        return hide(str(error))
+    return f"the run stopped ({type(error).__name__}: {hide(str(error))})."
+
+
+class Throttle:
+    """At most one redraw every `every_s` seconds; the end of a run (`force`) always redraws."""
+
+    def __init__(self, every_s: float = REDRAW_EVERY_S) -> None:
+        self.every_s = every_s
+        self.last = float("-inf")
+
+    def due(self, force: bool = False) -> bool:
+        now = time.monotonic()
+        if force or now - self.last >= self.every_s:
+            self.last = now
+            return True
+        return False
+
+    def reset(self) -> None:
+        self.last = float("-inf")
+
+
+class BackgroundRun:
+    """One job at a time in a daemon thread named `name`. While it runs, `start_button` is disabled and
+    `cancel_button` enabled; `cancel()` sets `cancel_event` (which the work reads, e.g. the training
+    loop) and disables the cancel button. `state` tells how the last job ended."""
+
+    def __init__(self, name: str, start_button: widgets.Button | None = None,
+                 cancel_button: widgets.Button | None = None) -> None:
+        self.name = name
+        self.start_button, self.cancel_button = start_button, cancel_button
+        self.state: State = "pending"
+        self.error: BaseException | None = None
+        self.cancel_event = threading.Event()
+        self.redraw = Throttle()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_event.is_set()
+
+    def start(self, work: Callable[[], Any], *, queue: str | None = None,
+              on_place: Callable[[int], None] | None = None, on_left_queue: Callable[[], None] | None = None,
+              on_error: Callable[[BaseException], None] | None = None,
+              on_done: Callable[[], None] | None = None) -> None:
+        """Run `work()` in the background. With `queue` (a label) the job first waits for its place in
+        the class queue (`on_place(runs ahead)` while it waits; `on_left_queue()` if cancelled there). An
+        exception from `work` goes to `on_error` (a bug is logged with its traceback first); `on_done()`
+        runs last in every case, after the buttons are back."""
+        if self.running:
+            raise InputError("A run is in progress: cancel it or wait for it to end.")
+        self.cancel_event = threading.Event()
+        self.state, self.error = "running", None
+        self.redraw.reset()
+        self._buttons(running=True)
+        self._thread = threading.Thread(target=self._body, args=(work, queue, on_place, on_left_queue, on_error,
+                                                                 on_done), name=self.name, daemon=True)
+        self._thread.start()
+
+    def poll(self, check: Callable[[], None], every_s: float | Callable[[], float]) -> None:
+        """Call `check()` every `every_s` seconds (or as often as `every_s()` says each time) until
+        `cancel()`; an error in one check is logged and the next check comes all the same."""
+        def loop() -> None:
+            while not self.cancel_event.wait(every_s() if callable(every_s) else every_s):
+                try:
+                    check()
+                except Exception:  # a locked store must not end the loop: try again next time
+                    log.exception("%s: a check failed", self.name)
+
+        self.start(loop)
+
+    def cancel(self) -> None:
+        """Ask the job to stop (the work reads `cancel_event`)."""
+        self.cancel_event.set()
+        if self.cancel_button is not None:
+            self.cancel_button.disabled = True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the job ends (True) or `timeout` seconds pass (False): for tests and scripts."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return not self.running
+
+    def _body(self, work: Callable[[], Any], queue: str | None, on_place: Callable[[int], None] | None,
+              on_left_queue: Callable[[], None] | None, on_error: Callable[[BaseException], None] | None,
+              on_done: Callable[[], None] | None) -> None:
+        place = None
+        try:
+            if queue is not None:
+                place = join_queue(queue)
+                if not place.wait(self.cancel_event, on_place):
+                    self.state = "cancelled"
+                    _safely(on_left_queue, self.name)
+                    return
+            work()
+            self.state = "cancelled" if self.cancelled else "finished"
+        except Exception as e:
+            self.state, self.error = "error", e
+            if not is_student_error(e) and not self.cancelled:
+                log.exception("%s failed", self.name)
+            _safely(on_error and functools.partial(on_error, e), self.name)
+        finally:
+            if place is not None:
+                place.leave()  # the next student's run may start
+            if self.error is not None:
+                release_free_memory()  # outside the except block: the traceback no longer holds the tensors
+            self._buttons(running=False)
+            _safely(on_done, self.name)
+
+    def _buttons(self, running: bool) -> None:
+        if self.start_button is not None:
+            self.start_button.disabled = running
+        if self.cancel_button is not None:
+            self.cancel_button.disabled = not running
+
+
+def in_background(work: Callable[[], Any], name: str) -> BackgroundRun:
+    """Start a one-off background job (a size lookup, figures built ahead) and return it."""
+    job = BackgroundRun(name)
+    job.start(work)
+    return job
+
+
+def _safely(callback: Callable[[], Any] | None, name: str) -> None:
+    """Run a callback of the job; a failing one is logged, never raised into the thread."""
+    if callback is None:
+        return
+    try:
+        callback()
+    except Exception:
+        log.exception("%s: showing how the run went failed", name)

@@ -1,0 +1,285 @@
+"""Use it: a fine-tuned model on the student's own text (class probabilities, entailment, entities or the
+answer span), why it answered so, and the [CLS] vectors of dev examples before and after fine-tuning."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+
+from bertlab.analysis.attribution import ExplainInput, Target
+from bertlab.analysis.predict import answer, classify, cls_vectors, entail, entities, pca_2d, split_words
+from bertlab.analysis.targets import class_target, span_target, tag_target
+from bertlab.inputs import InputError
+from bertlab.model import Bert
+from bertlab.panels.base import Level, Panel, show_figure, unknown_notes
+from bertlab.panels.explain import ExplainSection
+from bertlab.runtime import input_limit
+from bertlab.tasks import subset
+from bertlab.tasks.models import model_task
+from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
+from bertlab.viz.finetune import (
+    answer_html,
+    entities_html,
+    plot_class_probabilities,
+    plot_cls_pca,
+    plot_span_probabilities,
+    top_spans_html,
+)
+from bertlab.viz.theme import FAINT, help_html
+
+PCA_SAMPLE = 200  # dev examples in the [CLS] picture
+USE_HELP = (
+    "Try the model just made (or a fine-tuned model picked above) on your own text. "
+    "The {cls} picture projects dev examples onto 2 axes before and after fine-tuning."  # the model's {cls}
+)
+DEFAULT_SENTENCE = "A gripping, funny and beautifully acted film."
+DEFAULT_PREMISE, DEFAULT_HYPOTHESIS = "A man is playing a guitar on a stage.", "A person is playing an instrument."
+DEFAULT_NER_TEXT = "Angela Merkel met Emmanuel Macron in Paris to talk about Airbus and the European Union."
+DEFAULT_QUESTION = "Who designed the Eiffel Tower?"
+DEFAULT_PARAGRAPH = (
+    "The Eiffel Tower was built for the 1889 World's Fair in Paris. It was designed by the engineering "
+    "company of Gustave Eiffel and is 330 metres tall, the tallest structure in the city."
+)
+
+
+class UsePanel(Panel):
+    """Class probabilities, entailment, entities or the answer span of a fine-tuned model, and
+    the [CLS] vectors of dev examples before and after fine-tuning."""
+
+    title = "Use it"
+    teaches = "A fine-tuned head turns the encoder's vectors into a task's answer: try it on your own text."
+
+    def __init__(self, model: Bert | None = None, tok: Tokenizer | None = None,
+                 dev_examples: Callable[[str], list[Any]] | None = None) -> None:
+        super().__init__()
+        self.model: Bert | None = None
+        self.tok = tok
+        self.name = ""
+        self.kind: str | None = None  # sst2, nli, classification, ner, qa
+        self.task: str | None = None  # the fine-tuning task the model came from, when known
+        self.before: Bert | None = None
+        self.dev: list[Any] | None = None
+        self.dev_examples = dev_examples
+        self._figures: dict[str, go.Figure] = {}  # the view's figure (by name), on show
+        self._pca_figure: go.Figure | None = None
+        wide = widgets.Layout(width="min(100%, 720px)")
+
+        def button(text: str, tip: str) -> widgets.Button:
+            b = widgets.Button(description=text, button_style="primary", tooltip=tip)
+            b.on_click(self._on_use)
+            return b
+
+        def text_box(view: str, value: str, description: str, area: bool = False,
+                     placeholder: str = "") -> widgets.Widget:
+            cls = widgets.Textarea if area else widgets.Text
+            w = cls(value=value, description=description, placeholder=placeholder, continuous_update=False,
+                    layout=widgets.Layout(width="min(100%, 720px)", height="4.5em" if area else None))
+            w.observe(lambda _change: self._on_input(view), names="value")
+            return w
+
+        self.header = widgets.HTML()
+        self.sentence = text_box("sst2", DEFAULT_SENTENCE, "Sentence", area=True)
+        self.sentence_b = text_box("sst2", "", "Sentence B", placeholder="optional second sentence")
+        self.premise = text_box("nli", DEFAULT_PREMISE, "Premise (A)")
+        self.hypothesis = text_box("nli", DEFAULT_HYPOTHESIS, "Hypothesis (B)")
+        self.ner_text = text_box("ner", DEFAULT_NER_TEXT, "Text", area=True)
+        self.question = text_box("qa", DEFAULT_QUESTION, "Question")
+        self.paragraph = text_box("qa", DEFAULT_PARAGRAPH, "Paragraph", area=True)
+        self.top_k = widgets.IntSlider(value=5, min=1, max=10, description="Top k spans")
+        self.top_k.observe(lambda _change: self._on_input("qa"), names="value")
+        self.probs_box = widgets.Box([])
+        self.entities_out = widgets.HTML(layout=wide)
+        self.answer_out = widgets.HTML(layout=wide)
+        self.spans_box = widgets.Box([])
+        self.top_spans = widgets.HTML()
+        classify_button = button("Classify", "Class probabilities")
+        self.views: dict[str, widgets.VBox] = {
+            "sst2": widgets.VBox([self.sentence, classify_button, self.probs_box]),  # SST-2 reads one sentence
+            # another sentence classifier may have been trained on pairs: it gets a sentence B field
+            "classification": widgets.VBox([self.sentence, self.sentence_b, classify_button, self.probs_box]),
+            "nli": widgets.VBox([self.premise, self.hypothesis, button("Infer", "Entailment probabilities"),
+                                 self.probs_box]),
+            "ner": widgets.VBox([self.ner_text, button("Find entities", "Tag each word"), self.entities_out]),
+            "qa": widgets.VBox([self.question, self.paragraph, widgets.HBox([button("Answer", "Find the span"),
+                                                                            self.top_k]),
+                                self.answer_out, self.top_spans, self.spans_box]),
+        }
+        self.view = widgets.Box([])
+        self.pca_button = widgets.Button(icon="braille")
+        self.pca_button.on_click(self._on_pca)
+        self.pca_box = widgets.Box([])
+        self.help = widgets.HTML()
+        self._label_cls(tok.cls_token if tok is not None else DEFAULT_SPECIALS["cls"])
+        self.explain = ExplainSection(None, tok, self._explain_request)  # "Does attention explain it?"
+        self._widget = widgets.VBox([self.help, self.header, self.view, self.message, self.explain.widget,
+                                     self.pca_button, self.pca_box], layout=widgets.Layout(width="100%"))
+        if model is not None and model_task(model):
+            self.show_model(model, tok, "the model picked above")
+        else:
+            self._show_header()
+
+    def set_model(self, model: Bert, tok: Tokenizer) -> None:
+        if model_task(model):
+            self.show_model(model, tok, "the model picked above")
+
+    def _label_cls(self, cls: str) -> None:
+        """Name the [CLS] picture after the tokenizer's own first token."""
+        self.pca_button.description = f"{cls} before / after"
+        self.pca_button.tooltip = f"PCA of the {cls} vectors of {PCA_SAMPLE} dev examples"
+        self.help.value = help_html(USE_HELP.format(cls=html.escape(cls)))
+
+    def figures(self) -> dict[str, go.Figure]:
+        pca = {f"{self.tok.cls_token} PCA": self._pca_figure} if self._pca_figure is not None else {}
+        return {**self._figures, **pca, **self.explain.figures()}
+
+    def show_model(self, model: Bert, tok: Tokenizer, name: str, before: Bert | None = None,
+            dev: list[Any] | None = None, task: str | None = None) -> None:
+        """Show the view for `model`'s head and run it on the text already typed."""
+        self.model, self.tok, self.name = model, tok, name
+        self._label_cls(tok.cls_token)
+        self.kind = model_task(model)
+        self.task = task or (self.kind if self.kind in ("sst2", "nli") else None)
+        self.before, self.dev = before, dev
+        self._figures, self._pca_figure = {}, None
+        self.pca_box.children = ()
+        self._show_header()
+        self.view.children = (self.views[self.kind],) if self.kind else ()
+        self.explain.set_model(model, tok, refresh=False)  # update refreshes it
+        self.update()
+
+    def _show_header(self) -> None:
+        if self.model is None or self.kind is None:
+            self.header.value = (f'<span style="{FAINT}">Fine-tune a model above (or pick a fine-tuned one) '
+                                 "to try it here.</span>")
+            self.pca_button.disabled = True
+            return
+        labels = ", ".join(str(v) for v in self.model.config.id2label.values())
+        what = {"sst2": "sentiment", "nli": "entailment", "classification": "sentence classification",
+                "ner": "named entities", "qa": "question answering"}[self.kind]
+        self.header.value = (f"Using <b>{html.escape(self.name)}</b>: {what}"
+                             f"{f' ({html.escape(labels)})' if labels and len(labels) < 120 else ''}.")
+        self.pca_button.disabled = False
+
+    # -- the views --------------------------------------------------------------------------------
+    def _on_use(self, _=None) -> None:
+        self.update()
+
+    def _on_input(self, view: str) -> None:
+        """An input of `view` changed: rerun only if that view is on show."""
+        if {"classification": "sst2"}.get(self.kind or "", self.kind) == view:
+            self.update()
+
+    def update(self) -> None:
+        """Run the model on the current view's input and show the result (or a message)."""
+        if self.model is None or self.kind is None:
+            return
+        with self.reporting():
+            notes = {"sst2": self._classify, "classification": self._classify, "nli": self._entail,
+                     "ner": self._entities, "qa": self._answer}[self.kind]()
+            self.show_messages(notes)
+        self.explain.set_choices(explain_choices(self.kind, self.ner_text.value))
+        self.explain.refresh()
+
+    def _explain_request(self, which: int) -> tuple[ExplainInput, Target]:
+        """What "Does attention explain it?" explains: the predicted class, the tag of the first entity
+        (or of word `which` - 1), the answer's start (`which` 0) or end (1)."""
+        if self.kind in ("sst2", "classification"):
+            text_b = self.sentence_b.value if self.kind == "classification" else None
+            return class_target(self.model, self.tok, self.sentence.value, text_b)
+        if self.kind == "nli":
+            return class_target(self.model, self.tok, self.premise.value, self.hypothesis.value)
+        if self.kind == "ner":
+            return tag_target(self.model, self.tok, self.ner_text.value, None if which == 0 else which - 1)
+        if self.kind == "qa":
+            return span_target(self.model, self.tok, self.question.value, self.paragraph.value, end=which == 1)
+        raise InputError("Fine-tune a model first (or pick a fine-tuned one): there is no prediction to explain.")
+
+    def _classify(self) -> list[tuple[Level, str]]:
+        text_b = self.sentence_b.value if self.kind == "classification" else None  # not on show for SST-2
+        pred = classify(self.model, self.tok, self.sentence.value, text_b)
+        return self._show_probabilities(pred)
+
+    def _entail(self) -> list[tuple[Level, str]]:
+        return self._show_probabilities(entail(self.model, self.tok, self.premise.value, self.hypothesis.value))
+
+    def _show_probabilities(self, pred) -> list[tuple[Level, str]]:
+        fig = plot_class_probabilities(pred)
+        self._figures = {"class probabilities": fig}
+        show_figure(self.probs_box, fig)
+        return _cut_notes(pred.warning, pred.tokens, self.tok.unk_token)
+
+    def _entities(self) -> list[tuple[Level, str]]:
+        text = self.ner_text.value
+        found = entities(self.model, self.tok, text)
+        self.entities_out.value = entities_html(text, found)
+        self._figures = {}
+        enc = self.tok.encode(text, max_length=input_limit(self.model, self.tok))
+        notes = _cut_notes(enc.warning and (enc.warning + " Words after the cut are not tagged."), enc.tokens,
+                           self.tok.unk_token)
+        return notes or [("info", f"{len(found)} entit{'y' if len(found) == 1 else 'ies'} found.")]
+
+    def _answer(self) -> list[tuple[Level, str]]:
+        result = answer(self.model, self.tok, self.question.value, self.paragraph.value, k=self.top_k.value)
+        self.answer_out.value = answer_html(result)
+        self.top_spans.value = top_spans_html(result.top_k)
+        fig = plot_span_probabilities(result)
+        self._figures = {"answer span probabilities": fig}
+        show_figure(self.spans_box, fig)
+        notes: list[tuple[Level, str]] = []
+        if result.windows > 1:
+            notes.append(("info", (f"The paragraph is long: the model read it in {result.windows} overlapping "
+                                  "windows and kept the best span of all.")))
+        return notes + _cut_notes(None, result.tokens, self.tok.unk_token)
+
+    # -- [CLS] before and after -------------------------------------------------------------------
+    def _on_pca(self, _=None) -> None:
+        with self.reporting():
+            self.show_cls_pca()
+
+    def show_cls_pca(self) -> None:
+        """PCA of the last layer's [CLS] of PCA_SAMPLE dev examples, before and after fine-tuning."""
+        if self.model is None or self.kind is None:
+            raise InputError("Fine-tune a model first: the picture compares the sentence vectors before and after.")
+        if self.kind not in ("sst2", "nli") or self.task not in ("sst2", "nli"):
+            cls = self.tok.cls_token
+            raise InputError(f"The {cls} picture is for sentence classification (SST-2 or NLI), where the head "
+                             f"reads {cls}; NER and QA read every token.")
+        examples = self.dev if self.dev else (self.dev_examples(self.task) if self.dev_examples else [])
+        if not examples:
+            raise InputError(f"No {self.task} dev examples to project: check the data source above.")
+        sample = subset(examples, PCA_SAMPLE, 0, "cls pca")
+        texts, texts_b = [e.text_a for e in sample], [e.text_b for e in sample]
+        id2label = self.model.config.id2label
+        labels = [str(id2label[e.label]) for e in sample]
+        models = {"before fine-tuning": self.before, "after fine-tuning": self.model} if self.before is not None \
+            else {"this model": self.model}
+        points, explained = {}, {}
+        for name, model in models.items():
+            points[name], explained[name] = pca_2d(cls_vectors(model, self.tok, texts, texts_b))
+        fig = plot_cls_pca(points, labels, [t if b is None else f"{t} / {b}" for t, b in zip(texts, texts_b)],
+                           explained, cls_token=self.tok.cls_token)
+        self._pca_figure = fig
+        show_figure(self.pca_box, fig)
+        note = "" if self.before is not None else " Fine-tune here to see it before and after."
+        self.show_message(f"{self.tok.cls_token} of {len(sample)} dev examples, coloured by their gold label.{note}")
+
+
+def explain_choices(kind: str | None, ner_text: str, limit: int = 60) -> list[str]:
+    """What "Does attention explain it?" offers for a view: NER a word's tag, QA the start or end."""
+    if kind == "ner":
+        words = split_words(ner_text)[:limit] if ner_text.strip() else []
+        return ["tag of the first entity"] + [f"tag of word {i}: {w}" for i, (w, _, _) in enumerate(words)]
+    if kind == "qa":
+        return ["answer start", "answer end"]
+    return []
+
+
+def _cut_notes(warning: str | None, tokens: Sequence[str], unk_token: str) -> list[tuple[Level, str]]:
+    notes: list[tuple[Level, str]] = []
+    if warning:
+        notes.append(("warning", warning))
+    return notes + unknown_notes(tokens, unk_token)

@@ -1,0 +1,113 @@
+"""The one background-run controller (panels/runs.py): states, buttons, cancel, the class queue, the
+redraw throttle and the error-to-message policy, without a panel."""
+
+from __future__ import annotations
+
+import threading
+
+import ipywidgets as widgets
+import pytest
+import torch
+
+from bertlab.inputs import InputError
+from bertlab.panels.runs import BackgroundRun, Throttle, error_text, in_background
+from bertlab.runtime import out_of_memory_text
+
+
+def buttons() -> tuple[widgets.Button, widgets.Button]:
+    return widgets.Button(), widgets.Button(disabled=True)
+
+
+def test_a_run_goes_pending_running_finished_and_the_buttons_follow():
+    start, cancel = buttons()
+    job = BackgroundRun("test-run", start, cancel)
+    assert job.state == "pending" and not job.running
+    go, seen = threading.Event(), []
+    job.start(lambda: (go.wait(10), seen.append((start.disabled, cancel.disabled))),
+              on_done=lambda: seen.append("done"))
+    assert job.running and job.state == "running"
+    with pytest.raises(InputError, match="in progress"):  # one job at a time
+        job.start(lambda: None)
+    go.set()
+    assert job.wait(10)
+    assert job.state == "finished" and seen == [(True, False), "done"]
+    assert not start.disabled and cancel.disabled
+
+
+def test_cancel_sets_the_event_the_work_reads_and_ends_cancelled():
+    start, cancel = buttons()
+    job = BackgroundRun("test-cancel", start, cancel)
+    job.start(lambda: job.cancel_event.wait(10))
+    job.cancel()
+    assert cancel.disabled  # pressed once is enough
+    assert job.wait(10) and job.state == "cancelled"
+
+
+def test_an_error_goes_to_on_error_once_and_the_job_ends_in_error(caplog):
+    errors: list[BaseException] = []
+    job = BackgroundRun("test-error")
+    job.start(lambda: 1 / 0, on_error=errors.append)
+    assert job.wait(10)
+    assert job.state == "error" and isinstance(job.error, ZeroDivisionError) and errors == [job.error]
+    assert "test-error failed" in caplog.text  # a bug keeps its traceback in the log
+
+
+def test_a_failing_callback_never_escapes_the_thread(caplog):
+    job = BackgroundRun("test-callback")
+    job.start(lambda: None, on_done=lambda: 1 / 0)
+    assert job.wait(10) and job.state == "finished"
+    assert "showing how the run went failed" in caplog.text
+
+
+def test_poll_checks_until_cancelled():
+    calls: list[int] = []
+    job = BackgroundRun("test-poll")
+    job.poll(lambda: calls.append(1), 0.01)
+    while len(calls) < 3:
+        threading.Event().wait(0.01)
+    job.cancel()
+    assert job.wait(10) and job.state == "cancelled"
+
+
+def test_in_background_runs_a_one_off_job():
+    done = threading.Event()
+    job = in_background(done.set, "test-one-off")
+    assert job.wait(10) and done.is_set() and job.state == "finished"
+
+
+def test_leaving_the_queue_before_the_start_runs_nothing(monkeypatch):
+    class Place:
+        left = False
+
+        def wait(self, cancel, on_place):
+            on_place(2)
+            cancel.wait(10)
+            return False
+
+        def leave(self):
+            Place.left = True
+
+    monkeypatch.setattr("bertlab.panels.runs.join_queue", lambda label: Place())
+    ran, places, left = [], [], []
+    job = BackgroundRun("test-queue")
+    job.start(lambda: ran.append(1), queue="a run", on_place=places.append, on_left_queue=lambda: left.append(1))
+    job.cancel()
+    assert job.wait(10)
+    assert job.state == "cancelled" and not ran and places == [2] and left == [1] and Place.left
+
+
+def test_the_error_policy():
+    assert error_text(KeyError("no such label 'x'")) == "no such label 'x'"
+    assert error_text(ValueError("in /srv/class/ann/data.tsv"), hide=lambda t: t.replace("/srv/class/ann", "~")) \
+        == "in ~/data.tsv"
+    assert error_text(RuntimeError("boom")) == "the run stopped (RuntimeError: boom)."
+    oom = error_text(torch.OutOfMemoryError("CUDA out of memory"), batch_size=32, max_length=128)
+    assert oom == out_of_memory_text(32, 128)
+    assert "batches of 32 × up to 128 tokens" in oom and "(e.g. 16" in oom and "max length 64" in oom
+
+
+def test_the_throttle_lets_one_redraw_through_per_interval():
+    throttle = Throttle(every_s=3600)
+    assert throttle.due() and not throttle.due() and throttle.due(force=True)
+    throttle.reset()
+    assert throttle.due()
