@@ -12,7 +12,10 @@ Two modes:
   plain    bertlab (no hooks, fused attention) vs HF BertModel (default SDPA attention)
   capture  bertlab run_with_cache(every attention pattern + every layer's hidden state + embeddings)
            vs HF (eager attention, output_attentions=True, output_hidden_states=True)
-The four variants take turns call by call. Prints a table of median latencies and ratios
+  view     what one attention view shows, through `run_with_cache(layers=..., heads=..., dtype=float16)`:
+           "layer" = every head of the middle layer, "head" = head 0 of every layer (fused attention
+           elsewhere; only the asked heads' patterns are computed)
+The six variants take turns call by call. Prints a table of median latencies and ratios
 (bertlab / HF: below 1 = bertlab faster) and the
 capture overhead (bertlab capture / bertlab plain), and writes bench/results/forward.json.
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -114,30 +118,38 @@ def run(batch: int, lengths: list[int], repeats: int, models: list[str]) -> list
             if ours.family.has_segments:  # DistilBERT takes no token_type_ids
                 hf_in["token_type_ids"] = types
             names = lambda n: n.endswith(CAPTURED)  # noqa: E731
+            pattern = lambda n: n.endswith("hook_pattern")  # noqa: E731
+            middle = ours.family.num_layers // 2
             with torch.inference_mode():
                 t = _time_all({
                     "bertlab_plain": lambda: ours(ids, types, mask),
                     "hf_plain": lambda: hf_sdpa(**hf_in),
                     "bertlab_capture": lambda: ours.run_with_cache(ids, types, mask, names=names),
                     "hf_capture": lambda: hf_eager(**hf_in, output_attentions=True, output_hidden_states=True),
+                    "bertlab_view_layer": lambda: ours.run_with_cache(ids, types, mask, names=pattern, layers=[middle],
+                                                                      dtype=torch.float16),
+                    "bertlab_view_head": lambda: ours.run_with_cache(ids, types, mask, names=pattern, heads=[0],
+                                                                     dtype=torch.float16),
                 }, repeats)
             row = {"model": name, "batch": batch, "seq": seq, **{k: round(v * 1000, 2) for k, v in t.items()}}
             row["plain_ratio_vs_hf"] = round(t["bertlab_plain"] / t["hf_plain"], 3)
             row["capture_ratio_vs_hf"] = round(t["bertlab_capture"] / t["hf_capture"], 3)
             row["capture_overhead"] = round(t["bertlab_capture"] / t["bertlab_plain"], 3)
+            row["view_layer_overhead"] = round(t["bertlab_view_layer"] / t["bertlab_plain"], 3)
+            row["view_head_overhead"] = round(t["bertlab_view_head"] / t["bertlab_plain"], 3)
             rows.append(row)
             print(_fmt(row), flush=True)
     return rows
 
 
 HEADER = ("| model | batch | seq | bertlab plain ms | HF plain ms | ratio | bertlab capture ms | HF capture ms "
-          "| ratio | capture / plain |\n|---|---|---|---|---|---|---|---|---|---|")
+          "| ratio | capture / plain | one layer / plain | one head / plain |\n" + "|---" * 12 + "|")
 
 
 def _fmt(r: dict) -> str:
     return (f"| {r['model']} | {r['batch']} | {r['seq']} | {r['bertlab_plain']} | {r['hf_plain']} | "
             f"{r['plain_ratio_vs_hf']} | {r['bertlab_capture']} | {r['hf_capture']} | {r['capture_ratio_vs_hf']} | "
-            f"{r['capture_overhead']} |")
+            f"{r['capture_overhead']} | {r.get('view_layer_overhead', '')} | {r.get('view_head_overhead', '')} |")
 
 
 def main() -> None:
@@ -158,7 +170,7 @@ def main() -> None:
     print(HEADER)
     rows = run(a.batch, a.lengths, a.repeats, a.models)
     meta = {"torch": torch.__version__, "threads": a.threads, "cpu": platform.processor() or platform.machine(),
-            "device": "cpu", "repeats": a.repeats}
+            "device": "cpu", "repeats": a.repeats, "load_average": [round(x, 2) for x in os.getloadavg()]}
     out = Path(a.out)
     if a.keep_other_rows and out.is_file():  # rows measured in another run, with that run's meta
         old = json.loads(out.read_text())

@@ -84,7 +84,14 @@ def _wrap(fn: HookFn, name: str):
     def hook(module: nn.Module, inputs, output):
         return fn(output, name)
 
+    hook.reads_only = getattr(fn, "reads_only", False)  # passed on: see `reads_only`
     return hook
+
+
+def reads_only(point: HookPoint) -> bool:
+    """True when every hook on `point` only reads (a cache's store, marked `fn.reads_only = True`):
+    the model may then compute the activation another way, or only the part that is read."""
+    return all(getattr(h, "reads_only", False) for h in point._forward_hooks.values())
 
 
 def _grad_tap(fn: GradHookFn, name: str):

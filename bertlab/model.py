@@ -26,6 +26,7 @@ from bertlab.hooks import (
     NameFilter,
     hooks,
     name_hook_points,
+    reads_only,
     select,
 )
 
@@ -108,24 +109,37 @@ class AttentionHooks(nn.Module):
         self.hook_scores = HookPoint()  # [batch, head, query, key] scaled, masked, pre-softmax
         self.hook_pattern = HookPoint()  # [batch, head, query, key]
         self.hook_z = HookPoint()  # [batch, seq, head, d_head] each head's weighted values
+        # heads whose scores/pattern a cache reads (set by run_with_cache while it runs): None = all heads
+        self.capture_heads: list[int] | None = None
 
     def uses_eager(self) -> bool:
         if self.path == "auto":
-            return self.hook_scores.active or self.hook_pattern.active
+            return (self.hook_scores.active or self.hook_pattern.active) and not self.side_pattern()
         return self.path == "eager"
+
+    def side_pattern(self) -> bool:
+        """Only caches read the pattern, and only some heads': the fused path makes the output and
+        those heads' scores/pattern are computed beside it (`attend`)."""
+        if self.path != "auto" or self.capture_heads is None:
+            return False
+        points = (self.hook_scores, self.hook_pattern)
+        return any(p.active for p in points) and all(reads_only(p) for p in points)
 
 
 def attend(
     hp: AttentionHooks, x: torch.Tensor, query: nn.Module, key: nn.Module, value: nn.Module,
     mask: torch.Tensor | None, head_mask: torch.Tensor | None, dropout: nn.Dropout,
+    x_query: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Multi-head self-attention of x [batch, seq, d_model] through `hp`'s hook points;
-    returns z [batch, seq, head, d_head]. Shared by every family's layer."""
+    returns z [batch, seq, head, d_head]. Shared by every family's layer. With `x_query`
+    [batch, n, d_model], only those positions ask (z is [batch, n, head, d_head]); keys and
+    values still come from every position of x."""
 
     def split(t: torch.Tensor) -> torch.Tensor:
         return t.view(*t.shape[:2], hp.n_heads, hp.d_head)  # [batch, seq, head, d_head]
 
-    q = hp.hook_q(split(query(x))).transpose(1, 2)  # [batch, head, seq, d_head]
+    q = hp.hook_q(split(query(x if x_query is None else x_query))).transpose(1, 2)  # [batch, head, seq, d_head]
     k = hp.hook_k(split(key(x))).transpose(1, 2)
     v = hp.hook_v(split(value(x))).transpose(1, 2)
     if hp.uses_eager():
@@ -137,6 +151,12 @@ def attend(
     else:
         p = dropout.p if dropout.training else 0.0
         z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        if hp.side_pattern():  # caches read a few heads: their pattern only, nothing else changes
+            heads = hp.capture_heads
+            scores = (q[:, heads] * hp.d_head**-0.5) @ k[:, heads].transpose(-1, -2)  # [batch, asked, q, k]
+            if mask is not None:
+                scores += mask
+            hp.hook_pattern(hp.hook_scores(scores).softmax(dim=-1))
     if head_mask is not None:  # [head]: 0 switches a head off (same as scaling its pattern)
         z = z * head_mask.to(z.dtype).view(1, -1, 1, 1)
     return hp.hook_z(z.transpose(1, 2))  # [batch, seq, head, d_head]
@@ -163,9 +183,10 @@ class BertSelfAttention(AttentionHooks):
         self.dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None
+        self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None,
+        x_query: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        return attend(self, x, self.query, self.key, self.value, mask, head_mask, self.dropout)
+        return attend(self, x, self.query, self.key, self.value, mask, head_mask, self.dropout, x_query)
 
 
 class Adapter(nn.Module):
@@ -206,7 +227,12 @@ class BertAttention(nn.Module):
         self.self = BertSelfAttention(cfg)
         self.output = BertSelfOutput(cfg)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None,
+                first_only: bool = False) -> torch.Tensor:
+        """first_only: only position 0 asks and is written ([batch, 1, d_model]); keys and values from all."""
+        if first_only:
+            first = x[:, :1]
+            return self.output(self.self(x, mask, head_mask, first), first)
         return self.output(self.self(x, mask, head_mask), x)
 
 
@@ -252,9 +278,11 @@ class BertLayer(nn.Module):
         self.hook_resid_mid = HookPoint()  # [batch, seq, d_model] after attention (+ residual, LN)
         self.hook_resid_post = HookPoint()  # [batch, seq, d_model] after the MLP (+ residual, LN)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None,
+                first_only: bool = False) -> torch.Tensor:
+        """first_only: the layer's output at position 0 alone, [batch, 1, d_model] (see `BertAttention`)."""
         x = self.hook_resid_pre(x)
-        mid = self.hook_resid_mid(self.attention(x, mask, head_mask))
+        mid = self.hook_resid_mid(self.attention(x, mask, head_mask, first_only))
         return self.hook_resid_post(self.output(self.intermediate(mid), mid))
 
 
@@ -263,10 +291,17 @@ class BertEncoder(nn.Module):
         super().__init__()
         self.layer = nn.ModuleList(BertLayer(cfg) for _ in range(cfg.num_hidden_layers))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None,
+                first_only: bool = False) -> torch.Tensor:
+        """first_only: the last layer computes position 0 alone: returns [batch, 1, d_model]."""
+        last = len(self.layer) - 1
         for i, layer in enumerate(self.layer):
-            x = layer(x, mask, None if head_mask is None else head_mask[i])
+            x = layer(x, mask, None if head_mask is None else head_mask[i], first_only and i == last)
         return x
+
+    def last_layer_watched(self) -> bool:
+        """True when a hook reads (or changes) something in the last layer, whose positions it then sees."""
+        return any(m.active for m in self.layer[-1].modules() if isinstance(m, HookPoint))
 
 
 class BertPooler(nn.Module):
@@ -297,14 +332,18 @@ class BertModel(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         head_mask: torch.Tensor | None = None,
+        first_only: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """first_only: the last layer computes [CLS] (position 0) alone; the sequence output is then
+        [batch, 1, d_model]. Taken only when no hook watches the last layer."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
         mask = _additive_mask(attention_mask, x.dtype)
-        x = self.encoder(x, mask, head_mask)
+        first_only = first_only and len(self.encoder.layer) > 0 and not self.encoder.last_layer_watched()
+        x = self.encoder(x, mask, head_mask, first_only)
         return x, (self.pooler(x) if self.pooler is not None else None)
 
 
@@ -493,17 +532,55 @@ class HookedModel(nn.Module):
             yield self
 
     def run_with_cache(
-        self, *args, names: NameFilter = None, **kwargs
+        self, *args, names: NameFilter = None, layers: Iterable[int] | None = None,
+        heads: Iterable[int] | None = None, dtype: torch.dtype | None = None, **kwargs
     ) -> tuple[ModelOutput, ActivationCache]:
-        """Forward pass that also returns the activations at `names` (default: all hook points)."""
+        """Forward pass that also returns the activations at `names` (default: all hook points).
+
+        layers: keep only the names of these layers (and none outside layers). heads: keep only
+        these heads of `hook_scores` / `hook_pattern` ([batch, len(heads), query, key], in that
+        order); the attention runs fused and only those heads' patterns are computed. dtype: store
+        floating activations in it (e.g. torch.float16: half the memory). The outputs do not change."""
+        picked = select(self.hook_points, names)
+        if layers is not None:
+            wanted = {self._layer_index(i) for i in layers}
+            picked = [n for n in picked if self.family.layer_of(n) in wanted]
+        head_list = None if heads is None else [int(h) for h in heads]
         cache = ActivationCache(layers=self.family)
 
         def store(x: torch.Tensor, name: str) -> None:
-            cache[name] = x.detach()
+            per_head = name.endswith(("hook_pattern", "hook_scores"))
+            if head_list is not None and per_head and x.shape[1] != len(head_list):
+                x = x[:, head_list]  # a family whose attention computes every head
+            x = x.detach()
+            cache[name] = x.to(dtype) if dtype is not None and x.is_floating_point() else x
 
-        with self.hooks([(select(self.hook_points, names), store)]):
-            out = self(*args, **kwargs)
+        store.reads_only = True
+        attention = [m for m in self.modules() if isinstance(m, AttentionHooks)]
+        if head_list is not None:
+            self._check_heads(head_list, attention)
+        try:
+            for m in attention:  # only a subset is worth computing on the side
+                m.capture_heads = head_list if head_list is not None and len(head_list) < m.n_heads else None
+            with self.hooks([(picked, store)]):
+                out = self(*args, **kwargs)
+        finally:
+            for m in attention:
+                m.capture_heads = None
         return out, cache
+
+    def _layer_index(self, i: int) -> int:
+        n = self.family.num_layers
+        if not -n <= int(i) < n:
+            raise IndexError(f"layer {i} does not exist: this model has layers 0..{n - 1}.")
+        return int(i) % n
+
+    @staticmethod
+    def _check_heads(heads: list[int], attention: list[AttentionHooks]) -> None:
+        n = min((m.n_heads for m in attention), default=0)
+        bad = [h for h in heads if not 0 <= h < n]
+        if bad:
+            raise IndexError(f"head {bad[0]} does not exist: each layer has heads 0..{n - 1}.")
 
     def set_attention_path(self, path: AttentionPath) -> None:
         """"auto" (eager only when the pattern is read), or force "eager" / "sdpa"."""
@@ -621,9 +698,14 @@ class Bert(HookedModel):
         attention_mask: torch.Tensor | None = None,  # [batch, seq] 1 = token, 0 = padding
         head_mask: torch.Tensor | None = None,  # [layer, head] 1 = on, 0 = off
         mlm_positions: torch.Tensor | None = None,  # [batch, seq] bool: run the MLM head only there
+        all_positions: bool = True,  # False: a sentence classifier may compute its last layer for [CLS] alone
     ) -> ModelOutput:
+        """With all_positions=False, a model whose heads read [CLS] alone (a sentence classifier, NSP;
+        no MLM) computes its last layer's attention and feed-forward for [CLS] only, unless a hook
+        watches that layer: `last_hidden_state` is then [batch, 1, d_model]; the logits are the same."""
         self._check_input(input_ids, token_type_ids)
-        seq_out, pooled = self.bert(input_ids, token_type_ids, attention_mask, head_mask)
+        first_only = not all_positions and self.reads_first_only()
+        seq_out, pooled = self.bert(input_ids, token_type_ids, attention_mask, head_mask, first_only)
         out = ModelOutput(last_hidden_state=seq_out, pooler_output=pooled)
         if self.has_mlm:
             out.mlm_logits = self.mlm_head(seq_out if mlm_positions is None else seq_out[mlm_positions])
@@ -631,6 +713,11 @@ class Bert(HookedModel):
             out.nsp_logits = self.cls.seq_relationship(pooled)
         task_logits(out, self, seq_out, pooled)
         return out
+
+    def reads_first_only(self) -> bool:
+        """True when every head this model has reads position 0 alone (sequence classification, NSP)."""
+        return not self.has_mlm and self.config.task in ("sequence_classification", None) and (
+            self.config.task is not None or self.has_nsp)
 
     def mlm_head(self, states: torch.Tensor) -> torch.Tensor:
         """The MLM head on hidden states `states` [..., hidden]: logits [..., vocab] (the logit lens

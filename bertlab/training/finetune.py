@@ -270,13 +270,16 @@ def set_trainable(model: Bert, mode: str) -> tuple[int, int]:
     return trainable, total
 
 
-def _forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> ModelOutput:
-    return model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+def _forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], logits_only: bool = False) -> ModelOutput:
+    """logits_only: only the logits are read, so a BERT sentence classifier may compute its last layer
+    for [CLS] alone (`Bert.forward(all_positions=False)`)."""
+    kwargs = {"all_positions": False} if logits_only and isinstance(model, Bert) else {}
+    return model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], **kwargs)
 
 
 def sequence_loss(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
     """Cross-entropy of the [CLS] classifier: logits [batch, labels], labels [batch]."""
-    logits = _forward(model, batch).logits.float()  # [batch, labels]
+    logits = _forward(model, batch, logits_only=True).logits.float()  # [batch, labels]
     loss = F.cross_entropy(logits, batch["labels"])
     return loss, {"accuracy": (logits.argmax(-1) == batch["labels"]).float().mean()}
 
@@ -373,7 +376,7 @@ def _batches(model: torch.nn.Module, features: Sequence[Any], pad_token_id: int,
         idx = order[lo : lo + batch_size]
         batch = collate([features[i] for i in idx], pad_token_id=pad_token_id)
         batch = {k: v.to(device) for k, v in batch.items()}
-        yield idx, _forward(model, batch)
+        yield idx, _forward(model, batch, logits_only=True)  # the callers read logits alone
 
 
 def require_task_head(model: Bert, task: Task) -> None:
