@@ -120,5 +120,6 @@ def out_of_memory_text(batch_size: int, max_length: int | None, step: int | None
     length = max_length or 128
     at = f" at step {step}" if step is not None else ""
     return (f"Out of GPU memory with batches of {batch_size} × up to {length} tokens{at}. Try a smaller batch "
-            f"(e.g. {max(1, batch_size // 2)}; grad_accum_steps keeps the effective batch) or shorter sequences "
-            f"(max length {max(32, length // 2)}), then start again. Earlier runs and saved models are not affected.")
+            f"(e.g. {max(1, batch_size // 2)}) with gradients accumulated over 2 batches to keep the effective "
+            f"batch, or shorter sequences (max length {max(32, length // 2)}), then start again. Earlier runs and "
+            f"saved models are not affected.")

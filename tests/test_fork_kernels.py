@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aio import run_in_thread
 from test_class_server import APP, REPO, TOKEN, Server, _free_port, _kernel_id, _stop
 
 from bertlab import cli
@@ -113,7 +114,7 @@ def _ask(server: Server, kernel_id: str, msg_type: str, content: dict, timeout: 
         finally:
             conn.close()
 
-    return asyncio.run(run())
+    return run_in_thread(run())
 
 
 def _kernel_pid(kernel_id: str) -> int:

@@ -282,7 +282,7 @@ def test_confusion_matrix_colours_rows_by_share_and_shows_counts():
     heat = fig.data[0]
     assert [list(r) for r in heat.z] == [[0.8, 0.2], [0.1, 0.9]]
     assert [list(r) for r in heat.text] == [["8", "2"], ["1", "9"]]
-    assert "85.0%" in fig.layout.title.text
+    assert "85.0 %" in fig.layout.title.text
     with pytest.raises(ValueError, match="2x2"):
         plot_confusion_matrix([[1, 2, 3]], ["a", "b"])
 

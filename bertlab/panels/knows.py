@@ -82,7 +82,8 @@ class KnowsPanel(Panel):
         layers = model.config.num_hidden_layers
         # probes
         self.properties = [widgets.Checkbox(value=p in ("pos", "ner", "deprel"), description=label, indent=False,
-                                            layout=widgets.Layout(width="300px")) for label, p in PROPERTIES]
+                                            layout=widgets.Layout(width="auto", min_width="300px"))
+                           for label, p in PROPERTIES]
         self.train_sentences = widgets.BoundedIntText(value=300, min=20, max=5000, description="Train sent.")
         self.eval_sentences = widgets.BoundedIntText(value=150, min=10, max=2000, description="Eval sent.")
         self.pool = widgets.Dropdown(options=[("first piece", "first"), ("mean of pieces", "mean")], value="first",
