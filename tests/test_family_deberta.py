@@ -7,10 +7,13 @@ equals transformers' DebertaV2Tokenizer. Checkpoints and tokenizers are written 
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from tiny_models import CORPUS, deberta_detector, deberta_detector_logits, sentencepiece_folder
 
+from bertlab.compressed.structure import heads_per_layer, prune_heads
 from bertlab.families import FAMILIES, LAYER_HOOKS
 from bertlab.loading import load, load_model, save_pretrained
 from bertlab.tokenizer import Tokenizer
@@ -387,10 +390,6 @@ def test_pruned_deberta_equals_the_head_masked_model(checkpoints, variant):
     """Pruning cuts a head's rows out of query_proj, key_proj, value_proj and (without share_att_key)
     pos_key_proj / pos_query_proj, and its columns out of the output dense: the same numbers as switching
     the head off."""
-    import copy
-
-    from bertlab.compress.structure import heads_per_layer, prune_heads
-
     model, _ = load_model(checkpoints[variant, "ForSequenceClassification"])
     ids, types, mask = _batch(types=variant != "v3")
     gone = {0: [1, 3], 1: [0]}
