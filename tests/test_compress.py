@@ -12,6 +12,7 @@ import random
 import pytest
 import torch
 from safetensors import safe_open
+from tiny_models import pruned_and_masked
 
 import bertlab
 from bertlab.cli import main
@@ -84,13 +85,7 @@ def test_a_pruned_model_equals_the_original_with_those_heads_masked(model_type):
     model = tiny(model_type)
     ids, types, mask = batch()
     gone = {0: [1, 3], 1: [0]}
-    head_mask = torch.ones(2, 4)
-    for layer, heads in gone.items():
-        head_mask[layer, heads] = 0
-    with torch.no_grad():
-        ref = model(ids, types, mask, head_mask=head_mask)
-        small = prune_heads(copy.deepcopy(model), gone)
-        out = small(ids, types, mask)
+    small, out, ref = pruned_and_masked(model, ids, types, mask, gone)
     assert heads_per_layer(small) == [2, 3]
     q = small.get_submodule(small.family.hook_name(0, "hook_q").rsplit(".", 1)[0])
     assert sum(p.numel() for p in q.parameters()) < sum(p.numel() for p in model.parameters())  # smaller for real

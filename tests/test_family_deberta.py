@@ -7,13 +7,11 @@ equals transformers' DebertaV2Tokenizer. Checkpoints and tokenizers are written 
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
-from tiny_models import CORPUS, deberta_detector, deberta_detector_logits, sentencepiece_folder
+from tiny_models import CORPUS, deberta_detector, deberta_detector_logits, pruned_and_masked, sentencepiece_folder
 
-from bertlab.compressed.structure import heads_per_layer, prune_heads
+from bertlab.compressed.structure import heads_per_layer
 from bertlab.families import FAMILIES, LAYER_HOOKS
 from bertlab.loading import load, load_model, save_pretrained
 from bertlab.tokenizer import Tokenizer
@@ -393,13 +391,7 @@ def test_pruned_deberta_equals_the_head_masked_model(checkpoints, variant):
     model, _ = load_model(checkpoints[variant, "ForSequenceClassification"])
     ids, types, mask = _batch(types=variant != "v3")
     gone = {0: [1, 3], 1: [0]}
-    head_mask = torch.ones(2, 4)
-    for layer, heads in gone.items():
-        head_mask[layer, heads] = 0
-    with torch.no_grad():
-        ref = model(ids, types, mask, head_mask=head_mask)
-        small = prune_heads(copy.deepcopy(model), gone)
-        out = small(ids, types, mask)
+    small, out, ref = pruned_and_masked(model, ids, types, mask, gone)
     assert heads_per_layer(small) == [2, 3]
     attn = small.deberta.encoder.layer[0].attention.self
     assert attn.query_proj.weight.shape == attn.value_proj.weight.shape == (2 * 8, 32)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
+from bertlab.compressed.structure import prune_heads
 from bertlab.config import BertConfig
 from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
@@ -240,3 +243,15 @@ def deberta_hub_folder(folder, seed: int = 0):
         d.pop(key, None)
     (folder / "config.json").write_text(json.dumps(d, indent=2))
     return sentencepiece_folder(folder)
+
+
+def pruned_and_masked(model, ids, types, mask, gone: dict[int, list[int]], layers: int = 2, heads: int = 4):
+    """(pruned copy, its output, the original's output with the `gone` heads masked): what a pruning test compares."""
+    head_mask = torch.ones(layers, heads)
+    for layer, hs in gone.items():
+        head_mask[layer, hs] = 0
+    with torch.no_grad():
+        ref = model(ids, types, mask, head_mask=head_mask)
+        small = prune_heads(copy.deepcopy(model), gone)
+        out = small(ids, types, mask)
+    return small, out, ref

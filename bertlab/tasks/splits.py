@@ -23,6 +23,7 @@ is used as it is.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 from collections.abc import Callable, Hashable, Sequence
@@ -95,21 +96,22 @@ def hold_out(examples: Sequence[Any], seed: int, where: str,
     return DataSplit(train, dev, note, held_out=True)
 
 
+def _rarest_words(texts: Sequence[str]) -> list[str | None]:
+    """Each text's rarest word (fewest texts hold it; ties by spelling), None for a text without words:
+    a text can only be a phrase of a sentence that holds that word."""
+    counts: collections.Counter[str] = collections.Counter(w for t in texts for w in set(t.split()))
+    return [min(set(t.split()), key=lambda w: (counts[w], w)) if t.split() else None for t in texts]
+
+
 def _sentence_roots(texts: Sequence[str]) -> list[str]:
     """The texts that are no phrase of a longer text (whole words compared), longest first."""
     unique = sorted({t for t in texts if t.split()}, key=lambda t: (-len(t), t))
-    counts: dict[str, int] = {}
-    for t in unique:
-        for w in set(t.split()):
-            counts[w] = counts.get(w, 0) + 1
     roots: list[str] = []
     by_word: dict[str, list[int]] = {}
-    for t in unique:
-        words = set(t.split())
-        rarest = min(words, key=lambda w: (counts[w], w))
+    for t, rarest in zip(unique, _rarest_words(unique)):
         if any(_is_phrase_of(t, roots[i]) for i in by_word.get(rarest, ())):
             continue
-        for w in words:
+        for w in set(t.split()):
             by_word.setdefault(w, []).append(len(roots))
         roots.append(t)
     return roots
@@ -123,15 +125,10 @@ class _PhraseIndex:
     """Which texts are phrases of a sentence: each text filed under its rarest word."""
 
     def __init__(self, texts: Sequence[str]):
-        counts: dict[str, int] = {}
-        for t in texts:
-            for w in set(t.split()):
-                counts[w] = counts.get(w, 0) + 1
         self.by_rarest: dict[str, list[int]] = {}
-        for i, t in enumerate(texts):
-            words = set(t.split())
-            if words:
-                self.by_rarest.setdefault(min(words, key=lambda w: (counts[w], w)), []).append(i)
+        for i, rarest in enumerate(_rarest_words(texts)):
+            if rarest is not None:
+                self.by_rarest.setdefault(rarest, []).append(i)
         self.texts = texts
 
     def phrases_of(self, sentence: str) -> set[int]:
