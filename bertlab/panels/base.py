@@ -94,23 +94,49 @@ class Panel:
             self.show_messages(self.messages)
 
     @contextlib.contextmanager
-    def reporting(self) -> Iterator[None]:
-        """Turn an exception in a callback into a message in the panel, never a traceback."""
+    def reporting(self, *stale: widgets.Widget) -> Iterator[None]:
+        """Turn an exception in a callback into a message in the panel, never a traceback. `stale`: the
+        widgets that show the result the callback redraws; an exception empties them (`clear_view`), so
+        that an old result never sits under the new message."""
         try:
             yield
-        except MissingHeadError as e:  # the model lacks what was asked: say so plainly, it is no bug
+        except Exception as e:
+            clear_view(*stale)
+            self.show_error(e)
+
+    def show_error(self, e: Exception) -> None:
+        """The message for an exception raised by a callback (the whole message line is replaced)."""
+        if isinstance(e, MissingHeadError):  # the model lacks what was asked: say so plainly, it is no bug
             self.show_message(str(e), "warning")
-        except AnswerHeld as e:  # the class question's answer, before the teacher's reveal
+        elif isinstance(e, AnswerHeld):  # the class question's answer, before the teacher's reveal
             self.show_message(str(e), "info")
-        except (ValueError, IndexError) as e:  # bad input: the message is meant for the student
+        elif isinstance(e, (ValueError, IndexError)):  # bad input: the message is meant for the student
             self.show_message(str(e), "error")
-        except Exception as e:  # a bug: say so plainly, keep the traceback in the log
-            log.exception("%s panel callback failed", self.title or type(self).__name__)
+        else:  # a bug: say so plainly, keep the traceback in the log
+            log.error("%s panel callback failed", self.title or type(self).__name__, exc_info=e)
             self.show_message(
                 f"Something went wrong ({type(e).__name__}: {e}). Try other input; "
                 "if it keeps happening, report it with the text you typed.",
                 "error",
             )
+
+
+def clear_view(*views: widgets.Widget) -> None:
+    """Empty widgets that show a result: a box loses its children (a figure widget among them is closed
+    a moment later, see `close_later`), an HTML its text, an Output its output."""
+    for view in views:
+        if isinstance(view, widgets.Box):
+            old = view.children
+            view.children = ()
+            for child in old:
+                if isinstance(child, go.FigureWidget):
+                    close_later(view, child)
+        elif isinstance(view, widgets.Output):
+            view.clear_output()
+        elif isinstance(view, widgets.HTML):
+            view.value = ""
+        else:
+            raise TypeError(f"clear_view cannot empty a {type(view).__name__}")
 
 
 WIDE = "min(100%, 720px)"  # the width of a text input: the whole tab on a phone, a line's length elsewhere

@@ -23,6 +23,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
+from bertlab.analysis.sample_size import examples_text, too_few
 from bertlab.inputs import InputError
 from bertlab.model import Bert
 from bertlab.panels.base import Level, Panel, SyncedFigureWidget, close_later, show_figure
@@ -403,12 +404,17 @@ class FinetunePanel(Panel):
             name = f"{run.task} · {run.mode} ({shown}, cancelled at step {run.step})"
         done = result.status == "completed"
         ended = "finished" if done else f"cancelled at step {run.step} of {run.total_steps}"
-        scored = f", dev {run.metric} {score:.3g}" if score is not None else ""
+        n_dev = len(run.dev)
+        scored = "" if score is None else f", dev {run.metric} {score:.3g}" + (
+            f" on {examples_text(n_dev, 'dev examples')}" if n_dev else "")
         saved = f"; saved in {self.workspace.shown(result.saved_to)}" if result.saved_to else ""
         notes: list[tuple[Level, str]] = [(
             "info" if done else "warning",
             f"{run.label}: {ended}{scored}{saved}. It joins the model list as “{name}”.",
         )]
+        few = too_few(n_dev, "dev examples") if score is not None and n_dev else ""
+        if few:  # the one rule of bertlab.analysis.sample_size, as the curves and the confusion matrix say it
+            notes.append(("warning", few))
         if done and result.metrics.get("per_type"):  # NER: how each entity type fares
             per_type = ", ".join(f"{t} {v['f1']:.2f}" for t, v in sorted(result.metrics["per_type"].items()))
             notes.append(("info", f"F1 by entity type: {per_type}."))

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 
 from bertlab.analysis.attribution import ExplainInput, Target
 from bertlab.analysis.predict import answer, classify, cls_vectors, entail, entities, pca_2d, split_words
+from bertlab.analysis.sample_size import examples_text, too_few
 from bertlab.analysis.targets import class_target, span_target, tag_target
 from bertlab.inputs import InputError
 from bertlab.model import Bert
@@ -114,7 +115,7 @@ class UsePanel(Panel):
         self.pca_box = widgets.Box([])
         self.help = widgets.HTML()
         self._label_cls(tok.cls_token if tok is not None else DEFAULT_SPECIALS["cls"])
-        self.explain = ExplainSection(None, tok, self._explain_request)  # "Does attention explain it?"
+        self.explain = ExplainSection(None, tok, self._explain_request, host=self)  # "Does attention explain it?"
         self._widget = widgets.VBox([self.help, self.header, self.view, self.message, self.explain.widget,
                                      self.pca_button, self.pca_box], layout=widgets.Layout(width="100%"))
         if model is not None and model_task(model):
@@ -177,7 +178,8 @@ class UsePanel(Panel):
         """Run the model on the current view's input and show the result (or a message)."""
         if self.model is None or self.kind is None:
             return
-        with self.reporting():
+        self._figures = {}  # until the new result is drawn
+        with self.reporting(self.probs_box, self.entities_out, self.answer_out, self.top_spans, self.spans_box):
             notes = {"sst2": self._classify, "classification": self._classify, "nli": self._entail,
                      "ner": self._entities, "qa": self._answer}[self.kind]()
             self.show_messages(notes)
@@ -237,7 +239,8 @@ class UsePanel(Panel):
 
     # -- [CLS] before and after -------------------------------------------------------------------
     def _on_pca(self, _=None) -> None:
-        with self.reporting():
+        self._pca_figure = None  # until the new picture is drawn
+        with self.reporting(self.pca_box):
             self.show_cls_pca()
 
     def show_cls_pca(self) -> None:
@@ -252,6 +255,11 @@ class UsePanel(Panel):
         if not examples:
             raise InputError(f"No {self.task} dev examples to project: check the data source above.")
         sample = subset(examples, PCA_SAMPLE, 0, "cls pca")
+        if len(sample) < 2:  # two points make a line at best: a 2-D map needs two vectors or more
+            where = ("Raise “Max dev examples” above and fine-tune again" if self.dev else
+                     "Choose a data source above with more dev examples")
+            raise InputError(f"The {self.tok.cls_token} picture places dev examples on 2 axes, so it needs at least "
+                             f"2 of them; there is only {examples_text(len(sample), 'dev examples')}. {where}.")
         texts, texts_b = [e.text_a for e in sample], [e.text_b for e in sample]
         id2label = self.model.config.id2label
         labels = [str(id2label[e.label]) for e in sample]
@@ -265,7 +273,9 @@ class UsePanel(Panel):
         self._pca_figure = fig
         show_figure(self.pca_box, fig)
         note = "" if self.before is not None else " Fine-tune here to see it before and after."
-        self.show_message(f"{self.tok.cls_token} of {len(sample)} dev examples, coloured by their gold label.{note}")
+        few = too_few(len(sample), "dev examples")
+        self.show_messages([("info", f"{self.tok.cls_token} of {examples_text(len(sample), 'dev examples')}, coloured "
+                                     f"by their gold label.{note}")] + ([("warning", few)] if few else []))
 
 
 def explain_choices(kind: str | None, ner_text: str, limit: int = 60) -> list[str]:
