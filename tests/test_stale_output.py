@@ -3,6 +3,7 @@ section inside a tab never repeats the tab's error as a second one. Driven throu
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import ipywidgets as widgets
@@ -198,3 +199,47 @@ def test_the_cls_picture_of_one_dev_example_says_what_to_change(heads, tok, tmp_
     use.pca_button.click()
     assert use.pca_box.children and not levels(use, "error")
     assert any("Only 4 dev examples" in t for t in levels(use, "warning"))
+
+
+SST2 = Path(os.environ.get("BERTLAB_DATA", "/nonexistent")) / "sst2"
+
+
+@pytest.mark.skipif(not SST2.is_dir(), reason="BERTLAB_DATA has no sst2 folder")
+def test_a_run_scored_on_one_dev_example_warns_and_its_cls_picture_says_what_to_change(tok, tmp_path):
+    panel = FinetunePanel(tiny_bert(tok), tok, runs_dir=tmp_path, device="cpu")
+    panel.max_train.value, panel.max_dev.value, panel.epochs.value, panel.batch.value = 8, 1, 1, 8
+    panel.max_length.value = 32
+    panel.path.value = str(SST2)
+    panel.start_button.click()
+    assert panel.job.wait(120)
+    finished = " ".join(t for _, t in panel.messages)
+    assert "on 1 dev example" in finished, panel.messages
+    assert any("Only 1 dev example" in t for t in levels(panel, "warning"))  # not a bare "dev accuracy 1"
+    panel.use.pca_button.click()
+    (error,) = levels(panel.use, "error")
+    assert "at least 2" in error and "Max dev examples" in error
+
+
+# -- redrawing in place leaves nothing of the figure before ----------------------------------------
+def test_a_redraw_in_place_resets_what_the_new_figure_does_not_set():
+    from bertlab.panels.base import redraw
+
+    widget = go.FigureWidget(go.Heatmap(z=[[1, 2]], x=["a", "b"]))
+    widget.update_layout(title_text="Layer 0, head 0", xaxis=dict(tickangle=45, title_text="key"))
+    blank = go.Figure(go.Heatmap(z=[[]]))
+    blank.update_layout(xaxis=dict(visible=False), annotations=[dict(text="Type a sentence and press Show.")])
+    redraw(widget, blank)
+    assert widget.data[0].x is None and widget.layout.title.text is None
+    assert widget.layout.xaxis.tickangle is None and widget.layout.xaxis.visible is False
+    assert [a.text for a in widget.layout.annotations] == ["Type a sentence and press Show."]
+
+
+def test_the_attention_heatmap_keeps_no_old_title_over_an_empty_text(default_model):
+    from bertlab.panels.attention import AttentionPanel
+
+    model, tok = default_model
+    panel = AttentionPanel(model, tok)
+    assert panel.figure.layout.title.text and panel.figure.data[0].x is not None
+    panel.text_a.value = ""
+    assert levels(panel, "error") and panel.figures() == {}
+    assert panel.figure.layout.title.text is None and panel.figure.data[0].x is None  # no "Layer 0, head 0: …"

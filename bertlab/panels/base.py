@@ -335,8 +335,15 @@ def _changed(old: dict, new: dict) -> dict:
     return out
 
 
+def _gone(old: dict, new: dict, keep: tuple[str, ...]) -> dict:
+    """The entries of `old` that `new` does not set, as None (which resets them): a redraw leaves nothing
+    of the figure before it (a title, tick labels) over the new one."""
+    return {key: None for key in old if key not in new and key not in keep}
+
+
 def redraw(widget: go.FigureWidget, fig: go.Figure) -> None:
-    """Show `fig` in `widget` in place: its traces and its layout (not the template)."""
+    """Show `fig` in `widget` in place: its traces and its layout (not the template); what the figure
+    before set and this one does not is reset."""
     layout = fig.layout.to_plotly_json()
     layout.pop("template", None)  # the widget has the same one; re-sending it is slow
     shown = widget.layout.to_plotly_json()
@@ -344,11 +351,13 @@ def redraw(widget: go.FigureWidget, fig: go.Figure) -> None:
     with widget.batch_update():
         if [t.type for t in widget.data] == [t.type for t in fig.data]:
             for old, new in zip(widget.data, fig.data):
-                old.update(_changed(old.to_plotly_json(), new.to_plotly_json()), overwrite=True)
+                was, now = old.to_plotly_json(), new.to_plotly_json()
+                old.update({**_gone(was, now, ("type", "uid", "visible")), **_changed(was, now)}, overwrite=True)
         else:
             widget.data = ()
             widget.add_traces(list(fig.data))
-        widget.layout.update(_changed(shown, layout))
+        widget.layout.update({**_gone(shown, layout, ("template", *lists)), **_changed(shown, layout)},
+                             overwrite=True)
         # update() merges lists and never empties one: assign them whole (when they changed)
         for key, value in lists.items():
             if list(shown.get(key, ())) != list(value):
