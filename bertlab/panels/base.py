@@ -46,6 +46,9 @@ class Panel:
         # Set by the app: training tabs call it with (name, model, tok) when they made a model,
         # and the model joins the picker.
         self.model_made: Callable[[str, torch.nn.Module, Tokenizer], None] | None = None
+        # Set by the app: the picker's name of the model this tab last drew with (a tab not on show
+        # keeps drawing the model before a switch until it is opened again); "" outside the app.
+        self.model_name = ""
 
     _widget: widgets.Widget  # set by the subclass's __init__
 
@@ -60,6 +63,11 @@ class Panel:
 
     def figures(self) -> dict[str, go.Figure]:
         """The figures on show now, by name, for the Export tab ({} when none)."""
+        return {}
+
+    def made_with(self) -> dict[str, str]:
+        """Figure name -> the model it was made with, for figures of `figures()` made with another model
+        than the tab's (`model_name`), e.g. "Use it" with the model just fine-tuned; {} when none."""
         return {}
 
     def show_messages(self, messages: list[tuple[Level, str]]) -> None:

@@ -31,6 +31,7 @@ from bertlab.panels.data_source import DataSource
 from bertlab.panels.finetune_diff import ChangedSection, measure_change
 from bertlab.panels.replay import ReplaySection
 from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, BackgroundRun, error_text
+from bertlab.panels.use import PICKED as USE_PICKED
 from bertlab.panels.use import UsePanel
 from bertlab.runtime import max_tokens, resolve_device
 from bertlab.tasks import (
@@ -228,7 +229,7 @@ class FinetunePanel(Panel):
         self.max_length.max = max_tokens(model)
         self._apply_recipe()  # "Start from" offers the package's encoder only for the offline default
         if model_task(model):
-            self.use.show_model(model, tok, "the model picked above")
+            self.use.show_model(model, tok, USE_PICKED)
 
     def figures(self) -> dict[str, go.Figure]:
         figs: dict[str, go.Figure] = {}
@@ -237,6 +238,9 @@ class FinetunePanel(Panel):
         if self._confusion_fig is not None:
             figs["confusion matrix"] = self._confusion_fig
         return {**figs, **self.use.figures(), **self.replay.figures(), **self.changed.figures()}
+
+    def made_with(self) -> dict[str, str]:
+        return self.use.made_with()
 
     def cancel(self) -> None:
         """Stop the run after its current step; the loop saves a checkpoint of the model so far."""

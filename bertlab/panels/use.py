@@ -33,6 +33,7 @@ from bertlab.viz.finetune import (
 from bertlab.viz.theme import FAINT, help_html
 
 PCA_SAMPLE = 200  # dev examples in the [CLS] picture
+PICKED = "the model picked above"  # the name "Use it" gives the picker's model (no run of this tab made it)
 USE_HELP = (
     "Try the model just made (or a fine-tuned model picked above) on your own text. "
     "The {cls} picture projects dev examples onto 2 axes before and after fine-tuning."  # the model's {cls}
@@ -119,13 +120,13 @@ class UsePanel(Panel):
         self._widget = widgets.VBox([self.help, self.header, self.view, self.message, self.explain.widget,
                                      self.pca_button, self.pca_box], layout=widgets.Layout(width="100%"))
         if model is not None and model_task(model):
-            self.show_model(model, tok, "the model picked above")
+            self.show_model(model, tok, PICKED)
         else:
             self._show_header()
 
     def set_model(self, model: Bert, tok: Tokenizer) -> None:
         if model_task(model):
-            self.show_model(model, tok, "the model picked above")
+            self.show_model(model, tok, PICKED)
 
     def _label_cls(self, cls: str) -> None:
         """Name the [CLS] picture after the tokenizer's own first token."""
@@ -136,6 +137,12 @@ class UsePanel(Panel):
     def figures(self) -> dict[str, go.Figure]:
         pca = {f"{self.tok.cls_token} PCA": self._pca_figure} if self._pca_figure is not None else {}
         return {**self._figures, **pca, **self.explain.figures()}
+
+    def made_with(self) -> dict[str, str]:
+        """Every figure here is the model just fine-tuned's, unless it is the model picked above."""
+        if self.model is None or self.name == PICKED:
+            return {}
+        return {name: self.name for name in self.figures()}
 
     def show_model(self, model: Bert, tok: Tokenizer, name: str, before: Bert | None = None,
             dev: list[Any] | None = None, task: str | None = None) -> None:
