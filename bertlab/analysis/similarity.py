@@ -137,33 +137,35 @@ def word_forms(tok: Tokenizer, word: str) -> list[list[str]]:
     return forms
 
 
-def find_word_forms(enc: Encoding, forms: Sequence[Sequence[str]]) -> list[tuple[int, int]]:
+def find_word_forms(enc: Encoding, forms: Sequence[Sequence[str]], tok: Tokenizer) -> list[tuple[int, int]]:
     """Token spans where any of the word's forms (`word_forms`) occurs as a whole word, in order."""
-    return sorted({span for form in forms for span in find_word(enc, form)})
+    return sorted({span for form in forms for span in find_word(enc, form, tok)})
 
 
-def find_word(enc: Encoding, pieces: Sequence[str]) -> list[tuple[int, int]]:
-    """Token spans (start, end) where `pieces` occur as whole words (never inside a longer word)."""
+def find_word(enc: Encoding, pieces: Sequence[str], tok: Tokenizer | None = None) -> list[tuple[int, int]]:
+    """Token spans (start, end) where `pieces` occur as whole words (never inside a longer word; with `tok`,
+    punctuation the tokenizer keeps inside a word does not count as more of the word)."""
     n, tokens, words = len(pieces), enc.tokens, enc.word_ids
     spans = []
     for i in range(len(tokens) - n + 1):
         if tokens[i : i + n] != list(pieces) or any(w is None for w in words[i : i + n]):
             continue
         end = i + n
-        if _continues(enc, i, i - 1) or _continues(enc, end - 1, end):  # part of a longer word
+        if _continues(enc, i, i - 1, tok) or _continues(enc, end - 1, end, tok):  # part of a longer word
             continue
         spans.append((i, end))
     return spans
 
 
-def _continues(enc: Encoding, inside: int, outside: int) -> bool:
+def _continues(enc: Encoding, inside: int, outside: int, tok: Tokenizer | None) -> bool:
     """Whether token `outside`, next to token `inside`, carries the same word on with a letter or digit.
     Punctuation that a tokenizer keeps in the word (SentencePiece splits only at spaces: "bank." is one
-    word to DeBERTa-v3) does not make the word a longer one."""
+    word to DeBERTa-v3) does not make the word a longer one. Without `tok` any token of the same word does."""
     if not _same_word(enc, inside, outside):
         return False
-    piece = enc.tokens[outside]
-    core = piece[2:] if piece.startswith("##") else piece.lstrip("Ġ▁")
+    if tok is None:
+        return True
+    core = tok.join_pieces([enc.tokens[outside]])  # the piece's own characters, its word marks dropped
     return bool(core) and (core[-1] if outside < inside else core[0]).isalnum()
 
 
@@ -310,7 +312,7 @@ def word_in_contexts(
     encs, spans, notes = [], [], []
     for i, text in enumerate(contexts, start=1):
         enc = encode_input(model, tok, text, what=f"context {i}")
-        found = find_word_forms(enc, forms)
+        found = find_word_forms(enc, forms, tok)
         if not found:
             raise InputError(
                 f"{echo(word)} does not occur in context {i} ({echo(text)}). Each context must "
@@ -382,7 +384,7 @@ def word_projection(model: Bert, tok: Tokenizer, words: Sequence[str], sentences
     encs = [encode_input(model, tok, s, what=f"sentence {i}") for i, s in enumerate(sentences, start=1)]
     hits: list[tuple[str, int, tuple[int, int]]] = []  # (word, sentence, span)
     for w in words:
-        found = [(w, si, span) for si, e in enumerate(encs) for span in find_word_forms(e, forms[w])]
+        found = [(w, si, span) for si, e in enumerate(encs) for span in find_word_forms(e, forms[w], tok)]
         if not found:
             raise InputError(f"{echo(w)} does not occur in any of the sentences: add a sentence that contains it.")
         hits.extend(found)
