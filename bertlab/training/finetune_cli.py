@@ -45,6 +45,7 @@ def _fail(command: str, error: BaseException | str) -> int:
 def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """`bertlab finetune`: options mirror FinetuneConfig."""
     from bertlab.tasks import TASKS
+    from bertlab.tasks.layer_features import FEATURES
     from bertlab.training.finetune import MODES, FinetuneConfig
     from bertlab.training.finetune_defaults import RECIPES
     from bertlab.training.loop import PRECISIONS
@@ -75,6 +76,14 @@ def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p.add_argument("--mode", default=d.mode, choices=list(MODES),
                    help="full: all weights; feature: frozen encoder, head only; adapter: Houlsby adapters "
                         "(default %(default)s)")
+    p.add_argument("--features", default=None, choices=list(FEATURES),
+                   help="with --mode feature, task ner: the BERT paper's feature-based NER (its Table 7). Each "
+                        "word's vectors (first piece) at every stage of the frozen encoder are computed once and "
+                        "cached; a linear head (the paper: a two-layer BiLSTM) learns on: embeddings (stage 0), "
+                        "last, second-to-last, sum-last-4 (sum of the last four layers), concat-last-4 (the four "
+                        "side by side) or mix (a softmax-weighted sum of all stages and a scale, learned with the "
+                        "head; the JSON gives its weights). Default: the model's own head on the last layer, "
+                        "trained through the frozen encoder")
     p.add_argument("--adapter-size", type=options.positive_int, default=d.adapter_size,
                    help="adapter bottleneck (default %(default)s)")
     p.add_argument("--epochs", type=options.positive_int, default=None,
@@ -111,7 +120,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
     return FinetuneConfig(
         task=args.task, data=args.data, eval_data=args.eval_data, model=args.model, mode=args.mode,
-        adapter_size=args.adapter_size, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+        features=getattr(args, "features", None), adapter_size=args.adapter_size, epochs=args.epochs, lr=args.lr,
+        batch_size=args.batch_size,
         max_length=args.max_length, max_train_examples=args.max_train_examples,
         max_eval_examples=args.max_eval_examples, doc_stride=args.doc_stride, label_all_pieces=args.label_all_pieces,
         warmup_ratio=getattr(args, "warmup_ratio", None),
