@@ -36,10 +36,10 @@ def _load() -> list[float]:
 
 
 def _run(cfg: Any, tok: Any, train: list, dev: list) -> tuple[Any, float]:
-    from bertlab.training.finetune import finetune
+    from bertlab.training.feature_head import run_finetune
 
     t0 = time.perf_counter()
-    result = finetune(cfg, tokenizer=tok, train_examples=train, eval_examples=dev)
+    result = run_finetune(cfg, tokenizer=tok, train_examples=train, eval_examples=dev)
     result.train.raise_for_status()
     return result, time.perf_counter() - t0
 
@@ -62,7 +62,8 @@ def choose_head(model: Any, tok: Any, train: list, seed: int, batch: int) -> dic
                                  batch_size=batch, seed=seed, device="cpu")
             result, _ = _run(cfg, tok, fit, held)
             scores[features] = round(result.score, 4)
-        tried.append({"lr": lr, "epochs": epochs, "f1": scores, "mean_f1": round(sum(scores.values()) / len(scores), 4)})
+        mean = round(sum(scores.values()) / len(scores), 4)
+        tried.append({"lr": lr, "epochs": epochs, "f1": scores, "mean_f1": mean})
         print(json.dumps(tried[-1]), flush=True)
     best = max(tried, key=lambda t: t["mean_f1"])
     return {"lr": best["lr"], "epochs": best["epochs"], "tried": tried, "fit_sentences": len(fit),
@@ -78,7 +79,7 @@ def _row(name: str, result: Any, seconds: float, load_start: list[float], epochs
         "head": result.summary().get("head", "the model's own token classifier (all weights learn)"),
         "dev_f1": round(result.score, 4), "precision": round(m["precision"], 4), "recall": round(m["recall"], 4),
         "train_sentences": result.train_examples, "dev_sentences": result.eval_examples,
-        "epochs": epochs, "lr": lr, "seconds": round(seconds, 1), "device": result.device,
+        "epochs": epochs, "lr": lr, "seconds": round(seconds, 2), "device": result.device,
         "precision_mode": result.precision, "load_avg_start": load_start, "load_avg_end": _load(),
     }
     if getattr(result, "mix", None):

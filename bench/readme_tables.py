@@ -453,6 +453,31 @@ def default_heads() -> str:
     return "\n".join(rows)
 
 
+def feature_table() -> str:
+    d = _load("feature_table")
+    choice = d["head_choice"]
+    rows = [f"| features ({d['word_feature']} of each word) | head | dev F1 | precision | recall | epochs | lr "
+            "| seconds | load avg at start |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        name = "fine-tuning (all weights learn)" if r["mode"] == "full" else f"`{r['name']}` (frozen encoder)"
+        head = r["head"] if r["mode"] != "full" else "the model's token classifier"
+        rows.append(f"| {name} | {head} | **{100 * r['dev_f1']:.1f}** | {100 * r['precision']:.1f} "
+                    f"| {100 * r['recall']:.1f} | {r['epochs']} | {r['lr']:g} | {_num(r['seconds'], 0)} "
+                    f"| {r['load_avg_start'][0]:.1f} |")
+    mix = next((r["mix"] for r in d["rows"] if r.get("mix")), None)
+    if mix:
+        weights = ", ".join(f"{name} {w:.2f}" for name, w in zip(mix["layers"], mix["weights"]))
+        rows += ["", f"`mix` learned these weights: {weights} (γ = {mix['gamma']:.2f})."]
+    rows += ["", f"{d['model_text']} (`{d['model']}`); entity F1 (%) on {d['dev_sentences']:,} CoNLL-2003 dev "
+             f"sentences, every row fitted on the same {d['train_sentences']:,} train sentences (seed {d['seed']}). "
+             f"The linear head's lr and epochs were chosen on the train subset alone ({choice['basis']}). "
+             f"{d['threads']} torch thread(s) on {d['cores']} shared cores, load average "
+             f"{d['load_avg_before'][0]:.1f} before and {d['load_avg_after'][0]:.1f} after; "
+             f"{_num(d['seconds'] / 60, 1)} min in all, {d['when']} "
+             f"(`{d['command']}`)."]
+    return "\n".join(rows)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "default-heads": default_heads,
     "dashboard": dashboard,
@@ -470,6 +495,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "finetune-defaults": finetune_defaults,
     "objectives": objectives,
     "replay": replay,
+    "feature-table": feature_table,
 }
 
 

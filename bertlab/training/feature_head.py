@@ -6,7 +6,10 @@ mix of all stages learned with the head) and then one linear map to the tags. Th
 BiLSTM there; bertlab's head is linear (`HEAD`), the same for every choice, so the choices compare.
 
     cfg = FinetuneConfig(task="ner", mode="feature", features="mix", max_train_examples=2000)
-    result = finetune(cfg)            # result.score (entity F1), result.mix (the learned weights per stage)
+    result = run_finetune(cfg)        # result.score (entity F1), result.mix (the learned weights per stage)
+
+`run_finetune` is what the CLI and the Fine-tuning tab call: this module for a config with `features`,
+`finetune.finetune` for any other.
 
 Training runs in the shared loop (progress, cancel, the lr schedule), on batches of whole sentences.
 """
@@ -35,10 +38,13 @@ from bertlab.training.checkpoint import write_error, write_text_atomically
 from bertlab.training.finetune import (
     RESULTS_FILE,
     FinetuneConfig,
+    FinetuneError,
+    FinetuneResult,
     _examples,
     _float_metrics,
     _load_model,
     _sequence_length,
+    finetune,
     task_labels,
 )
 from bertlab.training.loop import TrainEvent, TrainResult, resolve_precision, train
@@ -218,6 +224,21 @@ def finetune_features(
     return out
 
 
+def run_finetune(
+    cfg: FinetuneConfig,
+    callbacks: Sequence[Callable[[TrainEvent], None]] = (),
+    cancel: threading.Event | None = None,
+    **kwargs: Any,
+) -> FinetuneResult | FeatureHeadResult:
+    """`finetune_features` when `cfg.features` is set, else `finetune.finetune` (keyword arguments: theirs)."""
+    if cfg.features is None:
+        return finetune(cfg, callbacks, cancel, **kwargs)
+    if kwargs.pop("resume_from", None) is not None:
+        raise FinetuneError("a head on cached features keeps no checkpoints to resume from (it trains in "
+                            "seconds once the features are cached): run it again without --resume.")
+    return finetune_features(cfg, callbacks, cancel, **kwargs)
+
+
 def _save(result: FeatureHeadResult, cfg: FinetuneConfig, id2label: Mapping[int, str]) -> None:
     """The head (a completed run's) and the summary into cfg.out_dir, when given."""
     if result.status == "failed":
@@ -239,4 +260,4 @@ def _save(result: FeatureHeadResult, cfg: FinetuneConfig, id2label: Mapping[int,
 
 
 __all__ = ["HEAD", "HEAD_FILE", "FeatureHead", "FeatureHeadResult", "collate_words", "evaluate_head",
-           "finetune_features", "head_loss", "word_items"]
+           "finetune_features", "head_loss", "run_finetune", "word_items"]

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -64,9 +64,6 @@ from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import save_model_atomically, write_error, write_text_atomically
 from bertlab.training.finetune_defaults import Recipe, recipe
 from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, resolve_precision, train
-
-if TYPE_CHECKING:
-    from bertlab.training.feature_head import FeatureHeadResult
 
 log = logging.getLogger(__name__)
 
@@ -542,9 +539,9 @@ def finetune(
     train_examples: Sequence[Any] | None = None,
     eval_examples: Sequence[Any] | None = None,
     resume_from: str | Path | None = None,
-) -> FinetuneResult | FeatureHeadResult:
-    """Fine-tune `cfg.model` on `cfg.task` and score it on the dev split (with `cfg.features`: a linear head
-    on cached word features, `training.feature_head.finetune_features`).
+) -> FinetuneResult:
+    """Fine-tune `cfg.model` on `cfg.task` and score it on the dev split (a config with `features` goes to
+    `training.feature_head.run_finetune`, which also runs this one).
 
     Examples default to the task's train/dev splits (from `cfg.data`, else BERTLAB_DATA; dev from
     `cfg.eval_data` when given); data without a dev part gives up a seeded 10 % as dev, logged and
@@ -553,11 +550,9 @@ def finetune(
     A failed run (e.g. out of GPU memory) returns with status "failed" and `error` set (see
     `result.train.raise_for_status()`); setup errors (no data, a bad config) raise at once.
     """
-    if cfg.features is not None:  # word features cached once, a linear head on them
-        from bertlab.training.feature_head import finetune_features
-
-        return finetune_features(cfg, callbacks, cancel, tokenizer=tokenizer, train_examples=train_examples,
-                                 eval_examples=eval_examples)
+    if cfg.features is not None:
+        raise FinetuneError(f"features {cfg.features!r} train a head on cached word features: call "
+                            "training.feature_head.run_finetune (or finetune_features) for this config.")
     t0 = time.perf_counter()
     task = get_task(cfg.task)
     cfg = cfg.resolved()

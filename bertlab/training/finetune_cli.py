@@ -131,7 +131,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def cmd_finetune(args: argparse.Namespace) -> int:
-    from bertlab.training.finetune import finetune
+    from bertlab.training.feature_head import run_finetune
     from bertlab.training.loop import TqdmCallback
     from bertlab.training.queue import queued
 
@@ -139,7 +139,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         cfg = config_from_args(args)
         callbacks = [] if args.no_progress else [TqdmCallback(desc=f"fine-tuning {args.task}", file=sys.stderr)]
         with queued(f"bertlab finetune {args.task}"):  # the class queue, when BERTLAB_QUEUE is set
-            result = finetune(cfg, callbacks=callbacks, resume_from=args.resume)
+            result = run_finetune(cfg, callbacks=callbacks, resume_from=args.resume)
     except _user_errors() as e:
         return _fail("finetune", e)
     print(json.dumps({"task": args.task, **result.summary()}, default=str))
