@@ -183,3 +183,38 @@ def test_the_table_script_writes_a_well_formed_file_on_a_tiny_model(tiny4, tok, 
     monkeypatch.setattr(tables, "RESULTS", tmp_path)
     block = tables.feature_table()
     assert "concat-last-4" in block and "fine-tuning" in block and "linear" in block
+
+
+def test_the_fine_tuning_tab_offers_the_choices_in_feature_mode_and_plots_the_mix(tiny4, tok, tmp_path,
+                                                                                  monkeypatch):
+    from bertlab.panels.finetune import OWN_HEAD, FinetunePanel
+
+    monkeypatch.setenv("BERTLAB_CACHE", str(tmp_path / "cache"))
+    panel = FinetunePanel(tiny4, tok, runs_dir=tmp_path / "runs", device="cpu")
+    made: list = []
+    panel.model_made = lambda name, m, t: made.append(name)
+    shown = lambda: panel.features_box.layout.display != "none"  # noqa: E731
+    panel.task.value = "ner"
+    assert not shown()  # full mode: no feature choice
+    panel.mode.value = "feature"
+    assert shown() and [v for _, v in panel.features.options] == [OWN_HEAD, *FEATURES]
+    assert panel.features.value == OWN_HEAD and panel.chosen_features() is None  # the default: as before
+    panel.task.value = "sst2"
+    assert not shown()
+    panel.task.value = "ner"
+    panel.features.value = "mix"
+    panel.path.value = str(write_conll(tmp_path / "conll", n_train=96, n_dev=32))
+    panel.max_train.value, panel.max_dev.value, panel.epochs.value = 96, 32, 6
+    panel.batch.value, panel.max_length.value, panel.lr.value = 16, 64, 3e-2
+    panel.start_button.click()
+    assert panel.job.wait(120)
+    run = panel.runs[-1]
+    assert (run.label, run.status, run.features) == ("ner · feature (mix)", "completed", "mix")
+    assert run.summary["features"] == "mix" and run.score is not None
+    fig = panel.figures()["scalar mix weights"]
+    bars = fig.data[0]
+    assert list(bars.x) == ["embeddings", "layer 0", "layer 1", "layer 2", "layer 3"]
+    assert abs(sum(bars.y) - 1) < 1e-3 and bars.y == tuple(run.summary["mix"]["weights"])
+    assert "ner · feature (mix)" in fig.layout.title.text and "4 layers" in fig.layout.title.text
+    assert panel.mix_box.children and made == []  # a head on features does not join the model list
+    assert "the encoder stayed frozen" in " ".join(text for _, text in panel.messages)

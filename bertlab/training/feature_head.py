@@ -215,7 +215,7 @@ def finetune_features(
     out = FeatureHeadResult(
         head, tok, result, dict(result.eval_metrics), [_float_metrics(h) for h in result.history
                                                       if h.get("kind") == "eval"],
-        task.main_metric, cfg.features, stage_names(stages - 1), encoder.describe(), time.perf_counter() - t0,
+        task.main_metric, cfg.features, stage_names(stages - 1), _model_text(encoder), time.perf_counter() - t0,
         features_s, str(device), trainable, trainable + sum(p.numel() for p in encoder.parameters()),
         len(train_ex), len(dev_ex), sum(len(i["labels"]) for i in items), data_note, held_out,
         resolve_precision(train_cfg.precision, device),
@@ -237,6 +237,12 @@ def run_finetune(
         raise FinetuneError("a head on cached features keeps no checkpoints to resume from (it trains in "
                             "seconds once the features are cached): run it again without --resume.")
     return finetune_features(cfg, callbacks, cancel, **kwargs)
+
+
+def _model_text(model: Bert) -> str:
+    """Where the frozen encoder came from (when loaded) and its shape, in words."""
+    source = getattr(getattr(model, "load_report", None), "source", None)
+    return f"{source} ({model.describe()})" if source else model.describe()
 
 
 def _save(result: FeatureHeadResult, cfg: FinetuneConfig, id2label: Mapping[int, str]) -> None:
