@@ -124,6 +124,21 @@ def test_a_feature_run_freezes_the_encoder_learns_the_head_and_says_what_it_used
         finetune(cfg, tokenizer=tok)
 
 
+def test_cancel_while_the_features_are_read_stops_before_training(tiny4, tok, tmp_path, monkeypatch):
+    import threading
+
+    from bertlab.tasks.layer_features import Cancelled
+
+    monkeypatch.setenv("BERTLAB_CACHE", str(tmp_path / "cache"))
+    cancel = threading.Event()
+    cancel.set()
+    cfg = FinetuneConfig(task="ner", mode="feature", features="last", data=str(write_conll(tmp_path / "c", 32, 8)),
+                         model=tiny4, epochs=1, batch_size=8, out_dir=str(tmp_path / "out"))
+    with pytest.raises(Cancelled):
+        run_finetune(cfg, cancel=cancel, tokenizer=tok)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
+
+
 def _cli(*argv: str) -> int:
     from bertlab.cli import main
 

@@ -36,7 +36,7 @@ from bertlab.tasks import (
     TASKS,
     get_task,
 )
-from bertlab.tasks.layer_features import FEATURE_TEXT, FEATURES
+from bertlab.tasks.layer_features import FEATURE_TEXT, FEATURES, Cancelled
 from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.feature_head import HEAD, FeatureHeadResult, run_finetune
@@ -384,6 +384,12 @@ class FinetunePanel(Panel):
         self.show_message(f"{run.label}: you left the class queue before the run started; nothing ran.", "warning")
 
     def _failed(self, run: Run, cfg: FinetuneConfig, error: BaseException) -> None:
+        if isinstance(error, Cancelled):  # cancelled while the word features were computed: nothing trained
+            run.status = "cancelled"
+            self.show_message(f"{run.label}: cancelled while computing the word features; nothing trained.",
+                              "warning")
+            self.runs.remove(run)
+            return
         run.status = "failed"
         run.error = error_text(error, self.workspace.hide_root, cfg.batch_size, cfg.max_length)
         self.show_message(f"{run.label}: {run.error}", "error")

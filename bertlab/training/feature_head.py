@@ -195,8 +195,9 @@ def finetune_features(
     label2id = {t: i for i, t in id2label.items()}
     length = _sequence_length(cfg, task, encoder)
     log.info("word features of %d train and %d dev sentences (frozen encoder, cached)", len(train_ex), len(dev_ex))
-    f_train = word_features(encoder, tok, train_ex, max_length=length)
-    f_dev = word_features(encoder, tok, dev_ex, max_length=length) if dev_ex else []
+    stop = None if cancel is None else cancel.is_set  # Cancel while reading raises tasks.layer_features.Cancelled
+    f_train = word_features(encoder, tok, train_ex, max_length=length, cancelled=stop)
+    f_dev = word_features(encoder, tok, dev_ex, max_length=length, cancelled=stop) if dev_ex else []
     features_s = time.perf_counter() - t0
     stages, d_model = f_train[0].shape[0], f_train[0].shape[-1]
     with torch.random.fork_rng(devices=[]):  # a new head starts from cfg.seed, whatever ran before
