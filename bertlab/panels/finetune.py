@@ -39,8 +39,8 @@ from bertlab.tasks import (
 from bertlab.tasks.layer_features import FEATURE_TEXT, FEATURES, Cancelled
 from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.feature_head import HEAD, FeatureHeadResult, run_finetune
-from bertlab.training.finetune import MODES, FinetuneConfig, subset
+from bertlab.training.feature_head import HEAD, FeatureHeadResult, finetune_features
+from bertlab.training.finetune import MODES, FinetuneConfig, finetune, subset
 from bertlab.training.finetune_defaults import START_NAMES, Recipe, recipe
 from bertlab.training.loop import TrainEvent
 from bertlab.training.queue import waiting_text
@@ -367,14 +367,15 @@ class FinetunePanel(Panel):
         run.dev = subset(data.dev, cfg.max_eval_examples, cfg.seed, "dev")  # what finetune scores
         self.show_message(f"{run.label}: {data.note}")
         keeper = SnapshotKeeper(run.out_dir / REPLAY_DIR)  # a few weights-only snapshots, for the replay
-        if run.features is not None:
+        callbacks = [functools.partial(self._on_event, run), keeper]
+        if run.features is not None:  # a head on cached word features: reported here, not a whole model
             self.show_message(f"{run.label}: computing the frozen encoder's word features (once; cached)…")
-        result = run_finetune(cfg, callbacks=[functools.partial(self._on_event, run), keeper],
-                              cancel=self.job.cancel_event, tokenizer=tok, train_examples=data.train,
-                              eval_examples=data.dev)
-        if isinstance(result, FeatureHeadResult):
-            self._finished_features(run, result)
+            self._finished_features(run, finetune_features(
+                cfg, callbacks, self.job.cancel_event, tokenizer=tok, train_examples=data.train,
+                eval_examples=data.dev))
             return
+        result = finetune(cfg, callbacks=callbacks, cancel=self.job.cancel_event, tokenizer=tok,
+                          train_examples=data.train, eval_examples=data.dev)
         self._finished(run, result)
         self._replay_and_compare(run, result, keeper.folder, cfg.max_length or 128)
 
