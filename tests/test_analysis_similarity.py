@@ -201,3 +201,25 @@ def test_figures_carry_the_numbers(default_model, bank):
     assert np.allclose(scatter.data[1].y, proj.points[4, 4:, 1].numpy(), atol=1e-4)
     with pytest.raises(IndexError):
         plot_word_projection(proj, 9)
+
+
+def test_a_word_after_a_space_is_found_with_a_byte_level_tokenizer(tmp_path):
+    """Byte-level BPE (RoBERTa, ModernBERT) marks a word that follows a space ("Ġbank" inside a sentence,
+    "bank" at its start): the word is found in both places, and the other views that look words up too."""
+    from tiny_models import family_folder
+
+    from bertlab.analysis.neighbours import word_vector
+    from bertlab.analysis.similarity import word_forms, word_projection
+    from bertlab.loading import load
+
+    model, tok = load(str(family_folder(tmp_path, "roberta")))
+    forms = word_forms(tok, "bank")
+    assert len(forms) == 2 and forms[1][0].startswith("Ġ") and not forms[0][0].startswith("Ġ")
+    texts = ["bank of the river.", "We sat on the bank of the river.", "The bank lends money."]
+    r = word_in_contexts(model, tok, "bank", texts, baseline_sentences=BASELINE, num_pairs=5)
+    assert "".join(r.pieces) == "bank"  # as the first context (the word at its start) has it
+    for (a, b), text in zip(r.spans, texts):
+        assert "".join(tok.encode(text).tokens[a:b]).lstrip("Ġ") == "bank"
+    _, tokens, at = word_vector(model, tok, texts[1], "bank", stage=1)
+    assert tokens[at].startswith("Ġb")
+    assert word_projection(model, tok, ["bank", "river"], texts) is not None

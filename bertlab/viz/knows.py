@@ -46,6 +46,9 @@ def plot_probe_layers(results: Sequence[ProbeResult | StructuralResult], style: 
             fig.add_scatter(x=stages, y=_round(r.uuas), mode="lines+markers", name=name, line=dict(color=colour))
             fig.add_scatter(x=stages, y=_round(r.spearman), mode="lines", name="tree (distance Spearman)",
                             line=dict(color=colour, dash="dot"))
+            if r.mix_weights is not None and not math.isnan(r.mix_uuas):
+                fig.add_scatter(x=[stages[0], stages[-1]], y=[round(r.mix_uuas, DECIMALS)] * 2, mode="lines",
+                                name=f"{name}: scalar mix (UUAS)", line=dict(color=colour, dash="dashdot", width=1))
             continue
         name = PROPERTY_TITLES.get(r.prop, r.prop)
         sel = _round(r.selectivity) if r.selectivity is not None else [None] * len(stages)
@@ -67,10 +70,13 @@ def plot_probe_layers(results: Sequence[ProbeResult | StructuralResult], style: 
     return finish(fig, t)
 
 
-def plot_mix_weights(results: Sequence[ProbeResult], style: Theme | None = None) -> go.Figure:
-    """The scalar mix's softmax weight of each stage, one bar group per property."""
-    groups = [(f"{PROPERTY_TITLES.get(r.prop, r.prop)} (γ = {r.mix_gamma:.2f})", r.stages, r.mix_weights)
-              for r in results if isinstance(r, ProbeResult)]
+def plot_mix_weights(results: Sequence[ProbeResult | StructuralResult], style: Theme | None = None) -> go.Figure:
+    """The scalar mix's softmax weight of each stage, one bar group per property (the tree probe's too)."""
+    def name(r: ProbeResult | StructuralResult) -> str:
+        prop = PROPERTY_TITLES["tree"] if isinstance(r, StructuralResult) else PROPERTY_TITLES.get(r.prop, r.prop)
+        return f"{prop} (γ = {r.mix_gamma:.2f})"
+
+    groups = [(name(r), r.stages, r.mix_weights) for r in results if r.mix_weights is not None and len(r.mix_weights)]
     return plot_layer_weights(groups, "Weighted features: the scalar mix's weight of each stage", style)
 
 
