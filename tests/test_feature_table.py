@@ -20,6 +20,7 @@ from bertlab.tasks import encode_words
 from bertlab.tasks.layer_features import FEATURES, LayerFeatures, feature_width, word_features
 from bertlab.training.feature_head import HEAD_FILE, FeatureHead, run_finetune
 from bertlab.training.finetune import FinetuneConfig, FinetuneError, finetune
+from bertlab.training.finetune_defaults import recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = [TaggedSentence("Peter Blackburn flew to Lisbon on Monday .".split()),
@@ -139,6 +140,20 @@ def test_cancel_while_the_features_are_read_stops_before_training(tiny4, tok, tm
     assert not (tmp_path / "out").exists() and not (tmp_path / "cache").exists()
 
 
+def test_the_feature_head_defaults_are_the_tables_train_only_choice():
+    """`--features` without --lr/--epochs trains with what bench/feature_table.py chose on train data alone,
+    and the table's feature rows ran with exactly that."""
+    d = json.loads((ROOT / "bench" / "results" / "feature_table.json").read_text(encoding="utf-8"))
+    head = recipe("ner", "feature", "mix")
+    assert (head.lr, head.epochs) == (d["head_choice"]["lr"], d["head_choice"]["epochs"])
+    assert all((r["lr"], r["epochs"]) == (head.lr, head.epochs) for r in d["rows"] if r["mode"] == "feature")
+    cfg = FinetuneConfig(task="ner", mode="feature", features="last").resolved()
+    assert (cfg.lr, cfg.epochs, cfg.batch_size) == (head.lr, head.epochs, head.batch_size)
+    own = FinetuneConfig(task="ner", mode="feature").resolved()  # the model's own head: as before
+    assert (own.lr, own.epochs) == (recipe("ner", "feature").lr, recipe("ner", "feature").epochs) != (head.lr,
+                                                                                                   head.epochs)
+
+
 def _cli(*argv: str) -> int:
     from bertlab.cli import main
 
@@ -217,7 +232,10 @@ def test_the_fine_tuning_tab_offers_the_choices_in_feature_mode_and_plots_the_mi
     panel.task.value = "sst2"
     assert not shown()
     panel.task.value = "ner"
+    own = (panel.lr.value, panel.epochs.value)
     panel.features.value = "mix"
+    head = recipe("ner", "feature", "mix")
+    assert (panel.lr.value, panel.epochs.value) == (head.lr, head.epochs) != own  # the head's own defaults
     panel.path.value = str(write_conll(tmp_path / "conll", n_train=96, n_dev=32))
     panel.max_train.value, panel.max_dev.value, panel.epochs.value = 96, 32, 6
     panel.batch.value, panel.max_length.value, panel.lr.value = 16, 64, 3e-2

@@ -210,6 +210,7 @@ class FinetunePanel(Panel):
 
         self.task.observe(self._on_task, names="value")
         self.mode.observe(self._on_mode, names="value")
+        self.features.observe(self._on_features, names="value")
         self.start_from.observe(lambda _: self._show_start_note(), names="value")
         self.start_button.on_click(self._on_start)
         self.cancel_button.on_click(self._on_cancel)
@@ -279,6 +280,10 @@ class FinetunePanel(Panel):
         self.mode_help.value = self._mode_note(change["new"])
         self._show_features()
 
+    def _on_features(self, change) -> None:
+        """A feature choice trains a head on cached features: its own measured lr and epochs."""
+        self.epochs.value, self.lr.value = self.recipe.epochs, self.recipe.lr
+
     def _show_features(self) -> None:
         """The "Features" choice, only where it applies: feature mode on the ner task."""
         self.features_box.layout.display = None if self._features_apply() else "none"
@@ -293,7 +298,7 @@ class FinetunePanel(Panel):
     @property
     def recipe(self) -> Recipe:
         """The measured defaults of the chosen task and mode (training.finetune_defaults)."""
-        return recipe(self.task.value, self.mode.value)
+        return recipe(self.task.value, self.mode.value, self.chosen_features())
 
     def _apply_recipe(self) -> None:
         """Fill the settings and "Start from" with the chosen task's (and mode's) defaults."""

@@ -142,7 +142,7 @@ class FinetuneConfig:
     @property
     def recipe(self) -> Recipe:
         """The task's measured defaults in this mode (what the settings left at None take)."""
-        return recipe(self.task, self.mode)
+        return recipe(self.task, self.mode, self.features)
 
     def resolved(self) -> FinetuneConfig:
         """A copy with every setting left at None taken from `recipe` (the model too)."""

@@ -47,10 +47,10 @@ def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     from bertlab.tasks import TASKS
     from bertlab.tasks.layer_features import FEATURES
     from bertlab.training.finetune import MODES, FinetuneConfig
-    from bertlab.training.finetune_defaults import RECIPES
+    from bertlab.training.finetune_defaults import FEATURE_HEAD_RECIPES, RECIPES
     from bertlab.training.loop import PRECISIONS
 
-    d = FinetuneConfig()
+    d, head = FinetuneConfig(), FEATURE_HEAD_RECIPES["ner"]
     full = "; ".join(f"{t}: {r.epochs} epochs, lr {r.lr:g}, batch {r.batch_size}, length {r.max_length}, "
                      f"from {r.start_name}" for (t, m), r in RECIPES.items() if m == "full")
     p = sub.add_parser(
@@ -82,8 +82,9 @@ def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
                         "cached; a linear head (the paper: a two-layer BiLSTM) learns on: embeddings (stage 0), "
                         "last, second-to-last, sum-last-4 (sum of the last four layers), concat-last-4 (the four "
                         "side by side) or mix (a softmax-weighted sum of all stages and a scale, learned with the "
-                        "head; the JSON gives its weights). Default: the model's own head on the last layer, "
-                        "trained through the frozen encoder")
+                        "head; the JSON gives its weights). Unless given: lr "
+                        f"{head.lr:g}, {head.epochs} epochs (chosen on train data alone by bench/feature_table.py). "
+                        "Default: the model's own head on the last layer, trained through the frozen encoder")
     p.add_argument("--adapter-size", type=options.positive_int, default=d.adapter_size,
                    help="adapter bottleneck (default %(default)s)")
     p.add_argument("--epochs", type=options.positive_int, default=None,
