@@ -475,11 +475,15 @@ def feature_table() -> str:
         weights = ", ".join(f"{name} {w:.2f}" for name, w in zip(mix["layers"], mix["weights"]))
         rows += ["", f"`mix` learned these weights: {weights} (γ = {mix['gamma']:.2f})."]
     model = START_NAMES.get(d["model"], d["model"])
+    sampled = "--dev" in d["command"] and "--dev 0" not in d["command"]  # a seeded part of the dev set
+    dev = f" --max-eval-examples {d['dev_sentences']}" if sampled else ""
     rows += ["", f"Model: {model} (`{d['model']}`: {d['model_text']}). Entity F1 (%) on {d['dev_sentences']:,} "
              f"CoNLL-2003 dev sentences; every row fitted on the same {d['train_sentences']:,} train sentences "
              f"(seed {d['seed']}). The linear head's lr ({choice['lr']:g}) and epochs ({choice['epochs']}) were "
-             f"chosen on the train subset alone: {choice['basis']}. The fine-tuning row takes the task's "
-             f"defaults. {d['threads']} torch thread(s) on {d['cores']} shared cores, load average "
+             f"chosen on the train subset alone: {choice['basis']}; they are the defaults of `--features`, so a row "
+             f"is `bertlab finetune --task ner --mode feature --features NAME --max-train-examples "
+             f"{d['train_sentences']}{dev}` and the fine-tuning row the same without `--mode` and `--features` (the "
+             f"task's defaults). {d['threads']} torch thread(s) on {d['cores']} shared cores, load average "
              f"{d['load_avg_before'][0]:.1f} before and {d['load_avg_after'][0]:.1f} after; "
              f"{_num(d['seconds'] / 60, 1)} min in all, {d['when']} (`{d['command']}`)."]
     return "\n".join(rows)
