@@ -223,3 +223,24 @@ def test_a_word_after_a_space_is_found_with_a_byte_level_tokenizer(tmp_path):
     _, tokens, at = word_vector(model, tok, texts[1], "bank", stage=1)
     assert tokens[at].startswith("Ġb")
     assert word_projection(model, tok, ["bank", "river"], texts) is not None
+
+
+def test_punctuation_inside_a_sentencepiece_word_does_not_hide_the_word():
+    """DeBERTa-v3's SentencePiece splits at spaces only, so "bank." is one word: "bank" is still found there,
+    and still not inside "banks"."""
+    from test_family_deberta import deberta_tokenizer
+
+    hf = deberta_tokenizer()
+    import tempfile
+
+    from bertlab.analysis.similarity import find_word_forms, word_forms
+    from bertlab.tokenizer import Tokenizer
+
+    with tempfile.TemporaryDirectory() as d:
+        hf.save_pretrained(d)
+        tok = Tokenizer.from_folder(d)
+    forms = word_forms(tok, "bank")
+    enc = tok.encode("The boat drifted toward the muddy bank.")
+    (a, b), = find_word_forms(enc, forms)
+    assert "".join(enc.tokens[a:b]).lstrip("▁") == "bank" and enc.word_ids[b] == enc.word_ids[a]  # "." same word
+    assert find_word_forms(tok.encode("Two banks."), forms) == []

@@ -94,7 +94,7 @@ def word_pieces(tok: Tokenizer, word: str) -> list[str]:
         raise InputError("The word is empty: type the word to look for.")
     require_text(word, "word")
     pieces = tok.tokenize(word.strip())
-    if not pieces or tok.unk_token_id in {tok.token_to_id(p) for p in pieces}:
+    if not pieces or tok.unk_token_id in tok.encode_ids([word.strip()])[0]:
         unk = tok.id_to_token(tok.unk_token_id)
         raise InputError(f"{echo(word)} is not in the model's vocabulary (it becomes {unk}): choose another word.")
     return pieces
@@ -106,7 +106,7 @@ def word_forms(tok: Tokenizer, word: str) -> list[list[str]]:
     give one form. InputError as `word_pieces`."""
     forms = [word_pieces(tok, word)]
     spaced = tok.tokenize(" " + word.strip())
-    if spaced and spaced != forms[0] and tok.unk_token_id not in {tok.token_to_id(p) for p in spaced}:
+    if spaced and spaced != forms[0] and tok.unk_token_id not in tok.encode_ids([" " + word.strip()])[0]:
         forms.append(spaced)
     return forms
 
@@ -124,10 +124,21 @@ def find_word(enc: Encoding, pieces: Sequence[str]) -> list[tuple[int, int]]:
         if tokens[i : i + n] != list(pieces) or any(w is None for w in words[i : i + n]):
             continue
         end = i + n
-        if _same_word(enc, i - 1, i) or _same_word(enc, end - 1, end):  # part of a longer word
+        if _continues(enc, i, i - 1) or _continues(enc, end - 1, end):  # part of a longer word
             continue
         spans.append((i, end))
     return spans
+
+
+def _continues(enc: Encoding, inside: int, outside: int) -> bool:
+    """Whether token `outside`, next to token `inside`, carries the same word on with a letter or digit.
+    Punctuation that a tokenizer keeps in the word (SentencePiece splits only at spaces: "bank." is one
+    word to DeBERTa-v3) does not make the word a longer one."""
+    if not _same_word(enc, inside, outside):
+        return False
+    piece = enc.tokens[outside]
+    core = piece[2:] if piece.startswith("##") else piece.lstrip("Ġ▁")
+    return bool(core) and (core[-1] if outside < inside else core[0]).isalnum()
 
 
 def _same_word(enc: Encoding, i: int, j: int) -> bool:
