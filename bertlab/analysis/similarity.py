@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from bertlab.analysis import encode_input
 from bertlab.inputs import InputError, echo, require_text
 from bertlab.model import Bert
-from bertlab.runtime import eval_mode, model_device
+from bertlab.tasks.layer_features import hidden_states, stage_names  # noqa: F401 (shared by the analysis modules)
 from bertlab.tokenizer import Encoding, Tokenizer
 
 BATCH_SIZE = 16  # sentences per forward pass
@@ -47,32 +47,6 @@ BASELINE_SENTENCES: tuple[str, ...] = (
 # ---------------------------------------------------------------------------------------------
 # Shared helpers
 # ---------------------------------------------------------------------------------------------
-def stage_names(num_layers: int) -> list[str]:
-    """["embeddings", "layer 0", ..., "layer {num_layers-1}"]: the name of each stage."""
-    return ["embeddings"] + [f"layer {i}" for i in range(num_layers)]
-
-
-def hidden_states(
-    model: Bert,
-    input_ids: torch.Tensor,  # [batch, seq]
-    token_type_ids: torch.Tensor | None = None,  # [batch, seq]
-    attention_mask: torch.Tensor | None = None,  # [batch, seq]
-) -> torch.Tensor:
-    """Every stage's output, [stage, batch, seq, d_model] float32 on CPU (stage 0 = embeddings)."""
-    names = [model.family.embedding_hook, *model.family.layer_hook_names("hook_resid_post")]
-    device = model_device(model)
-    nowhere = torch.zeros(input_ids.shape, dtype=torch.bool, device=device)  # skip the MLM decoder
-    with eval_mode(model), torch.inference_mode():
-        _, cache = model.run_with_cache(
-            input_ids.to(device),
-            token_type_ids=None if token_type_ids is None else token_type_ids.to(device),
-            attention_mask=None if attention_mask is None else attention_mask.to(device),
-            mlm_positions=nowhere if model.has_mlm else None,
-            names=names,
-        )
-    return torch.stack([cache[n] for n in names]).to("cpu", torch.float32)
-
-
 def batch_hidden_states(model: Bert, tok: Tokenizer, encodings: Sequence[Encoding]) -> list[torch.Tensor]:
     """Hidden states of each encoding, unpadded: a list of [stage, seq_i, d_model], in chunks of BATCH_SIZE."""
     out: list[torch.Tensor] = []
