@@ -18,7 +18,7 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.classroom.questions import DEFAULT_K, mask_question, nsp_question, tally
-from bertlab.classroom.store import ClassStore, Question
+from bertlab.classroom.store import Question, QuestionStore
 from bertlab.panels.base import Panel, note_html, show_figure
 from bertlab.panels.classroom import POLL_LIVE_S, TAB_OF, class_store
 from bertlab.panels.page import PageAddress, projector_in_query, projector_requested
@@ -44,7 +44,7 @@ class TeacherPanel(Panel):
     teaches = ("Students commit to a guess before they see the model's: push a question, watch the class's "
                "guesses gather beside the model's probabilities, then reveal it to everyone.")
 
-    def __init__(self, model: torch.nn.Module, tok: Tokenizer, store: ClassStore,
+    def __init__(self, model: torch.nn.Module, tok: Tokenizer, store: QuestionStore,
                  poll_s: float | None = POLL_LIVE_S) -> None:
         """`poll_s`: how often the store is looked at (one cheap check; None: only by `refresh()`)."""
         super().__init__()

@@ -1,0 +1,347 @@
+"""The class service for JupyterHub (bertlab.hubservice) without a hub: its handlers on a tornado server
+on loopback, with JupyterHub's own HubAuth asking a stand-in for the hub's /api/user who owns each
+token; the clients (bertlab.classroom.remote.RemoteClassStore, bertlab.training.queue.RemoteQueue)
+talk to it over HTTP as students' kernels do.
+
+The teacher pushes, both students see it and answer, the histogram counts both; a student cannot
+push, reveal, end, read the guesses before the reveal, answer in another's name, or touch another's
+run; the teacher cancels and reorders runs; guesses come back anonymous. The panels work unchanged on
+the remote store. tests/test_class_service_hub.py does the same through a real hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from jupyterhub.services.auth import HubAuth
+from tornado import web
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+
+from bertlab import settings
+from bertlab.classroom.questions import tally
+from bertlab.classroom.remote import RemoteClassStore, open_store
+from bertlab.classroom.store import ClassStore, GuessError, Question, QuestionClosedError
+from bertlab.hubservice import SERVICE_NAME
+from bertlab.hubservice.app import ClassService, make_app
+from bertlab.service_client import ClassServiceError, ServiceClient
+from bertlab.training.queue import ClassQueue, RemoteQueue
+
+ACCESS = f"access:services!service={SERVICE_NAME}"
+PREFIX = f"/services/{SERVICE_NAME}/"
+SERVICE_TOKEN = "service-token"
+USERS = {  # token -> the model the hub's /api/user gives for it
+    "t-tess": {"kind": "user", "name": "tess", "groups": ["teachers"], "scopes": [ACCESS]},
+    "t-alice": {"kind": "user", "name": "alice", "groups": ["class-a"], "scopes": [ACCESS]},
+    "t-bob": {"kind": "user", "name": "bob", "groups": [], "scopes": [ACCESS]},
+    "t-ada": {"kind": "user", "name": "ada", "groups": [], "scopes": [ACCESS]},  # a hub admin (asked of the hub)
+    "t-eve": {"kind": "user", "name": "eve", "groups": [], "scopes": ["access:servers!user=eve"]},  # no access
+}
+ADMINS = {"ada"}
+MASK_Q = Question("mask", "The cat sat on the [MASK].", model=[("mat", 0.5), ("floor", 0.2)])
+
+
+class _HubUser(web.RequestHandler):
+    """The hub's GET /hub/api/user: the model of the token's owner, 403 for an unknown token."""
+
+    def get(self) -> None:
+        token = self.request.headers.get("Authorization", "").split(" ")[-1]
+        if token not in USERS:
+            raise web.HTTPError(403)
+        self.finish(json.dumps(USERS[token]))
+
+
+class _HubUsers(web.RequestHandler):
+    """The hub's GET /hub/api/users/NAME, for the service's token only (it asks who is an admin)."""
+
+    def get(self, name: str) -> None:
+        if self.request.headers.get("Authorization") != f"token {SERVICE_TOKEN}":
+            raise web.HTTPError(403)
+        self.finish(json.dumps({"kind": "user", "name": name, "admin": name in ADMINS}))
+
+
+@dataclass
+class Loopback:
+    url: str  # the service's, as BERTLAB_CLASS_SERVICE_URL
+    service: ClassService
+
+    def client(self, user: str, token: str | None = None) -> ServiceClient:
+        return ServiceClient(self.url, token or f"t-{user}", user)
+
+    def store(self, user: str) -> RemoteClassStore:
+        return RemoteClassStore(self.client(user))
+
+    def queue(self, user: str) -> RemoteQueue:
+        return RemoteQueue(self.client(user), poll_s=0.05)
+
+
+def _serve(tmp_path, slots: int = 1, admins_teach: bool = True) -> Iterator[Loopback]:
+    """The stand-in hub and the service, each on a free loopback port, in an event loop of their own."""
+    ready, started = threading.Event(), {}
+    loop = asyncio.new_event_loop()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+
+        async def start() -> None:
+            hub_socks, service_socks = bind_sockets(0, "127.0.0.1"), bind_sockets(0, "127.0.0.1")
+            hub_url = f"http://127.0.0.1:{hub_socks[0].getsockname()[1]}"
+            HTTPServer(web.Application([("/hub/api/user", _HubUser), (r"/hub/api/users/([^/]+)", _HubUsers)])
+                       ).add_sockets(hub_socks)
+            auth = HubAuth(api_url=f"{hub_url}/hub/api", api_token=SERVICE_TOKEN, access_scopes={ACCESS},
+                           base_url=PREFIX)
+            service = ClassService(tmp_path / "class-service.sqlite", slots, auth, admins_teach=admins_teach)
+            HTTPServer(make_app(service, PREFIX)).add_sockets(service_socks)
+            started["loopback"] = Loopback(f"http://127.0.0.1:{service_socks[0].getsockname()[1]}{PREFIX}", service)
+            ready.set()
+
+        loop.run_until_complete(start())
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield started["loopback"]
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
+@pytest.fixture
+def loopback(tmp_path) -> Iterator[Loopback]:
+    yield from _serve(tmp_path)
+
+
+def _refused(call, status: int = 403, kind: str = "forbidden") -> ClassServiceError:
+    with pytest.raises(ClassServiceError) as e:
+        call()
+    assert (e.value.status, e.value.kind) == (status, kind), str(e.value)
+    assert str(e.value)  # a message to act on
+    return e.value
+
+
+# -- the class store ---------------------------------------------------------------------------------
+def test_the_teacher_pushes_both_students_see_it_and_both_guesses_reach_the_histogram(loopback):
+    teacher, alice, bob = loopback.store("tess"), loopback.store("alice"), loopback.store("bob")
+    assert alice.current() is None and alice.changed() and not alice.changed()
+    q = teacher.push(MASK_Q)
+    assert q.id is not None and q.live and not q.revealed
+    for student in (alice, bob):
+        assert student.changed()
+        seen = student.current()
+        assert (seen.id, seen.kind, seen.text, seen.model) == (q.id, "mask", MASK_Q.text, MASK_Q.model)
+
+    assert teacher.changed() and not teacher.changed()
+    assert alice.answer(q.id, "page-id", "  Mat ") == "mat"  # counted as ClassStore counts it
+    assert teacher.changed()  # the teacher's histogram hears of each guess
+    assert not bob.changed()  # a student's page only of what it shows: the question
+    bob.answer(q.id, "page-id", "floor")
+    assert tally(teacher.answers(q.id)) == [("floor", 1), ("mat", 1)]
+    assert set(loopback.service.store.answers(q.id)) == {"alice", "bob"}  # one guess per hub user
+
+    alice.answer(q.id, "another-page", "rug")  # a second page of alice's replaces her guess
+    assert tally(teacher.answers(q.id)) == [("floor", 1), ("rug", 1)]
+
+    teacher.reveal(q.id)
+    assert alice.changed() and alice.current().revealed
+    with pytest.raises(QuestionClosedError):  # the store's own error, through HTTP
+        bob.answer(q.id, "page-id", "mat")
+    answers = bob.answers(q.id)  # a student sees the class's guesses after the reveal, anonymous
+    assert sorted(answers.values()) == ["floor", "rug"] and not {"alice", "bob"} & set(answers)
+    teacher.end(q.id)
+    assert bob.changed() and bob.current() is None
+
+
+def test_a_student_cannot_push_reveal_end_or_peek(loopback):
+    teacher, alice = loopback.store("tess"), loopback.store("alice")
+    message = _refused(lambda: alice.push(MASK_Q))
+    assert "teacher" in str(message)
+    q = teacher.push(MASK_Q)
+    _refused(lambda: alice.reveal(q.id))
+    _refused(lambda: alice.end(q.id))
+    alice.answer(q.id, "page", "mat")
+    _refused(lambda: alice.answers(q.id))  # the class's guesses before the reveal: teacher only
+    assert not loopback.service.store.current().revealed and loopback.service.store.current().id == q.id
+
+
+def test_a_student_cannot_answer_as_someone_else(loopback):
+    q = loopback.store("tess").push(MASK_Q)
+    alice = loopback.client("alice")
+    message = _refused(lambda: alice.call("POST", f"api/questions/{q.id}/answers", {"guess": "mat", "student": "bob"}))
+    assert "alice" in str(message)
+    assert loopback.service.store.answers(q.id) == {}
+
+
+def test_a_bad_guess_and_a_bad_question_say_what_to_do(loopback):
+    teacher, alice = loopback.store("tess"), loopback.store("alice")
+    q = teacher.push(MASK_Q)
+    with pytest.raises(GuessError, match="Type a guess"):
+        alice.answer(q.id, "page", "   ")
+    with pytest.raises(ValueError, match="kind"):
+        teacher.push(Question("essay", "Write one."))  # type: ignore[arg-type]
+
+
+def test_tokens_without_access_are_refused(loopback):
+    _refused(lambda: loopback.client("eve").call("GET", "api/question"))  # a hub user the role leaves out
+    _refused(lambda: loopback.client("mallory", token="not-a-hub-token").call("GET", "api/question"))
+    _refused(lambda: ServiceClient(loopback.url, "", "").call("GET", "api/question"))
+
+
+def test_teachers_are_the_teacher_group_and_the_hub_admins(loopback):
+    me = {name: loopback.client(name).call("GET", "api/me") for name in ("tess", "alice", "ada")}
+    assert {name: m["teacher"] for name, m in me.items()} == {"tess": True, "alice": False, "ada": True}
+    loopback.store("ada").push(MASK_Q)  # an admin, found by asking the hub with the service's token
+
+
+def test_admins_teach_only_when_allowed(tmp_path):
+    for lb in _serve(tmp_path, admins_teach=False):
+        assert not lb.client("ada").call("GET", "api/me")["teacher"]
+        _refused(lambda: lb.store("ada").push(MASK_Q))
+
+
+def test_an_unreachable_service_says_so(tmp_path):
+    store = RemoteClassStore(ServiceClient("http://127.0.0.1:9/", "t", "alice", timeout_s=2))
+    with pytest.raises(ClassServiceError, match="does not answer") as e:
+        store.current()
+    assert e.value.kind == "unreachable"
+
+
+# -- the training queue --------------------------------------------------------------------------------
+def test_two_students_runs_share_one_queue_in_order(loopback):
+    alice, bob = loopback.queue("alice"), loopback.queue("bob")
+    first, second = alice.join("alice's run"), bob.join("bob's run")
+    places: list[int] = []
+    assert first.wait()  # one slot: alice's, who came first
+    waiting = threading.Thread(target=lambda: second.wait(on_place=places.append), daemon=True)
+    waiting.start()
+    _until(lambda: places == [1])  # bob hears he is behind one run
+    assert alice.entries() == [(first.id, "alice's run", "running"), (second.id, "bob's run", "waiting")]
+    listed = loopback.client("bob").call("GET", "api/queue")["entries"]
+    assert [e["mine"] for e in listed] == [False, True] and all("owner" not in e for e in listed)
+    owners = [e["owner"] for e in loopback.client("tess").call("GET", "api/queue")["entries"]]
+    assert owners == ["alice", "bob"]  # the teacher sees whose run is whose
+
+    _refused(lambda: bob.leave(first.id))  # bob cannot end alice's run, nor start or beat it
+    _refused(lambda: bob.try_start(first.id))
+    _refused(lambda: bob.beat(first.id))
+    first.leave()
+    waiting.join(10)
+    assert not waiting.is_alive() and bob.entries() == [(second.id, "bob's run", "running")]
+    second.leave()
+    assert alice.entries() == []
+
+
+def test_a_student_cannot_queue_as_another(loopback):
+    client = loopback.client("alice")
+    _refused(lambda: client.call("POST", "api/queue", {"label": "x", "pid": 1, "owner": "bob"}))
+    assert loopback.service.queue.entries() == []
+
+
+def test_the_teacher_cancels_and_reorders_runs_and_a_student_cannot(loopback):
+    alice, bob, teacher = loopback.queue("alice"), loopback.queue("bob"), loopback.queue("tess")
+    running, a2, b1 = alice.join("a1"), alice.join("a2"), bob.join("b1")
+    assert running.wait()
+    _refused(lambda: alice.first(b1.id))
+    _refused(lambda: alice.cancel(b1.id))
+    teacher.first(b1.id)  # bob's run goes before alice's second
+    assert [label for _, label, _ in teacher.entries()] == ["a1", "b1", "a2"]
+    assert alice.try_start(a2.id) == 2 and bob.try_start(b1.id) == 1
+
+    teacher.cancel(a2.id)  # a waiting run: its place leaves the queue at its next look
+    assert a2.wait() is False and a2.cancelled_by_teacher
+    cancel = threading.Event()
+    running._cancel = cancel
+    teacher.cancel(running.id)  # a running run: its heartbeat hears of it and asks the run to stop
+    assert not alice.beat(running.id)
+    assert b1.wait()  # the cancelled run's slot is free at once
+    running.leave()
+    b1.leave()
+    assert teacher.entries() == []
+
+
+def test_the_sqlite_queue_keeps_owners_and_reads_a_file_made_before_them(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "queue.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT, label TEXT NOT NULL, host TEXT NOT NULL, "
+               "pid INTEGER NOT NULL, started TEXT NOT NULL, state TEXT NOT NULL DEFAULT 'waiting', "
+               "heartbeat REAL NOT NULL)")
+    db.commit()
+    db.close()
+    q = ClassQueue(path, slots=1)
+    rid = q.enter("run", owner="alice")
+    assert q.owner(rid) == "alice" and q.owners() == {rid: "alice"} and q.owner(rid + 1) is None
+    assert q.try_start(rid) == 0
+
+
+# -- choosing the backend, and the panels on it ----------------------------------------------------------
+def test_the_service_url_chooses_the_remote_backends_and_sqlite_stays_the_default(loopback, tmp_path, monkeypatch):
+    for name in ("BERTLAB_CLASS_SERVICE_URL", "JUPYTERHUB_API_TOKEN", "JUPYTERHUB_USER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("BERTLAB_CLASS_STORE", str(tmp_path / "class.sqlite"))
+    monkeypatch.setenv("BERTLAB_QUEUE", str(tmp_path / "queue.sqlite"))
+    monkeypatch.setenv("BERTLAB_QUEUE_SLOTS", "1")
+    assert isinstance(open_store(), ClassStore) and isinstance(ClassQueue.from_env(), ClassQueue)
+
+    monkeypatch.setenv("BERTLAB_CLASS_SERVICE_URL", loopback.url)
+    with pytest.raises(ValueError, match="JUPYTERHUB_API_TOKEN"):
+        settings.class_service()
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "t-alice")
+    monkeypatch.setenv("JUPYTERHUB_USER", "alice")
+    store, queue = open_store(), ClassQueue.from_env()
+    assert isinstance(store, RemoteClassStore) and isinstance(queue, RemoteQueue)
+    q = loopback.store("tess").push(MASK_Q)
+    assert store.current().id == q.id
+    place = queue.join("alice's run")
+    assert place.wait() and loopback.service.queue.owner(place.id) == "alice"
+    place.leave()
+
+
+def test_the_panels_work_on_the_remote_store(loopback, default_model):
+    """The teacher's panel and two students' Mask tabs, each on its own connection to the service."""
+    from bertlab.panels.mask import MaskPanel
+    from bertlab.panels.teacher import TeacherPanel
+
+    teacher = TeacherPanel(*default_model, loopback.store("tess"), poll_s=None)
+    students = {name: MaskPanel(*default_model, classroom=loopback.store(name), class_poll_s=None)
+                for name in ("alice", "bob")}
+    teacher.text.value = "The man went to the [MASK] to buy a gallon of milk."
+    teacher.push_button.click()
+    assert teacher.question is not None and teacher.question.id is not None
+    for guess, panel in zip(("store", "<b>shop</b>"), students.values()):
+        panel.class_box.poll()
+        assert panel.class_box.question is not None and panel.class_box.question.id == teacher.question.id
+        assert panel.answer_hold.note(teacher.question.text, "[MASK]") is not None  # held back until the reveal
+        panel.class_box.input.value = guess
+        panel.class_box.send()
+        assert panel.class_box.guess == guess, panel.class_box.status.value
+    teacher.refresh()
+    assert sorted(teacher.counts) == [("<b>shop</b>", 1), ("store", 1)]
+    teacher.reveal()
+    for panel in students.values():
+        panel.class_box.poll()
+        assert panel.class_box.question.revealed and panel.class_box.figure_box.children
+        assert "<b>shop</b>" not in json.dumps(panel.class_box.figure_box.children[0].to_dict())  # drawn escaped
+
+
+def test_the_service_does_not_import_torch():
+    code = "import sys, bertlab.hubservice.app, bertlab.hubservice.__main__; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def _until(cond, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
