@@ -108,6 +108,8 @@ class Hub:
     log: Path
     proc: subprocess.Popen
     pids: set[int] = field(default_factory=set)  # every process the test saw start, for teardown
+    users: tuple[str, ...] = STUDENTS
+    class_service: str = ""  # the class service's URL, as the students' servers get it
 
     def api(self, path: str) -> dict:
         import requests
@@ -122,7 +124,7 @@ class Hub:
         return int(server["state"]["pid"])
 
 
-def _test_config(tmp: Path, ports: dict[str, int], token: str, password: str) -> str:
+def _test_config(tmp: Path, ports: dict[str, int], token: str, password: str, users: tuple[str, ...]) -> str:
     """The repository's one-server config, on loopback, with a password every test student
     shares and a spawner that needs no system users."""
     return f"""
@@ -135,19 +137,19 @@ c.JupyterHub.db_url = "sqlite:///{tmp / "jupyterhub.sqlite"}"
 c.JupyterHub.cookie_secret_file = {str(tmp / "cookie_secret")!r}
 c.JupyterHub.authenticator_class = "shared-password"
 c.SharedPasswordAuthenticator.user_password = {password!r}
-c.Authenticator.allowed_users = {set(STUDENTS)!r}
+c.Authenticator.allowed_users = {set(users)!r}
 c.JupyterHub.spawner_class = "simple"
 c.SimpleLocalProcessSpawner.home_dir_template = {str(tmp / "home" / "{username}")!r}
 c.Spawner.environment.update({{"HF_HUB_OFFLINE": "1"}})
 c.Spawner.args.append("--ServerApp.allow_root={os.geteuid() == 0}")  # no system users: the test's own
-c.JupyterHub.services = [{{"name": "hub-test", "api_token": {token!r}}}]
-c.JupyterHub.load_roles = [{{"name": "hub-test", "services": ["hub-test"],
-                             "scopes": ["admin:users", "admin:servers", "admin:server_state"]}}]
+c.JupyterHub.services.append({{"name": "hub-test", "api_token": {token!r}}})
+c.JupyterHub.load_roles.append({{"name": "hub-test", "services": ["hub-test"],
+                                "scopes": ["admin:users", "admin:servers", "admin:server_state"]}})
 """
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+def need_hub() -> None:
+    """Skip (fail in CI) without JupyterHub or its proxy."""
     try:
         import jupyterhub  # noqa: F401
         import requests  # noqa: F401
@@ -155,21 +157,42 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
         _missing("jupyterhub is not installed (pip install -e '.[test]')")
     if shutil.which("configurable-http-proxy") is None:
         _missing("configurable-http-proxy is not on PATH (npm install -g configurable-http-proxy)")
-    tmp = tmp_path_factory.mktemp("hub")
-    ports = {name: _free_port() for name in ("public", "hub", "proxy_api")}
+
+
+def start_hub(tmp: Path, users: tuple[str, ...] = STUDENTS, extra_config: str = "",
+              env_extra: dict[str, str] | None = None) -> Hub:
+    """JupyterHub on loopback with the repository's configuration (and `extra_config` after it), once it
+    answers; the class service it starts listens on a free port. `_stop` it."""
+    ports = {name: _free_port() for name in ("public", "hub", "proxy_api", "class_service")}
     token, password = secrets.token_hex(16), secrets.token_urlsafe(12)
-    (tmp / "jupyterhub_config.py").write_text(_test_config(tmp, ports, token, password))
+    (tmp / "jupyterhub_config.py").write_text(_test_config(tmp, ports, token, password, users) + extra_config)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BERTLAB_", "JUPYTERHUB_"))}
-    env["BERTLAB_HUB_STATE"] = str(tmp / "state")  # the class queue's folder
+    env["BERTLAB_HUB_STATE"] = str(tmp / "state")  # the class service's folder
     (tmp / "state").mkdir()
+    service = f"http://127.0.0.1:{ports['class_service']}"
+    env["BERTLAB_CLASS_SERVICE_ADDRESS"] = service
     env["CONFIGPROXY_AUTH_TOKEN"] = secrets.token_hex(16)
+    env.update(env_extra or {})
     log = tmp / "jupyterhub.log"
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(tmp / "jupyterhub_config.py")],
                                 cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    h = Hub(f"http://127.0.0.1:{ports['public']}/", token, password, tmp / "home", log, proc, {proc.pid})
+    h = Hub(f"http://127.0.0.1:{ports['public']}/", token, password, tmp / "home", log, proc, {proc.pid},
+            users, f"{service}/services/bertlab-class/")
     try:
         _wait_for_hub(h)
+    except BaseException:
+        _stop(h, tmp / "proxy.pid")
+        raise
+    return h
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    need_hub()
+    tmp = tmp_path_factory.mktemp("hub")
+    h = start_hub(tmp)
+    try:
         yield h
     finally:
         _stop(h, tmp / "proxy.pid")
@@ -209,7 +232,7 @@ def _stop(h: Hub, proxy_pid_file: Path) -> None:
     20 s SIGKILL, whatever the test saw start and is still there."""
     if proxy_pid_file.exists() and proxy_pid_file.read_text().strip().isdigit():
         h.pids.add(int(proxy_pid_file.read_text()))
-    for name in STUDENTS:  # servers a failed test did not get to look at
+    for name in h.users:  # servers a failed test did not get to look at
         try:
             h.pids.add(h.server_pid(name))
         except Exception:  # no server, or the hub is not answering: nothing more to learn
@@ -336,7 +359,8 @@ def test_each_student_gets_the_dashboard_from_their_own_server(hub: Hub):
         kernel_env = _environ(kernels[0])
         assert {k: kernel_env.get(k) for k in CLASS_ENV} == CLASS_ENV
         assert kernel_env["JUPYTERHUB_USER"] == name
-        assert kernel_env["BERTLAB_QUEUE"] == str(hub.home.parent / "state" / "queue.sqlite")  # one for the class
+        assert kernel_env["BERTLAB_CLASS_SERVICE_URL"] == hub.class_service  # the class's questions and queue
+        assert kernel_env["JUPYTERHUB_API_TOKEN"]  # the server's token, which the class service accepts
         assert Path(os.readlink(f"/proc/{kernels[0]}/cwd")) == hub.home / name
     assert pids["alice"] != pids["bob"]
 

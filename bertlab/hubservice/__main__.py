@@ -32,6 +32,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="hub admins do not teach unless in a teacher group (BERTLAB_ADMINS_TEACH=0)")
     p.add_argument("--url", default=env("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101"),
                    help="address to listen on (the hub sets JUPYTERHUB_SERVICE_URL)")
+    p.add_argument("--ip", default=env("BERTLAB_CLASS_SERVICE_IP"),
+                   help="interface to listen on when it is not --url's host (BERTLAB_CLASS_SERVICE_IP; on Kubernetes "
+                        "0.0.0.0, while the servers reach it as http://hub:PORT)")
     args = p.parse_args(argv)
     if args.slots < 1:
         p.error(f"--slots must be 1 or more, not {args.slots}")
@@ -49,9 +52,10 @@ async def serve(args: argparse.Namespace) -> None:
     service = ClassService(args.db, args.slots, hub_auth, teacher_groups=groups, admins_teach=not args.no_admins)
     address = urlparse(args.url)
     server = HTTPServer(make_app(service, hub_auth.base_url), max_body_size=MAX_BODY_BYTES, xheaders=True)
-    server.listen(address.port or 80, address.hostname or "")
-    logging.getLogger(__name__).info("bertlab class service on %s%s (store and queue in %s, %d slots, teachers: %s)",
-                                     args.url, hub_auth.base_url, args.db, args.slots, ", ".join(groups) or "admins")
+    server.listen(address.port or 80, address.hostname if args.ip is None else args.ip)
+    logging.getLogger("bertlab.hubservice").info(
+        "bertlab class service on %s%s (store and queue in %s, %d slots, teachers: %s)",
+        args.url, hub_auth.base_url, args.db, args.slots, ", ".join(groups) or "admins")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -62,7 +66,8 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="[%(levelname)1.1s %(asctime)s bertlab-class] %(message)s")
+    logging.basicConfig(level=logging.WARNING, format="[%(levelname)1.1s %(asctime)s bertlab-class] %(message)s")
+    logging.getLogger("bertlab").setLevel(logging.INFO)  # its own start and the teacher's pushes, not its libraries'
     asyncio.run(serve(parse_args(argv)))
 
 

@@ -302,6 +302,7 @@ def make_app(service: ClassService, base_url: str = "/") -> web.Application:
         return (url_path_join(base, pattern), handler, {} if handler is HealthHandler else {"service": service})
 
     return web.Application([
+        route("", HealthHandler),  # the hub looks at the service's root when it routes the proxy to it
         route("health", HealthHandler),
         route("api/me", MeHandler),
         route("api/version", VersionHandler),
