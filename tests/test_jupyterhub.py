@@ -32,6 +32,7 @@ import yaml
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
+from bertlab.hubservice import SERVICE_NAME
 from bertlab.training.queue import process_alive
 
 REPO = Path(__file__).resolve().parents[1]
@@ -90,6 +91,61 @@ def test_z2jh_values_match_the_hub_config():
     assert single["cpu"]["limit"]
     link = " ".join(single["lifecycleHooks"]["postStart"]["exec"]["command"])
     assert "bertlab.ipynb" in link  # the dashboard put in the student's home
+
+
+CLASS_ACCESS = f"access:services!service={SERVICE_NAME}"
+
+
+def test_the_hub_starts_the_class_service_and_every_server_may_reach_it():
+    """bertlab_config.py starts bertlab.hubservice as a managed service, tells every server where it is,
+    and lets every user and their server's token (what the kernels hold) reach it."""
+    c = _hub_config("bertlab_config.py")
+    service = {s["name"]: s for s in _lazy(c.JupyterHub.services, [])}[SERVICE_NAME]
+    assert service["command"][1:] == ["-m", "bertlab.hubservice"] and service["url"].startswith("http://")
+    assert service["environment"]["BERTLAB_TEACHER_GROUPS"] == "teachers"
+    env = _lazy(c.Spawner.environment, {})
+    assert env["BERTLAB_CLASS_SERVICE_URL"] == f"{service['url']}/services/{SERVICE_NAME}/"
+    assert CLASS_ACCESS in _lazy(c.JupyterHub.extra_user_scopes, set())
+    assert CLASS_ACCESS in c.Spawner.server_token_scopes and "access:servers!server" in c.Spawner.server_token_scopes
+    roles = {r["name"]: r for r in _lazy(c.JupyterHub.load_roles, [])}
+    assert roles["bertlab-class-service"] == {"name": "bertlab-class-service", "services": [SERVICE_NAME],
+                                              "scopes": ["read:users"]}
+
+
+def test_z2jh_runs_the_same_class_service_in_the_hub_pod():
+    c = _hub_config("bertlab_config.py")
+    values = yaml.safe_load((DEPLOY / "z2jh" / "values.yaml").read_text())
+    hub_values = values["hub"]
+    service = hub_values["services"][SERVICE_NAME]
+    assert service["command"][-2:] == ["-m", "bertlab.hubservice"]
+    port = int(service["url"].rsplit(":", 1)[1])
+    assert values["singleuser"]["extraEnv"]["BERTLAB_CLASS_SERVICE_URL"] == f"{service['url']}/services/{SERVICE_NAME}/"
+    assert [p["port"] for p in hub_values["service"]["extraPorts"]] == [port]
+    assert [p["port"] for rule in hub_values["networkPolicy"]["ingress"] for p in rule["ports"]] == [port]
+    assert service["environment"]["BERTLAB_CLASS_SERVICE_IP"] == "0.0.0.0"
+    assert service["environment"]["BERTLAB_CLASS_SERVICE_DB"].startswith("/srv/jupyterhub/")  # the hub's volume
+    assert hub_values["config"]["KubeSpawner"]["server_token_scopes"] == c.Spawner.server_token_scopes
+    assert hub_values["config"]["JupyterHub"]["extra_user_scopes"] == [CLASS_ACCESS]
+    role = hub_values["loadRoles"]["bertlab-class-service"]
+    roles = {r["name"]: r for r in _lazy(c.JupyterHub.load_roles, [])}
+    assert role["scopes"] == roles["bertlab-class-service"]["scopes"] and role["services"] == [SERVICE_NAME]
+    assert "teachers" in hub_values["config"]["JupyterHub"]["load_groups"]
+
+
+def test_z2jh_tells_a_teachers_pod_to_link_the_teachers_view():
+    from types import SimpleNamespace
+
+    values = yaml.safe_load((DEPLOY / "z2jh" / "values.yaml").read_text())
+    c = Config()
+    exec(values["hub"]["extraConfig"]["bertlab-teachers"], {"c": c})  # as the chart runs hub.extraConfig
+    hook = c.KubeSpawner.pre_spawn_hook
+    for admin, groups, teaches in ((False, ["teachers"], "1"), (True, [], "1"), (False, ["class-a"], "")):
+        user = SimpleNamespace(admin=admin, groups=[SimpleNamespace(name=g) for g in groups])
+        spawner = SimpleNamespace(user=user, environment={})
+        hook(spawner)
+        assert spawner.environment["BERTLAB_TEACHER"] == teaches
+    link = values["singleuser"]["lifecycleHooks"]["postStart"]["exec"]["command"][-1]
+    assert "BERTLAB_TEACHER" in link and "teacher.ipynb" in link
 
 
 # -- a hub on loopback ----------------------------------------------------------------------------

@@ -34,7 +34,8 @@ DEFAULT_A = "The man went to the store."
 DEFAULT_B = "He bought a gallon of milk."
 NO_STORE = ("The teacher's view needs the class store, which `bertlab serve --class N` starts: serve the class "
             "with it and open the teacher's address it prints (or set BERTLAB_CLASS_STORE to the class's "
-            "class.sqlite).")
+            "class.sqlite). On JupyterHub the hub's class service holds it: start the hub with "
+            "deploy/jupyterhub/bertlab_config.py, which sets BERTLAB_CLASS_SERVICE_URL.")
 
 
 class TeacherPanel(Panel):
