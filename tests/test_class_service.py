@@ -334,6 +334,40 @@ def test_the_panels_work_on_the_remote_store(loopback, default_model):
         assert "<b>shop</b>" not in json.dumps(panel.class_box.figure_box.children[0].to_dict())  # drawn escaped
 
 
+def test_a_student_whose_run_the_teacher_cancels_is_told_why(loopback, monkeypatch):
+    """A waiting run in a student's background job: the teacher cancels it, and the job ends with the
+    message, not as if the student had pressed Cancel."""
+    from bertlab.panels.runs import BackgroundRun
+
+    monkeypatch.setenv("BERTLAB_CLASS_SERVICE_URL", loopback.url)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "t-bob")
+    monkeypatch.setenv("JUPYTERHUB_USER", "bob")
+    ahead = loopback.queue("alice").join("alice's run")
+    assert ahead.wait()
+    places, errors, ran = [], [], []
+    job = BackgroundRun("bertlab-test-run")
+    job.start(lambda: ran.append(1), queue="bob's run", on_place=places.append, on_error=errors.append)
+    _until(lambda: places == [1])
+    bob_entry = next(rid for rid, label, _ in loopback.queue("tess").entries() if label == "bob's run")
+    loopback.queue("tess").cancel(bob_entry)
+    assert job.wait(10)
+    assert job.state == "error" and not ran and "teacher" in str(errors[0])
+    ahead.leave()
+
+
+def test_a_guess_the_service_cannot_take_says_so_in_the_box(loopback):
+    from bertlab.panels.classroom import ClassQuestionBox
+
+    loopback.store("tess").push(MASK_Q)
+    box = ClassQuestionBox(loopback.store("alice"), "mask", poll_s=None, mask_token="[MASK]")
+    box.poll()
+    box.store.client.url = "http://127.0.0.1:9/"  # the service went away
+    box.store.client.timeout_s = 2
+    box.input.value = "mat"
+    box.send()
+    assert box.guess is None and "does not answer" in box.status.value
+
+
 def test_the_service_does_not_import_torch():
     code = "import sys, bertlab.hubservice.app, bertlab.hubservice.__main__; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

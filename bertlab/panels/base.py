@@ -19,6 +19,7 @@ import torch
 
 from bertlab.classroom.questions import AnswerHeld
 from bertlab.model import MissingHeadError
+from bertlab.service_client import ClassServiceError
 from bertlab.settings import plotly_bundle_path
 from bertlab.tokenizer import Tokenizer
 
@@ -104,6 +105,8 @@ class Panel:
             self.show_message(str(e), "info")
         except (ValueError, IndexError) as e:  # bad input: the message is meant for the student
             self.show_message(str(e), "error")
+        except ClassServiceError as e:  # the hub's class service refused or is away: its message says what to do
+            self.show_message(str(e), "warning")
         except Exception as e:  # a bug: say so plainly, keep the traceback in the log
             log.exception("%s panel callback failed", self.title or type(self).__name__)
             self.show_message(

@@ -36,6 +36,7 @@ from bertlab.classroom.remote import open_store
 from bertlab.classroom.store import ClassStore, GuessError, Kind, Question, QuestionStore
 from bertlab.panels.base import note_html, show_figure
 from bertlab.panels.runs import BackgroundRun
+from bertlab.service_client import ClassServiceError
 from bertlab.viz.classroom import plot_class_guesses
 
 log = logging.getLogger(__name__)
@@ -205,6 +206,9 @@ class ClassQuestionBox:
                 self.status.value = note_html("warning", str(e))
                 if self.store.changed():  # closed meanwhile: show the reveal now
                     self.show(self.store.current())
+                return
+            except ClassServiceError as e:  # the hub's class service refused or is away
+                self.status.value = note_html("warning", str(e))
                 return
             self.send_button.description = "Change"
             self.status.value = note_html(

@@ -59,6 +59,12 @@ CREATE TABLE IF NOT EXISTS runs (
 """
 _ORDER = "COALESCE(seq, id)"
 CANCELLED = -2  # try_start's answer for an entry the teacher cancelled
+TEACHER_CANCELLED = ("The teacher took this run out of the class queue (to free a slot for the class). "
+                     "Start it again when the teacher says so.")
+
+
+class CancelledByTeacher(Exception):
+    """A run the teacher cancelled in the class queue (`TEACHER_CANCELLED` says so to the student)."""
 QUEUE_ERRORS = (sqlite3.Error, ClassServiceError)  # a look at the queue that failed: try again later
 
 
