@@ -368,6 +368,73 @@ def test_a_guess_the_service_cannot_take_says_so_in_the_box(loopback):
     assert box.guess is None and "does not answer" in box.status.value
 
 
+def test_the_teachers_queue_view_moves_and_cancels_runs_on_the_service(loopback):
+    from bertlab.panels.class_queue import ClassQueueView
+
+    alice, bob = loopback.queue("alice"), loopback.queue("bob")
+    running, waiting, other = alice.join("a1"), alice.join("<b>a2</b>"), bob.join("b1")
+    assert running.wait()
+    view = ClassQueueView(loopback.queue("tess"), poll_s=None)
+    assert [(label, owner) for _, label, _, owner in view.rows] == [("a1", "alice"), ("<b>a2</b>", "alice"),
+                                                                    ("b1", "bob")]
+    assert "&lt;b&gt;a2&lt;/b&gt;" in view.table.value and "<b>a2</b>" not in view.table.value  # drawn as text
+    view.pick.value = other.id
+    view.first_button.click()
+    assert [label for _, label, _, _ in view.rows] == ["a1", "b1", "<b>a2</b>"]
+    view.pick.value = waiting.id
+    view.cancel_button.click()
+    assert "Cancelled" in view.status.value and waiting.wait() is False and waiting.cancelled_by_teacher
+
+    student_view = ClassQueueView(loopback.queue("alice"), poll_s=None)  # a student's token: no names, no buttons
+    assert {owner for *_, owner in student_view.rows} == {""}
+    student_view.pick.value = other.id
+    student_view.cancel_button.click()
+    assert "Only the teacher" in student_view.status.value and other.id in {e[0] for e in bob.entries()}
+    for place in (running, other):
+        place.leave()
+
+
+def test_the_teachers_queue_view_on_one_servers_sqlite_queue(tmp_path):
+    from bertlab.panels.class_queue import ClassQueueView
+
+    q = ClassQueue(tmp_path / "queue.sqlite", slots=1)
+    running, waiting = q.join("first"), q.join("second")
+    assert running.wait()
+    view = ClassQueueView(q, poll_s=None)
+    view.pick.value = running.id
+    view.first_button.click()
+    assert "Only a waiting run" in view.status.value
+    view.pick.value = waiting.id
+    view.cancel_button.click()
+    assert waiting.wait() is False and waiting.cancelled_by_teacher
+    view.refresh()
+    assert [label for _, label, _, _ in view.rows] == ["first"]
+    running.leave()
+
+
+def test_the_teachers_page_on_a_hub_has_the_service_store_and_the_queue(loopback, monkeypatch):
+    import functools
+
+    from bertlab.panels import teacher
+    from bertlab.panels.class_queue import ClassQueueView
+
+    made = {}
+
+    def record(cls, *args, **kwargs):  # no polling threads left behind
+        made[cls.__name__] = obj = cls(*args, **{**kwargs, "poll_s": None})
+        return obj
+
+    monkeypatch.setattr(teacher, "TeacherPanel", functools.partial(record, teacher.TeacherPanel))
+    monkeypatch.setattr(teacher, "ClassQueueView", functools.partial(record, ClassQueueView))
+    monkeypatch.delenv("BERTLAB_CLASS_STORE", raising=False)
+    monkeypatch.setenv("BERTLAB_CLASS_SERVICE_URL", loopback.url)
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "t-tess")
+    monkeypatch.setenv("JUPYTERHUB_USER", "tess")
+    page = teacher.teacher_view()
+    assert isinstance(made["TeacherPanel"].store, RemoteClassStore)
+    assert isinstance(made["ClassQueueView"].queue, RemoteQueue) and made["ClassQueueView"].widget in page.children
+
+
 def test_the_service_does_not_import_torch():
     code = "import sys, bertlab.hubservice.app, bertlab.hubservice.__main__; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

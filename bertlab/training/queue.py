@@ -289,13 +289,17 @@ class RemoteQueue:
     def leave(self, rid: int) -> None:
         self.client.call("DELETE", f"api/queue/{rid}")
 
-    def cancel(self, rid: int) -> None:
+    def cancel(self, rid: int) -> bool:
         """The teacher cancels another's run (the service refuses a student)."""
-        self.client.call("POST", f"api/queue/{rid}/cancel")
+        return bool(self.client.call("POST", f"api/queue/{rid}/cancel")["done"])
 
-    def first(self, rid: int) -> None:
-        """The teacher lets a waiting run go next (the service refuses a student)."""
-        self.client.call("POST", f"api/queue/{rid}/first")
+    def first(self, rid: int) -> bool:
+        """The teacher lets a waiting run go next (the service refuses a student); False when it is not waiting."""
+        return bool(self.client.call("POST", f"api/queue/{rid}/first")["done"])
+
+    def owners(self) -> dict[int, str]:
+        """{entry id: hub user}: the teacher's view (a student's has no names, so it is empty)."""
+        return {e["id"]: e["owner"] for e in self.client.call("GET", "api/queue")["entries"] if "owner" in e}
 
     def entries(self) -> list[tuple[int, str, str]]:
         return [(e["id"], e["label"], e["state"]) for e in self.client.call("GET", "api/queue")["entries"]]
