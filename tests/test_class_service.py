@@ -11,7 +11,6 @@ the remote store. tests/test_class_service_hub.py does the same through a real h
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -21,9 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from hub_stub import ACCESS, SERVICE_TOKEN, serving, user
 from jupyterhub.services.auth import HubAuth
-from tornado import web
-from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
 from bertlab import settings
@@ -35,37 +33,16 @@ from bertlab.hubservice.app import ClassService, make_app
 from bertlab.service_client import ClassServiceError, ServiceClient
 from bertlab.training.queue import ClassQueue, RemoteQueue
 
-ACCESS = f"access:services!service={SERVICE_NAME}"
 PREFIX = f"/services/{SERVICE_NAME}/"
-SERVICE_TOKEN = "service-token"
 USERS = {  # token -> the model the hub's /api/user gives for it
-    "t-tess": {"kind": "user", "name": "tess", "groups": ["teachers"], "scopes": [ACCESS]},
-    "t-alice": {"kind": "user", "name": "alice", "groups": ["class-a"], "scopes": [ACCESS]},
-    "t-bob": {"kind": "user", "name": "bob", "groups": [], "scopes": [ACCESS]},
-    "t-ada": {"kind": "user", "name": "ada", "groups": [], "scopes": [ACCESS]},  # a hub admin (asked of the hub)
-    "t-eve": {"kind": "user", "name": "eve", "groups": [], "scopes": ["access:servers!user=eve"]},  # no access
+    "t-tess": user("tess", groups=("teachers",)),
+    "t-alice": user("alice", groups=("class-a",)),
+    "t-bob": user("bob"),
+    "t-ada": user("ada"),  # a hub admin (the service asks the hub)
+    "t-eve": user("eve", scopes=("access:servers!user=eve",)),  # a hub user without access to the service
 }
 ADMINS = {"ada"}
 MASK_Q = Question("mask", "The cat sat on the [MASK].", model=[("mat", 0.5), ("floor", 0.2)])
-
-
-class _HubUser(web.RequestHandler):
-    """The hub's GET /hub/api/user: the model of the token's owner, 403 for an unknown token."""
-
-    def get(self) -> None:
-        token = self.request.headers.get("Authorization", "").split(" ")[-1]
-        if token not in USERS:
-            raise web.HTTPError(403)
-        self.finish(json.dumps(USERS[token]))
-
-
-class _HubUsers(web.RequestHandler):
-    """The hub's GET /hub/api/users/NAME, for the service's token only (it asks who is an admin)."""
-
-    def get(self, name: str) -> None:
-        if self.request.headers.get("Authorization") != f"token {SERVICE_TOKEN}":
-            raise web.HTTPError(403)
-        self.finish(json.dumps({"kind": "user", "name": name, "admin": name in ADMINS}))
 
 
 @dataclass
@@ -85,35 +62,17 @@ class Loopback:
 
 def _serve(tmp_path, slots: int = 1, admins_teach: bool = True) -> Iterator[Loopback]:
     """The stand-in hub and the service, each on a free loopback port, in an event loop of their own."""
-    ready, started = threading.Event(), {}
-    loop = asyncio.new_event_loop()
+    made = {}
 
-    def run() -> None:
-        asyncio.set_event_loop(loop)
+    def service_app(api_url: str) -> list:
+        socks = bind_sockets(0, "127.0.0.1")
+        auth = HubAuth(api_url=api_url, api_token=SERVICE_TOKEN, access_scopes={ACCESS}, base_url=PREFIX)
+        service = ClassService(tmp_path / "class-service.sqlite", slots, auth, admins_teach=admins_teach)
+        made["loopback"] = Loopback(f"http://127.0.0.1:{socks[0].getsockname()[1]}{PREFIX}", service)
+        return [(make_app(service, PREFIX), socks)]
 
-        async def start() -> None:
-            hub_socks, service_socks = bind_sockets(0, "127.0.0.1"), bind_sockets(0, "127.0.0.1")
-            hub_url = f"http://127.0.0.1:{hub_socks[0].getsockname()[1]}"
-            HTTPServer(web.Application([("/hub/api/user", _HubUser), (r"/hub/api/users/([^/]+)", _HubUsers)])
-                       ).add_sockets(hub_socks)
-            auth = HubAuth(api_url=f"{hub_url}/hub/api", api_token=SERVICE_TOKEN, access_scopes={ACCESS},
-                           base_url=PREFIX)
-            service = ClassService(tmp_path / "class-service.sqlite", slots, auth, admins_teach=admins_teach)
-            HTTPServer(make_app(service, PREFIX)).add_sockets(service_socks)
-            started["loopback"] = Loopback(f"http://127.0.0.1:{service_socks[0].getsockname()[1]}{PREFIX}", service)
-            ready.set()
-
-        loop.run_until_complete(start())
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    assert ready.wait(10)
-    try:
-        yield started["loopback"]
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+    with serving(service_app, USERS, ADMINS):
+        yield made["loopback"]
 
 
 @pytest.fixture
