@@ -394,6 +394,17 @@ def test_the_teachers_page_on_a_hub_has_the_service_store_and_the_queue(loopback
     assert isinstance(made["ClassQueueView"].queue, RemoteQueue) and made["ClassQueueView"].widget in page.children
 
 
+def test_a_page_opened_while_a_question_is_live_shows_it_at_once(loopback, default_model):
+    from bertlab.panels.mask import MaskPanel
+
+    loopback.store("tess").push(Question("mask", "The man went to the [MASK] to buy milk.", model=[("store", 0.5)]))
+    panel = MaskPanel(*default_model, classroom=loopback.store("alice"), class_poll_s=None)
+    box = panel.class_box
+    assert box.question is not None and box.widget.layout.display != "none" and "buy milk" in box.prompt.value
+    assert panel.fill_box.layout.display == "none"  # its own guesses wait for the student's
+    assert "went wrong" not in panel.message.value  # no error from setting up while a question is live
+
+
 def test_the_service_does_not_import_torch():
     code = "import sys, bertlab.hubservice.app, bertlab.hubservice.__main__; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -158,6 +158,13 @@ class ClassQuestionBox:
         )
         self.widget.add_class("bertlab-class-question")
 
+        on_change, self.on_change = self.on_change, None  # the tab sets itself up once this box exists
+        try:  # a page opened while a question is live shows it at once, not after the first poll
+            self.poll()
+        except Exception:  # the store is away: the polls below try again
+            log.exception("reading the class store failed")
+        finally:
+            self.on_change = on_change
         self.watch = BackgroundRun(f"bertlab-class-{kind}")
         if poll_s:  # often while a question is live, seldom otherwise
             self.watch.poll(self.poll, lambda: poll_s if (self.question or self.elsewhere) else idle_s)
