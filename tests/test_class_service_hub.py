@@ -3,7 +3,9 @@ as tests/test_jupyterhub.py starts it): the hub starts the service, two students
 teacher's are spawned, and each one's kernel-side client talks to the service with that server's own
 token and the address the hub gave it. The teacher pushes; both students' clients receive it; both
 guesses reach the teacher's histogram; a student's push is refused by the hub's identity; two
-students' training runs share one queue (order, places).
+students' training runs share one queue (order, places). Then in Chromium both students log in and
+open their dashboards (each from their own server): a push appears on both pages, the guesses typed
+there reach the teacher's histogram, and the reveal comes back to both.
 
 Needs JupyterHub and configurable-http-proxy (skipped without them, except in CI). fast unit tests of
 the same service without a hub: tests/test_class_service.py.
@@ -12,15 +14,18 @@ the same service without a hub: tests/test_class_service.py.
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from test_jupyterhub import HUB_START_S, Hub, _environ, _stop, need_hub, start_hub
+from test_jupyterhub import CHROMIUM_ARGS, HUB_START_S, PAGE_S, Hub, _environ, _missing, _stop, need_hub, start_hub
 
 from bertlab import settings
 from bertlab.classroom.questions import tally
@@ -76,6 +81,8 @@ def _spawn(h: Hub, name: str) -> dict[str, str]:
     """Start `name`'s server through the hub's API; its environment, which its kernels inherit."""
     import requests
 
+    if h.api(f"users/{name}")["servers"].get("", {}).get("ready"):  # started by an earlier test
+        return _environ(h.server_pid(name))
     headers = {"Authorization": f"token {h.token}"}
     r = requests.post(f"{h.url}hub/api/users/{name}/server", headers=headers, timeout=30)
     assert r.status_code in (201, 202), f"{name}: HTTP {r.status_code} {r.text[:300]}"
@@ -116,6 +123,8 @@ def test_the_teacher_pushes_both_students_answer_and_their_runs_share_one_queue(
         clients["alice"].call("POST", f"api/questions/{q.id}/answers", {"guess": "rug", "student": "bob"})
     teacher.reveal(q.id)
     assert RemoteClassStore(clients["bob"]).current().revealed
+    teacher.end(q.id)
+    assert RemoteClassStore(clients["bob"]).current() is None
 
     queues = {name: RemoteQueue(clients[name], poll_s=0.1) for name in STUDENTS}
     first, second = queues["alice"].join("alice: SST-2"), queues["bob"].join("bob: SST-2")
@@ -142,3 +151,64 @@ def _kernel_env(server_env: dict[str, str]) -> dict[str, str]:
     env = dict(server_env)
     env["PYTHONPATH"] = str(Path(bertlab.__file__).resolve().parents[1])
     return env
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_both_students_pages_receive_the_push_and_their_guesses_reach_the_teacher(class_hub: Hub):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        _missing("chromium is not installed (apt-get install -y chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("playwright is not installed (pip install -e '.[test]')")
+    envs = {name: _spawn(class_hub, name) for name in (*STUDENTS, TEACHER)}
+    teacher = RemoteClassStore(ServiceClient(*settings.class_service(envs[TEACHER])))
+    question = Question("mask", "The dog chased the [MASK] around the yard.", model=[("ball", 0.3), ("cat", 0.2)])
+    guesses = dict(zip(STUDENTS, ("ball", "<b>cat</b>")))
+
+    def drive() -> None:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
+            try:
+                pages = {name: _open_page(browser, class_hub, name) for name in STUDENTS}
+                q = teacher.push(question)
+                for name, page in pages.items():
+                    box = page.locator(".bertlab-class-question")
+                    box.get_by_text("The dog chased the").wait_for(timeout=60_000)  # the page's kernel polls
+                    assert page.locator(".bertlab-mask-guesses").is_hidden()  # predict first
+                    box.locator("input[type=text]").fill(guesses[name])
+                    box.get_by_role("button", name="Send").click()
+                    page.get_by_text("You can change it until the teacher reveals").wait_for(timeout=60_000)
+                deadline = time.monotonic() + 60
+                while len(teacher.answers(q.id)) < len(STUDENTS):
+                    assert time.monotonic() < deadline, f"answers: {teacher.answers(q.id)}"
+                    time.sleep(0.5)
+                assert tally(teacher.answers(q.id)) == [("<b>cat</b>", 1), ("ball", 1)]  # the teacher's histogram
+                teacher.reveal(q.id)
+                for name, page in pages.items():  # the reveal reaches both pages; a typed tag stays text
+                    box = page.locator(".bertlab-class-question")
+                    box.get_by_text(f"You guessed '{guesses[name]}'").wait_for(timeout=60_000)
+                    page.wait_for_function("() => document.querySelector('.bertlab-class-question .js-plotly-plot')")
+            finally:
+                browser.close()
+
+    # In a thread of its own, as tests/test_jupyterhub.py does (the browser tests' sync_playwright).
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(drive).result()
+
+
+def _open_page(browser, h: Hub, name: str):
+    """Log in with the hub's form in a context of its own (its own cookies) and wait for the dashboard."""
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(PAGE_S * 1000)
+    page.route(re.compile(r"^(?!https?://127\.0\.0\.1[:/])"), lambda route: route.abort())  # nothing leaves loopback
+    page.goto(f"{h.url}hub/login")
+    page.fill("#username_input", name)
+    page.fill("#password_input", h.password)
+    page.click("#login_submit")
+    page.wait_for_url(re.compile(rf"/user/{name}/voila/render/bertlab\.ipynb"))
+    page.locator(".bertlab-tabs").first.wait_for(state="visible")
+    return page
