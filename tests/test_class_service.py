@@ -97,7 +97,7 @@ def test_the_teacher_pushes_both_students_see_it_and_both_guesses_reach_the_hist
     for student in (alice, bob):
         assert student.changed()
         seen = student.current()
-        assert (seen.id, seen.kind, seen.text, seen.model) == (q.id, "mask", MASK_Q.text, MASK_Q.model)
+        assert (seen.id, seen.kind, seen.text, seen.model) == (q.id, "mask", MASK_Q.text, [])  # no answer yet
 
     assert teacher.changed() and not teacher.changed()
     assert alice.answer(q.id, "page-id", "  Mat ") == "mat"  # counted as ClassStore counts it
@@ -130,6 +130,22 @@ def test_a_student_cannot_push_reveal_end_or_peek(loopback):
     alice.answer(q.id, "page", "mat")
     _refused(lambda: alice.answers(q.id))  # the class's guesses before the reveal: teacher only
     assert not loopback.service.store.current().revealed and loopback.service.store.current().id == q.id
+
+
+def test_the_models_answer_reaches_a_student_only_with_the_reveal(loopback):
+    """A student's server can call the service itself: before the reveal the question it gets carries
+    no model answer (a pair question: its two choices, no probabilities)."""
+    teacher, alice = loopback.store("tess"), loopback.store("alice")
+    q = teacher.push(MASK_Q)
+    raw = loopback.client("alice").call("GET", "api/question")["question"]
+    assert raw["model"] == [] and "mat" not in json.dumps(raw)
+    assert teacher.current().model == MASK_Q.model  # the teacher's screen has it (for "peek")
+    teacher.reveal(q.id)
+    assert alice.current().model == MASK_Q.model
+
+    pair = Question("nsp", "A man walks in.", "He sits down.", model=[("B follows A", 0.9), ("B is random", 0.1)])
+    teacher.push(pair)
+    assert alice.current().model == [("B follows A", 0.0), ("B is random", 0.0)]  # the choices, no verdict
 
 
 def test_a_student_cannot_answer_as_someone_else(loopback):

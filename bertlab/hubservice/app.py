@@ -9,12 +9,14 @@ are in):
 - the teacher (a member of one of `teacher_groups`, or a hub admin when `admins_teach`): push, reveal
   and end questions, read the guesses before the reveal, cancel anyone's run, let a waiting run go first.
 
-Guesses are anonymous to everyone: the answers come back under numbers, not user names.
+Guesses are anonymous to everyone: the answers come back under numbers, not user names. The model's
+answer reaches a student only with the reveal (a student's own server could ask the service directly).
 
     GET    health                         no token needed: {"ok": true}
     GET    api/me                         {"name", "teacher"}
     GET    api/version                    changes whenever what the caller reads changed
-    GET    api/question                   {"question": {...} | null}
+    GET    api/question                   {"question": {...} | null}; a student's without the model's answer
+                                          until the reveal
     POST   api/questions                  teacher: {"kind", "text", "text_b", "model"} -> {"question"}
     POST   api/questions/ID/reveal|end    teacher
     GET    api/questions/ID/answers       teacher; a student once revealed -> {"answers": {n: guess}}
@@ -44,6 +46,7 @@ from tornado import web
 from bertlab.classroom.store import (
     ClassStore,
     GuessError,
+    Question,
     QuestionClosedError,
     question_from_json,
     question_json,
@@ -189,7 +192,16 @@ class VersionHandler(ServiceHandler):
 class QuestionHandler(ServiceHandler):
     def get(self) -> None:
         q = self.service.store.current()
-        self.reply({"question": None if q is None else question_json(q)})
+        self.reply({"question": None if q is None else self.shown(q)})
+
+    def shown(self, q: Question) -> dict[str, Any]:
+        """The question as this user may see it: a student's has no model probabilities until the reveal
+        (a student's server can call the service itself; the answer must not be there to read), only
+        the answers' names of a pair question, which are its two choices."""
+        data = question_json(q)
+        if not (self.teacher or q.revealed):
+            data["model"] = [[answer, 0.0] for answer, _ in q.model] if q.kind == "nsp" else []
+        return data
 
 
 class PushHandler(ServiceHandler):
