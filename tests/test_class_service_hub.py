@@ -100,6 +100,7 @@ def test_the_teacher_pushes_both_students_answer_and_their_runs_share_one_queue(
     envs = {name: _spawn(class_hub, name) for name in (*STUDENTS, TEACHER)}
     for name, env in envs.items():
         assert env["BERTLAB_CLASS_SERVICE_URL"] == class_hub.class_service and env["JUPYTERHUB_USER"] == name
+        assert (class_hub.home / name / "teacher.ipynb").is_symlink() == (name == TEACHER)  # the teacher's view
     clients = {name: ServiceClient(*settings.class_service(env)) for name, env in envs.items()}
     assert {name: c.call("GET", "api/me")["teacher"] for name, c in clients.items()} == \
         {"alice": False, "bob": False, "tess": True}  # the hub's group, through the servers' own tokens

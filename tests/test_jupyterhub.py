@@ -122,6 +122,8 @@ def test_z2jh_runs_the_same_class_service_in_the_hub_pod():
     assert values["singleuser"]["extraEnv"]["BERTLAB_CLASS_SERVICE_URL"] == f"{service['url']}/services/{SERVICE_NAME}/"
     assert [p["port"] for p in hub_values["service"]["extraPorts"]] == [port]
     assert [p["port"] for rule in hub_values["networkPolicy"]["ingress"] for p in rule["ports"]] == [port]
+    egress = values["singleuser"]["networkPolicy"]["egress"]
+    assert [p["port"] for rule in egress for p in rule["ports"]] == [port]  # the students' pods may call it
     assert service["environment"]["BERTLAB_CLASS_SERVICE_IP"] == "0.0.0.0"
     assert service["environment"]["BERTLAB_CLASS_SERVICE_DB"].startswith("/srv/jupyterhub/")  # the hub's volume
     assert hub_values["config"]["KubeSpawner"]["server_token_scopes"] == c.Spawner.server_token_scopes
