@@ -171,8 +171,11 @@ def main() -> None:
     ap.add_argument("--students", type=int, default=100)
     ap.add_argument("--processes", type=int, default=4, help="student processes (threads share them)")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "class_service.json")
+    ap.add_argument("--quick", action="store_true", help="20 students, one run, results not written")
     a = ap.parse_args()
+    if a.quick:
+        a.students, a.runs, a.out = 20, 1, None
     users = {f"t-s{i}": user(f"s{i}") for i in range(a.students)}
     users["t-tess"] = user("tess", groups=("teachers",))
     runs, load_before = [], os.getloadavg()[0]
