@@ -166,7 +166,8 @@ def test_a_bad_guess_and_a_bad_question_say_what_to_do(loopback):
 
 
 def test_tokens_without_access_are_refused(loopback):
-    _refused(lambda: loopback.client("eve").call("GET", "api/question"))  # a hub user the role leaves out
+    refused = _refused(lambda: loopback.client("eve").call("GET", "api/question"))  # a user without the scope
+    assert ACCESS in str(refused)  # what the hub's admin has to grant
     _refused(lambda: loopback.client("mallory", token="not-a-hub-token").call("GET", "api/question"))
     _refused(lambda: ServiceClient(loopback.url, "", "").call("GET", "api/question"))
 

@@ -133,8 +133,9 @@ class ServiceHandler(HubAuthenticated, web.RequestHandler):
             self.check_hub_user(model)
         except UserNotAllowed:
             raise Refused(403, "forbidden", f"{model.get('name', 'this token')!s} may not use the class service: "
-                                            "the hub gives its users access through the bertlab-class "
-                                            "service's role (deploy/jupyterhub/bertlab_config.py).") from None
+                                            f"the hub grants {', '.join(sorted(self.hub_scopes or ()))} to its users "
+                                            "and their servers' tokens (deploy/jupyterhub/bertlab_config.py); "
+                                            "log in again, or ask the hub's admin.") from None
         self.user = model
         self.teacher = await self.service.is_teacher(model)
 
@@ -144,8 +145,10 @@ class ServiceHandler(HubAuthenticated, web.RequestHandler):
 
     def require_teacher(self, what: str) -> None:
         if not self.teacher:
+            admins = " nor a hub admin" if self.service.admins_teach else ""
             raise Refused(403, "forbidden", f"Only the teacher can {what}: {self.name} is not in the "
-                                            f"teachers' group ({', '.join(sorted(self.service.teacher_groups))}).")
+                                            f"teachers' group ({', '.join(sorted(self.service.teacher_groups))})"
+                                            f"{admins}.")
 
     def body(self) -> dict[str, Any]:
         try:
