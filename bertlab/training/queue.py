@@ -12,7 +12,7 @@ servers share no disk (JupyterHub on Kubernetes), the hub sets `BERTLAB_CLASS_SE
 queue is the class service's (bertlab.hubservice), reached by `RemoteQueue`: the same five operations
 (`enter`, `try_start`, `beat`, `leave`, `entries`) over HTTP, so `QueuePlace` works with either. Each
 entry has an `owner` (the hub user there; "" on one server); the teacher may cancel anyone's run
-(`cancel`), which the run's own place sees at its next look.
+(`cancel`), which the run's own place sees at its next look, or let a waiting run go first (`first`).
 
     place = join_queue("SST-2 · full")          # a place in the queue (one that starts at once without a queue)
     try:
@@ -63,9 +63,11 @@ TEACHER_CANCELLED = ("The teacher took this run out of the class queue (to free 
                      "Start it again when the teacher says so.")
 
 
+QUEUE_ERRORS = (sqlite3.Error, ClassServiceError)  # a look at the queue that failed: try again later
+
+
 class CancelledByTeacher(Exception):
     """A run the teacher cancelled in the class queue (`TEACHER_CANCELLED` says so to the student)."""
-QUEUE_ERRORS = (sqlite3.Error, ClassServiceError)  # a look at the queue that failed: try again later
 
 
 def waiting_text(ahead: int, leave: str = "Cancel") -> str:
@@ -175,7 +177,7 @@ class ClassQueue:
                 db.execute("DELETE FROM runs WHERE id = ?", (rid,))
 
     def entries(self) -> list[tuple[int, str, str]]:
-        """(id, label, state) of every live entry, in join order."""
+        """(id, label, state) of every live entry, in queue order (join order unless the teacher moved one)."""
         def read(db: sqlite3.Connection) -> list[tuple[int, str, str]]:
             self._expire(db)
             return db.execute(f"SELECT id, label, state FROM runs ORDER BY {_ORDER}, id").fetchall()
