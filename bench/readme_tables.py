@@ -532,9 +532,36 @@ def gpu() -> str:
     return "\n".join(rows)
 
 
+def probes() -> str:
+    """Probe accuracy per stage and property, with selectivity and the scalar mix (bench/probe_table.py)."""
+    d = _load("probes")
+    props = d["properties"]
+    stages = next(iter(props.values()))["layers"]
+    rows = ["| property | " + " | ".join(stages) + " | scalar mix | best selectivity | fit / scored |",
+            "|---" * (len(stages) + 4) + "|"]
+    for name, r in props.items():
+        mix = r.get("mix") or {}
+        if name == "tree":
+            cells = [f"{a:.3f} / {b:.3f}" for a, b in zip(r["uuas"], r["spearman"])]
+            mixed = f"{mix['uuas']:.3f} / {mix['spearman']:.3f}" if mix else "–"
+            rows.append("| tree (UUAS / distance Spearman) | " + " | ".join(cells) + f" | {mixed} | – "
+                        f"| {r['train_sentences']} / {r['eval_sentences']} sentences |")
+            continue
+        best = max(range(len(stages)), key=lambda i: r["selectivity"][i])
+        rows.append(f"| {name} | " + " | ".join(f"{a:.3f}" for a in r["accuracy"])
+                    + f" | {mix['accuracy']:.3f} | {r['selectivity'][best]:.3f} ({stages[best]}) "
+                    f"| {r['train_words']:,} / {r['eval_words']:,} words |")
+    rows += ["", f"Model: {d['model']} (the offline default); word = its {d['word_feature']}; {d['note']}; "
+             f"{d['date']}, {d['threads']} thread. Accuracy on held-out sentences; selectivity = accuracy − the "
+             "control task's (random labels per word type); scalar mix = one probe on a learned softmax-weighted sum "
+             "of every stage (`python bench/probe_table.py`)."]
+    return "\n".join(rows)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "default-heads": default_heads,
     "gpu": gpu,
+    "probes": probes,
     "dashboard": dashboard,
     "pretrain": pretrain,
     "forward": forward,
