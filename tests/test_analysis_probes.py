@@ -229,3 +229,19 @@ def test_a_one_hot_tree_mix_is_that_stages_structural_probe():
     fitted = train_structural([h[i] for i in range(3)], [tree_distances([-1, 0, 1, 2, 3, 4, 5])] * 3, rank=8,
                               epochs=2, probe=MixStructuralProbe(4, 16, rank=8))
     assert fitted.mix.logits.grad is not None  # the weights are learned with the map
+
+
+def test_a_character_the_vocabulary_lacks_is_read_as_the_unknown_token(tmp_path):
+    """A Unigram tokenizer (DeBERTa-v3, ALBERT) writes a character its vocabulary lacks as itself but reads
+    it as the unknown token: word features use the ids, so such words still get a vector."""
+    from test_family_deberta import deberta_tokenizer
+
+    from bertlab.tasks.features import encode_words
+    from bertlab.tokenizer import Tokenizer
+
+    deberta_tokenizer().save_pretrained(tmp_path)
+    tok = Tokenizer.from_folder(tmp_path)
+    ids, word_ids = encode_words(["Zürich’s", "PRESIDENT"], tok)
+    assert None not in ids and tok.unk_token_id in ids
+    assert ids[1:-1] == tok.encode_ids(["Zürich’s"])[0] + tok.encode_ids(["PRESIDENT"])[0]
+    assert word_ids[0] is None and set(word_ids[1:-1]) == {0, 1}

@@ -120,7 +120,7 @@ def word_pieces(tok: Tokenizer, word: str) -> list[str]:
         raise InputError("The word is empty: type the word to look for.")
     require_text(word, "word")
     pieces = tok.tokenize(word.strip())
-    if not pieces or tok.unk_token_id in {tok.token_to_id(p) for p in pieces}:
+    if not pieces or tok.unk_token_id in tok.encode_ids([word.strip()])[0]:
         unk = tok.id_to_token(tok.unk_token_id)
         raise InputError(f"{echo(word)} is not in the model's vocabulary (it becomes {unk}): choose another word.")
     return pieces
@@ -132,7 +132,7 @@ def word_forms(tok: Tokenizer, word: str) -> list[list[str]]:
     give one form. InputError as `word_pieces`."""
     forms = [word_pieces(tok, word)]
     spaced = tok.tokenize(" " + word.strip())
-    if spaced and spaced != forms[0] and tok.unk_token_id not in {tok.token_to_id(p) for p in spaced}:
+    if spaced and spaced != forms[0] and tok.unk_token_id not in tok.encode_ids([" " + word.strip()])[0]:
         forms.append(spaced)
     return forms
 
