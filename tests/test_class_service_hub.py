@@ -3,9 +3,9 @@ as tests/test_jupyterhub.py starts it): the hub starts the service, two students
 teacher's are spawned, and each one's kernel-side client talks to the service with that server's own
 token and the address the hub gave it. The teacher pushes; both students' clients receive it; both
 guesses reach the teacher's histogram; a student's push is refused by the hub's identity; two
-students' training runs share one queue (order, places). Then in Chromium both students log in and
-open their dashboards (each from their own server): a push appears on both pages, the guesses typed
-there reach the teacher's histogram, and the reveal comes back to both.
+students' training runs share one queue (order, places). Then in Chromium the teacher's view and both
+students' dashboards, each from its own server: the teacher's push appears on both pages, the guesses
+typed there reach the teacher's histogram, and the reveal comes back to both.
 
 Needs JupyterHub and configurable-http-proxy (skipped without them, except in CI). fast unit tests of
 the same service without a hub: tests/test_class_service.py.
@@ -156,7 +156,10 @@ def _kernel_env(server_env: dict[str, str]) -> dict[str, str]:
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_both_students_pages_receive_the_push_and_their_guesses_reach_the_teacher(class_hub: Hub):
+def test_the_teachers_page_pushes_to_both_students_pages_and_their_guesses_come_back(class_hub: Hub):
+    """All in Chromium, each from its own server: the teacher's view (teacher.ipynb, linked into the
+    teacher's home) pushes, both students' dashboards show the question, the guesses typed there reach
+    the teacher's histogram, and the teacher's reveal reaches both."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         _missing("chromium is not installed (apt-get install -y chromium)")
@@ -165,29 +168,30 @@ def test_both_students_pages_receive_the_push_and_their_guesses_reach_the_teache
     except ImportError:
         _missing("playwright is not installed (pip install -e '.[test]')")
     envs = {name: _spawn(class_hub, name) for name in (*STUDENTS, TEACHER)}
-    teacher = RemoteClassStore(ServiceClient(*settings.class_service(envs[TEACHER])))
-    question = Question("mask", "The dog chased the [MASK] around the yard.", model=[("ball", 0.3), ("cat", 0.2)])
-    guesses = dict(zip(STUDENTS, ("ball", "<b>cat</b>")))
+    service = RemoteClassStore(ServiceClient(*settings.class_service(envs[TEACHER])))
+    guesses = dict(zip(STUDENTS, ("store", "<b>shop</b>")))
 
     def drive() -> None:
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS, headless=True)
             try:
+                teacher = _open_page(browser, class_hub, TEACHER, "teacher.ipynb", ".bertlab-teacher")
+                assert teacher.locator(".bertlab-class-queue").is_visible()  # the class queue under the view
                 pages = {name: _open_page(browser, class_hub, name) for name in STUDENTS}
-                q = teacher.push(question)
+                teacher.get_by_role("button", name="Push to the class").click()
+                teacher.wait_for_selector(".bertlab-answer-count")
                 for name, page in pages.items():
                     box = page.locator(".bertlab-class-question")
-                    box.get_by_text("The dog chased the").wait_for(timeout=60_000)  # the page's kernel polls
+                    box.get_by_text("to buy a gallon of milk").wait_for(timeout=60_000)  # the page's kernel polls
                     assert page.locator(".bertlab-mask-guesses").is_hidden()  # predict first
                     box.locator("input[type=text]").fill(guesses[name])
                     box.get_by_role("button", name="Send").click()
                     page.get_by_text("You can change it until the teacher reveals").wait_for(timeout=60_000)
-                deadline = time.monotonic() + 60
-                while len(teacher.answers(q.id)) < len(STUDENTS):
-                    assert time.monotonic() < deadline, f"answers: {teacher.answers(q.id)}"
-                    time.sleep(0.5)
-                assert tally(teacher.answers(q.id)) == [("<b>cat</b>", 1), ("ball", 1)]  # the teacher's histogram
-                teacher.reveal(q.id)
+                teacher.wait_for_function(  # the teacher's histogram counts both
+                    "() => document.querySelector('.bertlab-answer-count')?.textContent === '2'", timeout=60_000)
+                q = service.current()
+                assert tally(service.answers(q.id)) == [("<b>shop</b>", 1), ("store", 1)]
+                teacher.get_by_role("button", name="Reveal to all").click()
                 for name, page in pages.items():  # the reveal reaches both pages; a typed tag stays text
                     box = page.locator(".bertlab-class-question")
                     box.get_by_text(f"You guessed '{guesses[name]}'").wait_for(timeout=60_000)
@@ -200,16 +204,18 @@ def test_both_students_pages_receive_the_push_and_their_guesses_reach_the_teache
         pool.submit(drive).result()
 
 
-def _open_page(browser, h: Hub, name: str):
-    """Log in with the hub's form in a context of its own (its own cookies) and wait for the dashboard."""
+def _open_page(browser, h: Hub, name: str, notebook: str = "bertlab.ipynb", ready: str = ".bertlab-tabs"):
+    """Log in with the hub's form in a context of its own (its own cookies), straight to `notebook` in
+    the user's server, and wait for its `ready` element."""
     context = browser.new_context()
     page = context.new_page()
     page.set_default_timeout(PAGE_S * 1000)
     page.route(re.compile(r"^(?!https?://127\.0\.0\.1[:/])"), lambda route: route.abort())  # nothing leaves loopback
-    page.goto(f"{h.url}hub/login")
+    target = f"/user/{name}/voila/render/{notebook}"
+    page.goto(f"{h.url}hub/login?next={target}")
     page.fill("#username_input", name)
     page.fill("#password_input", h.password)
     page.click("#login_submit")
-    page.wait_for_url(re.compile(rf"/user/{name}/voila/render/bertlab\.ipynb"))
-    page.locator(".bertlab-tabs").first.wait_for(state="visible")
+    page.wait_for_url(re.compile(re.escape(target)))
+    page.locator(ready).first.wait_for(state="visible")
     return page
