@@ -7,8 +7,8 @@ students' training runs share one queue (order, places). Then in Chromium the te
 students' dashboards, each from its own server: the teacher's push appears on both pages, the guesses
 typed there reach the teacher's histogram, and the reveal comes back to both.
 
-Needs JupyterHub and configurable-http-proxy (skipped without them, except in CI). fast unit tests of
-the same service without a hub: tests/test_class_service.py.
+Needs JupyterHub and configurable-http-proxy (skipped without them, except in CI); the browser test
+also Chromium and Playwright. Fast unit tests of the same service without a hub: tests/test_class_service.py.
 """
 
 from __future__ import annotations
