@@ -66,6 +66,12 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        import jupyterhub.services.auth  # noqa: F401
+    except ImportError:
+        raise SystemExit("The class service runs where JupyterHub is installed (it checks tokens with the hub): "
+                         "start it from the hub's configuration (deploy/jupyterhub/bertlab_config.py), in an "
+                         "environment with both bertlab and jupyterhub (pip install jupyterhub).") from None
     logging.basicConfig(level=logging.WARNING, format="[%(levelname)1.1s %(asctime)s bertlab-class] %(message)s")
     logging.getLogger("bertlab").setLevel(logging.INFO)  # its own start and the teacher's pushes, not its libraries'
     asyncio.run(serve(parse_args(argv)))
