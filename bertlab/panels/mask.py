@@ -108,7 +108,7 @@ class MaskPanel(Panel):
         self.fill_box = widgets.VBox([])
         self.fill_box.add_class("bertlab-mask-guesses")  # for the browser tests
         self.each_box = widgets.VBox([])  # filled when the student asks for it
-        self.explain = ExplainSection(model, tok, self._explain_request)  # "Does attention explain it?"
+        self.explain = ExplainSection(model, tok, self._explain_request, host=self)  # "Does attention explain it?"
         store = classroom if classroom is not None else class_store()
         self.class_box = None if store is None else ClassQuestionBox(  # the teacher's question, in class mode
             store, "mask", on_hide=self._hide_results, poll_s=class_poll_s, mask_token=tok.mask_token,
@@ -211,12 +211,12 @@ class MaskPanel(Panel):
         """Recompute the guesses (cached), and the word scores if asked, and redraw."""
         usable = self._predict()
         self._draw_fill()
-        self.explain.set_choices([f"guess for {p.label}" for p in self.predictions])
-        self.explain.refresh()
         if rescore:
             self._score_words(usable)
             self._draw_scores()
         self._show_notes()
+        self.explain.set_choices([f"guess for {p.label}" for p in self.predictions])
+        self.explain.refresh()  # after the tab's notes: the section points at them when it has nothing
 
     # -- the words to click --------------------------------------------------------------------
     def _read_words(self) -> None:

@@ -98,7 +98,8 @@ class NSPPanel(Panel):
         self._holding = False  # set while buttons change both texts: compute once, after
         self.probability_box = widgets.VBox([])
         self.mass_box = widgets.VBox([])
-        self.explain = ExplainSection(model, tok, self._explain_request, seed=seed)  # "Does attention explain it?"
+        self.explain = ExplainSection(model, tok, self._explain_request, seed=seed,  # "Does attention explain it?"
+                                      host=self)
         store = classroom if classroom is not None else class_store()
         self.class_box = None if store is None else ClassQuestionBox(  # the teacher's question, in class mode
             store, "nsp", on_hide=self._hide_results, poll_s=class_poll_s)
