@@ -19,6 +19,7 @@ import torch
 
 from bertlab.classroom.questions import AnswerHeld
 from bertlab.model import MissingHeadError
+from bertlab.service_client import ClassServiceError
 from bertlab.settings import plotly_bundle_path
 from bertlab.tokenizer import Tokenizer
 
@@ -120,6 +121,8 @@ class Panel:
             self.show_message(str(e), "info")
         elif isinstance(e, (ValueError, IndexError)):  # bad input: the message is meant for the student
             self.show_message(str(e), "error")
+        elif isinstance(e, ClassServiceError):  # the class service refused or is away: its message says what to do
+            self.show_message(str(e), "warning")
         else:  # a bug: say so plainly, keep the traceback in the log
             log.error("%s panel callback failed", self.title or type(self).__name__, exc_info=e)
             self.show_message(
