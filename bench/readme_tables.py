@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -594,6 +595,46 @@ def probes() -> str:
     return "\n".join(rows)
 
 
+def rush() -> str:
+    """Rush hour (bench/bench_rush.py): each run, the spread across runs, and what it says for sizing."""
+    d = _load("rush")
+    runs = d["runs"]
+    rows = ["| run | students (browsers + light clients) | page ready p50 / p95 / max, s | edit → chart p50 / p95, ms "
+            "(edits redrawn) | browser edit p50, ms | failures | CPU share: load generator / browsers / server / "
+            "kernels | load avg before → after (1 min) |",
+            "|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(runs, 1):
+        ready, edit, share = r["page_ready_s"], r["edit_ms"], r["cpu_share"]
+        rows.append(
+            f"| {i} | {r['n']} ({r['browsers']} + {r['light_clients']}) "
+            f"| {_num(ready['p50'])} / {_num(ready['p95'])} / {_num(ready['max'])} "
+            f"| {_num(edit['p50'], 0)} / {_num(edit['p95'], 0)} ({r['edits_redrawn']} of {r['edits_sent']}) "
+            f"| {_num(r['edit_browser_ms']['p50'], 0)} | {r['failures']} "
+            f"| {' / '.join(f'{share.get(k, 0):.0%}' for k in ('load_generator', 'browsers', 'server', 'kernels'))} "
+            f"| {_num(r['load_avg']['before'][0])} → {_num(r['load_avg']['after'][0])} |")
+    sp = d["spread"]
+
+    def mmm(name: str, digits: int = 1) -> str:
+        return " / ".join(_num(sp[name][k], digits) for k in ("min", "median", "max"))
+
+    rows += ["", f"Across {len(runs)} run(s), min / median / max: page ready p50 {mmm('page_ready_p50_s')} s, "
+             f"p95 {mmm('page_ready_p95_s')} s, max {mmm('page_ready_max_s')} s; edit → chart p50 "
+             f"{mmm('edit_p50_ms', 0)} ms, p95 {mmm('edit_p95_ms', 0)} ms; failures {mmm('failures', 0)}. "
+             f"Students arrive evenly within {runs[0]['arrive_within_s']:.0f} s, {runs[0]['edits_per_student']} "
+             f"Mask edits each (`python bench/{d['meta']['command']}`, {d['meta']['cpus']} cores, shared with other "
+             f"jobs: see the load averages; {d['meta']['when']})."]
+    busy = statistics.median((r["cpu_s"]["server"] + r["cpu_s"]["kernels"]) / r["wall_s"] for r in runs)
+    n = runs[0]["n"]
+    rows += ["", f"Sizing from these runs: through the rush the server and its {n} kernels kept a median "
+             f"{busy:.2f} cores busy, about {1000 * busy / n:.0f} millicores per student (with the simulated "
+             f"students' own CPU on the same machine, so the server had less than the 2 cores). "
+             f"One server of this kind seats this class for CPU; on Kubernetes, where each student's pod runs "
+             f"a whole kernel of its own (no pages shared with a warm parent), request about "
+             f"{max(1000 * busy / n, 1):.0f}m CPU per pod for this workload and the memory of an unshared kernel "
+             "(the class-load table), not the forked one's."]
+    return "\n".join(rows)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "default-heads": default_heads,
     "gpu": gpu,
@@ -609,6 +650,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "hub-sizing": hub_sizing,
     "class-service": class_service,
     "class-load": class_load,
+    "rush": rush,
     "finetune": finetune,
     "finetune-table": finetune_table,
     "finetune-defaults": finetune_defaults,

@@ -1,0 +1,362 @@
+"""Rush hour: N students arriving within a minute at `bertlab serve --class N --fork-kernels`.
+
+A load generator that fits on the server's own machine: a few real students in one headless
+Chromium (one browser context each, the flow of bench/bench_class.py) and the rest as light
+clients in this one asyncio process. A light client does what the page's code does on the wire:
+GET the page as Voila serves it (kernel id in its `jupyter-config-data`, cookies kept), open the
+kernel's websocket (`/api/kernels/<id>/channels`, Origin and cookies as the page sends them), read
+the widget states (`comm_info_request` for `jupyter.widget`, then `request_state` per widget, as
+ipywidgets' manager does when the kernel has no control comm), find the Mask tab's text box by its
+placeholder, and edit it: a `comm_msg` with the ipywidgets "update" of its `value`, then wait for
+the Mask chart's figure widget to send the new guesses (their top token, computed here with the
+model the server loads). Reports per run:
+
+  page_ready_s     page requested -> the chart's state received (light client) / drawn (browser)
+  edit_ms          value sent -> the figure widget's update carrying the guesses (light clients);
+                   browsers: sentence typed -> chart drawn with its guesses
+  failures         students with no page, no websocket, no text box or an edit never redrawn
+  cpu              CPU seconds of this load generator (its own process), its Chromium, the server
+                   and the kernels during the rush, and each as a share of (wall x cores)
+
+and, over `--runs`, the spread (min / median / max across runs) of each figure. The load average
+is recorded next to every run: this is one shared 2-core machine.
+
+    python bench/bench_rush.py --runs 3          # 100 students, 3 browsers, within 60 s
+    python bench/bench_rush.py --quick           # 10 students, 1 browser, 1 run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import struct
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "bench" / "results" / "rush.json"
+MASK_PLACEHOLDER = "where a word should go"  # the Mask tab's text box (bertlab/panels/mask.py)
+FIGURE_KEYS = ("_widget_data", "_py2js_")  # plotly FigureWidget state and edit messages
+
+
+def _bench_class():
+    """bench/bench_class.py as a module (server start, kernels, CPU, the browser student)."""
+    spec = importlib.util.spec_from_file_location("bench_class", REPO / "bench" / "bench_class.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_class"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+bc = _bench_class()
+ZYGOTE = b"bertlab.serving.forking"  # the warm parent's command line; its children are kernels
+
+
+def kernel_pids(root: int) -> list[int]:
+    """The kernels under `root` (the server): ipykernel processes, and the zygote's forked children
+    (they keep its command line)."""
+    kids, out, todo = bc._children(), [], [(root, False)]
+    while todo:
+        pid, under_zygote = todo.pop()
+        for c in kids.get(pid, []):
+            try:
+                cmd = Path(f"/proc/{c}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"ipykernel" in cmd or under_zygote:
+                out.append(c)
+            todo.append((c, ZYGOTE in cmd and not under_zygote))
+    return sorted(out)
+
+
+bc.kernel_pids = kernel_pids  # bench_class's CPU and pool counts then see forked kernels too
+
+
+@dataclass
+class Light:
+    index: int
+    ready_s: float | None = None
+    edit_ms: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+# -- the kernel's websocket, as the page's code speaks it -------------------------------------------
+def message(msg_type: str, content: dict, session: str, channel: str = "shell") -> str:
+    """A Jupyter message in the websocket's JSON form (jupyter_client's message spec)."""
+    return json.dumps({
+        "header": {"msg_id": uuid.uuid4().hex, "msg_type": msg_type, "username": "", "session": session,
+                   "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "version": "5.3"},
+        "parent_header": {}, "metadata": {"version": "2.1.0"}, "content": content, "channel": channel,
+        "buffers": []})
+
+
+def decode(frame: str | bytes) -> dict:
+    """A message from the websocket: JSON text, or the binary form (buffer count, offsets, JSON, buffers)."""
+    if isinstance(frame, bytes):
+        n = struct.unpack("!I", frame[:4])[0]
+        offsets = struct.unpack(f"!{n}I", frame[4:4 + 4 * n])
+        end = offsets[1] if n > 1 else len(frame)
+        return json.loads(frame[offsets[0]:end])
+    return json.loads(frame)
+
+
+def find_text_box(states: dict[str, dict]) -> str | None:
+    """The Mask tab's text box among the widget states (model id -> state)."""
+    for model_id, state in states.items():
+        if state.get("_model_name") == "TextareaModel" and MASK_PLACEHOLDER in (state.get("placeholder") or ""):
+            return model_id
+    return None
+
+
+def is_chart_update(msg: dict, top_token: str) -> bool:
+    """Whether `msg` is a figure widget's open or update carrying `top_token` among its data."""
+    if msg.get("msg_type") not in ("comm_open", "comm_msg"):
+        return False
+    data = json.dumps(msg.get("content", {}).get("data", {}))
+    return any(k in data for k in FIGURE_KEYS) and json.dumps(top_token) in data
+
+
+class Socket:
+    """One kernel websocket: send, and read until a predicate holds (with a deadline)."""
+
+    def __init__(self, ws, session: str) -> None:
+        self.ws, self.session = ws, session
+
+    async def send(self, msg_type: str, content: dict) -> None:
+        await self.ws.write_message(message(msg_type, content, self.session))
+
+    async def read_until(self, done, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no answer in time")
+            frame = await asyncio.wait_for(self.ws.read_message(), left)
+            if frame is None:
+                raise ConnectionError("the kernel's websocket closed")
+            msg = decode(frame)
+            if done(msg):
+                return msg
+
+
+async def widget_states(sock: Socket, timeout: float) -> dict[str, dict]:
+    """Every widget's state (model id -> state), as ipywidgets' manager reads them at page load."""
+    await sock.send("comm_info_request", {"target_name": "jupyter.widget"})
+    reply = await sock.read_until(lambda m: m.get("msg_type") == "comm_info_reply", timeout)
+    ids = list(reply["content"].get("comms", {}))
+    for model_id in ids:
+        await sock.send("comm_msg", {"comm_id": model_id, "data": {"method": "request_state"}})
+    states: dict[str, dict] = {}
+
+    def collect(m: dict) -> bool:
+        c = m.get("content", {})
+        if m.get("msg_type") == "comm_msg" and c.get("comm_id") in ids and c.get("data", {}).get("method") == "update":
+            states.setdefault(c["comm_id"], {}).update(c["data"].get("state", {}))
+        return len(states) >= len(ids)
+
+    await sock.read_until(collect, timeout)
+    return states
+
+
+async def light_student(s: Light, url: str, delay: float, plan: list[str], want: dict, wait: float) -> None:
+    """Arrive after `delay` s: the page, its kernel's websocket, the widget states, then one edit of
+    the Mask text box per sentence of `plan`, each timed until the chart widget brings its guesses."""
+    from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    await asyncio.sleep(delay)
+    ws = None
+    try:
+        t = time.monotonic()
+        page = await AsyncHTTPClient().fetch(url, request_timeout=wait, raise_error=False)
+        if page.code != 200:
+            raise RuntimeError(f"page answered {page.code}")
+        found = re.search(r'"kernelId": "([0-9a-f-]+)"', page.body.decode())
+        if not found:
+            raise RuntimeError("no kernel id in the page")
+        cookies = "; ".join(c.split(";")[0] for c in page.headers.get_list("Set-Cookie"))
+        origin = url.rstrip("/")
+        ws_url = f"ws{url[4:]}api/kernels/{found.group(1)}/channels?session_id={uuid.uuid4().hex}"
+        ws = await websocket_connect(HTTPRequest(ws_url, headers={"Cookie": cookies, "Origin": origin},
+                                                 request_timeout=wait), max_message_size=256 * 2**20)
+        sock = Socket(ws, uuid.uuid4().hex)
+        await sock.read_until(lambda m: True, wait)  # the server's first word: its channels are open
+        states = await widget_states(sock, wait)
+        box = find_text_box(states)
+        if box is None or not any(any(k in st for k in FIGURE_KEYS) for st in states.values()):
+            raise RuntimeError("no Mask text box or chart among the widgets")
+        s.ready_s = time.monotonic() - t
+        for sentence in plan:
+            t = time.monotonic()
+            await sock.send("comm_msg", {"comm_id": box, "data": {"method": "update", "state": {"value": sentence},
+                                                                  "buffer_paths": []}})
+            top = want[sentence][1][0]
+            await sock.read_until(lambda m, top=top: is_chart_update(m, top), wait)
+            s.edit_ms.append((time.monotonic() - t) * 1000)
+    except Exception as e:  # a student who got stuck is a result too
+        s.errors.append(f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+    finally:
+        if ws is not None:
+            ws.close()
+
+
+# -- one run -----------------------------------------------------------------------------------------
+def _spread(values: list[float | None]) -> dict[str, float | None]:
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return {"min": None, "median": None, "max": None}
+    return {"min": round(v[0], 1), "median": round(statistics.median(v), 1), "max": round(v[-1], 1)}
+
+
+async def rush(n: int, browsers: int, args: argparse.Namespace, want: dict, chromium: str | None) -> dict:
+    server_log = Path(tempfile.mkdtemp(prefix="bench-rush-")) / "server.log"
+    proc, url, label = bc.start_server(n, server_log)
+    bc.log(f"N={n}: {label} at {url}; log {server_log}")
+    try:
+        preheat_s = bc.wait_for_pool(url, proc, args.preheat_timeout)
+        bc.log(f"N={n}: pool ready after {preheat_s:.0f} s: {bc.status(url)}")
+        load_before = os.getloadavg()
+        delays = [args.arrive_within * i / max(n - 1, 1) for i in range(n)]
+        every = max(n // max(browsers, 1), 1)
+        in_browser = set(range(0, n, every)[:browsers])  # spread over the arrivals
+        plans = [[bc.SENTENCES[(i * (args.rounds + 1) + r) % len(bc.SENTENCES)] for r in range(args.rounds + 1)]
+                 for i in range(n)]
+        lights = {i: Light(i) for i in range(n) if i not in in_browser}
+        pages = {i: bc.Student(i) for i in in_browser}
+        t0, own0, cpu0 = time.monotonic(), time.process_time(), bc.cpu_by_part(proc.pid)
+        flows = [light_student(s, url, delays[i], plans[i][1:], want, args.wait) for i, s in lights.items()]
+        contexts = []
+        if pages:
+            from playwright.async_api import async_playwright
+
+            pw = await async_playwright().start()
+            browser = await pw.chromium.launch(executable_path=chromium, args=bc.CHROMIUM_ARGS, headless=True)
+            flows += [_browser_student(s, browser, url, delays[i], plans[i], want, args, contexts)
+                      for i, s in pages.items()]
+        await asyncio.gather(*flows)
+        wall = time.monotonic() - t0
+        own, cpu1 = time.process_time() - own0, bc.cpu_by_part(proc.pid)
+        load_after = os.getloadavg()
+        kernels = len(bc.kernel_pids(proc.pid))
+        if pages:
+            for c in contexts:
+                await c.close()
+            await browser.close()
+            await pw.stop()
+    finally:
+        bc.stop_server(proc)
+    cores = os.cpu_count() or 1
+    cpu = {"load_generator": own, **{k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}}
+    ready = [s.ready_s for s in lights.values()] + [s.ready_s for s in pages.values()]
+    failed = [f"light {s.index}: {e}" for s in lights.values() for e in s.errors] + [
+        f"browser {s.index}: {e}" for s in pages.values() for e in s.errors + s.stale]
+    edits = [m for s in lights.values() for m in s.edit_ms]
+    return {
+        "n": n, "server": label, "browsers": len(pages), "light_clients": len(lights),
+        "arrive_within_s": args.arrive_within, "edits_per_student": args.rounds, "preheat_s": round(preheat_s, 1),
+        "page_ready_s": bc._stats([r for r in ready if r is not None]),
+        "page_ready_browser_s": bc._stats([s.ready_s for s in pages.values() if s.ready_s is not None]),
+        "edit_ms": bc._stats(edits),
+        "edit_browser_ms": bc._stats([m for s in pages.values() for m in s.mask_ms]),
+        "edits_sent": len(lights) * args.rounds, "edits_redrawn": len(edits),
+        "failures": len({line.split(":")[0] for line in failed}),
+        "failure_details": failed[:20],
+        "wall_s": round(wall, 1), "cores": cores,
+        "cpu_s": {k: round(v, 1) for k, v in cpu.items()},
+        "cpu_share": {k: round(v / (wall * cores), 3) for k, v in cpu.items()},
+        "kernels_at_end": kernels,
+        "load_avg": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in load_after]},
+    }
+
+
+async def _browser_student(s, browser, url: str, delay: float, plan: list[str], want: dict,
+                           args: argparse.Namespace, contexts: list) -> None:
+    """bench_class's student (chart drawn, Mask edits timed in the page), without its Attention part."""
+    bargs = argparse.Namespace(wait=args.wait, stale_after=args.wait)
+    original = bc._attention_edit
+
+    async def no_attention(*_a, **_k) -> None:
+        return None
+
+    bc._attention_edit = no_attention
+    try:
+        contexts.append(await bc.student(s, browser, url, delay, plan, want, bargs))
+    finally:
+        bc._attention_edit = original
+
+
+def summary(runs: list[dict]) -> dict:
+    """min / median / max across runs of each headline figure."""
+    get = {
+        "page_ready_p50_s": lambda r: r["page_ready_s"]["p50"], "page_ready_p95_s": lambda r: r["page_ready_s"]["p95"],
+        "page_ready_max_s": lambda r: r["page_ready_s"]["max"], "edit_p50_ms": lambda r: r["edit_ms"]["p50"],
+        "edit_p95_ms": lambda r: r["edit_ms"]["p95"], "failures": lambda r: r["failures"],
+        "load_generator_cpu_share": lambda r: r["cpu_share"]["load_generator"] + r["cpu_share"].get("browsers", 0),
+        "kernels_cpu_share": lambda r: r["cpu_share"]["kernels"],
+        "server_cpu_share": lambda r: r["cpu_share"]["server"],
+        "load_1min_after": lambda r: r["load_avg"]["after"][0],
+    }
+    return {name: _spread([f(r) for r in runs]) for name, f in get.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=100, help="students (default 100)")
+    p.add_argument("--browsers", type=int, default=3, help="of them, real Chromium pages (default 3)")
+    p.add_argument("--runs", type=int, default=1, help="runs, each with a fresh server (default 1)")
+    p.add_argument("--rounds", type=int, default=2, help="timed Mask edits per student (default 2)")
+    p.add_argument("--arrive-within", type=float, default=60.0, help="arrivals spread over this many s (default 60)")
+    p.add_argument("--wait", type=float, default=300.0, help="seconds to wait for a page or a chart (default 300)")
+    p.add_argument("--preheat-timeout", type=float, default=900.0)
+    p.add_argument("--quick", action="store_true", help="10 students, 1 browser, 1 run")
+    p.add_argument("--out", type=Path, default=OUT)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.n, args.browsers, args.runs = min(args.n, 10), min(args.browsers, 1), 1
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if args.browsers and chromium is None:
+        raise SystemExit("chromium is not installed (apt-get install -y chromium), or pass --browsers 0.")
+    _fork_flag()
+    want = bc.expected_guesses(list(bc.SENTENCES))
+    runs = []
+    for i in range(args.runs):
+        runs.append(asyncio.run(rush(args.n, args.browsers, args, want, chromium)))
+        r = runs[-1]
+        bc.log(f"run {i + 1}: ready {r['page_ready_s']}, edit {r['edit_ms']}, failures {r['failures']}, "
+               f"cpu share {r['cpu_share']}, load {r['load_avg']['after']}")
+    result = {
+        "meta": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                 "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+                 "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
+        "runs": runs, "spread": summary(runs),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result["spread"], indent=1))
+    return 0
+
+
+def _fork_flag() -> None:
+    """bench_class starts `bertlab serve --class N`: add --fork-kernels to it."""
+    plain = bc.serve_command
+
+    def forked(n: int, port: int, class_dir: Path) -> tuple[list[str], str]:
+        cmd, label = plain(n, port, class_dir)
+        return cmd + ["--fork-kernels"], label + " --fork-kernels"
+
+    bc.serve_command = forked
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

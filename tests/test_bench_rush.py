@@ -1,0 +1,84 @@
+"""The rush-hour benchmark (bench/bench_rush.py): how its light clients read the kernel's messages,
+and a small rush against a real `bertlab serve --class 3 --fork-kernels` whose edits must bring the
+Mask chart's new guesses back."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("bench_rush", BENCH / "bench_rush.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_rush"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_mask_text_box_is_found_by_its_placeholder_among_other_text_boxes():
+    br = _module()
+    states = {
+        "a": {"_model_name": "TextareaModel", "description": "Text", "placeholder": "Sentence A"},
+        "b": {"_model_name": "TextModel", "placeholder": "put [MASK] where a word should go"},
+        "c": {"_model_name": "TextareaModel", "description": "Text",
+              "placeholder": "Type a sentence; put [MASK] where a word should go"},
+    }
+    assert br.find_text_box(states) == "c"
+    del states["c"]
+    assert br.find_text_box(states) is None
+
+
+def test_a_chart_update_is_a_figure_message_with_the_expected_guess():
+    br = _module()
+
+    def msg(msg_type: str, data: dict) -> dict:
+        return {"msg_type": msg_type, "content": {"comm_id": "f", "data": data}}
+
+    figure = {"method": "update", "state": {"_widget_data": [{"y": ["capital", "city"]}]}}
+    assert br.is_chart_update(msg("comm_msg", figure), "capital")
+    assert not br.is_chart_update(msg("comm_msg", figure), "kitchen")  # an old chart
+    assert not br.is_chart_update(msg("comm_msg", {"method": "update", "state": {"value": "capital"}}), "capital")
+    assert not br.is_chart_update(msg("status", figure), "capital")
+    opened = {"state": {"_py2js_restyle": {"restyle_data": {"y": [["capital"]]}}}}
+    assert br.is_chart_update(msg("comm_open", opened), "capital")
+
+
+def test_binary_frames_are_read_as_the_server_writes_them():
+    br = _module()
+    body = json.dumps({"msg_type": "comm_msg", "content": {}}).encode()
+    buffer = b"\x00\x01\x02"
+    offsets = (12, 12 + len(body))  # two parts: the message, one buffer
+    frame = struct.pack("!I", 2) + struct.pack("!2I", *offsets) + body + buffer
+    assert br.decode(frame)["msg_type"] == "comm_msg"
+    assert br.decode(json.dumps({"msg_type": "status"}))["msg_type"] == "status"
+
+
+def test_the_spread_is_min_median_max_across_runs():
+    br = _module()
+    assert br._spread([3.0, None, 1.0, 2.0]) == {"min": 1.0, "median": 2.0, "max": 3.0}
+    assert br._spread([None]) == {"min": None, "median": None, "max": None}
+
+
+@pytest.mark.slow
+def test_a_small_rush_gets_a_chart_update_for_every_edit(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    br = _module()
+    out = tmp_path / "rush.json"
+    assert br.main(["--quick", "--n", "3", "--browsers", "0", "--rounds", "2", "--arrive-within", "2",
+                    "--wait", "120", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    run = result["runs"][0]
+    assert run["n"] == 3 and run["light_clients"] == 3 and run["failures"] == 0, run["failure_details"]
+    assert run["edits_sent"] == 6 and run["edits_redrawn"] == 6
+    assert run["page_ready_s"]["n"] == 3 and run["edit_ms"]["p50"] > 0
+    assert set(run["cpu_share"]) >= {"load_generator", "server", "kernels"}
+    assert run["cpu_s"]["kernels"] > 0  # forked kernels are found and counted
+    assert "load_avg" in run and set(result["spread"]["page_ready_p50_s"]) == {"min", "median", "max"}
