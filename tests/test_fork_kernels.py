@@ -71,6 +71,16 @@ START_S = 300
 @pytest.fixture(scope="module")
 def fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """`bertlab serve --class 2 --fork-kernels` (token in BERTLAB_TOKEN) on a free loopback port."""
+    yield from _fork_server(tmp_path_factory)
+
+
+@pytest.fixture
+def lone_fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The same, for one test that may break it."""
+    yield from _fork_server(tmp_path_factory)
+
+
+def _fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = _free_port()
     folder = tmp_path_factory.mktemp("forkclass")
     log = folder / "server.log"
@@ -186,6 +196,40 @@ def test_a_page_gets_a_forked_kernel_that_works_and_shares_the_warm_parents_memo
     while time.monotonic() < deadline and (start_time(pid) or start_time(zygote)):
         time.sleep(0.5)
     assert start_time(pid) is None and start_time(zygote) is None
+
+
+def _zygotes(server: Server) -> list[int]:
+    """The zygote processes under the server."""
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if (proc.name.isdigit() and int(proc.name) != server.proc.pid
+                    and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == server.proc.pid
+                    and b"bertlab.serving.forking" in (proc / "cmdline").read_bytes()):
+                out.append(int(proc.name))
+        except OSError:
+            continue
+    return out
+
+
+@pytest.mark.slow
+def test_a_dead_zygote_is_replaced_and_students_still_get_a_seat(lone_fork_server):
+    srv = lone_fork_server
+    [old] = _zygotes(srv)
+    os.kill(old, 9)
+    session = srv.session()
+    first = [_kernel_id(session.get(srv.base + "/", timeout=120).text) for _ in range(2)]  # the pool's two
+    srv.wait("the pool refilled without the zygote", lambda: srv.status()["pool"]["ready"] == 2, START_S)
+    page = session.get(srv.base + "/", timeout=120)
+    assert page.status_code == 200
+    kernel = _kernel_id(page.text)
+    assert kernel not in first
+    assert _ask(srv, kernel, "comm_info_request", {"target_name": "jupyter.widget"})["status"] == "ok"
+    ppid = int(Path(f"/proc/{_kernel_pid(kernel)}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    assert ppid != old  # started after the zygote died
+    new = _zygotes(srv)
+    assert new and old not in new  # a new zygote took its place
+    assert "exited with -9: starting a new one" in srv.log.read_text()
 
 
 @pytest.mark.slow

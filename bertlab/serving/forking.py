@@ -11,7 +11,8 @@ writes to them (copy-on-write) and becomes an ipykernel with the connection file
   socket (the kernel command, environment and folder) and follows the child by its pid. The zygote, not
   the server, is the child's parent and reaps it; the provisioner sees a kernel end when its pid goes
   (checked against the process's start time, so a reused pid is not taken for it). Until the zygote is
-  ready a kernel start waits for it; if the zygote is gone, kernels start the usual way.
+  ready a kernel start waits for it. A zygote that died is replaced (its exit status logged); until the
+  new one is ready, kernels start the usual way.
 - In the child the first `bertlab.loading.load` of the zygote's model hands back the zygote's copy
   (the child's own, copy-on-write); later loads read from disk as usual.
 
@@ -172,6 +173,7 @@ class Zygote:
         self.proc = subprocess.Popen([sys.executable, "-m", "bertlab.serving.forking", self.path],
                                      env=dict(os.environ if env is None else env), stdin=subprocess.DEVNULL)
         self._lock: asyncio.Lock | None = None  # one request at a time: a class's pool asks all at once
+        self.replaced: int | None = None  # the exit status of the zygote this one replaces, if any
 
     @property
     def pid(self) -> int:
@@ -249,6 +251,22 @@ def start_zygote() -> Zygote:
     return ZYGOTE
 
 
+def replace_zygote(dead: Zygote) -> Zygote:
+    """A new zygote in place of `dead` (its exit status logged): kernels start the usual way until the
+    new one is warm, then are forked again."""
+    global ZYGOTE
+    code = dead.proc.poll()
+    log.warning("the kernel zygote (pid %s) exited with %s: starting a new one; until it is ready, kernels "
+                "start the usual way", dead.pid, code)
+    dead.stop()
+    ZYGOTE = Zygote()
+    ZYGOTE.replaced = code
+    import atexit
+
+    atexit.register(ZYGOTE.stop)
+    return ZYGOTE
+
+
 def register_provisioner() -> None:
     from importlib.metadata import EntryPoint
 
@@ -310,8 +328,10 @@ class ForkProvisioner(LocalProvisioner):
     async def launch_kernel(self, cmd: list[str], **kwargs: Any):
         args = _launcher_args(cmd)
         zygote = ZYGOTE
-        if args is None or zygote is None or not zygote.alive():
-            return await super().launch_kernel(cmd, **kwargs)
+        if zygote is not None and not zygote.alive():
+            zygote = replace_zygote(zygote)
+        if args is None or zygote is None or (zygote.replaced is not None and not zygote.ready()):
+            return await super().launch_kernel(cmd, **kwargs)  # a student does not wait for a new zygote
         env = {str(k): str(v) for k, v in (kwargs.get("env") or os.environ).items()}
         cwd = str(kwargs["cwd"]) if kwargs.get("cwd") else None
         try:
