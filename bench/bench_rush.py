@@ -169,9 +169,12 @@ async def widget_states(sock: Socket, timeout: float) -> dict[str, dict]:
     return states
 
 
-async def light_student(s: Light, url: str, delay: float, plan: list[str], want: dict, wait: float) -> None:
+async def light_student(s: Light, url: str, delay: float, plan: list[str], want: dict, wait: float,
+                        open_sockets: list) -> None:
     """Arrive after `delay` s: the page, its kernel's websocket, the widget states, then one edit of
-    the Mask text box per sentence of `plan`, each timed until the chart widget brings its guesses."""
+    the Mask text box per sentence of `plan`, each timed until the chart widget brings its guesses.
+    The websocket stays open (in `open_sockets`) as a student's page does, so its kernel is not culled
+    before the run's CPU is counted."""
     from tornado.httpclient import AsyncHTTPClient, HTTPRequest
     from tornado.websocket import websocket_connect
 
@@ -208,7 +211,7 @@ async def light_student(s: Light, url: str, delay: float, plan: list[str], want:
         s.errors.append(f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
     finally:
         if ws is not None:
-            ws.close()
+            open_sockets.append(ws)
 
 
 # -- one run -----------------------------------------------------------------------------------------
@@ -238,7 +241,9 @@ async def rush(n: int, browsers: int, args: argparse.Namespace, want: dict, chro
         lights = {i: Light(i) for i in range(n) if i not in in_browser}
         pages = {i: bc.Student(i) for i in in_browser}
         t0, own0, cpu0 = time.monotonic(), time.process_time(), bc.cpu_by_part(proc.pid)
-        flows = [light_student(s, url, delays[i], plans[i][1:], want, args.wait) for i, s in lights.items()]
+        sockets: list = []
+        flows = [light_student(s, url, delays[i], plans[i][1:], want, args.wait, sockets)
+                 for i, s in lights.items()]
         contexts = []
         if pages:
             from playwright.async_api import async_playwright
@@ -252,6 +257,8 @@ async def rush(n: int, browsers: int, args: argparse.Namespace, want: dict, chro
         own, cpu1 = time.process_time() - own0, bc.cpu_by_part(proc.pid)
         load_after = os.getloadavg()
         kernels = len(bc.kernel_pids(proc.pid))
+        for ws in sockets:
+            ws.close()
         if pages:
             for c in contexts:
                 await c.close()

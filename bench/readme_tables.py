@@ -629,9 +629,10 @@ def rush() -> str:
     seated = ("every student of every run was seated and had each edit redrawn" if failed == 0 else
               f"{failed} student(s) across the runs failed (see failure_details in bench/results/rush.json)")
     rows += ["", f"Sizing from these runs: {seated}. Through the rush the server and its {n} kernels kept a "
-             f"median {busy:.2f} cores busy on average, about {1000 * busy / n:.0f} millicores per student for "
-             "this workload (page loads and Mask edits; the simulated students took their share of the same 2 "
-             "cores). On Kubernetes, where each student's pod runs a whole kernel of its own (no pages shared "
+             f"median of at least {busy:.2f} cores busy on average (kernels counted only while alive at both ends "
+             f"of a run), at least {1000 * busy / n:.0f} millicores per student for this workload (page loads and "
+             "Mask edits; the simulated students took their share of the same 2 cores). "
+             "On Kubernetes, where each student's pod runs a whole kernel of its own (no pages shared "
              "with a warm parent), that average is a floor for a pod's CPU request, not a limit (an edit is a "
              "burst of a whole core), and its memory is an unshared kernel's (the class-load table), not a "
              "forked one's."]
