@@ -17,7 +17,7 @@ import torch
 
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.analysis.rollout import RolloutResult, rollout_from_attention
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, redraw, run_button, sentence_pair, unknown_notes
+from bertlab.panels.base import Level, Panel, run_button, sentence_pair, unknown_notes
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention import (
     empty_heatmap,
@@ -26,6 +26,7 @@ from bertlab.viz.attention import (
     plot_attention_heatmap,
 )
 from bertlab.viz.attention_view import AttentionView
+from bertlab.viz.figure_widget import SyncedFigureWidget, redraw
 from bertlab.viz.rollout import plot_rollout, rollout_titles, rollout_z
 from bertlab.viz.theme import FAINT, help_html
 

@@ -34,10 +34,11 @@ from bertlab.classroom.questions import (
 )
 from bertlab.classroom.remote import open_store
 from bertlab.classroom.store import ClassStore, GuessError, Kind, Question, QuestionStore
-from bertlab.panels.base import note_html, show_figure
+from bertlab.panels.base import note_html
 from bertlab.panels.runs import BackgroundRun
 from bertlab.service_client import ClassServiceError
 from bertlab.viz.classroom import plot_class_guesses
+from bertlab.viz.figure_widget import show_figure
 
 log = logging.getLogger(__name__)
 

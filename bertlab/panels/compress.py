@@ -34,7 +34,7 @@ from bertlab.compress.measure import measure
 from bertlab.compress.quantize import quantize
 from bertlab.compressed.structure import CompressError
 from bertlab.inputs import InputError
-from bertlab.panels.base import Panel, SyncedFigureWidget, show_figure
+from bertlab.panels.base import Panel
 from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, BackgroundRun, error_text
 from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
@@ -47,6 +47,7 @@ from bertlab.viz.compress import (
     variants_html,
     within_noise,
 )
+from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.theme import FAINT, MUTED, help_html
 from bertlab.workspace import Workspace

@@ -16,9 +16,10 @@ from bertlab.analysis.attention_check import DEFAULT_HEADS_OFF, AttentionCheck, 
 from bertlab.analysis.attribution import METHOD_NAMES, Attribution, ExplainInput, Target, attribute
 from bertlab.inputs import InputError
 from bertlab.model import MissingHeadError
-from bertlab.panels.base import Level, Panel, clear_view, show_figure
+from bertlab.panels.base import Level, Panel, clear_view
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.explain import agreement_text, heads_text, plot_attention_check
+from bertlab.viz.figure_widget import show_figure
 from bertlab.viz.theme import help_html
 
 # request(choice) -> (input, target): what the tab explains now; raises InputError when there is nothing.

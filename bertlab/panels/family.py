@@ -33,7 +33,7 @@ from bertlab.analysis.family import (
 from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.hub import RECOMMENDED
 from bertlab.inputs import InputError
-from bertlab.panels.base import Level, Panel, show_figure
+from bertlab.panels.base import Level, Panel
 from bertlab.panels.classroom import AnswerHold
 from bertlab.panels.state import ModelState
 from bertlab.settings import in_hub_cache
@@ -50,6 +50,7 @@ from bertlab.viz.family import (
     plot_score_terms,
     plot_token_cuts,
 )
+from bertlab.viz.figure_widget import show_figure
 from bertlab.viz.pretrain import dynamic_html
 from bertlab.viz.replaced import plot_replaced
 from bertlab.viz.theme import MUTED, help_html

@@ -26,7 +26,7 @@ import torch
 from bertlab.analysis.sample_size import examples_text, too_few
 from bertlab.inputs import InputError
 from bertlab.model import Bert
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, close_later, show_figure
+from bertlab.panels.base import Level, Panel
 from bertlab.panels.data_source import DataSource
 from bertlab.panels.finetune_diff import ChangedSection, measure_change
 from bertlab.panels.replay import ReplaySection
@@ -47,6 +47,7 @@ from bertlab.training.finetune_defaults import START_NAMES, Recipe, recipe
 from bertlab.training.loop import TrainEvent
 from bertlab.training.queue import waiting_text
 from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
+from bertlab.viz.figure_widget import SyncedFigureWidget, close_later, show_figure
 from bertlab.viz.finetune import plot_confusion_matrix, plot_training_curves, progress_html, runs_html
 from bertlab.viz.knows import plot_layer_weights
 from bertlab.viz.text import plain_text

@@ -22,7 +22,7 @@ import torch
 
 from bertlab.analysis import normalise_masks
 from bertlab.analysis.mask import Candidate, fill_mask
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, note_html, unknown_notes
+from bertlab.panels.base import Level, Panel, note_html, unknown_notes
 from bertlab.panels.pretrain_compare import ComparedRun, CompareView
 from bertlab.panels.replay import ReplaySection
 from bertlab.panels.runs import BackgroundRun, error_text
@@ -53,6 +53,7 @@ from bertlab.training.preview import (
 )
 from bertlab.training.queue import waiting_text
 from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
+from bertlab.viz.figure_widget import SyncedFigureWidget
 from bertlab.viz.pretrain import (
     STRATEGY_NAMES,
     curve_xy,

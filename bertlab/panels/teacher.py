@@ -19,7 +19,7 @@ import torch
 
 from bertlab.classroom.questions import DEFAULT_K, mask_question, nsp_question, tally
 from bertlab.classroom.store import Question, QuestionStore
-from bertlab.panels.base import Panel, note_html, show_figure
+from bertlab.panels.base import Panel, note_html
 from bertlab.panels.class_queue import ClassQueueView
 from bertlab.panels.classroom import POLL_LIVE_S, TAB_OF, class_store
 from bertlab.panels.page import PageAddress, projector_in_query, projector_requested
@@ -28,6 +28,7 @@ from bertlab.tokenizer import Tokenizer
 from bertlab.training.queue import ClassQueue
 from bertlab.viz import theme
 from bertlab.viz.classroom import plot_class_guesses
+from bertlab.viz.figure_widget import show_figure
 
 log = logging.getLogger(__name__)
 
