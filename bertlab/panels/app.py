@@ -14,7 +14,7 @@ import logging
 
 import ipywidgets as widgets
 
-from bertlab.panels.base import Panel, busy_html
+from bertlab.panels.base import Panel, busy_html, note_html
 from bertlab.panels.page import (  # noqa: F401 (PROJECTOR_PARAM, projector_requested: imported from here too)
     PROJECTOR_PARAM,
     PageAddress,
@@ -130,8 +130,7 @@ class App:
         except Exception as e:  # one broken tab must not take the app down
             log.exception("building the %s tab failed", title)
             self._slots[index].children = [widgets.HTML(
-                f'<div class="bertlab-note bertlab-error" style="color:#6b0b0b;background:#fdecec;'
-                f'padding:6px 10px">The {title} tab could not open ({type(e).__name__}: {e}).</div>'
+                note_html("error", f"The {title} tab could not open ({type(e).__name__}: {e}).")
             )]
             return None
         self.panels[title] = panel

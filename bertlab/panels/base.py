@@ -17,16 +17,11 @@ from bertlab.model import MissingHeadError
 from bertlab.service_client import ClassServiceError
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.figure_widget import close_later
+from bertlab.viz.theme import BUSY_COLOUR, NOTE_EDGE, NOTE_STYLE
 
 log = logging.getLogger(__name__)
 
 Level = Literal["info", "warning", "error"]
-
-_STYLE: dict[str, str] = {
-    "info": "color:#1f3b57;background:#eef4fa;border-left:4px solid #4a90d9",
-    "warning": "color:#5c3d00;background:#fff6e0;border-left:4px solid #e0a100",
-    "error": "color:#6b0b0b;background:#fdecec;border-left:4px solid #d62728",
-}
 
 
 class Panel:
@@ -218,7 +213,7 @@ def unknown_notes(tokens: Sequence[str], unk_token: str, meaning: str = "") -> l
 
 def note_html(level: Level, text: str) -> str:
     return (
-        f'<div class="bertlab-note bertlab-{level}" style="{_STYLE[level]};'
+        f'<div class="bertlab-note bertlab-{level}" style="{NOTE_STYLE[level]};'
         f'padding:4px 10px;margin:3px 0;border-radius:3px;line-height:1.4">{html.escape(text)}</div>'
     )
 
@@ -231,8 +226,8 @@ def busy_html(text: str = "Working…") -> str:
     """A spinner (CSS only: no icon font, nothing fetched) and `text`, for anything that takes a while."""
     return (
         f"<style>@keyframes {_SPIN}{{to{{transform:rotate(360deg)}}}}</style>"
-        f'<div class="bertlab-busy" style="color:#1f3b57;padding:4px 10px;margin:3px 0">'
+        f'<div class="bertlab-busy" style="color:{BUSY_COLOUR};padding:4px 10px;margin:3px 0">'
         f'<span style="display:inline-block;width:0.9em;height:0.9em;margin-right:0.5em;vertical-align:-0.1em;'
-        f"border:2px solid #4a90d9;border-right-color:transparent;border-radius:50%;"
+        f"border:2px solid {NOTE_EDGE['info']};border-right-color:transparent;border-radius:50%;"
         f'animation:{_SPIN} 0.8s linear infinite"></span>{html.escape(text)}</div>'
     )

@@ -39,6 +39,8 @@ from bertlab.panels.runs import BackgroundRun
 from bertlab.service_client import ClassServiceError
 from bertlab.viz.classroom import plot_class_guesses
 from bertlab.viz.figure_widget import show_figure
+from bertlab.viz.mask import hidden_html
+from bertlab.viz.theme import NOTE_EDGE
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +157,8 @@ class ClassQuestionBox:
             [self.title, self.prompt, widgets.HBox([self.input, self.send_button],
                                                    layout=widgets.Layout(flex_flow="row wrap", align_items="center")),
              self.status, self.figure_box],
-            layout=widgets.Layout(display="none", border="2px solid #e0a100", padding="6px 10px", margin="0 0 8px 0"),
+            layout=widgets.Layout(display="none", border=f"2px solid {NOTE_EDGE['warning']}", padding="6px 10px",
+                                  margin="0 0 8px 0"),
         )
         self.widget.add_class("bertlab-class-question")
 
@@ -266,6 +269,5 @@ def _prompt_html(q: Question, mask_token: str | None) -> str:
                 f"</div><div>{html.escape(pair_ask(q))}</div>")
     if not mask_token:
         return f'<div style="{style}">{html.escape(q.text)}</div>'
-    mark = ('<span style="background:#ffe08a;border-radius:3px;padding:0 3px;font-weight:600">'
-            f'{html.escape(mask_token)}</span>')
+    mark = hidden_html(mask_token)
     return f'<div style="{style}">{mark.join(html.escape(p) for p in q.text.split(mask_token))}</div>'

@@ -14,7 +14,7 @@ from bertlab.panels.base import Panel, busy_html
 from bertlab.panels.runs import BackgroundRun, in_background
 from bertlab.panels.state import ModelState
 from bertlab.settings import in_hub_cache
-from bertlab.viz.theme import help_html
+from bertlab.viz.theme import BOX_BORDER, OFF_TEXT, OK_TEXT, help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -52,8 +52,8 @@ def model_card(model, name: str) -> str:
     labels = ", ".join(str(v) for v in (c.id2label or {}).values())
 
     def mark(ok: bool, what: str) -> str:
-        colour, sign = ("#1a7f37", "✓") if ok else ("#888", "✗")
-        return f'<span style="color:{colour};margin-right:12px">{sign} {what}</span>'
+        colour, sign = (OK_TEXT, "✓") if ok else (OFF_TEXT, "✗")
+        return f'<span style="{colour};margin-right:12px">{sign} {what}</span>'
 
     pair = "SOP head (sentence order)" if model.family.pair_task == "sop" else "NSP head"
     heads = mark(model.has_mlm, "MLM head") + mark(model.has_nsp, pair)
@@ -111,7 +111,7 @@ class ModelPicker(Panel):
              widgets.HBox([self.hub_choice, self.get_button, self.progress, self.hub_info],
                           layout=widgets.Layout(flex_flow="row wrap", align_items="center")),
              self.card, self.message],
-            layout=widgets.Layout(width="100%", border="1px solid #ddd", padding="4px 8px"),
+            layout=widgets.Layout(width="100%", border=BOX_BORDER, padding="4px 8px"),
         )
 
     def _on_choice(self, change) -> None:

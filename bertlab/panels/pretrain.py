@@ -451,7 +451,7 @@ class PretrainPanel(Panel):
         try:
             preds = fill_mask(self.trained, self._run_tok, self._probe_text, k=5)
         except ValueError as e:  # the probe text cannot be used: say so once, train on
-            self.probe_html.value = f'<div style="color:#a00">The probe cannot be read: {html.escape(str(e))}</div>'
+            self.probe_html.value = note_html("error", f"The probe cannot be read: {e}")
             self._probe_text = ""
             return
         self._probed_at = step

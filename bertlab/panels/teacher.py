@@ -29,6 +29,7 @@ from bertlab.training.queue import ClassQueue
 from bertlab.viz import theme
 from bertlab.viz.classroom import plot_class_guesses
 from bertlab.viz.figure_widget import show_figure
+from bertlab.viz.theme import MUTED
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class TeacherPanel(Panel):
         self.peek.observe(lambda _: self._draw(), names="value")
         self._on_kind()
         self._widget = widgets.VBox([
-            widgets.HTML('<div style="color:#555">Students see the question at the top of their <b>Mask</b> tab '
+            widgets.HTML(f'<div style="{MUTED}">Students see the question at the top of their <b>Mask</b> tab '
                          '(<b>Next sentence</b> for a pair), send a guess, and see the model\'s answer only when '
                          'you reveal it. Guesses are anonymous.</div>'),
             self.kind, self.text, self.text_b, self.k,

@@ -38,6 +38,18 @@ MAX_HEIGHT = 1000  # px: projector mode grows a figure's height ×scale up to th
 MUTED = "color:#555"  # help lines and notes (projector mode darkens it, see `css`)
 HELP_STYLE = MUTED + ";font-size:0.9em"  # a tab's help line, a setting's note
 FAINT = "color:#777"  # what shows before there is anything ("No run yet.")
+# The page's colours outside figures, in one place: panels use these (or `help_html`, `note_html`), never a
+# colour literal of their own.
+NOTE_EDGE = {"info": "#4a90d9", "warning": "#e0a100", "error": "#d62728"}  # a note's left edge, by level
+NOTE_STYLE = {  # a note's text, background and edge, by level (info, warning, error)
+    "info": f"color:#1f3b57;background:#eef4fa;border-left:4px solid {NOTE_EDGE['info']}",
+    "warning": f"color:#5c3d00;background:#fff6e0;border-left:4px solid {NOTE_EDGE['warning']}",
+    "error": f"color:#6b0b0b;background:#fdecec;border-left:4px solid {NOTE_EDGE['error']}",
+}
+BUSY_COLOUR = "#1f3b57"  # the busy sign's text; its spinner is drawn in NOTE_EDGE["info"]
+BOX_BORDER = "1px solid #ddd"  # a framed box of widgets (a details pane, the model card)
+OK_TEXT, OFF_TEXT = "color:#1a7f37", "color:#888"  # a thing the model has (✓) or lacks (✗)
+HIDDEN_MARK = "background:#ffe08a;border-radius:3px;padding:0 2px;font-weight:600"  # a hidden ([MASK]) piece
 
 
 @dataclass(frozen=True)
