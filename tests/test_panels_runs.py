@@ -169,3 +169,17 @@ def test_the_background_start_scanner_sees_threads_timers_and_executors(tmp_path
                  "    loop.run_in_executor(None, work)\n")
     assert [hit.split(": ")[1] for hit in background_starts(f)] == [
         "from concurrent.futures import ThreadPoolExecutor", "Thread(...)", "Timer(...)", "run_in_executor(...)"]
+
+
+def test_check_idle_refuses_while_a_job_runs():
+    job = BackgroundRun("t")
+    job.check_idle()
+    gate = threading.Event()
+    job.start(gate.wait)
+    try:
+        with pytest.raises(InputError, match="in progress"):
+            job.check_idle()
+    finally:
+        gate.set()
+        assert job.wait(5)
+    job.check_idle()

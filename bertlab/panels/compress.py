@@ -195,8 +195,7 @@ class CompressPanel(Panel):
 
     def start(self) -> None:
         """Compress the current model with the chosen method in the background."""
-        if self.job.running:
-            raise InputError("A run is in progress: cancel it or wait for it to end.")
+        self.job.check_idle()
         method, model, tok = self.method.value, self.model, self.tok
         task = model_task(model)
         if task not in TASKS_SCORED and method != "quantize":

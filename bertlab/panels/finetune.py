@@ -24,7 +24,6 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.sample_size import examples_text, too_few
-from bertlab.inputs import InputError
 from bertlab.model import Bert
 from bertlab.panels.base import Level, Panel
 from bertlab.panels.data_source import DataSource
@@ -342,8 +341,7 @@ class FinetunePanel(Panel):
 
     def start(self) -> None:
         """Start fine-tuning a copy of the current model in the background."""
-        if self.job.running:
-            raise InputError("A run is in progress: cancel it or wait for it to end.")
+        self.job.check_idle()
         task, mode, features = self.task.value, self.mode.value, self.chosen_features()
         source = self.source.chosen()  # fails early on a missing path / upload
         cfg = FinetuneConfig(
