@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from bertlab.panels.app import TABS, App, panel_class
-from bertlab.panels.picker import ModelPicker, model_card
+from bertlab.panels.picker import ModelPicker
 from bertlab.panels.state import DEFAULT_NAME, ModelState
+from bertlab.viz.picker import model_card
 
 ATTENTION = ("Attention", "bertlab.panels.attention:AttentionPanel")
 BROKEN = ("Broken", "bertlab.panels.no_such_module:Nothing")
@@ -103,6 +104,9 @@ def test_model_card_lists_heads(default_model, tiny_checkpoints):
     assert "6 layers" in card and "384 wide" in card and "✓ MLM head" in card and "✓ NSP head" in card
     clf, _ = load(tiny_checkpoints["BertForSequenceClassification"])
     assert "✓ task head: sequence classification" in model_card(clf, "clf")
+    clf.config.id2label = {0: "<b>bad</b>", 1: "good"}  # a checkpoint's labels are drawn as text, never as HTML
+    card = model_card(clf, "<i>run</i>")
+    assert "&lt;b&gt;bad&lt;/b&gt;, good" in card and "&lt;i&gt;run&lt;/i&gt;" in card and "<b>bad" not in card
 
 
 def test_a_tab_not_built_yet_shows_a_busy_sign(state):

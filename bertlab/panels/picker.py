@@ -14,7 +14,8 @@ from bertlab.panels.base import Panel, busy_html
 from bertlab.panels.runs import BackgroundRun, in_background
 from bertlab.panels.state import ModelState
 from bertlab.settings import in_hub_cache
-from bertlab.viz.theme import BOX_BORDER, OFF_TEXT, OK_TEXT, help_html
+from bertlab.viz.picker import model_card
+from bertlab.viz.theme import BOX_BORDER, help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -42,31 +43,6 @@ def hub_options(confined: bool) -> list[tuple[str, str]]:
         mark = " ✓ cached" if here else (" ✗ not on this server" if confined else "")
         out.append((f"{m.name} · {m.about}{mark}", m.name))
     return out
-
-
-def model_card(model, name: str) -> str:
-    """HTML: what the current model is and which heads it has."""
-    c = model.config
-    n = sum(p.numel() for p in model.parameters()) / 1e6
-    task = (c.task or "").replace("_", " ")
-    labels = ", ".join(str(v) for v in (c.id2label or {}).values())
-
-    def mark(ok: bool, what: str) -> str:
-        colour, sign = (OK_TEXT, "✓") if ok else (OFF_TEXT, "✗")
-        return f'<span style="{colour};margin-right:12px">{sign} {what}</span>'
-
-    pair = "SOP head (sentence order)" if model.family.pair_task == "sop" else "NSP head"
-    heads = mark(model.has_mlm, "MLM head") + mark(model.has_nsp, pair)
-    if getattr(model, "has_rtd", False):
-        heads += mark(True, "replaced-token head (ELECTRA)")
-    named = f": {task}" if task else ""
-    named += f" ({labels})" if labels and len(labels) < 80 else ""
-    heads += mark(bool(task), f"task head{named}")
-    return (
-        f'<div style="line-height:1.6"><b>{html.escape(name)}</b> · {c.num_hidden_layers} layers · '
-        f"{c.hidden_size} wide · {c.num_attention_heads} heads · {n:.1f} M parameters · "
-        f"vocabulary {c.vocab_size:,} · up to {c.max_position_embeddings} tokens<br>{heads}</div>"
-    )
 
 
 class ModelPicker(Panel):
