@@ -43,3 +43,13 @@ def test_notes_busy_sign_and_hidden_pieces_draw_with_the_theme():
     assert NOTE_EDGE["info"] in busy_html()
     assert hidden_html("<mask>") == f'<span style="{HIDDEN_MARK}">&lt;mask&gt;</span>'
     assert hidden_html("[MASK]") in reads_html(["[CLS]", "a", "[MASK]", "[SEP]"])
+
+
+def test_the_class_question_marks_its_mask_and_escapes_the_teachers_text():
+    from bertlab.viz.classroom import question_html
+
+    shown = question_html("a <b>bold</b> [MASK] here", "[MASK]")
+    assert hidden_html("[MASK]") in shown and "&lt;b&gt;bold&lt;/b&gt;" in shown and "<b>bold" not in shown
+    assert hidden_html("[MASK]") not in question_html("no mask [MASK]", None)
+    pair = question_html("A <i>one</i>", "[MASK]", "B two", ask="Does B follow A?")
+    assert "A &lt;i&gt;one&lt;/i&gt;" in pair and "B two" in pair and "Does B follow A?" in pair

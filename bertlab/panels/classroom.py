@@ -14,7 +14,6 @@ question is live, every few seconds otherwise; it reads the question only when s
 
 from __future__ import annotations
 
-import html
 import logging
 import threading
 import uuid
@@ -37,9 +36,8 @@ from bertlab.classroom.store import ClassStore, GuessError, Kind, Question, Ques
 from bertlab.panels.base import note_html
 from bertlab.panels.runs import BackgroundRun
 from bertlab.service_client import ClassServiceError
-from bertlab.viz.classroom import plot_class_guesses
+from bertlab.viz.classroom import plot_class_guesses, question_html
 from bertlab.viz.figure_widget import show_figure
-from bertlab.viz.mask import hidden_html
 from bertlab.viz.theme import NOTE_EDGE
 
 log = logging.getLogger(__name__)
@@ -230,7 +228,7 @@ class ClassQuestionBox:
         self.widget.layout.display = None
         state = "revealed" if q.revealed else "guess first, then the teacher reveals the model's answer"
         self.title.value = f'<b style="font-size:1.1em">Class question</b> — {state}'
-        self.prompt.value = _prompt_html(q, self.mask_token)
+        self.prompt.value = question_html(q.text, self.mask_token, q.text_b, pair_ask(q) if q.kind == "nsp" else None)
         if q.kind == "nsp" and tuple(self.input.options) != pair_choices(q):  # as the model's objective asks
             self.input.options, self.input.value = pair_choices(q), None
         self.input.disabled = self.send_button.disabled = q.revealed
@@ -260,14 +258,3 @@ class ClassQuestionBox:
             self.hiding = hide
             if self.on_hide is not None:
                 self.on_hide(hide)
-
-
-def _prompt_html(q: Question, mask_token: str | None) -> str:
-    style = "font-size:1.15em;margin:4px 0"
-    if q.kind == "nsp":
-        return (f'<div style="{style}"><b>A:</b> {html.escape(q.text)}<br><b>B:</b> {html.escape(q.text_b or "")}'
-                f"</div><div>{html.escape(pair_ask(q))}</div>")
-    if not mask_token:
-        return f'<div style="{style}">{html.escape(q.text)}</div>'
-    mark = hidden_html(mask_token)
-    return f'<div style="{style}">{mark.join(html.escape(p) for p in q.text.split(mask_token))}</div>'
