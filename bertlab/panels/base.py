@@ -162,6 +162,12 @@ def run_button(description: str = "Show", tooltip: str = "Run the model") -> wid
     return widgets.Button(description=description, button_style="primary", tooltip=tooltip)
 
 
+def stop_button(description: str = "Cancel", tooltip: str = "Stop the run") -> widgets.Button:
+    """The button that stops a background run: disabled until the run starts (BackgroundRun enables it)."""
+    return widgets.Button(description=description, button_style="warning", icon="stop", disabled=True,
+                          tooltip=tooltip)
+
+
 NEEDS = ("mlm_head", "pair_head", "segment_embeddings", "position_embeddings")
 
 

@@ -34,7 +34,7 @@ from bertlab.compress.measure import measure
 from bertlab.compress.quantize import quantize
 from bertlab.compressed.structure import CompressError
 from bertlab.inputs import InputError
-from bertlab.panels.base import Panel
+from bertlab.panels.base import Panel, stop_button
 from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, BackgroundRun, error_text
 from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
@@ -124,8 +124,7 @@ class CompressPanel(Panel):
         self.options = widgets.VBox()
         self.start_button = widgets.Button(description="Compress", button_style="primary", icon="compress",
                                            tooltip="Compress the model picked above (a copy of it)")
-        self.cancel_button = widgets.Button(description="Cancel", button_style="warning", icon="stop", disabled=True,
-                                            tooltip="Stop the run (distillation keeps the student so far)")
+        self.cancel_button = stop_button(tooltip="Stop the run (distillation keeps the student so far)")
         self.job = BackgroundRun("bertlab-compress", self.start_button, self.cancel_button)
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
         self.progress_text = widgets.HTML(f'<span style="{FAINT}">No run yet.</span>')

@@ -25,7 +25,7 @@ import torch
 
 from bertlab.analysis.sample_size import examples_text, too_few
 from bertlab.model import Bert
-from bertlab.panels.base import Level, Panel
+from bertlab.panels.base import Level, Panel, stop_button
 from bertlab.panels.data_source import DataSource
 from bertlab.panels.finetune_diff import ChangedSection, measure_change
 from bertlab.panels.replay import ReplaySection
@@ -190,8 +190,7 @@ class FinetunePanel(Panel):
         self._apply_recipe()
         self.start_button = widgets.Button(description="Start", button_style="primary", icon="play",
                                            tooltip="Fine-tune the model picked above (a copy of it)")
-        self.cancel_button = widgets.Button(description="Cancel", button_style="warning", icon="stop", disabled=True,
-                                            tooltip="Stop after the current step; the model so far is kept")
+        self.cancel_button = stop_button(tooltip="Stop after the current step; the model so far is kept")
         self.job = BackgroundRun("bertlab-finetune", self.start_button, self.cancel_button)
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
         self.progress_text = widgets.HTML(f'<span style="{FAINT}">No run yet.</span>')
