@@ -38,6 +38,8 @@ MAX_HEIGHT = 1000  # px: projector mode grows a figure's height ×scale up to th
 MUTED = "color:#555"  # help lines and notes (projector mode darkens it, see `css`)
 HELP_STYLE = MUTED + ";font-size:0.9em"  # a tab's help line, a setting's note
 FAINT = "color:#777"  # what shows before there is anything ("No run yet.")
+TAB_CHAR_EM = 0.56  # a tab title's average character width, in em of its font (DejaVu Sans, Arial: ~0.53)
+MIN_TAB_FONT = 9  # px: the tab bar's titles shrink down to this to stay on one row
 
 
 @dataclass(frozen=True)
@@ -266,12 +268,14 @@ def point_text(labels: Sequence[str], keep: Sequence[int]) -> list[str]:
 
 
 # -- the page ------------------------------------------------------------------------------------
-def css() -> str:
+def css(tab_titles: Sequence[str] = ()) -> str:
     """The page's style for both themes (a `<style>` block, shown once by the app).
 
     Widget text (ipywidgets reads `--jp-widgets-*`), help text, token chips and the attention
     view follow the root's class; figures never clip: a figure wider than its tab scrolls, and
-    long rows of tokens wrap."""
+    long rows of tokens wrap. A drop-down is as wide as its longest option (at most its row).
+    With `tab_titles` (the app's tabs), the tab bar's titles shrink with the window so that the
+    bar stays one row (down to MIN_TAB_FONT px; a window narrower still wraps it)."""
     p = PROJECTOR
     r, pr = f".{ROOT_CLASS}", f".{ROOT_CLASS}.{PROJECTOR_CLASS}"
     return f"""<style>
@@ -280,6 +284,9 @@ def css() -> str:
 {r} .widget-box:has(> .js-plotly-plot) {{ overflow-x: auto; max-width: 100%; }}
 {r} .bertlab-tabs > .lm-TabBar .lm-TabBar-tab {{ flex: 1 1 auto; min-width: max-content; max-width: none; }}
 {r} .bertlab-tabs > .lm-TabBar .lm-TabBar-content {{ flex-wrap: wrap; }}
+{_tab_bar_css(tab_titles, r, pr)}
+{r} .widget-dropdown {{ width: auto !important; max-width: 100%; }}
+{r} .widget-dropdown > select {{ flex: 0 1 auto; width: auto; min-width: 0; }}
 {r} .widget-html-content, {r} .widget-label {{ overflow-wrap: anywhere; }}
 {r} .widget-toggle-buttons {{ flex-wrap: wrap; height: auto; }}
 {r} .widget-toggle-buttons .widget-toggle-button {{ width: auto; min-width: max-content; }}
@@ -314,6 +321,20 @@ def css() -> str:
 {pr} [style*="color:#555"], {pr} [style*="color:#666"], {pr} [style*="color:#777"] {{ color: #222 !important; }}
 body:has({pr}) .jp-MarkdownCell {{ display: none; }}
 </style>"""
+
+
+def _tab_bar_css(titles: Sequence[str], r: str, pr: str) -> str:
+    """Tab titles sized to the window: the largest font (up to the theme's) at which every title, with
+    its padding, fits one row of a bar about 100vw - 50px wide."""
+    if not titles:
+        return ""
+    pad = "clamp(4px, 0.6vw, 10px)"  # each side of a title
+    room = f"(100vw - 50px - {len(titles)} * (2 * {pad} + 1px))"
+    em = TAB_CHAR_EM * sum(len(t) for t in titles)  # the row's width in em of the font
+    size = f"calc({room} / {em:.1f})"
+    tab = ".bertlab-tabs > .lm-TabBar .lm-TabBar-tab"
+    return (f"{r} {tab} {{ padding: 0 {pad}; font-size: clamp({MIN_TAB_FONT}px, {size}, {NORMAL.px(13)}px); }}\n"
+            f"{pr} {tab} {{ font-size: clamp({MIN_TAB_FONT}px, {size}, {PROJECTOR.px(13)}px); }}")
 
 
 def help_html(text: str, tag: str = "div", extra: str = "") -> str:
