@@ -38,6 +38,7 @@ MAX_HEIGHT = 1000  # px: projector mode grows a figure's height ×scale up to th
 MUTED = "color:#555"  # help lines and notes (projector mode darkens it, see `css`)
 HELP_STYLE = MUTED + ";font-size:0.9em"  # a tab's help line, a setting's note
 FAINT = "color:#777"  # what shows before there is anything ("No run yet.")
+TEXT_CHAR_EM = 0.62  # a label's average character width, in em, with room to spare (plotly's Open Sans: ~0.55)
 TAB_CHAR_EM = 0.56  # a tab title's average character width, in em of its font (DejaVu Sans, Arial: ~0.53)
 MIN_TAB_FONT = 9  # px: the tab bar's titles shrink down to this to stay on one row
 
@@ -241,24 +242,62 @@ def matrix_ticks(labels: Sequence[str], side: float, theme: Theme | None = None,
 
 
 def labelled_points(xy: np.ndarray, n: int, centre: Sequence[float] | None = None,
-                    min_gap: float = 0.06) -> list[int]:
+                    min_gap: float = 0.06, labels: Sequence[str] | None = None,
+                    plot_px: tuple[float, float] | None = None, font_px: float = BASE_FONT) -> list[int]:
     """Indices of the points of a 2-D map that get their label drawn: the `n` farthest from
     `centre` (default: the mean point; the crowd in the middle stays for hovering), skipping a
     point closer than `min_gap` (a share of the map's extent) to one already chosen, so that
-    labels do not sit on each other. `xy`: [point, 2]."""
+    labels do not sit on each other. `xy`: [point, 2].
+
+    With `labels` and `plot_px` (the plot area's width and height in px, equal units on both axes)
+    a point is also skipped when its label (drawn `font_px` high, centred above the point) would
+    cover a label already chosen: long labels need more room than `min_gap`."""
     pts = np.asarray(xy, dtype=float).reshape(-1, 2)
     if len(pts) == 0 or n <= 0:
         return []
     c = pts.mean(axis=0) if centre is None else np.asarray(centre, dtype=float)
     extent = float(max(np.ptp(pts[:, 0]), np.ptp(pts[:, 1]), 1e-9))
+    boxes = None
+    if labels is not None and plot_px is not None:
+        boxes = _label_boxes(pts, labels, plot_px, font_px)
     order = np.argsort(-np.linalg.norm(pts - c, axis=1), kind="stable")
     chosen: list[int] = []
     for i in order:
         if len(chosen) >= n:
             break
-        if all(np.linalg.norm(pts[i] - pts[j]) >= min_gap * extent for j in chosen):
-            chosen.append(int(i))
+        if any(np.linalg.norm(pts[i] - pts[j]) < min_gap * extent for j in chosen):
+            continue
+        if boxes is not None and any(_overlap(boxes[i], boxes[j]) for j in chosen):
+            continue
+        chosen.append(int(i))
     return sorted(chosen)
+
+
+def _label_boxes(pts: np.ndarray, labels: Sequence[str], plot_px: tuple[float, float],
+                 font_px: float) -> np.ndarray:
+    """[point, 4] (left, top, right, bottom) in px of each point's label, drawn centred above it, on a
+    map whose axes share one scale and fill `plot_px` (plotly pads the data's range ~5 % each side)."""
+    span = np.maximum(np.ptp(pts, axis=0), 1e-9) * 1.1
+    px = min(plot_px[0] / span[0], plot_px[1] / span[1])  # px per data unit, both axes
+    x, y = pts[:, 0] * px, -pts[:, 1] * px  # y grows downwards on the screen
+    width = np.array([TEXT_CHAR_EM * font_px * len(str(t)) for t in labels])
+    bottom = y - font_px * 0.5  # above the marker
+    return np.stack([x - width / 2, bottom - font_px * 1.2, x + width / 2, bottom], axis=1)
+
+
+def _overlap(a: np.ndarray, b: np.ndarray, pad: float = 2.0) -> bool:
+    return bool(a[0] < b[2] + pad and b[0] < a[2] + pad and a[1] < b[3] + pad and b[1] < a[3] + pad)
+
+
+def plot_area(width: float, height: float, margin: dict, theme: Theme | None = None) -> tuple[float, float]:
+    """(width, height) in px of the plot area of a figure built `width` x `height` with `margin` for the
+    normal page, as `finish` draws it in `theme` (for `labelled_points`)."""
+    t = theme or current()
+    k = t.scale
+    w = t.page_width if t.full_width else width * k
+    h = max(height, min(height * k, MAX_HEIGHT))
+    side = {key: margin.get(key, 80) * k for key in ("l", "r", "t", "b")}
+    return max(1.0, w - side["l"] - side["r"]), max(1.0, h - side["t"] - side["b"])
 
 
 def point_text(labels: Sequence[str], keep: Sequence[int]) -> list[str]:
