@@ -36,6 +36,7 @@ PART_LABELS: dict[str, str] = {
 DECIMALS = 4
 PROJECTION_SIZE = (720, 560)  # px on the normal page: the 2-D map of the parts
 PROJECTION_MARGIN = dict(l=60, r=20, t=80, b=60)
+BAR_PX = 8  # px on the normal page per bar of the norms chart (a 19-token pair's 5 parts fit a 1024 px window)
 POINT_FONT = 10  # px on the normal page: a point's label
 
 
@@ -90,6 +91,7 @@ def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, sty
     for p in parts:
         rep.part(p)  # a clear error for an unknown part
     x = _labels(rep)
+    width = int(min(1400, max(600, 120 + BAR_PX * len(parts) * len(x))))
     fig = go.Figure(
         [
             go.Bar(
@@ -108,12 +110,12 @@ def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, sty
         xaxis=dict(title="token", tickmode="array", tickvals=x, ticktext=list(rep.labels), tickangle=-45),
         yaxis=dict(title="norm", rangemode="tozero"),
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
-        width=int(min(1400, max(600, 120 + 22 * len(parts) * len(x)))),
+        width=width,
         height=430,
         margin=dict(l=60, r=20, t=80, b=90),
         plot_bgcolor="white",
     )
-    return finish(fig, t, wide=len(x) * len(parts) > 24)
+    return finish(fig, t, wide=width * t.scale > t.page_width)  # too many bars for the tab: its box scrolls
 
 
 def plot_part_projection(rep: Representation, style: Theme | None = None) -> go.Figure:

@@ -324,6 +324,7 @@ def css(tab_titles: Sequence[str] = ()) -> str:
 {r} .bertlab-tabs > .lm-TabBar .lm-TabBar-tab {{ flex: 1 1 auto; min-width: max-content; max-width: none; }}
 {r} .bertlab-tabs > .lm-TabBar .lm-TabBar-content {{ flex-wrap: wrap; }}
 {_tab_bar_css(tab_titles, r, pr)}
+{r} .widget-html-content th, {r} .widget-html-content td {{ padding: 2px 8px; }}
 {r} .widget-dropdown {{ width: auto !important; max-width: 100%; }}
 {r} .widget-dropdown > select {{ flex: 0 1 auto; width: auto; min-width: 0; }}
 {r} .widget-html-content, {r} .widget-label {{ overflow-wrap: anywhere; }}
