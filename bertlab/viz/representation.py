@@ -115,7 +115,8 @@ def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, sty
         margin=dict(l=60, r=20, t=80, b=90),
         plot_bgcolor="white",
     )
-    return finish(fig, t, wide=width * t.scale > t.page_width)  # too many bars for the tab: its box scrolls
+    # BAR_PX per bar in every theme (margins and fonts grow): it scrolls only when that cannot fit the tab
+    return finish(fig, t, wide=120 * t.scale + BAR_PX * len(parts) * len(x) > t.page_width)
 
 
 def plot_part_projection(rep: Representation, style: Theme | None = None) -> go.Figure:

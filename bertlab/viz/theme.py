@@ -326,7 +326,7 @@ def css(tab_titles: Sequence[str] = ()) -> str:
 {_tab_bar_css(tab_titles, r, pr)}
 {r} .widget-html-content th, {r} .widget-html-content td {{ padding: 2px 8px; }}
 {r} .widget-dropdown {{ width: auto !important; max-width: 100%; }}
-{r} .widget-dropdown > select {{ flex: 0 1 auto; width: auto; min-width: 0; }}
+{r} .widget-dropdown > select {{ flex: 0 1 auto; width: auto; min-width: 6em; }}
 {r} .widget-html-content, {r} .widget-label {{ overflow-wrap: anywhere; }}
 {r} .widget-toggle-buttons {{ flex-wrap: wrap; height: auto; }}
 {r} .widget-toggle-buttons .widget-toggle-button {{ width: auto; min-width: max-content; }}

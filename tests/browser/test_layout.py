@@ -1,6 +1,7 @@
 """Everything fits at 1024x768, at 150 % zoom and in projector mode: measured in headless Chromium.
 
-One `bertlab serve` (Voila) on loopback and three pages, each opening every tab:
+One `bertlab serve` (Voila) on loopback and three pages, each opening every tab (and every section of
+a tab that has its own: Embeddings, What it knows):
 
 - 1024x768 CSS px, the normal page;
 - a 1280x800 window at 150 % zoom: `device_scale_factor=1.5` on a 853x533 CSS-px viewport (what
@@ -16,7 +17,8 @@ In each tab, measured facts (every problem of a page is collected, then reported
 - no text is cut: a label, help line or note is as wide as its content (scrollWidth <= clientWidth)
   and starts inside its tab (no first letters cut at the left edge);
 - a drop-down is wide enough for its longest option (measured in its own font, with room for the arrow);
-- a figure's legend and its point labels stay inside the figure, point labels of a 2-D map do not
+- a figure's legend and its point labels stay inside the figure (a legend also inside the box that
+  scrolls a wide figure), point labels of a 2-D map do not
   sit on each other, and no axis shows the same tick label twice in a row or a "μ" unit;
 - table headers have room between them (padding on both sides).
 
@@ -127,10 +129,12 @@ TAB_JS = """(sel) => {
     if (!shown(plot) || !plot._fullLayout) continue;
     const title = (plot._fullLayout.title && plot._fullLayout.title.text || '').slice(0, 40);
     const box = plot.querySelector('.main-svg').getBoundingClientRect();
+    const view = plot.parentElement.getBoundingClientRect();  // a figure wider than its tab scrolls in this box
     for (const entry of plot.querySelectorAll('.legend .traces')) {
       const r = entry.getBoundingClientRect();
-      if (r.width > 0 && (r.right > box.right + 1 || r.bottom > box.bottom + 1 || r.left < box.left - 1))
-        out.push(`figure "${title}": legend entry "${name(entry)}" cut by the figure's edge`);
+      const right = Math.min(box.right, view.right);
+      if (r.width > 0 && (r.right > right + 1 || r.bottom > box.bottom + 1 || r.left < box.left - 1))
+        out.push(`figure "${title}": legend entry "${name(entry)}" cut by the edge of the figure or its box`);
     }
     const points = Array.from(plot.querySelectorAll('.scatterlayer .textpoint text')).filter(t => t.textContent.trim())
       .map(t => [t.textContent, t.getBoundingClientRect()]).filter(([, r]) => r.width > 0);
@@ -200,6 +204,15 @@ def _measure(browser, url: str, name: str) -> list[str]:
             _open(page, title)
             problems += [f"{title}: {p}" for p in page.evaluate(TAB_JS, CURRENT)]
             _screenshot(page, SHOTS / f"{name}-{_slug(title)}.png", width, height)
+            sections = page.locator(f"{CURRENT} .lm-TabBar .lm-TabBar-tab")  # a tab's own sections
+            for i in range(1, sections.count()):
+                section = sections.nth(i).inner_text().strip()
+                sections.nth(i).click()
+                page.wait_for_timeout(1000)
+                page.wait_for_function("sel => !document.querySelector(sel + ' .bertlab-busy')", arg=CURRENT)
+                page.wait_for_timeout(800)  # plotly lays out
+                problems += [f"{title} › {section}: {p}" for p in page.evaluate(TAB_JS, CURRENT)]
+                _screenshot(page, SHOTS / f"{name}-{_slug(title)}-{_slug(section)}.png", width, height)
         problems += [f"page error: {e}" for e in errors]
     finally:
         context.close()
@@ -220,3 +233,56 @@ def test_every_tab_fits(name, dashboard_url, chromium_browser, shots):
     found[name] = problems
     record.write_text(json.dumps(found, indent=1, ensure_ascii=False))
     assert not problems, f"{name}: {len(problems)} layout problems:\n" + "\n".join(problems)
+
+
+MODERNBERT_TEXT = "The quick brown fox jumps over the lazy dog near the river bank today."
+BAND_JS = """sel => {
+  const plot = document.querySelector(sel + ' .js-plotly-plot');
+  return {title: plot._fullLayout.title.text, ticks: plot._fullLayout.xaxis.ticktext,
+          band: plot.querySelectorAll('.shapelayer path').length,
+          note: Array.from(plot.querySelectorAll('.annotation-text')).map(a => a.textContent).join(' ')};
+}"""
+
+
+def test_the_attention_tab_draws_a_modernbert_band_and_readable_pieces(dashboard_url, chromium_browser, shots,
+                                                                       tmp_path):
+    """A tiny random ModernBERT (written by transformers; local_attention 4) loaded in the picker: the
+    Attention heatmap's ticks read "␣the", not "Ġthe"; a local layer outlines its ±2 band and says so, a
+    global layer says it sees every token. Screenshot: /tmp/layout-shots/attention-modernbert-band.png."""
+    from test_family_modernbert import modernbert_tokenizer, write_checkpoint
+
+    folder = write_checkpoint(tmp_path / "modernbert", "ModernBertForMaskedLM", modernbert_tokenizer())
+    context = chromium_browser.new_context(viewport={"width": 1024, "height": 768})
+    page = context.new_page()
+    page.set_default_timeout(120_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(dashboard_url, wait_until="domcontentloaded")
+        page.wait_for_selector(f"{CURRENT} {PLOT} .main-svg", state="attached")
+        page.get_by_placeholder("hub name or local folder").fill(str(folder))
+        page.get_by_role("button", name="Load", exact=True).click()
+        page.wait_for_function("t => document.body.innerText.includes(t)", arg=f"Loaded {folder}")
+        _open(page, "Attention")
+        page.locator(f"{CURRENT} .widget-textarea textarea").first.fill(MODERNBERT_TEXT)
+        page.locator(CURRENT).get_by_role("button", name="Show").click()
+        page.wait_for_function("sel => document.querySelector(sel + ' .js-plotly-plot')._fullLayout.xaxis.ticktext"
+                               ".some(t => t.includes('river'))", arg=CURRENT)
+        first = page.evaluate(BAND_JS, CURRENT)
+        assert first["title"].startswith("Layer 0") and first["band"] == 0, first
+        assert "global layer: every token sees every token" in first["note"], first
+        assert any(t.startswith("␣") for t in first["ticks"]) and not any("Ġ" in t for t in first["ticks"]), first
+        handle = page.locator(f"{CURRENT} .widget-slider .noUi-handle").first  # the Layer slider
+        handle.focus()
+        handle.press("ArrowRight")
+        page.wait_for_function("sel => document.querySelector(sel + ' .js-plotly-plot')._fullLayout.title.text"
+                               ".startsWith('Layer 1')", arg=CURRENT)
+        page.wait_for_timeout(500)
+        local = page.evaluate(BAND_JS, CURRENT)
+        assert local["band"] == 1 and "local layer: each token sees ±2 tokens" in local["note"], local
+        problems = page.evaluate(TAB_JS, CURRENT)
+        assert not problems, problems
+        _screenshot(page, shots / "attention-modernbert-band.png", 1024, 768)
+        assert not errors, errors
+    finally:
+        context.close()
