@@ -37,6 +37,7 @@ DECIMALS = 4
 PROJECTION_SIZE = (720, 560)  # px on the normal page: the 2-D map of the parts
 PROJECTION_MARGIN = dict(l=60, r=20, t=80, b=60)
 BAR_PX = 8  # px on the normal page per bar of the norms chart (a 19-token pair's 5 parts fit a 1024 px window)
+MIN_BAR_PX = 5  # px: a bar narrower than this is hard to hover; the chart scrolls instead
 POINT_FONT = 10  # px on the normal page: a point's label
 
 
@@ -115,8 +116,8 @@ def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, sty
         margin=dict(l=60, r=20, t=80, b=90),
         plot_bgcolor="white",
     )
-    # BAR_PX per bar in every theme (margins and fonts grow): it scrolls only when that cannot fit the tab
-    return finish(fig, t, wide=120 * t.scale + BAR_PX * len(parts) * len(x) > t.page_width)
+    # a figure as wide as the tab while its bars keep MIN_BAR_PX; wider than that, its box scrolls
+    return finish(fig, t, wide=120 * t.scale + MIN_BAR_PX * len(parts) * len(x) > t.page_width)
 
 
 def plot_part_projection(rep: Representation, style: Theme | None = None) -> go.Figure:

@@ -264,10 +264,14 @@ def test_the_attention_tab_draws_a_modernbert_band_and_readable_pieces(dashboard
         page.get_by_role("button", name="Load", exact=True).click()
         page.wait_for_function("t => document.body.innerText.includes(t)", arg=f"Loaded {folder}")
         _open(page, "Attention")
+        ticks = "sel => JSON.stringify(document.querySelector(sel + ' .js-plotly-plot')._fullLayout.xaxis.ticktext)"
+        before = page.evaluate(ticks, CURRENT)
         page.locator(f"{CURRENT} .widget-textarea textarea").first.fill(MODERNBERT_TEXT)
         page.locator(CURRENT).get_by_role("button", name="Show").click()
-        page.wait_for_function("sel => document.querySelector(sel + ' .js-plotly-plot')._fullLayout.xaxis.ticktext"
-                               ".some(t => t.includes('river'))", arg=CURRENT)
+        page.wait_for_function(f"([sel, old]) => ({ticks})(sel) !== old", arg=[CURRENT, before])
+        idle = "sel => !document.querySelector(sel + ' .bertlab-busy')"
+        page.wait_for_function(idle, arg=CURRENT)
+        page.wait_for_timeout(500)
         first = page.evaluate(BAND_JS, CURRENT)
         assert first["title"].startswith("Layer 0") and first["band"] == 0, first
         assert "global layer: every token sees every token" in first["note"], first
