@@ -328,7 +328,7 @@ def css(tab_titles: Sequence[str] = ()) -> str:
 {r} .widget-dropdown {{ width: auto !important; max-width: 100%; }}
 {r} .widget-dropdown > select {{ flex: 0 1 auto; width: auto; min-width: 6em; }}
 {r} .widget-html-content, {r} .widget-label {{ overflow-wrap: anywhere; }}
-{r} .widget-toggle-buttons {{ flex-wrap: wrap; height: auto; }}
+{r} .widget-toggle-buttons {{ flex-wrap: wrap; height: auto; width: auto; max-width: 100%; }}
 {r} .widget-toggle-buttons .widget-toggle-button {{ width: auto; min-width: max-content; }}
 {r} .widget-button, {r} .widget-toggle-button {{ min-width: max-content; }}
 {r} .widget-hbox {{ flex-wrap: wrap; }}

@@ -1,7 +1,7 @@
 """Everything fits at 1024x768, at 150 % zoom and in projector mode: measured in headless Chromium.
 
 One `bertlab serve` (Voila) on loopback and three pages, each opening every tab (and every section of
-a tab that has its own: Embeddings, What it knows):
+a tab that has its own: Embeddings, What it knows; and the Mask tab's "Does attention explain it?"):
 
 - 1024x768 CSS px, the normal page;
 - a 1280x800 window at 150 % zoom: `device_scale_factor=1.5` on a 853x533 CSS-px viewport (what
@@ -16,6 +16,7 @@ In each tab, measured facts (every problem of a page is collected, then reported
   text field's row;
 - no text is cut: a label, help line or note is as wide as its content (scrollWidth <= clientWidth)
   and starts inside its tab (no first letters cut at the left edge);
+- a row of toggle buttons keeps its description beside it (not on a line of its own above);
 - a drop-down is wide enough for its longest option (measured in its own font, with room for the arrow);
 - a figure's legend and its point labels stay inside the figure (a legend also inside the box that
   scrolls a wide figure), point labels of a 2-D map do not
@@ -117,6 +118,14 @@ TAB_JS = """(sel) => {
                `(${Math.ceil(longest)} px of text, ${Math.floor(room)} px of room)`);
     }
   }
+  // a row of toggle buttons with its description on a line of its own above them
+  for (const group of root.querySelectorAll('.widget-toggle-buttons')) {
+    const label = group.querySelector(':scope > .widget-label');
+    const button = group.querySelector('.widget-toggle-button');
+    if (!shown(group) || !label || !name(label) || !shown(label) || !button) continue;
+    if (label.getBoundingClientRect().bottom <= button.getBoundingClientRect().top + 1)
+      out.push(`"${name(label)}" sits on a line of its own above its buttons`);
+  }
   // table headers with no room between them
   for (const th of root.querySelectorAll('th')) {
     if (!shown(th)) continue;
@@ -174,6 +183,16 @@ def _open(page, title: str) -> None:
     page.wait_for_timeout(500)  # plotly lays out
 
 
+def _open_explain(page) -> None:
+    """Open "Does attention explain it?" in the tab on show and wait for its figure."""
+    page.locator(f"{CURRENT} .bertlab-explain").get_by_role("button", name="Does attention explain it?").click()
+    page.wait_for_function(
+        """sel => Array.from(document.querySelectorAll(sel + ' .gtitle'))
+               .some(t => t.textContent.startsWith('Does attention explain'))""",
+        arg=f"{CURRENT} .bertlab-explain {PLOT}")
+    page.wait_for_timeout(500)
+
+
 def _screenshot(page, path: Path, width: int, height: int) -> None:
     """The whole app (the window made as tall as it, then back)."""
     tall = page.evaluate("() => document.querySelector('.bertlab-app').scrollHeight")
@@ -204,6 +223,10 @@ def _measure(browser, url: str, name: str) -> list[str]:
             _open(page, title)
             problems += [f"{title}: {p}" for p in page.evaluate(TAB_JS, CURRENT)]
             _screenshot(page, SHOTS / f"{name}-{_slug(title)}.png", width, height)
+            if title == "Mask":  # its "Does attention explain it?" (drop-downs of layers and heads)
+                _open_explain(page)
+                problems += [f"{title} › explain: {p}" for p in page.evaluate(TAB_JS, CURRENT)]
+                _screenshot(page, SHOTS / f"{name}-mask-explain.png", width, height)
             sections = page.locator(f"{CURRENT} .lm-TabBar .lm-TabBar-tab")  # a tab's own sections
             for i in range(1, sections.count()):
                 section = sections.nth(i).inner_text().strip()
