@@ -328,7 +328,11 @@ def css(tab_titles: Sequence[str] = ()) -> str:
 {r} .widget-dropdown {{ width: auto !important; max-width: 100%; }}
 {r} .widget-dropdown > select {{ flex: 0 1 auto; width: auto; min-width: 6em; }}
 {r} .widget-html-content, {r} .widget-label {{ overflow-wrap: anywhere; }}
-{r} .widget-toggle-buttons {{ flex-wrap: wrap; height: auto; width: auto; max-width: 100%; }}
+{r} .widget-toggle-buttons {{ display: flex; flex-wrap: wrap; align-items: center; height: auto; width: auto;
+  max-width: 100%; }}
+{r} .widget-toggle-buttons > .widget-label {{ flex: 0 0 auto; min-width: var(--jp-widgets-inline-label-width);
+  text-align: right; margin-right: 8px; }}
+{r} .widget-toggle-buttons > div {{ display: flex; flex-wrap: wrap; flex: 0 1 auto; width: auto; max-width: 100%; }}
 {r} .widget-toggle-buttons .widget-toggle-button {{ width: auto; min-width: max-content; }}
 {r} .widget-button, {r} .widget-toggle-button {{ min-width: max-content; }}
 {r} .widget-hbox {{ flex-wrap: wrap; }}

@@ -1,9 +1,9 @@
 """Everything fits at 1024x768, at 150 % zoom and in projector mode: measured in headless Chromium.
 
-One `bertlab serve` (Voila) on loopback and three pages, each opening every tab (and every section of
+One `bertlab serve` (Voila) on loopback and four pages, each opening every tab (and every section of
 a tab that has its own: Embeddings, What it knows; and the Mask tab's "Does attention explain it?"):
 
-- 1024x768 CSS px, the normal page;
+- 1024x768 and 1280x800 CSS px, the normal page;
 - a 1280x800 window at 150 % zoom: `device_scale_factor=1.5` on a 853x533 CSS-px viewport (what
   Chromium's zoom does to a page's layout);
 - projector mode (`?projector=1`) at 1024x768.
@@ -44,6 +44,7 @@ SHOTS = Path("/tmp/layout-shots")
 DRAWS_AT_OPEN = {"Input", "Mask", "Next sentence", "Attention", "Embeddings", "Ablation", "Pre-training"}
 PAGES = {  # name -> (CSS width, CSS height, device scale, address suffix)
     "1024x768": (1024, 768, 1.0, ""),
+    "1280x800": (1280, 800, 1.0, ""),
     "zoom150": (853, 533, 1.5, ""),
     "projector": (1024, 768, 1.0, "?projector=1"),
 }
