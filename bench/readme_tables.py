@@ -453,8 +453,85 @@ def default_heads() -> str:
     return "\n".join(rows)
 
 
+def gpu() -> str:
+    """The GPU check (bench/gpu_check.sh, bench/gpu_results.py): fine-tunes on a lent GPU, and the training
+    benchmarks there against HF, with MFU against the GPU's bf16 peak."""
+    g = _load("gpu_check_cuda")
+    t = g["tests"]
+    rows = [f"On one **{g['gpu']}** (torch {g['torch']}, CUDA {g['cuda']}; `bash bench/gpu_check.sh`, "
+            f"{g['when'][:10]}). CUDA tests (`pytest -m cuda`): {t['passed']} passed, {t['failed']} failed, "
+            f"{t['skipped']} skipped.",
+            "", "| fine-tune (`bertlab finetune --device cuda`) | training examples | dev examples | steps "
+            "| training time | dev figure | precision |", "|---|---|---|---|---|---|---|"]
+    for key in ("finetune_sst2", "finetune_qa"):
+        r = g.get(key) or {}
+        if r.get("status") != "completed":
+            why = r.get("error") or r.get("status")
+            rows.append(f"| {key.split('_')[1]} | – | – | – | – | did not finish: {why} | – |")
+            continue
+        m = r["metrics"]
+        fig = (f"accuracy {100 * m['accuracy']:.1f} %" if r["task"] == "sst2"
+               else f"F1 {m['f1']:.1f}, EM {m['exact_match']:.1f}")
+        rows.append(f"| {r['task']} | {r['train_examples']:,} | {r['eval_examples']:,} | {r['steps']:,} "
+                    f"| {_duration(r['wall_time_s'])} | {fig} | {r['precision']} |")
+    rows += ["", f"Start model: {g['start_model']}.", ""]
+    ft = _load("finetune_cuda")
+    m = ft["meta"]
+    rows += [f"| fine-tuning speed ({m['task']}, one epoch of the same {m['examples']:,} sentences, "
+             f"batch {m['batch']}) | precision | examples/s | padding | vs HF `Trainer` + `group_by_length` + bf16 |",
+             "|---|---|---|---|---|"]
+    for r in ft["rows"]:
+        rows.append(f"| {r['variant']} ({r['preset']}) | {r['precision']} | {_num(r['examples_per_s'])} "
+                    f"| {100 * r['padding']:.1f} % | {r['speedup_vs_hf_grouped_bf16']:.2f} |")
+    rows += ["", "| pre-training (MLM) | variant | batch × seq | torch.compile | tokens/s | vs HF | MFU |",
+             "|---|---|---|---|---|---|---|"]
+    for name in ("pretrain_cuda", "pretrain_seq512_cuda", "pretrain_seq512_compile_cuda"):
+        d = _load(name)
+        for r in d["rows"]:
+            rows.append(f"| {r['preset']} | {r['variant']} | {r['batch']} × {r['seq']} | "
+                        f"{'yes' if d['meta']['compile'] else 'no'} | {_num(r['tokens_per_s'], 0)} "
+                        f"| {r['speedup_vs_hf']:.2f} | {100 * r['mfu']:.1f} % |")
+    peak = _load("pretrain_cuda")["meta"]["peak_tflops"]
+    best_ft = max(r["speedup_vs_hf_grouped_bf16"] for r in ft["rows"] if r["variant"].startswith("bertlab"))
+    best_mfu = max(r["mfu"] for n in ("pretrain_cuda", "pretrain_seq512_cuda", "pretrain_seq512_compile_cuda")
+                   for r in _load(n)["rows"] if r["variant"].startswith("bertlab"))
+    rows += ["", f"MFU against the GPU's dense bf16 peak ({peak:g} TFLOP/s), {m['gpu']}, one run each "
+             f"(`bench/bench_pretrain.py --device cuda`, `bench/bench_finetune.py --device cuda`). Aims: ≥ 1.5× HF "
+             f"and ≥ 45 % MFU; measured: at best {best_ft:.2f}× HF's grouped bf16 `Trainer` and "
+             f"{100 * best_mfu:.1f} % MFU, so **neither aim is met** on the GPU yet."]
+    return "\n".join(rows)
+
+
+def probes() -> str:
+    """Probe accuracy per stage and property, with selectivity and the scalar mix (bench/probe_table.py)."""
+    d = _load("probes")
+    props = d["properties"]
+    stages = next(iter(props.values()))["layers"]
+    rows = ["| property | " + " | ".join(stages) + " | scalar mix | best selectivity | fit / scored |",
+            "|---" * (len(stages) + 4) + "|"]
+    for name, r in props.items():
+        mix = r.get("mix") or {}
+        if name == "tree":
+            cells = [f"{a:.3f} / {b:.3f}" for a, b in zip(r["uuas"], r["spearman"])]
+            mixed = f"{mix['uuas']:.3f} / {mix['spearman']:.3f}" if mix else "–"
+            rows.append("| tree (UUAS / distance Spearman) | " + " | ".join(cells) + f" | {mixed} | – "
+                        f"| {r['train_sentences']} / {r['eval_sentences']} sentences |")
+            continue
+        best = max(range(len(stages)), key=lambda i: r["selectivity"][i])
+        rows.append(f"| {name} | " + " | ".join(f"{a:.3f}" for a in r["accuracy"])
+                    + f" | {mix['accuracy']:.3f} | {r['selectivity'][best]:.3f} ({stages[best]}) "
+                    f"| {r['train_words']:,} / {r['eval_words']:,} words |")
+    rows += ["", f"Model: {d['model']} (the offline default); word = its {d['word_feature']}; {d['note']}; "
+             f"{d['date']}, {d['threads']} thread. Accuracy on held-out sentences; selectivity = accuracy − the "
+             "control task's (random labels per word type); scalar mix = one probe on a learned softmax-weighted sum "
+             "of every stage (`python bench/probe_table.py`)."]
+    return "\n".join(rows)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "default-heads": default_heads,
+    "gpu": gpu,
+    "probes": probes,
     "dashboard": dashboard,
     "pretrain": pretrain,
     "forward": forward,

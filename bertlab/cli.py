@@ -386,7 +386,7 @@ COMMANDS: tuple[Callable[[argparse._SubParsersAction], None], ...] = (
 # one-line help for `bertlab --help`; tests/test_cli.py checks these against the real parsers.
 LAZY: dict[Callable[[argparse._SubParsersAction], None], dict[str, str]] = {
     _add_training: {
-        "pretrain": "pre-train a mini BERT (or RoBERTa, ALBERT, ELECTRA, SpanBERT) on a corpus",
+        "pretrain": "pre-train a mini BERT, or another family member with its own objective, on a corpus",
         "evaluate-mlm": "masked-token top-1/top-5 accuracy of a model on a text file",
         "train-default-heads": "train the offline default's MLM + NSP heads (the recipe)",
         "finetune": "fine-tune a model on sst2, nli, ner or qa",

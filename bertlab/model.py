@@ -733,7 +733,12 @@ class Bert(HookedModel):
                 f"the input is {input_ids.shape[1]} tokens long; this model reads at most {limit}. "
                 f"Encode with the model's tokenizer, which cuts long texts with a warning."
             )
-        if token_type_ids is not None and int(token_type_ids.max()) >= self.config.type_vocab_size:
+        if token_type_ids is None:
+            return
+        if token_type_ids.device.type != "cpu":  # reading the max would wait for the device every forward
+            types = self.config.type_vocab_size
+            torch._assert_async(token_type_ids.max() < types, f"this model has {types} segment type(s); got more")
+        elif int(token_type_ids.max()) >= self.config.type_vocab_size:
             raise ValueError(f"this model has {self.config.type_vocab_size} segment type(s); got a segment id "
                              f"{int(token_type_ids.max())}.")
 

@@ -19,12 +19,15 @@ from bertlab.analysis.probes import (
     word_features,
 )
 from bertlab.analysis.structural import (
+    MixStructuralProbe,
+    StructuralProbe,
     distance_spearman,
     gold_edges,
     min_spanning_tree,
     predict_tree,
     probe_tree,
     spearman,
+    train_structural,
     tree_distances,
     uuas,
 )
@@ -205,3 +208,40 @@ def test_structural_probe_learns_trees(default_model, shared_data_dir, tmp_path)
     with pytest.raises(InputError, match="two words"):
         predict_tree(model, tok, r.probe, "cat", 3)
     assert TaggedSentence(["a"]).heads is None
+    # the scalar mix of every stage, fitted the same way: a probability per stage, and trees no worse than
+    # the weakest stage's (a fit this small barely moves the weights from uniform)
+    assert r.mix_weights is not None and abs(sum(r.mix_weights) - 1) < 1e-5 and len(r.mix_weights) == len(r.uuas)
+    assert r.mix_uuas > min(r.uuas) and r.mix_spearman > 0.3
+    out = r.as_json()["mix"]
+    assert set(out) >= {"weights", "gamma", "accuracy", "spearman"} and out["accuracy"] == out["uuas"]
+
+
+def test_a_one_hot_tree_mix_is_that_stages_structural_probe():
+    torch.manual_seed(0)
+    h = torch.randn(3, 4, 7, 16)  # [batch, stage, words, d]
+    per_stage = StructuralProbe(4, 16, rank=8, seed=1)
+    mixed = MixStructuralProbe(4, 16, rank=8, fixed=torch.eye(4)[2])
+    with torch.no_grad():
+        mixed.probe.B.copy_(per_stage.B[2:3])
+        torch.testing.assert_close(mixed(h)[:, 0], per_stage(h)[:, 2])
+        mixed.probe.B.copy_(per_stage.B[1:2])
+        assert not torch.allclose(mixed(h)[:, 0], per_stage(h)[:, 2])
+    fitted = train_structural([h[i] for i in range(3)], [tree_distances([-1, 0, 1, 2, 3, 4, 5])] * 3, rank=8,
+                              epochs=2, probe=MixStructuralProbe(4, 16, rank=8))
+    assert fitted.mix.logits.grad is not None  # the weights are learned with the map
+
+
+def test_a_character_the_vocabulary_lacks_is_read_as_the_unknown_token(tmp_path):
+    """A Unigram tokenizer (DeBERTa-v3, ALBERT) writes a character its vocabulary lacks as itself but reads
+    it as the unknown token: word features use the ids, so such words still get a vector."""
+    from test_family_deberta import deberta_tokenizer
+
+    from bertlab.tasks.features import encode_words
+    from bertlab.tokenizer import Tokenizer
+
+    deberta_tokenizer().save_pretrained(tmp_path)
+    tok = Tokenizer.from_folder(tmp_path)
+    ids, word_ids = encode_words(["Zürich’s", "PRESIDENT"], tok)
+    assert None not in ids and tok.unk_token_id in ids
+    assert ids[1:-1] == tok.encode_ids(["Zürich’s"])[0] + tok.encode_ids(["PRESIDENT"])[0]
+    assert word_ids[0] is None and set(word_ids[1:-1]) == {0, 1}

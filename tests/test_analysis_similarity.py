@@ -201,3 +201,46 @@ def test_figures_carry_the_numbers(default_model, bank):
     assert np.allclose(scatter.data[1].y, proj.points[4, 4:, 1].numpy(), atol=1e-4)
     with pytest.raises(IndexError):
         plot_word_projection(proj, 9)
+
+
+def test_a_word_after_a_space_is_found_with_a_byte_level_tokenizer(tmp_path):
+    """Byte-level BPE (RoBERTa, ModernBERT) marks a word that follows a space ("Ġbank" inside a sentence,
+    "bank" at its start): the word is found in both places, and the other views that look words up too."""
+    from tiny_models import family_folder
+
+    from bertlab.analysis.neighbours import word_vector
+    from bertlab.analysis.similarity import word_forms, word_projection
+    from bertlab.loading import load
+
+    model, tok = load(str(family_folder(tmp_path, "roberta")))
+    forms = word_forms(tok, "bank")
+    assert len(forms) == 2 and forms[1][0].startswith("Ġ") and not forms[0][0].startswith("Ġ")
+    texts = ["bank of the river.", "We sat on the bank of the river.", "The bank lends money."]
+    r = word_in_contexts(model, tok, "bank", texts, baseline_sentences=BASELINE, num_pairs=5)
+    assert "".join(r.pieces) == "bank"  # as the first context (the word at its start) has it
+    for (a, b), text in zip(r.spans, texts):
+        assert "".join(tok.encode(text).tokens[a:b]).lstrip("Ġ") == "bank"
+    _, tokens, at = word_vector(model, tok, texts[1], "bank", stage=1)
+    assert tokens[at].startswith("Ġb")
+    assert word_projection(model, tok, ["bank", "river"], texts) is not None
+
+
+def test_punctuation_inside_a_sentencepiece_word_does_not_hide_the_word():
+    """DeBERTa-v3's SentencePiece splits at spaces only, so "bank." is one word: "bank" is still found there,
+    and still not inside "banks"."""
+    from test_family_deberta import deberta_tokenizer
+
+    hf = deberta_tokenizer()
+    import tempfile
+
+    from bertlab.analysis.similarity import find_word_forms, word_forms
+    from bertlab.tokenizer import Tokenizer
+
+    with tempfile.TemporaryDirectory() as d:
+        hf.save_pretrained(d)
+        tok = Tokenizer.from_folder(d)
+    forms = word_forms(tok, "bank")
+    enc = tok.encode("The boat drifted toward the muddy bank.")
+    (a, b), = find_word_forms(enc, forms)
+    assert "".join(enc.tokens[a:b]).lstrip("▁") == "bank" and enc.word_ids[b] == enc.word_ids[a]  # "." same word
+    assert find_word_forms(tok.encode("Two banks."), forms) == []

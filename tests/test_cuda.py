@@ -162,6 +162,32 @@ def test_sdpa_attention_matches_the_eager_path_on_the_device(default_model, bf16
         assert top >= 0.9
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host-device syncs exist only on a GPU")
+def test_a_forward_pass_never_waits_for_the_gpu(default_model):
+    """The input checks read nothing back from the device: a sync per forward leaves the GPU idle
+    while the CPU waits, which small batches (a lesson's fine-tune) pay for on every step."""
+    model, tok = default_model
+    model = model.to("cuda")
+    try:
+        ids, types, mask = _padded_batch(tok, "cuda")
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            model(ids, token_type_ids=types, attention_mask=mask)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    finally:
+        model.to("cpu")
+
+
+def test_a_segment_id_the_model_lacks_is_refused_in_words(tok):
+    model = tiny_bert(tok)
+    ids = torch.tensor([[2, 5, 6, 3]])
+    with pytest.raises(ValueError, match="segment type"):
+        model(ids, token_type_ids=torch.full_like(ids, model.config.type_vocab_size))
+
+
 # -- fine-tuning: checkpoints and resume ------------------------------------------------------
 @gpu_test
 def test_a_fine_tune_checkpoints_and_resumes_on_the_device(tok, tmp_path):

@@ -400,3 +400,37 @@ def test_pruned_deberta_equals_the_head_masked_model(checkpoints, variant):
     assert (out.logits - ref.logits).abs().max() <= 1e-5
     keep = mask.bool()
     assert (out.last_hidden_state - ref.last_hidden_state)[keep].abs().max() <= 1e-5
+
+
+def test_int8_and_replay_on_deberta(tokenizers_pair, tmp_path):
+    """The compression lab's int8 copy of a DeBERTa-v3 masked LM saves, reads back with the same numbers and
+    stays near the float model; the Replay view reads each snapshot (attention, cosines, the [MASK]'s guesses,
+    the logit lens) through DeBERTa's own hooks."""
+    from bertlab.analysis.replay import replay
+    from bertlab.compress.quantize import quantize
+    from bertlab.compressed.storage import save_compressed
+    from bertlab.compressed.structure import is_int8_linear
+
+    hf_tok, _, _ = tokenizers_pair
+    T = _hf()
+    torch.manual_seed(0)
+    T.DebertaV2ForMaskedLM(T.DebertaV2Config(**{**VARIANTS["v3"], "vocab_size": len(hf_tok)})).save_pretrained(
+        tmp_path / "m")
+    hf_tok.save_pretrained(tmp_path / "m")
+    model, tok = load(tmp_path / "m")
+    enc = tok.encode(f"Hello {tok.mask_token} world")
+    ids = torch.tensor([enc.ids])
+    int8 = quantize(model)
+    assert sum(is_int8_linear(m) for m in int8.modules()) >= 6 * model.config.num_hidden_layers
+    again, _ = load_model(save_compressed(int8, tok, tmp_path / "int8"))
+    with torch.no_grad():
+        float_logits = model(ids, None, torch.ones_like(ids)).mlm_logits
+        q = int8(ids, None, torch.ones_like(ids)).mlm_logits
+        assert torch.equal(q, again(ids, None, torch.ones_like(ids)).mlm_logits)
+    assert 0 < _diff(q, float_logits) < 0.5
+
+    frames = replay([(2, int8), (0, model)], tok, f"Hello {tok.mask_token} world", k=3)
+    assert [f.step for f in frames.frames] == [0, 2]
+    for f in frames.frames:
+        assert f.mask is not None and len(f.mask.candidates) == 3 and f.lens is not None
+    assert frames.tracked and not frames.notes

@@ -68,3 +68,47 @@ def test_notebook_runs(path, tmp_path, monkeypatch, request):
         assert want in _mimes(cell), f"{path.name} cell {i} ({_last_line(cell)!r}) shows {_mimes(cell)}, not {want}"
         checked += 1
     assert checked >= 2, f"{path.name}: only {checked} cells show a figure or a widget"
+
+
+MEMBER_NOTEBOOKS = [p for p in NOTEBOOKS if p.name not in NEEDS_DATA]  # the ones that read only a model
+
+
+@pytest.fixture(scope="module")
+def modern_members(tmp_path_factory):
+    """Tiny random ModernBERT and DeBERTa-v3 masked LMs with their tokenizers (no NSP head, no segments)."""
+    import torch
+    import transformers
+    from test_family_deberta import VARIANTS, deberta_tokenizer
+    from test_family_modernbert import modernbert_tokenizer, write_checkpoint
+
+    root = tmp_path_factory.mktemp("members")
+    hf_tok = deberta_tokenizer()
+    torch.manual_seed(0)
+    cfg = transformers.DebertaV2Config(**{**VARIANTS["v3"], "vocab_size": len(hf_tok)})
+    transformers.DebertaV2ForMaskedLM(cfg).save_pretrained(root / "deberta")
+    hf_tok.save_pretrained(root / "deberta")
+    return {"modernbert": write_checkpoint(root / "mb", "ModernBertForMaskedLM", modernbert_tokenizer()),
+            "deberta": root / "deberta"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("member", ["modernbert", "deberta"])
+@pytest.mark.parametrize("path", MEMBER_NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_with_a_modern_member(path, member, modern_members, tmp_path, monkeypatch):
+    """Each notebook that reads only a model runs with ModernBERT and DeBERTa-v3 loaded instead of the default:
+    no layer number the model lacks, no NSP it was not trained with; every plotting cell still draws."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    nb = nbformat.read(path, as_version=4)
+    loads = 0
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "bertlab.load()" in cell.source:
+            cell.source = cell.source.replace("bertlab.load()", f"bertlab.load({str(modern_members[member])!r})")
+            loads += 1
+    assert loads == 1
+    NotebookClient(nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    errors = [out for c in nb.cells for out in c.get("outputs", []) if out.output_type == "error"]
+    assert not errors, json.dumps(errors[0], indent=1)[:2000] if errors else ""
+    described = "".join(out.get("text", "") for out in nb.cells[1].outputs if out.output_type == "stream")
+    assert member.split("-")[0] in described.lower() or "deberta" in described.lower()
+    drawn = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and _expects(c) and _expects(c) in _mimes(c)]
+    assert len(drawn) >= 2, f"{path.name} with {member}: only cells {drawn} drew"

@@ -111,10 +111,10 @@ def target_piece_id(tok: Tokenizer, word: str) -> int:
     exact = tok.token_to_id(word)
     if exact is not None:
         return exact
-    pieces = tok.tokenize(word)
-    if len(pieces) == 1 and tok.token_to_id(pieces[0]) != tok.unk_token_id:
-        return tok.token_to_id(pieces[0])
-    if not pieces or tok.unk_token_id in {tok.token_to_id(p) for p in pieces}:
+    pieces, ids = tok.tokenize(word), tok.encode_ids([word])[0]
+    if len(ids) == 1 and ids[0] != tok.unk_token_id:
+        return ids[0]
+    if not pieces or tok.unk_token_id in ids:
         raise InputError(f"{echo(word)} is not in the model's vocabulary: choose another target word.")
     shown = " ".join(pieces[:8]) + (" …" if len(pieces) > 8 else "")
     raise InputError(f"{echo(word)} is split into {len(pieces)} pieces ({shown}); the model predicts one piece "

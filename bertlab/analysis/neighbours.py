@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from bertlab.analysis.probes import Cancelled, feature_cache_dir, model_fingerprint
-from bertlab.analysis.similarity import encode_input, find_word, word_pieces
+from bertlab.analysis.similarity import encode_input, find_word_forms, word_forms
 from bertlab.inputs import InputError, echo
 from bertlab.model import Bert
 from bertlab.runtime import eval_mode, max_tokens, model_device
@@ -133,9 +133,9 @@ def nearest(index: NeighbourIndex, vector: torch.Tensor, k: int = 10) -> tuple[t
 def word_vector(model: Bert, tok: Tokenizer, text: str, word: str, stage: int, occurrence: int = 0
                 ) -> tuple[torch.Tensor, list[str], int]:
     """(vector [d] of the word's first piece at `stage`, the text's tokens, its token index)."""
-    pieces = word_pieces(tok, word)
+    forms = word_forms(tok, word)
     enc = encode_input(model, tok, text)
-    spans = find_word(enc, pieces)
+    spans = find_word_forms(enc, forms)
     if not spans:
         raise InputError(f"{echo(word)} does not occur as a whole word in the text: type a word of the sentence.")
     if not 0 <= occurrence < len(spans):

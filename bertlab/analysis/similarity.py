@@ -120,10 +120,26 @@ def word_pieces(tok: Tokenizer, word: str) -> list[str]:
         raise InputError("The word is empty: type the word to look for.")
     require_text(word, "word")
     pieces = tok.tokenize(word.strip())
-    if not pieces or tok.unk_token_id in {tok.token_to_id(p) for p in pieces}:
+    if not pieces or tok.unk_token_id in tok.encode_ids([word.strip()])[0]:
         unk = tok.id_to_token(tok.unk_token_id)
         raise InputError(f"{echo(word)} is not in the model's vocabulary (it becomes {unk}): choose another word.")
     return pieces
+
+
+def word_forms(tok: Tokenizer, word: str) -> list[list[str]]:
+    """The pieces of `word` as it is tokenized alone and as it is after a space: byte-level BPE marks a
+    word that follows a space ("Ġbank" inside a sentence, "bank" at its start); WordPiece and SentencePiece
+    give one form. InputError as `word_pieces`."""
+    forms = [word_pieces(tok, word)]
+    spaced = tok.tokenize(" " + word.strip())
+    if spaced and spaced != forms[0] and tok.unk_token_id not in tok.encode_ids([" " + word.strip()])[0]:
+        forms.append(spaced)
+    return forms
+
+
+def find_word_forms(enc: Encoding, forms: Sequence[Sequence[str]]) -> list[tuple[int, int]]:
+    """Token spans where any of the word's forms (`word_forms`) occurs as a whole word, in order."""
+    return sorted({span for form in forms for span in find_word(enc, form)})
 
 
 def find_word(enc: Encoding, pieces: Sequence[str]) -> list[tuple[int, int]]:
@@ -134,10 +150,21 @@ def find_word(enc: Encoding, pieces: Sequence[str]) -> list[tuple[int, int]]:
         if tokens[i : i + n] != list(pieces) or any(w is None for w in words[i : i + n]):
             continue
         end = i + n
-        if _same_word(enc, i - 1, i) or _same_word(enc, end - 1, end):  # part of a longer word
+        if _continues(enc, i, i - 1) or _continues(enc, end - 1, end):  # part of a longer word
             continue
         spans.append((i, end))
     return spans
+
+
+def _continues(enc: Encoding, inside: int, outside: int) -> bool:
+    """Whether token `outside`, next to token `inside`, carries the same word on with a letter or digit.
+    Punctuation that a tokenizer keeps in the word (SentencePiece splits only at spaces: "bank." is one
+    word to DeBERTa-v3) does not make the word a longer one."""
+    if not _same_word(enc, inside, outside):
+        return False
+    piece = enc.tokens[outside]
+    core = piece[2:] if piece.startswith("##") else piece.lstrip("Ġ▁")
+    return bool(core) and (core[-1] if outside < inside else core[0]).isalnum()
 
 
 def _same_word(enc: Encoding, i: int, j: int) -> bool:
@@ -243,7 +270,7 @@ class WordAcrossContexts:
     """A word's contextual vector in each context, and how similar they are at every stage."""
 
     word: str
-    pieces: list[str]  # its WordPiece pieces; the vector is their mean
+    pieces: list[str]  # its pieces (as in the first context); the vector is their mean
     contexts: list[str]
     senses: list[str] | None  # one label per context, or None
     spans: list[tuple[int, int]]  # (start, end) token span of the word in each context
@@ -272,7 +299,7 @@ def word_in_contexts(
     every stage, pairwise cosines across contexts, means for same/different senses, and the
     anisotropy baseline (computed from `baseline_sentences`, `num_pairs`, `seed`, unless a
     precomputed `baseline` is given). InputError names the context when the word is missing."""
-    pieces = word_pieces(tok, word)
+    forms = word_forms(tok, word)
     contexts = list(contexts)
     if len(contexts) < 2:
         raise InputError("Give at least two contexts: similarity compares the word across contexts.")
@@ -283,7 +310,7 @@ def word_in_contexts(
     encs, spans, notes = [], [], []
     for i, text in enumerate(contexts, start=1):
         enc = encode_input(model, tok, text, what=f"context {i}")
-        found = find_word(enc, pieces)
+        found = find_word_forms(enc, forms)
         if not found:
             raise InputError(
                 f"{echo(word)} does not occur in context {i} ({echo(text)}). Each context must "
@@ -305,7 +332,7 @@ def word_in_contexts(
         diff = _pair_mean(cosines, upper & ~equal)
     return WordAcrossContexts(
         word=word.strip(),
-        pieces=pieces,
+        pieces=encs[0].tokens[spans[0][0]:spans[0][1]],  # as the first context has them
         contexts=contexts,
         senses=senses,
         spans=spans,
@@ -350,12 +377,12 @@ def word_projection(model: Bert, tok: Tokenizer, words: Sequence[str], sentences
     words = [w.strip() for w in words if isinstance(w, str) and w.strip()]
     if not words:
         raise InputError("No words given: type the words to place on the map.")
-    pieces = {w: word_pieces(tok, w) for w in words}
+    forms = {w: word_forms(tok, w) for w in words}
     sentences = list(sentences)
     encs = [encode_input(model, tok, s, what=f"sentence {i}") for i, s in enumerate(sentences, start=1)]
     hits: list[tuple[str, int, tuple[int, int]]] = []  # (word, sentence, span)
     for w in words:
-        found = [(w, si, span) for si, e in enumerate(encs) for span in find_word(e, pieces[w])]
+        found = [(w, si, span) for si, e in enumerate(encs) for span in find_word_forms(e, forms[w])]
         if not found:
             raise InputError(f"{echo(w)} does not occur in any of the sentences: add a sentence that contains it.")
         hits.extend(found)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from bertlab.analysis.probe_data import TaggedSentence
-from bertlab.analysis.probes import Cancelled, Progress, _num, word_features
+from bertlab.analysis.probes import Cancelled, Progress, ScalarMix, _num, word_features
 from bertlab.inputs import InputError
 from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
@@ -141,6 +141,21 @@ class StructuralProbe(nn.Module):
         return (sq[..., :, None] + sq[..., None, :] - 2 * t @ t.transpose(-1, -2)).clamp(min=0)
 
 
+class MixStructuralProbe(nn.Module):
+    """ELMo's scalar mix of the stages, then one structural probe: word vectors [batch, stage, n, d] ->
+    squared distances [batch, 1, n, n]. `fixed` weights (a probability per stage) are used as given."""
+
+    def __init__(self, stages: int, d: int, rank: int = RANK, seed: int = 0, fixed: torch.Tensor | None = None):
+        super().__init__()
+        self.mix = ScalarMix(stages, fixed)
+        self.probe = StructuralProbe(1, d, rank, seed)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        b, s, n, d = h.shape
+        mixed = self.mix(h.permute(0, 2, 1, 3).reshape(b * n, s, d)).reshape(b, n, d)
+        return self.probe(mixed[:, None])
+
+
 def _pad(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """[stage, n_i, d] each -> ([batch, stage, n, d], lengths [batch])."""
     n = max(f.shape[1] for f in features)
@@ -152,10 +167,11 @@ def _pad(features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def train_structural(features: Sequence[torch.Tensor], trees: Sequence[torch.Tensor], rank: int = RANK,
                      epochs: int = EPOCHS, seed: int = 0, progress: Progress | None = None,
-                     cancelled: Callable[[], bool] | None = None) -> StructuralProbe:
+                     cancelled: Callable[[], bool] | None = None, probe: nn.Module | None = None) -> nn.Module:
     """Fit B per stage: L1 between predicted squared distances and tree distances, each sentence's loss divided
-    by its squared length (as in the paper); Adam, BATCH sentences a step, order from `seed`."""
-    probe = StructuralProbe(features[0].shape[0], features[0].shape[2], rank, seed)
+    by its squared length (as in the paper); Adam, BATCH sentences a step, order from `seed`. `probe`: another
+    module to fit the same way (the scalar mix's); default one StructuralProbe over every stage."""
+    probe = probe if probe is not None else StructuralProbe(features[0].shape[0], features[0].shape[2], rank, seed)
     opt = torch.optim.Adam(probe.parameters(), lr=LR)
     g = torch.Generator().manual_seed(seed)
     for epoch in range(epochs):
@@ -190,11 +206,18 @@ class StructuralResult:
     rank: int
     probe: StructuralProbe
     pool: str
+    mix_weights: list[float] | None = None  # the scalar mix's softmax weight per stage (None: not fitted)
+    mix_gamma: float = float("nan")
+    mix_uuas: float = float("nan")
+    mix_spearman: float = float("nan")
 
     def as_json(self) -> dict:
         r = lambda v: [_num(a) for a in v]  # noqa: E731
+        mix = None if self.mix_weights is None else {
+            "weights": r(self.mix_weights), "gamma": _num(self.mix_gamma), "accuracy": _num(self.mix_uuas),
+            "uuas": _num(self.mix_uuas), "spearman": _num(self.mix_spearman)}
         return {"property": "tree", "layers": self.stages, "accuracy": r(self.uuas), "uuas": r(self.uuas),
-                "spearman": r(self.spearman), "control_accuracy": None, "selectivity": None, "mix": None,
+                "spearman": r(self.spearman), "control_accuracy": None, "selectivity": None, "mix": mix,
                 "rank": self.rank, "pool": self.pool, "train_sentences": self.train_sentences,
                 "eval_sentences": self.eval_sentences}
 
@@ -216,8 +239,9 @@ def _usable(features: list[torch.Tensor], sentences: Sequence[TaggedSentence]):
 def probe_tree(model: Bert, tok: Tokenizer, train: Sequence[TaggedSentence], evaluate: Sequence[TaggedSentence],
                rank: int = RANK, epochs: int = EPOCHS, pool: str = "first", seed: int = 0, cache_dir=None,
                progress: Callable[[str, int, int], None] | None = None,
-               cancelled: Callable[[], bool] | None = None) -> StructuralResult:
-    """Fit the structural probe on `train` at every stage; UUAS and distance Spearman on `evaluate`."""
+               cancelled: Callable[[], bool] | None = None, mix: bool = True) -> StructuralResult:
+    """Fit the structural probe on `train` at every stage (and, with `mix`, one on the scalar mix of all
+    stages); UUAS and distance Spearman on `evaluate`."""
     from bertlab.analysis.similarity import stage_names
 
     def step(what: str) -> Progress | None:
@@ -225,24 +249,35 @@ def probe_tree(model: Bert, tok: Tokenizer, train: Sequence[TaggedSentence], eva
 
     tr = _usable(word_features(model, tok, train, pool, cache_dir, step("features"), cancelled), train)
     ev = _usable(word_features(model, tok, evaluate, pool, cache_dir, step("features"), cancelled), evaluate)
-    probe = train_structural([f for f, _, _ in tr], [d for _, _, d in tr], rank, epochs, seed, step("tree"),
-                             cancelled)
+    features, trees = [f for f, _, _ in tr], [d for _, _, d in tr]
+    probe = train_structural(features, trees, rank, epochs, seed, step("tree"), cancelled)
     stages = tr[0][0].shape[0]
-    found, total = torch.zeros(stages), 0
-    rhos: list[list[float]] = [[] for _ in range(stages)]
+    found, rhos = _scores(probe, ev)
+    result = StructuralResult(stage_names(stages - 1), found, rhos, len(tr), len(ev), rank, probe, pool)
+    if mix:
+        mixed = MixStructuralProbe(stages, features[0].shape[2], rank, seed)
+        train_structural(features, trees, rank, epochs, seed, step("mix"), cancelled, probe=mixed)
+        (result.mix_uuas,), (result.mix_spearman,) = _scores(mixed, ev)
+        result.mix_weights, result.mix_gamma = mixed.mix.weights.detach().tolist(), float(mixed.mix.gamma.detach())
+    return result
+
+
+def _scores(probe: nn.Module, ev) -> tuple[list[float], list[float]]:
+    """(UUAS, mean distance Spearman) per output stage of `probe` on the evaluation sentences."""
+    found, total, rhos = None, 0, None
     with torch.no_grad():
         for f, s, gold in ev:
             pred = probe(f[None])[0]  # [stage, n, n]
+            if found is None:
+                found, rhos = torch.zeros(pred.shape[0]), [[] for _ in range(pred.shape[0])]
             keep = _keep(s, f.shape[1])
-            for st in range(stages):
+            for st in range(pred.shape[0]):
                 got, n = uuas(pred[st], s.heads, keep)
                 found[st] += got
                 if 5 <= sum(keep) <= 50:
                     rhos[st] += distance_spearman(pred[st], gold, keep)
             total += n
-    return StructuralResult(stage_names(stages - 1), (found / max(total, 1)).tolist(),
-                            [sum(r) / len(r) if r else float("nan") for r in rhos], len(tr), len(ev), rank, probe,
-                            pool)
+    return (found / max(total, 1)).tolist(), [sum(r) / len(r) if r else float("nan") for r in rhos]
 
 
 @dataclass

@@ -270,9 +270,9 @@ class KnowsPanel(Panel):
     def _draw_probes(self) -> None:
         results = list(self.results.values())
         show_figure(self.layers_box, plot_probe_layers(results))
-        labels = [r for r in results if isinstance(r, ProbeResult)]
-        if labels:
-            show_figure(self.mix_box, plot_mix_weights(labels))
+        mixed = [r for r in results if r.mix_weights is not None and len(r.mix_weights)]
+        if mixed:
+            show_figure(self.mix_box, plot_mix_weights(mixed))
 
     # -- tree -------------------------------------------------------------------------------------
     def draw_tree(self) -> None:

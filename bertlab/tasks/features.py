@@ -78,8 +78,8 @@ class WordPieces:
     def __call__(self, word: str) -> list[int]:
         ids = self._cache.get(word)
         if ids is None:
-            pieces = self.tokenizer.tokenize(word)
-            ids = [self.tokenizer.token_to_id(p) for p in pieces]  # type: ignore[misc]
+            ids = self.tokenizer.encode_ids([word])[0]  # ids, not pieces: a Unigram piece may be a character
+            # the vocabulary lacks, written as itself but read as the unknown token
             self._cache[word] = ids
         return ids
 

@@ -463,7 +463,7 @@ def train(
     train() seeds torch's global RNG (dropout) from cfg.seed and the process rank.
     """
     device = resolve_device(cfg.device)
-    if device.type == "cuda":
+    if device.type == "cuda" and device.index is not None:  # plain "cuda": the current device, as it is
         torch.cuda.set_device(device)
     info = setup_distributed(device)
     run = _Run(model, loss_fn, data, cfg, collate, batch_sampler, eval_fn, callbacks, cancel, tokenizer, device, info)

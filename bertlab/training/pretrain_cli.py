@@ -16,7 +16,8 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
     from bertlab.training.pretrain import PAIR_TASKS, SIZES, PretrainConfig
 
     d = PretrainConfig()
-    p = sub.add_parser("pretrain", help="pre-train a mini BERT (or RoBERTa, ALBERT, ELECTRA, SpanBERT) on a corpus",
+    p = sub.add_parser("pretrain",
+                       help="pre-train a mini BERT, or another family member with its own objective, on a corpus",
                        description="Pre-train a small BERT from scratch, or continue an existing model, with "
                                    "masked-language modelling and next-sentence (or sentence-order) prediction, or "
                                    "with another family member's objective (--objective).")
@@ -33,11 +34,9 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
                    help="tokens per sequence (default %(default)s)")
     p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (default %(default)s)")
     p.add_argument("--objective", default=None, choices=list(OBJECTIVES),
-                   help="the family member's pre-training objective: bert (MLM + NSP), roberta (dynamic MLM, "
-                        "full sentences), albert (MLM + SOP, factorised embedding, shared layers), electra "
-                        "(generator + replaced-token detection), spanbert (spans + span-boundary objective), "
-                        "modernbert (MLM at 30 %%, no NSP, on a ModernBERT: rotary, local/global attention, GeGLU). "
-                        "Default: bert, with --masking and --pair-task free to change")
+                   help="the family member's pre-training objective: "
+                        + "; ".join(f"{name} ({o.title.split(': ', 1)[-1]})" for name, o in OBJECTIVES.items())
+                        .replace("%", "%%") + ". Default: bert, with --masking and --pair-task free to change")
     p.add_argument("--embedding-size", type=int, default=None,
                    help="albert/electra: factorised embedding width (default: the objective's)")
     p.add_argument("--shared-layers", action=argparse.BooleanOptionalAction, default=None,

@@ -46,6 +46,9 @@ def plot_probe_layers(results: Sequence[ProbeResult | StructuralResult], style: 
             fig.add_scatter(x=stages, y=_round(r.uuas), mode="lines+markers", name=name, line=dict(color=colour))
             fig.add_scatter(x=stages, y=_round(r.spearman), mode="lines", name="tree (distance Spearman)",
                             line=dict(color=colour, dash="dot"))
+            if r.mix_weights is not None and not math.isnan(r.mix_uuas):
+                fig.add_scatter(x=[stages[0], stages[-1]], y=[round(r.mix_uuas, DECIMALS)] * 2, mode="lines",
+                                name=f"{name}: scalar mix (UUAS)", line=dict(color=colour, dash="dashdot", width=1))
             continue
         name = PROPERTY_TITLES.get(r.prop, r.prop)
         sel = _round(r.selectivity) if r.selectivity is not None else [None] * len(stages)
@@ -67,12 +70,12 @@ def plot_probe_layers(results: Sequence[ProbeResult | StructuralResult], style: 
     return finish(fig, t)
 
 
-def plot_mix_weights(results: Sequence[ProbeResult], style: Theme | None = None) -> go.Figure:
-    """The scalar mix's softmax weight of each stage, one bar group per property."""
+def plot_mix_weights(results: Sequence[ProbeResult | StructuralResult], style: Theme | None = None) -> go.Figure:
+    """The scalar mix's softmax weight of each stage, one bar group per property (the tree probe's too)."""
     t = style or current()
     fig = go.Figure()
-    for i, r in enumerate(x for x in results if isinstance(x, ProbeResult)):
-        name = PROPERTY_TITLES.get(r.prop, r.prop)
+    for i, r in enumerate(x for x in results if x.mix_weights is not None and len(x.mix_weights)):
+        name = PROPERTY_TITLES["tree"] if isinstance(r, StructuralResult) else PROPERTY_TITLES.get(r.prop, r.prop)
         fig.add_bar(x=r.stages, y=_round(r.mix_weights), name=f"{name} (γ = {r.mix_gamma:.2f})",
                     marker_color=t.color(i))
     fig.update_layout(
