@@ -243,15 +243,16 @@ def matrix_ticks(labels: Sequence[str], side: float, theme: Theme | None = None,
 
 def labelled_points(xy: np.ndarray, n: int, centre: Sequence[float] | None = None,
                     min_gap: float = 0.06, labels: Sequence[str] | None = None,
-                    plot_px: tuple[float, float] | None = None, font_px: float = BASE_FONT) -> list[int]:
+                    plot_px: tuple[float, float] | None = None, font_px: float = BASE_FONT,
+                    equal_axes: bool = True) -> list[int]:
     """Indices of the points of a 2-D map that get their label drawn: the `n` farthest from
     `centre` (default: the mean point; the crowd in the middle stays for hovering), skipping a
     point closer than `min_gap` (a share of the map's extent) to one already chosen, so that
     labels do not sit on each other. `xy`: [point, 2].
 
-    With `labels` and `plot_px` (the plot area's width and height in px, equal units on both axes)
-    a point is also skipped when its label (drawn `font_px` high, centred above the point) would
-    cover a label already chosen: long labels need more room than `min_gap`."""
+    With `labels` and `plot_px` (the plot area's width and height in px; `equal_axes`: one unit is as
+    long on both axes) a point is also skipped when its label (drawn `font_px` high, centred above the
+    point) would cover a label already chosen: long labels need more room than `min_gap`."""
     pts = np.asarray(xy, dtype=float).reshape(-1, 2)
     if len(pts) == 0 or n <= 0:
         return []
@@ -259,7 +260,7 @@ def labelled_points(xy: np.ndarray, n: int, centre: Sequence[float] | None = Non
     extent = float(max(np.ptp(pts[:, 0]), np.ptp(pts[:, 1]), 1e-9))
     boxes = None
     if labels is not None and plot_px is not None:
-        boxes = _label_boxes(pts, labels, plot_px, font_px)
+        boxes = _label_boxes(pts, labels, plot_px, font_px, equal_axes)
     order = np.argsort(-np.linalg.norm(pts - c, axis=1), kind="stable")
     chosen: list[int] = []
     for i in order:
@@ -274,12 +275,15 @@ def labelled_points(xy: np.ndarray, n: int, centre: Sequence[float] | None = Non
 
 
 def _label_boxes(pts: np.ndarray, labels: Sequence[str], plot_px: tuple[float, float],
-                 font_px: float) -> np.ndarray:
+                 font_px: float, equal_axes: bool = True) -> np.ndarray:
     """[point, 4] (left, top, right, bottom) in px of each point's label, drawn centred above it, on a
-    map whose axes share one scale and fill `plot_px` (plotly pads the data's range ~5 % each side)."""
+    map that fills `plot_px` (plotly pads the data's range ~5 % each side); `equal_axes`: its axes share
+    one scale (the smaller)."""
     span = np.maximum(np.ptp(pts, axis=0), 1e-9) * 1.1
-    px = min(plot_px[0] / span[0], plot_px[1] / span[1])  # px per data unit, both axes
-    x, y = pts[:, 0] * px, -pts[:, 1] * px  # y grows downwards on the screen
+    px = np.array(plot_px, dtype=float) / span  # px per data unit, per axis
+    if equal_axes:
+        px[:] = px.min()
+    x, y = pts[:, 0] * px[0], -pts[:, 1] * px[1]  # y grows downwards on the screen
     width = np.array([TEXT_CHAR_EM * font_px * len(str(t)) for t in labels])
     bottom = y - font_px * 0.5  # above the marker
     return np.stack([x - width / 2, bottom - font_px * 1.2, x + width / 2, bottom], axis=1)
