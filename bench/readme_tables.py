@@ -453,6 +453,42 @@ def default_heads() -> str:
     return "\n".join(rows)
 
 
+def feature_table() -> str:
+    from bertlab.training.finetune_defaults import START_NAMES
+
+    d = _load("feature_table")
+    choice = d["head_choice"]
+    rows = [f"| features ({d['word_feature']} of each word) | head | dev F1 | precision | recall | epochs | lr "
+            "| seconds | load avg at start |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        full = r["mode"] == "full"
+        name = "fine-tuning (all weights learn)" if full else f"`{r['name']}` (frozen encoder)"
+        head = "the model's token classifier" if full else r["head"]
+        seconds = _num(r["seconds"], 0)
+        if not full and r.get("features_s", 0) >= 10:  # the first row computes the word features for all
+            seconds += f" (of which {_num(r['features_s'], 0)} computing the word features)"
+        rows.append(f"| {name} | {head} | **{100 * r['dev_f1']:.1f}** | {100 * r['precision']:.1f} "
+                    f"| {100 * r['recall']:.1f} | {r['epochs']} | {r['lr']:g} | {seconds} "
+                    f"| {r['load_avg_start'][0]:.1f} |")
+    mix = next((r["mix"] for r in d["rows"] if r.get("mix")), None)
+    if mix:
+        weights = ", ".join(f"{name} {w:.2f}" for name, w in zip(mix["layers"], mix["weights"]))
+        rows += ["", f"`mix` learned these weights: {weights} (γ = {mix['gamma']:.2f})."]
+    model = START_NAMES.get(d["model"], d["model"])
+    sampled = "--dev" in d["command"] and "--dev 0" not in d["command"]  # a seeded part of the dev set
+    dev = f" --max-eval-examples {d['dev_sentences']}" if sampled else ""
+    rows += ["", f"Model: {model} (`{d['model']}`: {d['model_text']}). Entity F1 (%) on {d['dev_sentences']:,} "
+             f"CoNLL-2003 dev sentences; every row fitted on the same {d['train_sentences']:,} train sentences "
+             f"(seed {d['seed']}). The linear head's lr ({choice['lr']:g}) and epochs ({choice['epochs']}) were "
+             f"chosen on the train subset alone: {choice['basis']}; they are the defaults of `--features`, so a row "
+             f"is `bertlab finetune --task ner --mode feature --features NAME --max-train-examples "
+             f"{d['train_sentences']}{dev}` and the fine-tuning row the same without `--mode` and `--features` (the "
+             f"task's defaults). {d['threads']} torch thread(s) on {d['cores']} shared cores, load average "
+             f"{d['load_avg_before'][0]:.1f} before and {d['load_avg_after'][0]:.1f} after; "
+             f"{_num(d['seconds'] / 60, 1)} min in all, {d['when']} (`{d['command']}`)."]
+    return "\n".join(rows)
+
+
 def gpu() -> str:
     """The GPU check (bench/gpu_check.sh, bench/gpu_results.py): fine-tunes on a lent GPU, and the training
     benchmarks there against HF, with MFU against the GPU's bf16 peak."""
@@ -547,6 +583,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "finetune-defaults": finetune_defaults,
     "objectives": objectives,
     "replay": replay,
+    "feature-table": feature_table,
 }
 
 

@@ -241,6 +241,6 @@ def test_punctuation_inside_a_sentencepiece_word_does_not_hide_the_word():
         tok = Tokenizer.from_folder(d)
     forms = word_forms(tok, "bank")
     enc = tok.encode("The boat drifted toward the muddy bank.")
-    (a, b), = find_word_forms(enc, forms)
+    (a, b), = find_word_forms(enc, forms, tok)
     assert "".join(enc.tokens[a:b]).lstrip("▁") == "bank" and enc.word_ids[b] == enc.word_ids[a]  # "." same word
-    assert find_word_forms(tok.encode("Two banks."), forms) == []
+    assert find_word_forms(tok.encode("Two banks."), forms, tok) == []

@@ -314,3 +314,17 @@ def test_an_untied_decoder_survives_quantization_and_reload(tmp_path):
     ids = ids % len(tok)
     with torch.no_grad():
         assert torch.equal(small(ids, types, mask).mlm_logits, again(ids, types, mask).mlm_logits)
+
+
+def test_latency_is_timed_on_inputs_the_model_can_read(tok):
+    """A model that reads fewer tokens than the timing sentences have (a tiny one, 16 positions) is timed on
+    sentences cut to its limit, not refused."""
+    from bertlab.compress.measure import measure
+    from bertlab.model import Bert
+
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                     intermediate_size=64, max_position_embeddings=16)
+    model = Bert(cfg).eval()
+    long = " ".join(["the cat sat on the mat"] * 10)
+    row = measure(model, tok, "tiny", "fp32", [long], reps=2, batch_sizes=(1, 2))
+    assert row.latency_ms_b1 > 0

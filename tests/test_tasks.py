@@ -780,3 +780,11 @@ def test_sst2_dev_from_bertlab_data_shares_no_text_with_training(data):
     assert len(split.train) + len(split.dev) == 60_614 + 6_735
     assert not {e.text_a for e in split.train} & {e.text_a for e in split.dev}
     assert phrase_leak(split.train, split.dev) < len(split.dev) / 4  # only phrases that several sentences share
+
+
+def test_a_question_that_fills_the_input_is_refused_in_words(tok):
+    ex, _ = _qa_case(tok)
+    q = len(tok.encode(ex.question).ids) - 2
+    with pytest.raises(ValueError, match=rf"a question of {q} tokens leaves 0 of the {q + 3} tokens"):
+        featurize_qa([ex], tok, max_length=q + 3)
+    assert featurize_qa([ex], tok, max_length=q + 3 + 8, doc_stride=2)  # a little room is enough

@@ -12,10 +12,10 @@ from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
 
 
-def tiny_bert(tok: Tokenizer, seed: int = 0) -> Bert:
-    """An encoder-only BERT of 2 layers, 32 wide, no dropout, with the tokenizer's vocabulary."""
+def tiny_bert(tok: Tokenizer, seed: int = 0, layers: int = 2) -> Bert:
+    """An encoder-only BERT of `layers` layers (default 2), 32 wide, no dropout, with the tokenizer's vocabulary."""
     torch.manual_seed(seed)
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
                      intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=0.0,
                      attention_probs_dropout_prob=0.0)
     return Bert(cfg)

@@ -135,7 +135,7 @@ def word_vector(model: Bert, tok: Tokenizer, text: str, word: str, stage: int, o
     """(vector [d] of the word's first piece at `stage`, the text's tokens, its token index)."""
     forms = word_forms(tok, word)
     enc = encode_input(model, tok, text)
-    spans = find_word_forms(enc, forms)
+    spans = find_word_forms(enc, forms, tok)
     if not spans:
         raise InputError(f"{echo(word)} does not occur as a whole word in the text: type a word of the sentence.")
     if not 0 <= occurrence < len(spans):

@@ -10,9 +10,7 @@ as training them one by one); weights start at zero, so a run depends only on th
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,101 +20,27 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertlab.analysis.probe_data import TaggedSentence
-from bertlab.analysis.similarity import hidden_states
 from bertlab.inputs import InputError
 from bertlab.model import Bert
-from bertlab.runtime import max_tokens
-from bertlab.tasks import encode_words
+from bertlab.tasks.layer_features import (  # noqa: F401 (Cancelled, feature_cache_dir, ...: this module's API)
+    POOLS,
+    SENTENCES_PER_BATCH,
+    Cancelled,
+    Progress,
+    ScalarMix,
+    feature_cache_dir,
+    model_fingerprint,
+    pool_words,
+    word_features,
+)
 from bertlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-POOLS = ("first", "mean")
-SENTENCES_PER_BATCH = 16
 EPOCHS = 8  # passes over the training words
 BATCH = 256  # words per step
 LR = 0.01
 WEIGHT_DECAY = 1e-4
-Progress = Callable[[int, int], None]
-
-
-class Cancelled(Exception):
-    """A run stopped by its cancel check."""
-
-
-def feature_cache_dir() -> Path:
-    """Where word features are cached (`BERTLAB_CACHE`/features, default `~/.cache/bertlab/features`)."""
-    root = os.environ.get("BERTLAB_CACHE") or Path.home() / ".cache" / "bertlab"
-    return Path(root).expanduser() / "features"
-
-
-def model_fingerprint(model: nn.Module) -> str:
-    """A short hash of a model's weights (names, shapes and two sums per tensor): the cache key's model part."""
-    h = hashlib.sha256()
-    with torch.no_grad():
-        for name, p in model.state_dict().items():
-            if p.is_floating_point():
-                h.update(f"{name}{tuple(p.shape)}{float(p.double().sum()):.6e}{float(p.double().abs().sum()):.6e}"
-                         .encode())
-    return h.hexdigest()[:16]
-
-
-# ---------------------------------------------------------------------------------------------
-# Word features
-# ---------------------------------------------------------------------------------------------
-def word_features(model: Bert, tok: Tokenizer, sentences: Sequence[TaggedSentence], pool: str = "first",
-                  cache_dir: Path | None = None, progress: Progress | None = None,
-                  cancelled: Callable[[], bool] | None = None, use_cache: bool = True) -> list[torch.Tensor]:
-    """Each sentence's word vectors at every stage: a list of [stage, words, d_model] float32 (a sentence cut by
-    the model's length limit keeps the words that fit), stored as float16. Cached under `cache_dir` (default
-    feature_cache_dir()) unless `use_cache` is False."""
-    if pool not in POOLS:
-        raise ValueError(f"pool must be one of {', '.join(POOLS)}; got {pool!r}.")
-    key = hashlib.sha256("\x1f".join(" ".join(s.words) for s in sentences).encode()).hexdigest()[:16]
-    folder = feature_cache_dir() if cache_dir is None else cache_dir
-    file = folder / f"{model_fingerprint(model)}-{key}-{pool}.pt" if use_cache else None
-    if file is not None and file.is_file():
-        try:
-            return [t.float() for t in torch.load(file, weights_only=True)]
-        except Exception:  # a damaged cache file: compute again
-            log.warning("ignoring unreadable feature cache %s", file)
-    out: list[torch.Tensor] = []
-    limit = min(tok.model_max_length, max_tokens(model))
-    for start in range(0, len(sentences), SENTENCES_PER_BATCH):
-        if cancelled is not None and cancelled():
-            raise Cancelled("stopped while reading the sentences")
-        chunk = sentences[start : start + SENTENCES_PER_BATCH]
-        encoded = [encode_words(s.words, tok, max_length=limit) for s in chunk]
-        n = max(len(ids) for ids, _ in encoded)
-        ids = torch.full((len(chunk), n), tok.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(chunk), n), dtype=torch.long)
-        for i, (row, _) in enumerate(encoded):
-            ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
-        states = hidden_states(model, ids, torch.zeros_like(ids), mask)  # [stage, batch, seq, d]
-        for i, (_, word_ids) in enumerate(encoded):
-            out.append(pool_words(states[:, i], word_ids, pool))
-        if progress is not None:
-            progress(len(out), len(sentences))
-    out = [t.half().float() for t in out]  # what a later run reads back from the cache: the same numbers
-    if file is not None:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_suffix(f".{os.getpid()}.tmp")
-        torch.save([t.half() for t in out], tmp)
-        tmp.replace(file)
-    return out
-
-
-def pool_words(states: torch.Tensor, word_ids: Sequence[int | None], pool: str = "first") -> torch.Tensor:
-    """[stage, seq, d] token vectors -> [stage, words, d]: each word's first piece, or the mean of its pieces."""
-    words = max((w for w in word_ids if w is not None), default=-1) + 1
-    out = torch.zeros(states.shape[0], words, states.shape[-1])
-    counts = torch.zeros(words)
-    for t, w in enumerate(word_ids):
-        if w is None or (pool == "first" and counts[w] > 0):
-            continue
-        out[:, w] += states[:, t]
-        counts[w] += 1
-    return out / counts.clamp(min=1)[None, :, None]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,24 +94,6 @@ class StageProbes(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.einsum("nsd,sdc->nsc", x, self.weight) + self.bias
-
-
-class ScalarMix(nn.Module):
-    """ELMo's scalar mix: gamma · Σ_s softmax(w)_s x_s over stages; [words, stage, d] -> [words, d].
-    `fixed` weights (a probability per stage) are used as given, with gamma 1 (nothing learned)."""
-
-    def __init__(self, stages: int, fixed: torch.Tensor | None = None):
-        super().__init__()
-        self.fixed = fixed
-        self.logits = nn.Parameter(torch.zeros(stages), requires_grad=fixed is None)
-        self.gamma = nn.Parameter(torch.ones(()), requires_grad=fixed is None)
-
-    @property
-    def weights(self) -> torch.Tensor:
-        return self.fixed if self.fixed is not None else self.logits.softmax(-1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.gamma * torch.einsum("nsd,s->nd", x, self.weights.to(x.dtype))
 
 
 class MixProbe(nn.Module):

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from bertlab.analysis import encode_input
 from bertlab.inputs import InputError, echo, require_text
 from bertlab.model import Bert
-from bertlab.runtime import eval_mode, model_device
+from bertlab.tasks.layer_features import hidden_states, stage_names  # noqa: F401 (shared by the analysis modules)
 from bertlab.tokenizer import Encoding, Tokenizer
 
 BATCH_SIZE = 16  # sentences per forward pass
@@ -47,32 +47,6 @@ BASELINE_SENTENCES: tuple[str, ...] = (
 # ---------------------------------------------------------------------------------------------
 # Shared helpers
 # ---------------------------------------------------------------------------------------------
-def stage_names(num_layers: int) -> list[str]:
-    """["embeddings", "layer 0", ..., "layer {num_layers-1}"]: the name of each stage."""
-    return ["embeddings"] + [f"layer {i}" for i in range(num_layers)]
-
-
-def hidden_states(
-    model: Bert,
-    input_ids: torch.Tensor,  # [batch, seq]
-    token_type_ids: torch.Tensor | None = None,  # [batch, seq]
-    attention_mask: torch.Tensor | None = None,  # [batch, seq]
-) -> torch.Tensor:
-    """Every stage's output, [stage, batch, seq, d_model] float32 on CPU (stage 0 = embeddings)."""
-    names = [model.family.embedding_hook, *model.family.layer_hook_names("hook_resid_post")]
-    device = model_device(model)
-    nowhere = torch.zeros(input_ids.shape, dtype=torch.bool, device=device)  # skip the MLM decoder
-    with eval_mode(model), torch.inference_mode():
-        _, cache = model.run_with_cache(
-            input_ids.to(device),
-            token_type_ids=None if token_type_ids is None else token_type_ids.to(device),
-            attention_mask=None if attention_mask is None else attention_mask.to(device),
-            mlm_positions=nowhere if model.has_mlm else None,
-            names=names,
-        )
-    return torch.stack([cache[n] for n in names]).to("cpu", torch.float32)
-
-
 def batch_hidden_states(model: Bert, tok: Tokenizer, encodings: Sequence[Encoding]) -> list[torch.Tensor]:
     """Hidden states of each encoding, unpadded: a list of [stage, seq_i, d_model], in chunks of BATCH_SIZE."""
     out: list[torch.Tensor] = []
@@ -137,33 +111,35 @@ def word_forms(tok: Tokenizer, word: str) -> list[list[str]]:
     return forms
 
 
-def find_word_forms(enc: Encoding, forms: Sequence[Sequence[str]]) -> list[tuple[int, int]]:
+def find_word_forms(enc: Encoding, forms: Sequence[Sequence[str]], tok: Tokenizer) -> list[tuple[int, int]]:
     """Token spans where any of the word's forms (`word_forms`) occurs as a whole word, in order."""
-    return sorted({span for form in forms for span in find_word(enc, form)})
+    return sorted({span for form in forms for span in find_word(enc, form, tok)})
 
 
-def find_word(enc: Encoding, pieces: Sequence[str]) -> list[tuple[int, int]]:
-    """Token spans (start, end) where `pieces` occur as whole words (never inside a longer word)."""
+def find_word(enc: Encoding, pieces: Sequence[str], tok: Tokenizer | None = None) -> list[tuple[int, int]]:
+    """Token spans (start, end) where `pieces` occur as whole words (never inside a longer word; with `tok`,
+    punctuation the tokenizer keeps inside a word does not count as more of the word)."""
     n, tokens, words = len(pieces), enc.tokens, enc.word_ids
     spans = []
     for i in range(len(tokens) - n + 1):
         if tokens[i : i + n] != list(pieces) or any(w is None for w in words[i : i + n]):
             continue
         end = i + n
-        if _continues(enc, i, i - 1) or _continues(enc, end - 1, end):  # part of a longer word
+        if _continues(enc, i, i - 1, tok) or _continues(enc, end - 1, end, tok):  # part of a longer word
             continue
         spans.append((i, end))
     return spans
 
 
-def _continues(enc: Encoding, inside: int, outside: int) -> bool:
+def _continues(enc: Encoding, inside: int, outside: int, tok: Tokenizer | None) -> bool:
     """Whether token `outside`, next to token `inside`, carries the same word on with a letter or digit.
     Punctuation that a tokenizer keeps in the word (SentencePiece splits only at spaces: "bank." is one
-    word to DeBERTa-v3) does not make the word a longer one."""
+    word to DeBERTa-v3) does not make the word a longer one. Without `tok` any token of the same word does."""
     if not _same_word(enc, inside, outside):
         return False
-    piece = enc.tokens[outside]
-    core = piece[2:] if piece.startswith("##") else piece.lstrip("Ġ▁")
+    if tok is None:
+        return True
+    core = tok.join_pieces([enc.tokens[outside]])  # the piece's own characters, its word marks dropped
     return bool(core) and (core[-1] if outside < inside else core[0]).isalnum()
 
 
@@ -310,7 +286,7 @@ def word_in_contexts(
     encs, spans, notes = [], [], []
     for i, text in enumerate(contexts, start=1):
         enc = encode_input(model, tok, text, what=f"context {i}")
-        found = find_word_forms(enc, forms)
+        found = find_word_forms(enc, forms, tok)
         if not found:
             raise InputError(
                 f"{echo(word)} does not occur in context {i} ({echo(text)}). Each context must "
@@ -382,7 +358,7 @@ def word_projection(model: Bert, tok: Tokenizer, words: Sequence[str], sentences
     encs = [encode_input(model, tok, s, what=f"sentence {i}") for i, s in enumerate(sentences, start=1)]
     hits: list[tuple[str, int, tuple[int, int]]] = []  # (word, sentence, span)
     for w in words:
-        found = [(w, si, span) for si, e in enumerate(encs) for span in find_word_forms(e, forms[w])]
+        found = [(w, si, span) for si, e in enumerate(encs) for span in find_word_forms(e, forms[w], tok)]
         if not found:
             raise InputError(f"{echo(w)} does not occur in any of the sentences: add a sentence that contains it.")
         hits.extend(found)

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from bertlab.compressed.structure import describe_compression, heads_per_layer, int8_parts, is_int8_linear
-from bertlab.runtime import eval_mode, model_device
+from bertlab.runtime import eval_mode, input_limit, model_device
 from bertlab.tokenizer import Tokenizer
 
 MB = 2**20
@@ -125,7 +125,8 @@ def measure(model: nn.Module, tok: Tokenizer, name: str, method: str, sentences:
             reps: int = 5, batch_sizes: Sequence[int] = (1, 32), metric: str = "accuracy") -> Variant:
     """A `Variant` row for `model`: sizes, median latency at batch 1 and 32 (0 in `batch_sizes` skips),
     and `score(model)` when given."""
-    samples = {b: latency_samples(model, tok, sentences, b, reps) for b in batch_sizes if b}
+    length = min(128, input_limit(model, tok))  # a small model may read fewer tokens than the sentences have
+    samples = {b: latency_samples(model, tok, sentences, b, reps, length) for b in batch_sizes if b}
     lat = {b: statistics.median(times) for b, times in samples.items()}
     spread = {b: (min(times), max(times)) for b, times in samples.items()}
     return Variant(

@@ -36,14 +36,18 @@ from bertlab.tasks import (
     TASKS,
     get_task,
 )
+from bertlab.tasks.layer_features import FEATURE_TEXT, FEATURES, Cancelled
 from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
+from bertlab.training.feature_head import HEAD, FeatureHeadResult, finetune_features
 from bertlab.training.finetune import MODES, FinetuneConfig, finetune, subset
 from bertlab.training.finetune_defaults import START_NAMES, Recipe, recipe
 from bertlab.training.loop import TrainEvent
 from bertlab.training.queue import waiting_text
 from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
 from bertlab.viz.finetune import plot_confusion_matrix, plot_training_curves, progress_html, runs_html
+from bertlab.viz.knows import plot_layer_weights
+from bertlab.viz.text import plain_text
 from bertlab.viz.theme import FAINT, help_html
 from bertlab.workspace import Workspace
 
@@ -56,6 +60,12 @@ MODE_HELP = {
     "adapter": "Houlsby adapters + LayerNorms + head learn",
 }
 PICKED = "picked"  # the "Start from" choice: the model picked above
+OWN_HEAD = "own head"  # the "Features" choice of feature mode that trains the model's own head (a whole model)
+FEATURES_TASK = "ner"  # the task the BERT paper's feature choices (its Table 7) are for
+FEATURES_HELP = (f"The BERT paper's feature-based NER: each word's vectors (its first piece) at every layer of the "
+                 f"frozen encoder are computed once and cached, and a {HEAD} head (the paper: a two-layer BiLSTM) "
+                 "learns on the chosen ones; “mix” learns a weight per layer with it (plotted after the run). "
+                 "The head stays in this tab; “the model's own head” makes a whole model for the model list.")
 REPLAY_PROBE = "This movie was {mask}, the best I have seen all year."  # spelled with the model's mask token
 HELP = (
     "Pick a task, its data and a way to adapt the encoder, then press Start. Every run of this session "
@@ -99,6 +109,7 @@ class Run:
     checkpoint: str | None = None
     error: str | None = None
     start: str = PICKED  # "Start from": the model picked above, or a start encoder's `bertlab.load` source
+    features: str | None = None  # feature mode's choice of layers (tasks.layer_features.FEATURES); None = own head
     precision: str | None = None  # what the loop computes in ("bf16" autocast or "fp32"), from its start event
 
     @property
@@ -145,6 +156,13 @@ class FinetunePanel(Panel):
             tooltips=[MODE_HELP[m] for m in MODES],
         )
         self.mode_help = widgets.HTML(self._mode_note("full"))
+        self.features = widgets.Dropdown(
+            options=[("the model's own head on the last layer", OWN_HEAD),
+                     *[(f"{name}: {FEATURE_TEXT[name]}", name) for name in FEATURES]],
+            value=OWN_HEAD, description="Features", style=style, layout=widgets.Layout(width="min(100%, 640px)"),
+        )
+        self.features_help = widgets.HTML(help_html(html.escape(FEATURES_HELP)))
+        self.features_box = widgets.VBox([self.features, self.features_help], layout=widgets.Layout(display="none"))
         self.source = DataSource(self, self.workspace, lambda: self.task.value)
         self.data, self.path, self.upload = self.source.choice, self.source.path, self.source.upload
         self.epochs = widgets.BoundedIntText(value=2, min=1, max=100, description="Epochs", style=style,
@@ -182,6 +200,8 @@ class FinetunePanel(Panel):
         self.runs_table = widgets.HTML()
         self._confusion_fig: go.Figure | None = None
         self.confusion_box = widgets.Box([])
+        self._mix_fig: go.Figure | None = None
+        self.mix_box = widgets.Box([])
         self.use = UsePanel(model, tok, dev_examples=self.dev_examples)
         self.replay = ReplaySection(tok, tok.spell(REPLAY_PROBE), intro="Replay a run of this session.")
         self.replay.show_message("Fine-tune a model above: its run can then be replayed here.")
@@ -190,6 +210,7 @@ class FinetunePanel(Panel):
 
         self.task.observe(self._on_task, names="value")
         self.mode.observe(self._on_mode, names="value")
+        self.features.observe(self._on_features, names="value")
         self.start_from.observe(lambda _: self._show_start_note(), names="value")
         self.start_button.on_click(self._on_start)
         self.cancel_button.on_click(self._on_cancel)
@@ -199,6 +220,7 @@ class FinetunePanel(Panel):
                 self.help,
                 self.task,
                 widgets.HBox([self.mode, self.mode_help]),
+                self.features_box,
                 widgets.HBox([self.start_from, self.start_note], layout=wrap),
                 self.source.widget,
                 widgets.HBox([self.epochs, self.lr, self.batch, self.max_length], layout=wrap),
@@ -209,6 +231,7 @@ class FinetunePanel(Panel):
                 self.curves_box,
                 self.runs_table,
                 self.confusion_box,
+                self.mix_box,
                 widgets.HTML('<h3 style="margin:14px 0 4px 0">Use it</h3>'),
                 self.use.widget,
                 widgets.HTML('<h3 style="margin:14px 0 4px 0">Replay</h3>'),
@@ -235,6 +258,8 @@ class FinetunePanel(Panel):
             figs["training curves"] = self._curves_fig
         if self._confusion_fig is not None:
             figs["confusion matrix"] = self._confusion_fig
+        if self._mix_fig is not None:
+            figs["scalar mix weights"] = self._mix_fig
         return {**figs, **self.use.figures(), **self.replay.figures(), **self.changed.figures()}
 
     def cancel(self) -> None:
@@ -246,17 +271,34 @@ class FinetunePanel(Panel):
         if not self.job.running:  # a message about the previous task's data or run no longer applies
             self.show_messages([])
         self._apply_recipe()
+        self._show_features()
         if self.data.value == "upload":
             self.source.check_upload()
 
     def _on_mode(self, change) -> None:
         self.epochs.value, self.lr.value = self.recipe.epochs, self.recipe.lr  # batch and length stay the task's
         self.mode_help.value = self._mode_note(change["new"])
+        self._show_features()
+
+    def _on_features(self, change) -> None:
+        """A feature choice trains a head on cached features: its own measured lr and epochs."""
+        self.epochs.value, self.lr.value = self.recipe.epochs, self.recipe.lr
+
+    def _show_features(self) -> None:
+        """The "Features" choice, only where it applies: feature mode on the ner task."""
+        self.features_box.layout.display = None if self._features_apply() else "none"
+
+    def _features_apply(self) -> bool:
+        return self.mode.value == "feature" and self.task.value == FEATURES_TASK
+
+    def chosen_features(self) -> str | None:
+        """The feature choice a run gets (None: the model's own head, or not feature mode on ner)."""
+        return self.features.value if self._features_apply() and self.features.value != OWN_HEAD else None
 
     @property
     def recipe(self) -> Recipe:
         """The measured defaults of the chosen task and mode (training.finetune_defaults)."""
-        return recipe(self.task.value, self.mode.value)
+        return recipe(self.task.value, self.mode.value, self.chosen_features())
 
     def _apply_recipe(self) -> None:
         """Fill the settings and "Start from" with the chosen task's (and mode's) defaults."""
@@ -296,16 +338,16 @@ class FinetunePanel(Panel):
         """Start fine-tuning a copy of the current model in the background."""
         if self.job.running:
             raise InputError("A run is in progress: cancel it or wait for it to end.")
-        task, mode = self.task.value, self.mode.value
+        task, mode, features = self.task.value, self.mode.value, self.chosen_features()
         source = self.source.chosen()  # fails early on a missing path / upload
         cfg = FinetuneConfig(
-            task=task, mode=mode, model=self.model, epochs=self.epochs.value, lr=self.lr.value,
+            task=task, mode=mode, features=features, model=self.model, epochs=self.epochs.value, lr=self.lr.value,
             batch_size=self.batch.value, eval_batch_size=max(64, self.batch.value), max_length=self.max_length.value,
             max_train_examples=self.max_train.value or None, max_eval_examples=self.max_dev.value or None,
             out_dir=str(self._out_dir(task, mode)), device=self.device,
         )
-        run = Run(self._label(task, mode), task, mode, Path(cfg.out_dir), base=self.model,
-                  start=self.start_from.value)
+        run = Run(self._label(task, mode if features is None else f"{mode} ({features})"), task, mode,
+                  Path(cfg.out_dir), base=self.model, start=self.start_from.value, features=features)
         self.runs.append(run)
         self.show_message(f"{run.label}: reading the data…")
         self.progress.value, self.progress.max = 0, 1
@@ -330,8 +372,15 @@ class FinetunePanel(Panel):
         run.dev = subset(data.dev, cfg.max_eval_examples, cfg.seed, "dev")  # what finetune scores
         self.show_message(f"{run.label}: {data.note}")
         keeper = SnapshotKeeper(run.out_dir / REPLAY_DIR)  # a few weights-only snapshots, for the replay
-        result = finetune(cfg, callbacks=[functools.partial(self._on_event, run), keeper], cancel=self.job.cancel_event,
-                          tokenizer=tok, train_examples=data.train, eval_examples=data.dev)
+        callbacks = [functools.partial(self._on_event, run), keeper]
+        if run.features is not None:  # a head on cached word features: reported here, not a whole model
+            self.show_message(f"{run.label}: computing the frozen encoder's word features (once; cached)…")
+            self._finished_features(run, finetune_features(
+                cfg, callbacks, self.job.cancel_event, tokenizer=tok, train_examples=data.train,
+                eval_examples=data.dev))
+            return
+        result = finetune(cfg, callbacks=callbacks, cancel=self.job.cancel_event, tokenizer=tok,
+                          train_examples=data.train, eval_examples=data.dev)
         self._finished(run, result)
         self._replay_and_compare(run, result, keeper.folder, cfg.max_length or 128)
 
@@ -341,6 +390,12 @@ class FinetunePanel(Panel):
         self.show_message(f"{run.label}: you left the class queue before the run started; nothing ran.", "warning")
 
     def _failed(self, run: Run, cfg: FinetuneConfig, error: BaseException) -> None:
+        if isinstance(error, Cancelled):  # cancelled while the word features were computed: nothing trained
+            run.status = "cancelled"
+            self.show_message(f"{run.label}: cancelled while computing the word features; nothing trained.",
+                              "warning")
+            self.runs.remove(run)
+            return
         run.status = "failed"
         run.error = error_text(error, self.workspace.hide_root, cfg.batch_size, cfg.max_length)
         self.show_message(f"{run.label}: {run.error}", "error")
@@ -424,6 +479,39 @@ class FinetunePanel(Panel):
                 log.exception("adding %s to the model list failed", name)
                 notes.append(("warning", f"Could not add it to the model list ({type(e).__name__}: {e})."))
         self.show_messages(notes)
+
+    def _finished_features(self, run: Run, result: FeatureHeadResult) -> None:
+        """Report a head trained on cached features; a mix run plots its learned weight per layer."""
+        run.status, run.step, run.summary = result.status, result.train.step, result.summary()
+        if result.status == "failed":
+            run.error = f"the run failed: {result.error}"
+            self.show_message(f"{run.label}: {run.error}", "error")
+            return
+        score = run.score
+        ended = "finished" if result.status == "completed" else f"cancelled at step {run.step} of {run.total_steps}"
+        scored = f", dev {run.metric} {score:.3g}" if score is not None else ""
+        notes: list[tuple[Level, str]] = [(
+            "info" if result.status == "completed" else "warning",
+            f"{run.label}: {ended}{scored} ({FEATURE_TEXT[result.features]}, a {HEAD} head; the encoder stayed "
+            f"frozen). The head stays in this tab: it is not a whole model for the model list.",
+        )]
+        if result.metrics.get("per_type"):
+            per_type = ", ".join(f"{t} {v['f1']:.2f}" for t, v in sorted(result.metrics["per_type"].items()))
+            notes.append(("info", f"F1 by entity type: {per_type}."))
+        self._draw_mix(run, result)
+        self.show_messages(notes)
+
+    def _draw_mix(self, run: Run, result: FeatureHeadResult) -> None:
+        """The learned scalar mix of a "mix" run (after the run), titled with the model and the run."""
+        mix = result.mix
+        if mix is None or run.step == 0:
+            return
+        scored = f", dev {run.metric} {run.score:.3g}" if run.score is not None else ""
+        title = (f"Scalar mix learned with the NER head<br><sup>{plain_text(result.model_name)} · "
+                 f"{plain_text(run.label)}{scored}</sup>")
+        group = (f"{run.label} (γ = {mix['gamma']:.2f})", mix["layers"], mix["weights"])
+        self._mix_fig = plot_layer_weights([group], title)
+        show_figure(self.mix_box, self._mix_fig)
 
     def _on_event(self, run: Run, event: TrainEvent) -> None:
         """A loop event (from the training thread): record it and redraw. Never raises."""

@@ -10,6 +10,9 @@ Three ways to adapt the encoder (`mode`):
 - "feature": the encoder is frozen, only the head learns: the parts the family names as its task
   head (`model.family.task_head_prefixes`: the pooler + classifier for BERT's sentence classification,
   ModernBERT's `head.` before its classifier, DeBERTa's ContextPooler), the span head for QA;
+  with `features` (ner), the BERT paper's feature-based approach instead: word features of the chosen
+  layers (embeddings, last, second-to-last, sum or concatenation of the last four, a learned scalar mix),
+  computed once and cached, and a linear head trained on them (`training.feature_head`);
 - "adapter": Houlsby adapters (bottlenecks of `adapter_size` after attention and after the
   MLP of every layer), all LayerNorms and the head learn; the rest is frozen.
 
@@ -56,6 +59,7 @@ from bertlab.tasks import (
     subset,
     word_predictions,
 )
+from bertlab.tasks.layer_features import FEATURES
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import save_model_atomically, write_error, write_text_atomically
 from bertlab.training.finetune_defaults import Recipe, recipe
@@ -91,6 +95,10 @@ class FinetuneConfig:
     model: str | os.PathLike | Bert | None = None  # a `bertlab.load` source or a Bert (None = the task's start)
     mode: str = "full"  # "full", "feature" (frozen encoder) or "adapter" (Houlsby adapters)
     adapter_size: int = 64  # bottleneck width in adapter mode
+    # Feature mode only: None = the model's own task head on the last layer, trained through the frozen encoder;
+    # one of tasks.layer_features.FEATURES = the BERT paper's feature choice, word features cached once and a
+    # linear head trained on them (training.feature_head; token tasks: ner).
+    features: str | None = None
     # None = the task's measured default (finetune_defaults.recipe(task, mode)), for these five:
     epochs: int | None = None
     lr: float | None = None
@@ -117,6 +125,8 @@ class FinetuneConfig:
         get_task(self.task)  # a clear KeyError for an unknown task
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}; got {self.mode!r}.")
+        if self.features is not None:
+            _check_features(self.features, self.mode, self.task)
         for name in ("eval_batch_size", "adapter_size", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}.")
@@ -132,7 +142,7 @@ class FinetuneConfig:
     @property
     def recipe(self) -> Recipe:
         """The task's measured defaults in this mode (what the settings left at None take)."""
-        return recipe(self.task, self.mode)
+        return recipe(self.task, self.mode, self.features)
 
     def resolved(self) -> FinetuneConfig:
         """A copy with every setting left at None taken from `recipe` (the model too)."""
@@ -172,6 +182,17 @@ class FinetuneConfig:
             d["model"] = str(self.model)
         d["lr"] = self.learning_rate
         return d
+
+
+def _check_features(features: str, mode: str, task: str) -> None:
+    if features not in FEATURES:
+        raise ValueError(f"features must be one of {', '.join(FEATURES)}; got {features!r}.")
+    if mode != "feature":
+        raise ValueError(f"features {features!r} are a frozen encoder's features: they need mode 'feature' "
+                         f"(--mode feature), not {mode!r}.")
+    if get_task(task).head != "token_classification":
+        raise ValueError(f"the feature choices (BERT's feature-based NER) tag words: use them with the ner task, "
+                         f"not {task}; leave features out for {task}'s own head.")
 
 
 @dataclass
@@ -519,7 +540,8 @@ def finetune(
     eval_examples: Sequence[Any] | None = None,
     resume_from: str | Path | None = None,
 ) -> FinetuneResult:
-    """Fine-tune `cfg.model` on `cfg.task` and score it on the dev split.
+    """Fine-tune `cfg.model` on `cfg.task` and score it on the dev split (a config with `features` goes to
+    `training.feature_head.run_finetune`, which also runs this one).
 
     Examples default to the task's train/dev splits (from `cfg.data`, else BERTLAB_DATA; dev from
     `cfg.eval_data` when given); data without a dev part gives up a seeded 10 % as dev, logged and
@@ -528,6 +550,9 @@ def finetune(
     A failed run (e.g. out of GPU memory) returns with status "failed" and `error` set (see
     `result.train.raise_for_status()`); setup errors (no data, a bad config) raise at once.
     """
+    if cfg.features is not None:
+        raise FinetuneError(f"features {cfg.features!r} train a head on cached word features: call "
+                            "training.feature_head.run_finetune (or finetune_features) for this config.")
     t0 = time.perf_counter()
     task = get_task(cfg.task)
     cfg = cfg.resolved()

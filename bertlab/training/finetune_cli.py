@@ -45,11 +45,12 @@ def _fail(command: str, error: BaseException | str) -> int:
 def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """`bertlab finetune`: options mirror FinetuneConfig."""
     from bertlab.tasks import TASKS
+    from bertlab.tasks.layer_features import FEATURES
     from bertlab.training.finetune import MODES, FinetuneConfig
-    from bertlab.training.finetune_defaults import RECIPES
+    from bertlab.training.finetune_defaults import FEATURE_HEAD_RECIPES, RECIPES
     from bertlab.training.loop import PRECISIONS
 
-    d = FinetuneConfig()
+    d, head = FinetuneConfig(), FEATURE_HEAD_RECIPES["ner"]
     full = "; ".join(f"{t}: {r.epochs} epochs, lr {r.lr:g}, batch {r.batch_size}, length {r.max_length}, "
                      f"from {r.start_name}" for (t, m), r in RECIPES.items() if m == "full")
     p = sub.add_parser(
@@ -75,6 +76,15 @@ def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p.add_argument("--mode", default=d.mode, choices=list(MODES),
                    help="full: all weights; feature: frozen encoder, head only; adapter: Houlsby adapters "
                         "(default %(default)s)")
+    p.add_argument("--features", default=None, choices=list(FEATURES),
+                   help="with --mode feature, task ner: the BERT paper's feature-based NER (its Table 7). Each "
+                        "word's vectors (first piece) at every stage of the frozen encoder are computed once and "
+                        "cached; a linear head (the paper: a two-layer BiLSTM) learns on: embeddings (stage 0), "
+                        "last, second-to-last, sum-last-4 (sum of the last four layers), concat-last-4 (the four "
+                        "side by side) or mix (a softmax-weighted sum of all stages and a scale, learned with the "
+                        "head; the JSON gives its weights). Unless given: lr "
+                        f"{head.lr:g}, {head.epochs} epochs (chosen on train data alone by bench/feature_table.py). "
+                        "Default: the model's own head on the last layer, trained through the frozen encoder")
     p.add_argument("--adapter-size", type=options.positive_int, default=d.adapter_size,
                    help="adapter bottleneck (default %(default)s)")
     p.add_argument("--epochs", type=options.positive_int, default=None,
@@ -111,7 +121,8 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
     return FinetuneConfig(
         task=args.task, data=args.data, eval_data=args.eval_data, model=args.model, mode=args.mode,
-        adapter_size=args.adapter_size, epochs=args.epochs, lr=args.lr, batch_size=args.batch_size,
+        features=getattr(args, "features", None), adapter_size=args.adapter_size, epochs=args.epochs, lr=args.lr,
+        batch_size=args.batch_size,
         max_length=args.max_length, max_train_examples=args.max_train_examples,
         max_eval_examples=args.max_eval_examples, doc_stride=args.doc_stride, label_all_pieces=args.label_all_pieces,
         warmup_ratio=getattr(args, "warmup_ratio", None),
@@ -121,7 +132,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
 
 
 def cmd_finetune(args: argparse.Namespace) -> int:
-    from bertlab.training.finetune import finetune
+    from bertlab.training.feature_head import run_finetune
     from bertlab.training.loop import TqdmCallback
     from bertlab.training.queue import queued
 
@@ -129,7 +140,7 @@ def cmd_finetune(args: argparse.Namespace) -> int:
         cfg = config_from_args(args)
         callbacks = [] if args.no_progress else [TqdmCallback(desc=f"fine-tuning {args.task}", file=sys.stderr)]
         with queued(f"bertlab finetune {args.task}"):  # the class queue, when BERTLAB_QUEUE is set
-            result = finetune(cfg, callbacks=callbacks, resume_from=args.resume)
+            result = run_finetune(cfg, callbacks=callbacks, resume_from=args.resume)
     except _user_errors() as e:
         return _fail("finetune", e)
     print(json.dumps({"task": args.task, **result.summary()}, default=str))

@@ -83,8 +83,21 @@ RECIPES: dict[tuple[str, str], Recipe] = {
 }
 
 
-def recipe(task: str, mode: str = "full") -> Recipe:
-    """The defaults of `task` (sst2, nli, ner, qa) in `mode` (full, feature, adapter)."""
+# A linear head on cached word features (feature mode with `features`, training.feature_head): its lr and
+# epochs from bench/feature_table.py's `head_choice` (fitted and scored on the train subset alone).
+FEATURE_HEAD_RECIPES: dict[str, Recipe] = {
+    "ner": Recipe(_FULL["ner"].model, epochs=10, lr=3e-2, batch_size=32, max_length=128,
+                  basis="bench/results/feature_table.json head_choice (train subset only)"),
+}
+
+
+def recipe(task: str, mode: str = "full", features: str | None = None) -> Recipe:
+    """The defaults of `task` (sst2, nli, ner, qa) in `mode` (full, feature, adapter); with `features` (feature
+    mode's choice of layers), those of a linear head on cached word features."""
+    if features is not None:
+        if task not in FEATURE_HEAD_RECIPES:
+            raise KeyError(f"no feature-head defaults for task {task!r}: tasks {', '.join(FEATURE_HEAD_RECIPES)}.")
+        return FEATURE_HEAD_RECIPES[task]
     try:
         return RECIPES[(task, mode)]
     except KeyError:
@@ -94,4 +107,4 @@ def recipe(task: str, mode: str = "full") -> Recipe:
                        f"modes {', '.join(modes)}.") from None
 
 
-__all__ = ["DEFAULT_ENCODER", "RECIPES", "START_NAMES", "Recipe", "recipe"]
+__all__ = ["DEFAULT_ENCODER", "FEATURE_HEAD_RECIPES", "RECIPES", "START_NAMES", "Recipe", "recipe"]

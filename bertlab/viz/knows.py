@@ -72,14 +72,24 @@ def plot_probe_layers(results: Sequence[ProbeResult | StructuralResult], style: 
 
 def plot_mix_weights(results: Sequence[ProbeResult | StructuralResult], style: Theme | None = None) -> go.Figure:
     """The scalar mix's softmax weight of each stage, one bar group per property (the tree probe's too)."""
+    def name(r: ProbeResult | StructuralResult) -> str:
+        prop = PROPERTY_TITLES["tree"] if isinstance(r, StructuralResult) else PROPERTY_TITLES.get(r.prop, r.prop)
+        return f"{prop} (γ = {r.mix_gamma:.2f})"
+
+    groups = [(name(r), r.stages, r.mix_weights) for r in results if r.mix_weights is not None and len(r.mix_weights)]
+    return plot_layer_weights(groups, "Weighted features: the scalar mix's weight of each stage", style)
+
+
+def plot_layer_weights(groups: Sequence[tuple[str, Sequence[str], Sequence[float]]], title: str,
+                       style: Theme | None = None) -> go.Figure:
+    """Softmax weights over the stages as bars, one group per (name, stage names, weights); `title` is drawn
+    as given (escape student text before)."""
     t = style or current()
     fig = go.Figure()
-    for i, r in enumerate(x for x in results if x.mix_weights is not None and len(x.mix_weights)):
-        name = PROPERTY_TITLES["tree"] if isinstance(r, StructuralResult) else PROPERTY_TITLES.get(r.prop, r.prop)
-        fig.add_bar(x=r.stages, y=_round(r.mix_weights), name=f"{name} (γ = {r.mix_gamma:.2f})",
-                    marker_color=t.color(i))
+    for i, (name, stages, weights) in enumerate(groups):
+        fig.add_bar(x=list(stages), y=_round(weights), name=name, marker_color=t.color(i))
     fig.update_layout(
-        title=dict(text="Weighted features: the scalar mix's weight of each stage", font=dict(size=14)),
+        title=dict(text=title, font=dict(size=14)), showlegend=True,
         barmode="group", xaxis=dict(title="stage"), yaxis=dict(title="softmax weight", rangemode="tozero"),
         width=760, height=340, margin=dict(l=60, r=20, t=60, b=60), plot_bgcolor="white",
     )
