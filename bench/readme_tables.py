@@ -83,6 +83,36 @@ def class_store() -> str:
     ])
 
 
+def class_service() -> str:
+    """The hub's class service under a class (bench/bench_class_service.py): each figure over the runs,
+    as the range from the best run to the worst."""
+    d = _load("class_service")
+    runs = d["runs"]
+
+    def spread(get: Callable[[dict], float], unit: str) -> str:
+        lo, hi = min(map(get, runs)), max(map(get, runs))
+        return f"{lo} {unit}" if lo == hi else f"{lo}–{hi} {unit}"
+
+    return "\n".join([
+        f"| with {d['students']} students, {len(runs)} runs | median | worst / p95 |",
+        "|---|---|---|",
+        f"| a push reaches every student | {spread(lambda r: r['push_reach_s']['median'], 's')} "
+        f"| {spread(lambda r: r['push_reach_s']['max'], 's')} |",
+        f"| a reveal reaches every student | {spread(lambda r: r['reveal_reach_s']['median'], 's')} "
+        f"| {spread(lambda r: r['reveal_reach_s']['max'], 's')} |",
+        f"| an answer's round trip | {spread(lambda r: r['answer_ms']['median'], 'ms')} "
+        f"| {spread(lambda r: r['answer_ms']['p95'], 'ms')} (p95) |",
+        f"| one poll's round trip | {spread(lambda r: r['poll_ms']['median'], 'ms')} "
+        f"| {spread(lambda r: r['poll_ms']['p95'], 'ms')} (p95) |",
+        "| the service's share of one core, push to reveal "
+        f"| {spread(lambda r: round(100 * r['service_cpu_share'], 1), '%')} | – |",
+        f"| the service's memory (PSS) | {spread(lambda r: r['service_memory']['pss_mb'], 'MB')} | – |",
+        "",
+        f"(`{d['command']}`; load average {d['machine']['load_before']:.1f} on {d['machine']['cpus']} cores "
+        "before it ran)",
+    ])
+
+
 def hub_sizing() -> str:
     d = _load("jupyterhub_sizing")
     rows = ["| process | RSS MB | PSS MB | private (USS) MB |", "|---|---|---|---|"]
@@ -577,6 +607,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "memory": memory,
     "class-store": class_store,
     "hub-sizing": hub_sizing,
+    "class-service": class_service,
     "class-load": class_load,
     "finetune": finetune,
     "finetune-table": finetune_table,

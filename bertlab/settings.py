@@ -127,6 +127,26 @@ def class_store_path() -> Path | None:
     return _optional_path("BERTLAB_CLASS_STORE")
 
 
+CLASS_SERVICE_URL_ENV = "BERTLAB_CLASS_SERVICE_URL"  # set by the hub (deploy/jupyterhub/bertlab_config.py)
+
+
+def class_service(env: Mapping[str, str] | None = None) -> tuple[str, str, str] | None:
+    """(url, token, user) of the class service on JupyterHub (bertlab.hubservice), or None when
+    `BERTLAB_CLASS_SERVICE_URL` is unset: the class store and queue are then SQLite files on this machine.
+    The token is the student server's own (`JUPYTERHUB_API_TOKEN`, set by the hub), the user its owner
+    (`JUPYTERHUB_USER`)."""
+    env = os.environ if env is None else env
+    url = env.get(CLASS_SERVICE_URL_ENV, "").strip()
+    if not url:
+        return None
+    token = env.get("JUPYTERHUB_API_TOKEN", "").strip()
+    if not token:
+        raise ValueError(f"{CLASS_SERVICE_URL_ENV} is set but JUPYTERHUB_API_TOKEN is not: the class service "
+                         "only answers a JupyterHub server's token. Start the lab from the hub, or unset "
+                         f"{CLASS_SERVICE_URL_ENV} to use the class store and queue of this machine.")
+    return url.rstrip("/") + "/", token, env.get("JUPYTERHUB_USER", "").strip()
+
+
 PROJECTOR_ENV = "BERTLAB_PROJECTOR"  # set by `bertlab serve --projector`
 
 

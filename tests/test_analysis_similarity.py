@@ -244,3 +244,15 @@ def test_punctuation_inside_a_sentencepiece_word_does_not_hide_the_word():
     (a, b), = find_word_forms(enc, forms, tok)
     assert "".join(enc.tokens[a:b]).lstrip("▁") == "bank" and enc.word_ids[b] == enc.word_ids[a]  # "." same word
     assert find_word_forms(tok.encode("Two banks."), forms, tok) == []
+
+
+def test_a_lens_target_is_the_piece_a_mask_after_a_space_predicts(tmp_path):
+    """Byte-level BPE: the target "the" is the piece "Ġthe" (a [MASK] after a space predicts that), not "the"."""
+    from tiny_models import family_folder
+
+    from bertlab.analysis.ablation import target_piece_id
+    from bertlab.loading import load
+
+    _, tok = load(str(family_folder(tmp_path, "roberta")))
+    assert tok.id_to_token(target_piece_id(tok, "the")) == "Ġthe"
+    assert tok.id_to_token(target_piece_id(tok, "Ġthe")) == "Ġthe"

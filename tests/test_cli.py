@@ -135,7 +135,7 @@ def test_serve_class_options(tmp_path):
     cmd, env = cli.serve_command(args, env={})
     assert "--pool_size=20" in cmd and "--BertlabVoila.max_kernels=34" in cmd
     assert "--MappingKernelManager.cull_idle_timeout=60" in cmd
-    assert "--BertlabVoila.allowed_hosts=['lab.example.org']" in cmd
+    assert "--BertlabVoila.allowed_hosts=lab.example.org" in cmd  # one option per name (no deprecated list form)
     assert env["BERTLAB_SERVE_TOKEN"] == "t0k3n" and env["BERTLAB_CLASS"] == "1"
     assert env["BERTLAB_QUEUE"] == "/tmp/c/queue.sqlite" and env["BERTLAB_WORKSPACES"] == "/tmp/c/workspaces"
 

@@ -32,6 +32,7 @@ import yaml
 from traitlets.config import Config
 from traitlets.config.loader import PyFileConfigLoader
 
+from bertlab.hubservice import SERVICE_NAME
 from bertlab.training.queue import process_alive
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,6 +93,63 @@ def test_z2jh_values_match_the_hub_config():
     assert "bertlab.ipynb" in link  # the dashboard put in the student's home
 
 
+CLASS_ACCESS = f"access:services!service={SERVICE_NAME}"
+
+
+def test_the_hub_starts_the_class_service_and_every_server_may_reach_it():
+    """bertlab_config.py starts bertlab.hubservice as a managed service, tells every server where it is,
+    and lets every user and their server's token (what the kernels hold) reach it."""
+    c = _hub_config("bertlab_config.py")
+    service = {s["name"]: s for s in _lazy(c.JupyterHub.services, [])}[SERVICE_NAME]
+    assert service["command"][1:] == ["-m", "bertlab.hubservice"] and service["url"].startswith("http://")
+    assert service["environment"]["BERTLAB_TEACHER_GROUPS"] == "teachers"
+    env = _lazy(c.Spawner.environment, {})
+    assert env["BERTLAB_CLASS_SERVICE_URL"] == f"{service['url']}/services/{SERVICE_NAME}/"
+    assert CLASS_ACCESS in _lazy(c.JupyterHub.extra_user_scopes, set())
+    assert CLASS_ACCESS in c.Spawner.server_token_scopes and "access:servers!server" in c.Spawner.server_token_scopes
+    roles = {r["name"]: r for r in _lazy(c.JupyterHub.load_roles, [])}
+    assert roles["bertlab-class-service"] == {"name": "bertlab-class-service", "services": [SERVICE_NAME],
+                                              "scopes": ["read:users"]}
+
+
+def test_z2jh_runs_the_same_class_service_in_the_hub_pod():
+    c = _hub_config("bertlab_config.py")
+    values = yaml.safe_load((DEPLOY / "z2jh" / "values.yaml").read_text())
+    hub_values = values["hub"]
+    service = hub_values["services"][SERVICE_NAME]
+    assert service["command"][-2:] == ["-m", "bertlab.hubservice"]
+    port = int(service["url"].rsplit(":", 1)[1])
+    assert values["singleuser"]["extraEnv"]["BERTLAB_CLASS_SERVICE_URL"] == f"{service['url']}/services/{SERVICE_NAME}/"
+    assert [p["port"] for p in hub_values["service"]["extraPorts"]] == [port]
+    assert [p["port"] for rule in hub_values["networkPolicy"]["ingress"] for p in rule["ports"]] == [port]
+    egress = values["singleuser"]["networkPolicy"]["egress"]
+    assert [p["port"] for rule in egress for p in rule["ports"]] == [port]  # the students' pods may call it
+    assert service["environment"]["BERTLAB_CLASS_SERVICE_IP"] == "0.0.0.0"
+    assert service["environment"]["BERTLAB_CLASS_SERVICE_DB"].startswith("/srv/jupyterhub/")  # the hub's volume
+    assert hub_values["config"]["KubeSpawner"]["server_token_scopes"] == c.Spawner.server_token_scopes
+    assert hub_values["config"]["JupyterHub"]["extra_user_scopes"] == [CLASS_ACCESS]
+    role = hub_values["loadRoles"]["bertlab-class-service"]
+    roles = {r["name"]: r for r in _lazy(c.JupyterHub.load_roles, [])}
+    assert role["scopes"] == roles["bertlab-class-service"]["scopes"] and role["services"] == [SERVICE_NAME]
+    assert "teachers" in hub_values["config"]["JupyterHub"]["load_groups"]
+
+
+def test_z2jh_tells_a_teachers_pod_to_link_the_teachers_view():
+    from types import SimpleNamespace
+
+    values = yaml.safe_load((DEPLOY / "z2jh" / "values.yaml").read_text())
+    c = Config()
+    exec(values["hub"]["extraConfig"]["bertlab-teachers"], {"c": c})  # as the chart runs hub.extraConfig
+    hook = c.KubeSpawner.pre_spawn_hook
+    for admin, groups, teaches in ((False, ["teachers"], "1"), (True, [], "1"), (False, ["class-a"], "")):
+        user = SimpleNamespace(admin=admin, groups=[SimpleNamespace(name=g) for g in groups])
+        spawner = SimpleNamespace(user=user, environment={})
+        hook(spawner)
+        assert spawner.environment["BERTLAB_TEACHER"] == teaches
+    link = values["singleuser"]["lifecycleHooks"]["postStart"]["exec"]["command"][-1]
+    assert "BERTLAB_TEACHER" in link and "teacher.ipynb" in link
+
+
 # -- a hub on loopback ----------------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as s:
@@ -108,6 +166,8 @@ class Hub:
     log: Path
     proc: subprocess.Popen
     pids: set[int] = field(default_factory=set)  # every process the test saw start, for teardown
+    users: tuple[str, ...] = STUDENTS
+    class_service: str = ""  # the class service's URL, as the students' servers get it
 
     def api(self, path: str) -> dict:
         import requests
@@ -122,7 +182,7 @@ class Hub:
         return int(server["state"]["pid"])
 
 
-def _test_config(tmp: Path, ports: dict[str, int], token: str, password: str) -> str:
+def _test_config(tmp: Path, ports: dict[str, int], token: str, password: str, users: tuple[str, ...]) -> str:
     """The repository's one-server config, on loopback, with a password every test student
     shares and a spawner that needs no system users."""
     return f"""
@@ -135,19 +195,19 @@ c.JupyterHub.db_url = "sqlite:///{tmp / "jupyterhub.sqlite"}"
 c.JupyterHub.cookie_secret_file = {str(tmp / "cookie_secret")!r}
 c.JupyterHub.authenticator_class = "shared-password"
 c.SharedPasswordAuthenticator.user_password = {password!r}
-c.Authenticator.allowed_users = {set(STUDENTS)!r}
+c.Authenticator.allowed_users = {set(users)!r}
 c.JupyterHub.spawner_class = "simple"
 c.SimpleLocalProcessSpawner.home_dir_template = {str(tmp / "home" / "{username}")!r}
 c.Spawner.environment.update({{"HF_HUB_OFFLINE": "1"}})
 c.Spawner.args.append("--ServerApp.allow_root={os.geteuid() == 0}")  # no system users: the test's own
-c.JupyterHub.services = [{{"name": "hub-test", "api_token": {token!r}}}]
-c.JupyterHub.load_roles = [{{"name": "hub-test", "services": ["hub-test"],
-                             "scopes": ["admin:users", "admin:servers", "admin:server_state"]}}]
+c.JupyterHub.services.append({{"name": "hub-test", "api_token": {token!r}}})
+c.JupyterHub.load_roles.append({{"name": "hub-test", "services": ["hub-test"],
+                                "scopes": ["admin:users", "admin:servers", "admin:server_state"]}})
 """
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+def need_hub() -> None:
+    """Skip (fail in CI) without JupyterHub or its proxy."""
     try:
         import jupyterhub  # noqa: F401
         import requests  # noqa: F401
@@ -155,21 +215,42 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
         _missing("jupyterhub is not installed (pip install -e '.[test]')")
     if shutil.which("configurable-http-proxy") is None:
         _missing("configurable-http-proxy is not on PATH (npm install -g configurable-http-proxy)")
-    tmp = tmp_path_factory.mktemp("hub")
-    ports = {name: _free_port() for name in ("public", "hub", "proxy_api")}
+
+
+def start_hub(tmp: Path, users: tuple[str, ...] = STUDENTS, extra_config: str = "",
+              env_extra: dict[str, str] | None = None) -> Hub:
+    """JupyterHub on loopback with the repository's configuration (and `extra_config` after it), once it
+    answers; the class service it starts listens on a free port. `_stop` it."""
+    ports = {name: _free_port() for name in ("public", "hub", "proxy_api", "class_service")}
     token, password = secrets.token_hex(16), secrets.token_urlsafe(12)
-    (tmp / "jupyterhub_config.py").write_text(_test_config(tmp, ports, token, password))
+    (tmp / "jupyterhub_config.py").write_text(_test_config(tmp, ports, token, password, users) + extra_config)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BERTLAB_", "JUPYTERHUB_"))}
-    env["BERTLAB_HUB_STATE"] = str(tmp / "state")  # the class queue's folder
+    env["BERTLAB_HUB_STATE"] = str(tmp / "state")  # the class service's folder
     (tmp / "state").mkdir()
+    service = f"http://127.0.0.1:{ports['class_service']}"
+    env["BERTLAB_CLASS_SERVICE_ADDRESS"] = service
     env["CONFIGPROXY_AUTH_TOKEN"] = secrets.token_hex(16)
+    env.update(env_extra or {})
     log = tmp / "jupyterhub.log"
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(tmp / "jupyterhub_config.py")],
                                 cwd=tmp, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    h = Hub(f"http://127.0.0.1:{ports['public']}/", token, password, tmp / "home", log, proc, {proc.pid})
+    h = Hub(f"http://127.0.0.1:{ports['public']}/", token, password, tmp / "home", log, proc, {proc.pid},
+            users, f"{service}/services/bertlab-class/")
     try:
         _wait_for_hub(h)
+    except BaseException:
+        _stop(h, tmp / "proxy.pid")
+        raise
+    return h
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    need_hub()
+    tmp = tmp_path_factory.mktemp("hub")
+    h = start_hub(tmp)
+    try:
         yield h
     finally:
         _stop(h, tmp / "proxy.pid")
@@ -209,7 +290,7 @@ def _stop(h: Hub, proxy_pid_file: Path) -> None:
     20 s SIGKILL, whatever the test saw start and is still there."""
     if proxy_pid_file.exists() and proxy_pid_file.read_text().strip().isdigit():
         h.pids.add(int(proxy_pid_file.read_text()))
-    for name in STUDENTS:  # servers a failed test did not get to look at
+    for name in h.users:  # servers a failed test did not get to look at
         try:
             h.pids.add(h.server_pid(name))
         except Exception:  # no server, or the hub is not answering: nothing more to learn
@@ -336,7 +417,8 @@ def test_each_student_gets_the_dashboard_from_their_own_server(hub: Hub):
         kernel_env = _environ(kernels[0])
         assert {k: kernel_env.get(k) for k in CLASS_ENV} == CLASS_ENV
         assert kernel_env["JUPYTERHUB_USER"] == name
-        assert kernel_env["BERTLAB_QUEUE"] == str(hub.home.parent / "state" / "queue.sqlite")  # one for the class
+        assert kernel_env["BERTLAB_CLASS_SERVICE_URL"] == hub.class_service  # the class's questions and queue
+        assert kernel_env["JUPYTERHUB_API_TOKEN"]  # the server's token, which the class service accepts
         assert Path(os.readlink(f"/proc/{kernels[0]}/cwd")) == hub.home / name
     assert pids["alice"] != pids["bob"]
 

@@ -10,6 +10,7 @@ from tiny_models import tiny_bert
 
 import bertlab.panels.explain as explain_module
 from bertlab.analysis.attribution import attribute as real_attribute
+from bertlab.panels.explain import NOTHING_TO_EXPLAIN
 from bertlab.panels.mask import MaskPanel
 from bertlab.panels.nsp import NSPPanel
 from bertlab.panels.use import UsePanel
@@ -100,7 +101,8 @@ def test_mask_tab_without_an_mlm_head_says_so_in_the_section(tok, calls):
     panel = MaskPanel(tiny_bert(tok), tok)
     panel.explain.toggle.value = True
     assert calls == [] and panel.explain.figure_box.children == ()
-    assert "MLM" in " ".join(text for _, text in panel.explain.messages)
+    assert "MLM" in " ".join(text for _, text in panel.messages)  # the tab says it once, the section points there
+    assert panel.explain.messages == [("info", NOTHING_TO_EXPLAIN)]
 
 
 def test_next_sentence_tab_explains_isnext_and_clears_on_an_error(default_model, calls):
@@ -115,7 +117,8 @@ def test_next_sentence_tab_explains_isnext_and_clears_on_an_error(default_model,
     assert "does attention explain it" in panel.figures()
     panel.text_b.value = ""
     assert section.figure_box.children == () and section.check is None  # an old figure never stays
-    assert "empty" in " ".join(text for level, text in section.messages if level == "error")
+    assert "empty" in " ".join(text for level, text in panel.messages if level == "error")
+    assert section.messages == [("info", NOTHING_TO_EXPLAIN)]  # one red message on the page, not two
 
 
 def test_use_it_explains_a_class_an_entity_tag_and_an_answer(tok, calls):

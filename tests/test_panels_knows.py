@@ -81,7 +81,7 @@ def test_patching_grid_and_a_clear_message(panel):
     panel.corrupt.value = panel.corrupt.value.replace("John gave", "Johnathan gave")
     panel.patch_button.click()
     assert "same number of pieces" in notes(panel, "error")
-    assert not panel.patch_box.children[0].data  # the old grid is gone
+    assert panel.patch_box.children == () and "patching" not in panel.figures()  # the old grid is gone
 
 
 def test_neuron_view_escapes_tokens(panel):

@@ -106,8 +106,12 @@ def masked_query(
 
 
 def target_piece_id(tok: Tokenizer, word: str) -> int:
-    """The vocabulary id of `word` (a whole word or a "##" piece); InputError when it needs several pieces."""
+    """The vocabulary id of `word` (a whole word or a "##" piece; with byte-level BPE, the word as it follows a
+    space, when that is one piece); InputError when it needs several pieces."""
     word = require_text(word, "target word").strip()
+    spaced = tok.encode_ids([" " + word])[0]  # byte-level BPE: the word as it follows a space ("Ġparis"),
+    if len(spaced) == 1 and spaced[0] != tok.unk_token_id and spaced != tok.encode_ids([word])[0]:  # as a
+        return spaced[0]  # [MASK] after a space predicts it
     exact = tok.token_to_id(word)
     if exact is not None:
         return exact

@@ -14,6 +14,10 @@ leaves nothing locked (SQLite rolls its transaction back, the OS drops its locks
 
 Only one question is live at a time: a push ends the one before it. Guesses are anonymous
 (a random id per page), normalised by `normalise_guess` so that "Mat " and "mat" count together.
+
+`QuestionStore` is the interface the panels use; where the student servers share no disk (JupyterHub
+on Kubernetes) the class service (bertlab.hubservice) holds a `ClassStore` and the kernels reach it
+through `bertlab.classroom.remote.RemoteClassStore`, which has the same methods.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 Kind = Literal["mask", "nsp"]
 KINDS: tuple[Kind, ...] = ("mask", "nsp")
@@ -75,6 +79,42 @@ class Question:
     live: bool = True
 
 
+def question_json(q: Question) -> dict[str, Any]:
+    """`q` as JSON (the class service's answers)."""
+    return {"kind": q.kind, "text": q.text, "text_b": q.text_b, "model": [[a, float(p)] for a, p in q.model],
+            "id": q.id, "revealed": q.revealed, "live": q.live}
+
+
+def question_from_json(d: dict[str, Any]) -> Question:
+    """The `Question` that `question_json` wrote. Raises ValueError for a malformed one."""
+    try:
+        kind, text = d["kind"], d["text"]
+        model = [(str(a), float(p)) for a, p in d.get("model") or []]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"a class question needs kind, text and model ([[answer, probability], ...]): {e}") from None
+    if not isinstance(text, str) or not isinstance(d.get("text_b") or "", str):
+        raise ValueError("a class question's text and text_b are strings.")
+    qid = d.get("id")
+    return Question(kind=kind, text=text, text_b=d.get("text_b"), model=model,
+                    id=None if qid is None else int(qid), revealed=bool(d.get("revealed")),
+                    live=bool(d.get("live", True)))
+
+
+class QuestionStore(Protocol):
+    """The class store as the panels use it: `ClassStore` (SQLite, one machine) or
+    `bertlab.classroom.remote.RemoteClassStore` (the class service on a hub)."""
+
+    def push(self, question: Question) -> Question: ...
+    def reveal(self, question_id: int) -> None: ...
+    def end(self, question_id: int) -> None: ...
+    def answers(self, question_id: int) -> dict[str, str]: ...
+    def current(self) -> Question | None: ...
+    def changed(self) -> bool: ...
+    def answer(self, question_id: int, student: str, guess: str) -> str: ...
+    def close(self) -> None: ...
+    def another(self) -> QuestionStore: ...
+
+
 def normalise_guess(guess: str) -> str:
     """A guess as it is counted: spaces trimmed and collapsed, case folded. Raises GuessError (with
     what to do) for an empty guess or one over MAX_GUESS_CHARS characters."""
@@ -111,6 +151,10 @@ class ClassStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    def another(self) -> ClassStore:
+        """A second connection to the same file, whose `changed()` is its own."""
+        return ClassStore(self.path)
 
     # -- the teacher ---------------------------------------------------------------------------
     def push(self, question: Question) -> Question:

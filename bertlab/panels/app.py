@@ -147,6 +147,7 @@ class App:
         else:
             panel = cls(self.state.model, self.state.tok)
         panel.model_made = self._model_made
+        panel.model_name = self.state.name
         return panel
 
     def _on_tab(self, change) -> None:
@@ -174,6 +175,7 @@ class App:
         if panel is None or title not in self._stale:
             return
         self._stale.discard(title)
+        panel.model_name = self.state.name
         try:
             panel.set_model(self.state.model, self.state.tok)
         except Exception as e:

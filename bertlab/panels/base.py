@@ -19,6 +19,7 @@ import torch
 
 from bertlab.classroom.questions import AnswerHeld
 from bertlab.model import MissingHeadError
+from bertlab.service_client import ClassServiceError
 from bertlab.settings import plotly_bundle_path
 from bertlab.tokenizer import Tokenizer
 
@@ -46,6 +47,9 @@ class Panel:
         # Set by the app: training tabs call it with (name, model, tok) when they made a model,
         # and the model joins the picker.
         self.model_made: Callable[[str, torch.nn.Module, Tokenizer], None] | None = None
+        # Set by the app: the picker's name of the model this tab last drew with (a tab not on show
+        # keeps drawing the model before a switch until it is opened again); "" outside the app.
+        self.model_name = ""
 
     _widget: widgets.Widget  # set by the subclass's __init__
 
@@ -60,6 +64,11 @@ class Panel:
 
     def figures(self) -> dict[str, go.Figure]:
         """The figures on show now, by name, for the Export tab ({} when none)."""
+        return {}
+
+    def made_with(self) -> dict[str, str]:
+        """Figure name -> the model it was made with, for figures of `figures()` made with another model
+        than the tab's (`model_name`), e.g. "Use it" with the model just fine-tuned; {} when none."""
         return {}
 
     def show_messages(self, messages: list[tuple[Level, str]]) -> None:
@@ -94,23 +103,51 @@ class Panel:
             self.show_messages(self.messages)
 
     @contextlib.contextmanager
-    def reporting(self) -> Iterator[None]:
-        """Turn an exception in a callback into a message in the panel, never a traceback."""
+    def reporting(self, *stale: widgets.Widget) -> Iterator[None]:
+        """Turn an exception in a callback into a message in the panel, never a traceback. `stale`: the
+        widgets that show the result the callback redraws; an exception empties them (`clear_view`), so
+        that an old result never sits under the new message."""
         try:
             yield
-        except MissingHeadError as e:  # the model lacks what was asked: say so plainly, it is no bug
+        except Exception as e:
+            clear_view(*stale)
+            self.show_error(e)
+
+    def show_error(self, e: Exception) -> None:
+        """The message for an exception raised by a callback (the whole message line is replaced)."""
+        if isinstance(e, MissingHeadError):  # the model lacks what was asked: say so plainly, it is no bug
             self.show_message(str(e), "warning")
-        except AnswerHeld as e:  # the class question's answer, before the teacher's reveal
+        elif isinstance(e, AnswerHeld):  # the class question's answer, before the teacher's reveal
             self.show_message(str(e), "info")
-        except (ValueError, IndexError) as e:  # bad input: the message is meant for the student
+        elif isinstance(e, (ValueError, IndexError)):  # bad input: the message is meant for the student
             self.show_message(str(e), "error")
-        except Exception as e:  # a bug: say so plainly, keep the traceback in the log
-            log.exception("%s panel callback failed", self.title or type(self).__name__)
+        elif isinstance(e, ClassServiceError):  # the class service refused or is away: its message says what to do
+            self.show_message(str(e), "warning")
+        else:  # a bug: say so plainly, keep the traceback in the log
+            log.error("%s panel callback failed", self.title or type(self).__name__, exc_info=e)
             self.show_message(
                 f"Something went wrong ({type(e).__name__}: {e}). Try other input; "
                 "if it keeps happening, report it with the text you typed.",
                 "error",
             )
+
+
+def clear_view(*views: widgets.Widget) -> None:
+    """Empty widgets that show a result: a box loses its children (a figure widget among them is closed
+    a moment later, see `close_later`), an HTML its text, an Output its output."""
+    for view in views:
+        if isinstance(view, widgets.Box):
+            old = view.children
+            view.children = ()
+            for child in old:
+                if isinstance(child, go.FigureWidget):
+                    close_later(view, child)
+        elif isinstance(view, widgets.Output):
+            view.clear_output()
+        elif isinstance(view, widgets.HTML):
+            view.value = ""
+        else:
+            raise TypeError(f"clear_view cannot empty a {type(view).__name__}")
 
 
 WIDE = "min(100%, 720px)"  # the width of a text input: the whole tab on a phone, a line's length elsewhere
@@ -309,8 +346,15 @@ def _changed(old: dict, new: dict) -> dict:
     return out
 
 
+def _gone(old: dict, new: dict, keep: tuple[str, ...]) -> dict:
+    """The entries of `old` that `new` does not set, as None (which resets them): a redraw leaves nothing
+    of the figure before it (a title, tick labels) over the new one."""
+    return {key: None for key in old if key not in new and key not in keep}
+
+
 def redraw(widget: go.FigureWidget, fig: go.Figure) -> None:
-    """Show `fig` in `widget` in place: its traces and its layout (not the template)."""
+    """Show `fig` in `widget` in place: its traces and its layout (not the template); what the figure
+    before set and this one does not is reset."""
     layout = fig.layout.to_plotly_json()
     layout.pop("template", None)  # the widget has the same one; re-sending it is slow
     shown = widget.layout.to_plotly_json()
@@ -318,11 +362,13 @@ def redraw(widget: go.FigureWidget, fig: go.Figure) -> None:
     with widget.batch_update():
         if [t.type for t in widget.data] == [t.type for t in fig.data]:
             for old, new in zip(widget.data, fig.data):
-                old.update(_changed(old.to_plotly_json(), new.to_plotly_json()), overwrite=True)
+                was, now = old.to_plotly_json(), new.to_plotly_json()
+                old.update({**_gone(was, now, ("type", "uid", "visible")), **_changed(was, now)}, overwrite=True)
         else:
             widget.data = ()
             widget.add_traces(list(fig.data))
-        widget.layout.update(_changed(shown, layout))
+        widget.layout.update({**_gone(shown, layout, ("template", *lists)), **_changed(shown, layout)},
+                             overwrite=True)
         # update() merges lists and never empties one: assign them whole (when they changed)
         for key, value in lists.items():
             if list(shown.get(key, ())) != list(value):

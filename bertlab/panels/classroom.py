@@ -23,7 +23,6 @@ from pathlib import Path
 
 import ipywidgets as widgets
 
-from bertlab import settings
 from bertlab.classroom.questions import (
     NSP_CHOICES,
     AnswerHeld,
@@ -33,9 +32,11 @@ from bertlab.classroom.questions import (
     tally,
     verdict,
 )
-from bertlab.classroom.store import ClassStore, GuessError, Kind, Question
+from bertlab.classroom.remote import open_store
+from bertlab.classroom.store import ClassStore, GuessError, Kind, Question, QuestionStore
 from bertlab.panels.base import note_html, show_figure
 from bertlab.panels.runs import BackgroundRun
+from bertlab.service_client import ClassServiceError
 from bertlab.viz.classroom import plot_class_guesses
 
 log = logging.getLogger(__name__)
@@ -57,16 +58,23 @@ class AnswerHold:
         note = self.answer_hold.note(text, mask_token)  # or: HELD_NOTE / None, for a view with its own notes
     """
 
-    def __init__(self, store_path: str | Path | None) -> None:
-        """`store_path`: the class store's file (None: no class, nothing held). The hold opens its own
-        connection: another's `changed()` (the question box polls) must not swallow its news."""
-        self.store = _open_store(Path(store_path)) if store_path is not None else None
+    def __init__(self, store: str | Path | QuestionStore | None) -> None:
+        """`store`: the class store, or its SQLite file (None: no class, nothing held). The hold keeps a
+        handle of its own (`another()`): another's `changed()` (the question box polls) must not
+        swallow its news."""
+        if isinstance(store, (str, Path)):
+            path = Path(store)
+            store = _opened(lambda: ClassStore(path))
+        elif store is not None:
+            store = _opened(store.another)
+        self.store: QuestionStore | None = store
         self._question: Question | None = None
 
     @classmethod
     def of_kernel(cls) -> AnswerHold:
-        """A hold on this kernel's class store (`BERTLAB_CLASS_STORE`; none outside class mode)."""
-        return cls(settings.class_store_path())
+        """A hold on this kernel's class store (`BERTLAB_CLASS_STORE`, or the class service on a hub;
+        none outside class mode)."""
+        return cls(class_store())
 
     def live(self) -> Question | None:
         """The live mask question not revealed yet (re-read only when the store changed)."""
@@ -92,18 +100,18 @@ class AnswerHold:
             raise AnswerHeld(note)
 
 
-def class_store() -> ClassStore | None:
-    """The class store of this kernel (`BERTLAB_CLASS_STORE`), or None outside class mode or when it
-    cannot be opened (logged: the tab still works, without class questions)."""
-    path = settings.class_store_path()
-    return None if path is None else _open_store(path)
+def class_store() -> QuestionStore | None:
+    """The class store of this kernel (`BERTLAB_CLASS_STORE`, or the class service when the hub set
+    `BERTLAB_CLASS_SERVICE_URL`), or None outside class mode or when it cannot be opened (logged: the
+    tab still works, without class questions)."""
+    return _opened(open_store)
 
 
-def _open_store(path: Path) -> ClassStore | None:
+def _opened(opener: Callable[[], QuestionStore | None]) -> QuestionStore | None:
     try:
-        return ClassStore(path)
+        return opener()
     except Exception:
-        log.exception("could not open the class store at %s: no class questions in this page", path)
+        log.exception("could not open the class store: no class questions in this page")
         return None
 
 
@@ -115,7 +123,7 @@ class ClassQuestionBox:
     was revealed or went (results computed before may now be held back, or free again). `poll_s=None`
     starts no thread: call `poll()`."""
 
-    def __init__(self, store: ClassStore, kind: Kind, on_hide: Callable[[bool], None] | None = None,
+    def __init__(self, store: QuestionStore, kind: Kind, on_hide: Callable[[bool], None] | None = None,
                  poll_s: float | None = POLL_LIVE_S, idle_s: float = POLL_IDLE_S,
                  mask_token: str | None = None, on_change: Callable[[], None] | None = None) -> None:
         self.store, self.kind, self.on_hide, self.mask_token = store, kind, on_hide, mask_token
@@ -150,6 +158,13 @@ class ClassQuestionBox:
         )
         self.widget.add_class("bertlab-class-question")
 
+        on_change, self.on_change = self.on_change, None  # the tab sets itself up once this box exists
+        try:  # a page opened while a question is live shows it at once, not after the first poll
+            self.poll()
+        except Exception:  # the store is away: the polls below try again
+            log.exception("reading the class store failed")
+        finally:
+            self.on_change = on_change
         self.watch = BackgroundRun(f"bertlab-class-{kind}")
         if poll_s:  # often while a question is live, seldom otherwise
             self.watch.poll(self.poll, lambda: poll_s if (self.question or self.elsewhere) else idle_s)
@@ -198,6 +213,9 @@ class ClassQuestionBox:
                 self.status.value = note_html("warning", str(e))
                 if self.store.changed():  # closed meanwhile: show the reveal now
                     self.show(self.store.current())
+                return
+            except ClassServiceError as e:  # the hub's class service refused or is away
+                self.status.value = note_html("warning", str(e))
                 return
             self.send_button.description = "Change"
             self.status.value = note_html(

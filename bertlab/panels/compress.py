@@ -213,7 +213,8 @@ class CompressPanel(Panel):
         self._busy_text = f"{METHODS[method]} of the model picked above…"
         self.show_messages(self.messages)  # the busy sign goes on top of the message line
         self.progress.value, self.progress.max = 0, 1
-        self.job.start(functools.partial(self._run, method, model, tok, task, source, settings),
+        named = self.model_name or "this model"  # the picker's name: every row and picker entry says where it came from
+        self.job.start(functools.partial(self._run, method, model, tok, task, source, settings, named),
                        on_error=functools.partial(self._failed, method), on_done=self._ended)
 
     def _failed(self, method: str, error: BaseException) -> None:
@@ -226,16 +227,18 @@ class CompressPanel(Panel):
         self.progress_text.value = ""
 
     def _run(self, method: str, model: torch.nn.Module, tok: Tokenizer, task: str | None, source: str | None,
-             settings: dict[str, Any]) -> None:
-        """The background job: data, the original's row, the method, the new row."""
+             settings: dict[str, Any], named: str = "this model") -> None:
+        """The background job: data, the original's row, the method, the new row. `named`: the model's name
+        in the picker, which the rows and the new picker entry name as where they came from."""
         data = self._data(task, source, model, tok, settings) if task in TASKS_SCORED else None
-        original = self._original_row(model, tok, data)
+        original = self._original_row(model, tok, data, named)
         self._teacher_score = original.get("score")
         self._metric = data.task.main_metric if data is not None else "accuracy"
         folder = self.workspace.new_run_dir(f"compress-{method}", parent=self.runs_dir)
         made = self._compress(method, model, tok, data, folder, settings)
         row = {**made.variant.as_dict(), "baseline": original}
-        row["name"] = self._unique(row["name"])
+        row["label"] = row["name"]  # the method's short name, for the plot's markers
+        row["name"] = self._unique(f"{named} → {row['name']}")
         self.variants.append(row)
         self.made.append(made)
         self._originals[(id(made.model), row.get("eval_key", ""))] = row  # compressing it further compares with it
@@ -252,16 +255,18 @@ class CompressPanel(Panel):
                                                   max_dev=settings["max_dev"])
         return self._data_cache[key]
 
-    def _original_row(self, model: torch.nn.Module, tok: Tokenizer, data: TaskData | None) -> dict[str, Any]:
+    def _original_row(self, model: torch.nn.Module, tok: Tokenizer, data: TaskData | None,
+                      named: str = "this model") -> dict[str, Any]:
         """The row of the model a run starts from, measured once per model and dev examples (a run on
         other dev examples scores the original again on those), added to the table."""
         key = (id(model), data.key if data is not None else "")
         if key not in self._originals:
             self._status("measuring the original (size, latency, score)…")
-            name = self._unique(f"original ({model.family.num_layers} layers)")
+            label = f"original ({model.family.num_layers} layers)"
+            name = self._unique(f"{named}: {label}")
             variant = (measure_variant(model, tok, data, name, "original", reps=self.latency_reps) if data is not None
                        else measure(model, tok, name, "original", PLAIN_SENTENCES, reps=self.latency_reps))
-            row = {**variant.as_dict(), "baseline": None}
+            row = {**variant.as_dict(), "baseline": None, "label": label}
             self._originals[key] = row
             self.variants.append(row)
             self._draw_variants()

@@ -14,7 +14,9 @@ import torch
 
 from bertlab.analysis.attention_check import DEFAULT_HEADS_OFF, AttentionCheck, check_attention
 from bertlab.analysis.attribution import METHOD_NAMES, Attribution, ExplainInput, Target, attribute
-from bertlab.panels.base import Level, Panel, show_figure
+from bertlab.inputs import InputError
+from bertlab.model import MissingHeadError
+from bertlab.panels.base import Level, Panel, clear_view, show_figure
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.explain import agreement_text, heads_text, plot_attention_check
 from bertlab.viz.theme import help_html
@@ -22,6 +24,7 @@ from bertlab.viz.theme import help_html
 # request(choice) -> (input, target): what the tab explains now; raises InputError when there is nothing.
 Request = Callable[[int], tuple[ExplainInput, Target]]
 TITLE = "Does attention explain it?"
+NOTHING_TO_EXPLAIN = "Nothing to explain until the tab shows a prediction: its message above says why."
 HELP = (
     "Attention says where a token looks; an attribution says what the prediction rests on. Integrated "
     "gradients follow the prediction's probability from a baseline (each word replaced by the {pad} "
@@ -40,9 +43,11 @@ class ExplainSection(Panel):
     title = TITLE
 
     def __init__(self, model: torch.nn.Module | None, tok: Tokenizer | None, request: Request,
-                 choices: list[str] | None = None, seed: int = 0) -> None:
+                 choices: list[str] | None = None, seed: int = 0, host: Panel | None = None) -> None:
+        """`host`: the tab the section sits in; when its message line says why there is no prediction,
+        the section points there instead of saying it again."""
         super().__init__()
-        self.model, self.tok, self.request, self.seed = model, tok, request, seed
+        self.model, self.tok, self.request, self.seed, self.host = model, tok, request, seed, host
         self.toggle = widgets.ToggleButton(
             value=False, description=TITLE, layout=widgets.Layout(width="auto"),
             tooltip="Attribution (integrated gradients) beside attention and rollout, and a test of the heads",
@@ -147,26 +152,37 @@ class ExplainSection(Panel):
         text = "Computing integrated gradients…" if method == "ig" else "Computing gradient × input…"
         help_text = html.escape(HELP.format(pad=self.tok.pad_token))
         self.help.value = help_html(help_text)
-        drawn = False
         with self.busy(self.explain_button, self.method, self.layer, self.head, text=text):
             self.show_messages([])
-            with self.reporting():
-                ex, target = self.request(self.choice.value or 0)
-                key = (tuple(ex.input_ids[0].tolist()), tuple(ex.token_type_ids[0].tolist()), target, method)
-                if not (reuse and key == self._key and self.attribution is not None):
-                    self.attribution = attribute(self.model, self.tok, ex, target, method=method)
-                    self._key = key
-                layer = None if self.layer.value in (None, -1) else int(self.layer.value)
-                head = None if layer is None or self.head.value in (None, -1) else int(self.head.value)
-                self.check = check_attention(self.model, ex, target, self.attribution, layer, head,
-                                             heads_off=DEFAULT_HEADS_OFF, seed=self.seed)
-                self._stale = False
-                show_figure(self.figure_box, plot_attention_check(self.check, self.attribution))  # in place
-                self.show_messages(self._notes())
-                drawn = True
-        if not drawn:  # an old figure never stays under a new message
-            self._clear_figure()
+            self.check = None  # until the new figure is drawn
+            with self.reporting(self.figure_box):  # an old figure never stays under a new message
+                asked = self._asked()
+                if asked is not None:
+                    ex, target = asked
+                    key = (tuple(ex.input_ids[0].tolist()), tuple(ex.token_type_ids[0].tolist()), target, method)
+                    if not (reuse and key == self._key and self.attribution is not None):
+                        self.attribution = attribute(self.model, self.tok, ex, target, method=method)
+                        self._key = key
+                    layer = None if self.layer.value in (None, -1) else int(self.layer.value)
+                    head = None if layer is None or self.head.value in (None, -1) else int(self.head.value)
+                    self.check = check_attention(self.model, ex, target, self.attribution, layer, head,
+                                                 heads_off=DEFAULT_HEADS_OFF, seed=self.seed)
+                    self._stale = False
+                    show_figure(self.figure_box, plot_attention_check(self.check, self.attribution))  # in place
+                    self.show_messages(self._notes())
         self.head.disabled = self.layer.value in (None, -1)  # a head is picked within a layer
+
+    def _asked(self) -> tuple[ExplainInput, Target] | None:
+        """What the tab asks to explain now; None (the figure cleared, a note) when it has no prediction.
+        The tab's own message line already says what is wrong with its input: the section never repeats
+        it as a second error, it points there (or says it, when the tab shows no message)."""
+        try:
+            return self.request(self.choice.value or 0)
+        except (InputError, MissingHeadError) as e:
+            clear_view(self.figure_box)
+            said = self.host is not None and self.host.messages
+            self.show_message(NOTHING_TO_EXPLAIN if said else f"Nothing to explain: {e}", "info")
+            return None
 
     def _clear(self) -> None:
         self._clear_figure()
@@ -174,9 +190,7 @@ class ExplainSection(Panel):
 
     def _clear_figure(self) -> None:
         self.check = None
-        for child in self.figure_box.children:
-            child.close()
-        self.figure_box.children = []
+        clear_view(self.figure_box)
 
     def _notes(self) -> list[tuple[Level, str]]:
         a, c = self.attribution, self.check

@@ -194,7 +194,9 @@ class FamilyPanel(Panel):
         self._fill_options()
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
-        """The picker switched: slot 1 shows the new current model."""
+        """The picker switched: Model 1 shows the picked model, as every tab shows it, and the tab says so
+        where the student reads, naming the model it replaced (one pick away in another slot)."""
+        before = self.slots[0].value
         self._fill_options()
         self._holding = True
         try:
@@ -202,6 +204,8 @@ class FamilyPanel(Panel):
         finally:
             self._holding = False
         self.update()
+        if before and before != self.state.name:
+            self.show_messages(self.messages + [("info", _followed_text(self.state.name, before, self.slots))])
 
     def pick(self, *names: str) -> None:
         """Show these models (picker names, at most four), then compare once."""
@@ -444,3 +448,12 @@ class FamilyPanel(Panel):
 def view_for(views: list[ModelView], name: str, role: str) -> bool:
     """Whether the model `name` plays `role` ("generator", "discriminator", ...) among `views`."""
     return any(v.name == name and v.objective is not None and v.objective.role == role for v in views)
+
+
+def _followed_text(picked: str, before: str, slots: list[widgets.Dropdown]) -> str:
+    """What the Family tab says when Model 1 followed the picker from `before` to `picked`."""
+    shown = before.removeprefix(HUB)
+    kept = [i + 1 for i, s in enumerate(slots) if i and s.value == before]
+    where = (f"it is still Model {kept[0]}" if kept else
+             "pick it as Model 2, 3 or 4 to keep it in the comparison")
+    return f"Model 1 now shows {picked}, the model picked above; it showed {shown} before: {where}."

@@ -23,6 +23,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
+from bertlab.analysis.sample_size import examples_text, too_few
 from bertlab.inputs import InputError
 from bertlab.model import Bert
 from bertlab.panels.base import Level, Panel, SyncedFigureWidget, close_later, show_figure
@@ -30,6 +31,7 @@ from bertlab.panels.data_source import DataSource
 from bertlab.panels.finetune_diff import ChangedSection, measure_change
 from bertlab.panels.replay import ReplaySection
 from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, BackgroundRun, error_text
+from bertlab.panels.use import PICKED as USE_PICKED
 from bertlab.panels.use import UsePanel
 from bertlab.runtime import max_tokens, resolve_device
 from bertlab.tasks import (
@@ -250,7 +252,7 @@ class FinetunePanel(Panel):
         self.max_length.max = max_tokens(model)
         self._apply_recipe()  # "Start from" offers the package's encoder only for the offline default
         if model_task(model):
-            self.use.show_model(model, tok, "the model picked above")
+            self.use.show_model(model, tok, USE_PICKED)
 
     def figures(self) -> dict[str, go.Figure]:
         figs: dict[str, go.Figure] = {}
@@ -261,6 +263,9 @@ class FinetunePanel(Panel):
         if self._mix_fig is not None:
             figs["scalar mix weights"] = self._mix_fig
         return {**figs, **self.use.figures(), **self.replay.figures(), **self.changed.figures()}
+
+    def made_with(self) -> dict[str, str]:
+        return self.use.made_with()
 
     def cancel(self) -> None:
         """Stop the run after its current step; the loop saves a checkpoint of the model so far."""
@@ -458,12 +463,17 @@ class FinetunePanel(Panel):
             name = f"{run.task} · {run.mode} ({shown}, cancelled at step {run.step})"
         done = result.status == "completed"
         ended = "finished" if done else f"cancelled at step {run.step} of {run.total_steps}"
-        scored = f", dev {run.metric} {score:.3g}" if score is not None else ""
+        n_dev = len(run.dev)
+        scored = "" if score is None else f", dev {run.metric} {score:.3g}" + (
+            f" on {examples_text(n_dev, 'dev examples')}" if n_dev else "")
         saved = f"; saved in {self.workspace.shown(result.saved_to)}" if result.saved_to else ""
         notes: list[tuple[Level, str]] = [(
             "info" if done else "warning",
             f"{run.label}: {ended}{scored}{saved}. It joins the model list as “{name}”.",
         )]
+        few = too_few(n_dev, "dev examples") if score is not None and n_dev else ""
+        if few:  # the one rule of bertlab.analysis.sample_size, as the curves and the confusion matrix say it
+            notes.append(("warning", few))
         if done and result.metrics.get("per_type"):  # NER: how each entity type fares
             per_type = ", ".join(f"{t} {v['f1']:.2f}" for t, v in sorted(result.metrics["per_type"].items()))
             notes.append(("info", f"F1 by entity type: {per_type}."))

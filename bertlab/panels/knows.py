@@ -155,14 +155,15 @@ class KnowsPanel(Panel):
         self._widget = widgets.VBox([self.message, self.sections])
         self.train_button.on_click(lambda _: self._report(self.start_probes))
         self.cancel_button.on_click(lambda _: self.cancel())
-        self.tree_button.on_click(lambda _: self._report(self.draw_tree))
-        self.patch_button.on_click(lambda _: self._report(self.patch))
-        self.neuron_button.on_click(lambda _: self._report(self.show_neurons))
+        self.tree_button.on_click(lambda _: self._report(self.draw_tree, self.tree_box))
+        self.patch_button.on_click(lambda _: self._report(self.patch, self.patch_box))
+        self.neuron_button.on_click(lambda _: self._report(self.show_neurons, self.neuron_box))
         self.build_button.on_click(lambda _: self._report(self.start_index))
-        self.find_button.on_click(lambda _: self._report(self.find))
+        self.find_button.on_click(lambda _: self._report(self.find, self.nb_box))
 
-    def _report(self, fn: Callable[[], None]) -> None:
-        with self.reporting():
+    def _report(self, fn: Callable[[], None], *shows: widgets.Box) -> None:
+        """Run a button's job; on an error the figures it redraws (`shows`) go (see Panel.reporting)."""
+        with self.reporting(*shows):
             fn()
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
@@ -187,8 +188,8 @@ class KnowsPanel(Panel):
         for name, box in (("probes", self.layers_box), ("scalar mix", self.mix_box), ("tree", self.tree_box),
                           ("patching", self.patch_box), ("neuron view", self.neuron_box),
                           ("neighbours", self.nb_box)):
-            fig = box.children[0]
-            if fig.data:  # the empty hint figures have no traces
+            fig = box.children[0] if box.children else None
+            if fig is not None and fig.data:  # the empty hint figures have no traces
                 out[name] = go.Figure(fig)
         return out
 
@@ -294,7 +295,6 @@ class KnowsPanel(Panel):
     # -- patching ---------------------------------------------------------------------------------
     def patch(self) -> None:
         with self.busy(self.patch_button, text="Patching…"):
-            self.patch_box.children[0].data = ()  # an old grid never sits under a new message
             inp = patching_input(self.model, self.tok, self.clean.value, self.corrupt.value, self.answer.value,
                                  self.wrong.value)
             if self.kind.value == "heads":
@@ -308,7 +308,6 @@ class KnowsPanel(Panel):
     # -- neuron view ------------------------------------------------------------------------------
     def show_neurons(self) -> None:
         with self.busy(self.neuron_button, text="Reading q and k…"):
-            self.neuron_box.children[0].data = ()
             view = neuron_view(self.model, self.tok, self.neuron_text.value, self.neuron_layer.value,
                                self.neuron_head.value, self.neuron_token.value)
             show_figure(self.neuron_box, plot_neuron_view(view))
@@ -331,7 +330,6 @@ class KnowsPanel(Panel):
         if self.index is None:
             raise InputError("Build the index first (Build index).")
         with self.busy(self.find_button, text="Searching…"):
-            self.nb_box.children[0].data = ()
             encode_input(self.model, self.tok, self.nb_text.value)
             found = corpus_neighbours(self.model, self.tok, self.index, self.nb_text.value, self.nb_word.value,
                                       self.nb_k.value)

@@ -20,7 +20,7 @@ from bertlab.analysis.mask import (
 )
 from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.analysis.targets import input_from_tokens, word_target
-from bertlab.classroom.store import ClassStore
+from bertlab.classroom.store import QuestionStore
 from bertlab.inputs import InputError, echo
 from bertlab.panels.base import Level, Panel, lacks, show_figure, unknown_notes
 from bertlab.panels.classroom import POLL_LIVE_S, AnswerHold, ClassQuestionBox, class_store
@@ -66,7 +66,7 @@ class MaskPanel(Panel):
     )
 
     def __init__(self, model: torch.nn.Module, tok: Tokenizer, text: str | None = None, k: int = 5,
-                 classroom: ClassStore | None = None, class_poll_s: float | None = POLL_LIVE_S) -> None:
+                 classroom: QuestionStore | None = None, class_poll_s: float | None = POLL_LIVE_S) -> None:
         """`classroom`: the class store whose questions this tab shows (default: the kernel's own,
         `BERTLAB_CLASS_STORE`, in class mode; none otherwise)."""
         super().__init__()
@@ -108,12 +108,12 @@ class MaskPanel(Panel):
         self.fill_box = widgets.VBox([])
         self.fill_box.add_class("bertlab-mask-guesses")  # for the browser tests
         self.each_box = widgets.VBox([])  # filled when the student asks for it
-        self.explain = ExplainSection(model, tok, self._explain_request)  # "Does attention explain it?"
+        self.explain = ExplainSection(model, tok, self._explain_request, host=self)  # "Does attention explain it?"
         store = classroom if classroom is not None else class_store()
         self.class_box = None if store is None else ClassQuestionBox(  # the teacher's question, in class mode
             store, "mask", on_hide=self._hide_results, poll_s=class_poll_s, mask_token=tok.mask_token,
             on_change=self._on_question)
-        self.answer_hold = AnswerHold(store.path if store is not None else None)  # the answer, until the reveal
+        self.answer_hold = AnswerHold(store)  # the answer, until the reveal
         self._on_text()
 
         self.text.observe(self._on_text, names="value")
@@ -211,12 +211,12 @@ class MaskPanel(Panel):
         """Recompute the guesses (cached), and the word scores if asked, and redraw."""
         usable = self._predict()
         self._draw_fill()
-        self.explain.set_choices([f"guess for {p.label}" for p in self.predictions])
-        self.explain.refresh()
         if rescore:
             self._score_words(usable)
             self._draw_scores()
         self._show_notes()
+        self.explain.set_choices([f"guess for {p.label}" for p in self.predictions])
+        self.explain.refresh()  # after the tab's notes: the section points at them when it has nothing
 
     # -- the words to click --------------------------------------------------------------------
     def _read_words(self) -> None:

@@ -21,7 +21,7 @@ from bertlab.analysis.nsp import (
     random_sentence,
 )
 from bertlab.analysis.targets import pair_target
-from bertlab.classroom.store import ClassStore
+from bertlab.classroom.store import QuestionStore
 from bertlab.inputs import InputError, require_text
 from bertlab.panels.base import Level, Panel, lacks, pair_task, run_button, sentence_pair, show_figure, unknown_notes
 from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
@@ -69,7 +69,7 @@ class NSPPanel(Panel):
         b: str = DEFAULT_B,
         documents: Sequence[Document] | None = None,
         seed: int = 0,
-        classroom: ClassStore | None = None,
+        classroom: QuestionStore | None = None,
         class_poll_s: float | None = POLL_LIVE_S,
     ) -> None:
         """`classroom`: the class store whose pair questions this tab shows (default: the kernel's
@@ -98,7 +98,8 @@ class NSPPanel(Panel):
         self._holding = False  # set while buttons change both texts: compute once, after
         self.probability_box = widgets.VBox([])
         self.mass_box = widgets.VBox([])
-        self.explain = ExplainSection(model, tok, self._explain_request, seed=seed)  # "Does attention explain it?"
+        self.explain = ExplainSection(model, tok, self._explain_request, seed=seed,  # "Does attention explain it?"
+                                      host=self)
         store = classroom if classroom is not None else class_store()
         self.class_box = None if store is None else ClassQuestionBox(  # the teacher's question, in class mode
             store, "nsp", on_hide=self._hide_results, poll_s=class_poll_s)

@@ -9,6 +9,7 @@ import logging
 import ipywidgets as widgets
 
 from bertlab import hub
+from bertlab.inputs import echo
 from bertlab.panels.base import Panel, busy_html
 from bertlab.panels.runs import BackgroundRun, in_background
 from bertlab.panels.state import ModelState
@@ -128,12 +129,25 @@ class ModelPicker(Panel):
             if not source:
                 raise ValueError("Type a Hugging Face model name or a local folder first.")
             where = self.workspace.model_source(source)  # class mode: the cache, allowed folders, the workspace
+            listed = self.state.listed_as(where)
+            if listed is not None:  # e.g. "default": the entry the list has already, not a second copy
+                self._show_listed(source, listed)
+                return
             self.load_button.disabled = True
             self.show_message(f"Loading {source}…")
             try:
                 self._load(source, where)
             finally:
                 self.load_button.disabled = False
+
+    def _show_listed(self, source: str, listed: str) -> None:
+        """`source` is a model the list has already (as `listed`): show it, load nothing."""
+        shown = self.state.name == listed
+        if not shown:
+            self.state.switch(listed)
+        what = "is the model on show" if shown else "is in the model list already: every tab now shows it"
+        named = "" if listed == source else f" (listed as “{listed}”)"
+        self.show_message(f"{echo(source)}{named} {what}.")
 
     # -- recommended hub models -----------------------------------------------------------------
     def _on_hub_choice(self, change) -> None:

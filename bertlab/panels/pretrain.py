@@ -190,7 +190,8 @@ class PretrainPanel(Panel):
 
     def draw_example(self) -> None:
         """Mask the text with the chosen strategy, rate and seed; show it, every strategy, and re-draws."""
-        with self.reporting():
+        self.example = None  # until the new text is masked
+        with self.reporting(self.example_html, self.strategies_html, self.dynamic_html):
             text, rate, seed = self.text.value, self.rate.value, self.seed.value
             ex = mask_example(self.tok, text, self.strategy.value, rate, seed, tables=self._tables,
                               max_length=MAX_TOKENS)
@@ -384,8 +385,8 @@ class PretrainPanel(Panel):
         self._probe_text = probe if tok.mask_token in normalise_masks(probe, tok) else ""  # any case
         self._probe_every = self.probe_every.value
         self._probed_at = -1
-        if not self._probe_text:
-            self.show_run_message(f"The probe has no {tok.mask_token}: training without a probe.", "warning")
+        if not self._probe_text:  # said where the guesses would be, where it stays for the whole run
+            self.probe_html.value = note_html("warning", no_probe_text(tok))
         keeper = self._snapshot_keeper(cfg, self.trained)
         callbacks = [self._on_event, keeper, recorder]
         run = None
@@ -421,7 +422,9 @@ class PretrainPanel(Panel):
         """The loop's callback: record, then redraw when the job's throttle allows (never raises)."""
         try:
             if event.kind == "start":
-                self.show_run_message(f"Training: {event.message}. Press Stop at any time: the model so far is kept.")
+                said = event.message or "training"  # "training N steps on DEVICE, PRECISION"
+                self.show_run_message(f"{said[:1].upper()}{said[1:]}. Press Stop at any time: the model so far is "
+                                      "kept.")
                 self._maybe_probe(0)
             if event.kind == "step":
                 m = event.metrics  # ELECTRA's MLM is its generator's; an objective's pair head reports pair_acc
@@ -561,6 +564,13 @@ class PretrainPanel(Panel):
         if self.compare.runs:
             out["objectives compared"] = go.Figure(self.compare.figure)
         return out
+
+
+def no_probe_text(tok: Tokenizer) -> str:
+    """What a run without a usable probe says, in the probe's place."""
+    mask = tok.mask_token
+    return (f"The probe has no {mask}, so this run shows no guesses as it trains: put {mask} where a word "
+            f"should go (e.g. '{tok.spell(DEFAULT_PROBE_TEMPLATE)}') and press Start again to watch them.")
 
 
 def _example_notes(ex: MaskedExample, unk_token: str) -> list[tuple[Level, str]]:

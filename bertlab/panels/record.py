@@ -69,7 +69,12 @@ def session_sections(panels: Mapping[str, Panel], skip: tuple[str, ...] = ("Expo
             figures = {name: go.Figure(fig) for name, fig in panel.figures().items()}
         except Exception:  # a tab that cannot list its figures still gives its inputs
             figures = {}
-        sections.append(RecordSection(tab, widget_inputs(panel.widget), figures, attention_pages(tab, panel)))
+        try:
+            made_with = {name: model for name, model in panel.made_with().items() if name in figures}
+        except Exception:  # noqa: BLE001 (the section still names the tab's model)
+            made_with = {}
+        sections.append(RecordSection(tab, widget_inputs(panel.widget), figures, attention_pages(tab, panel),
+                                      model=panel.model_name, made_with=made_with))
     return sections
 
 

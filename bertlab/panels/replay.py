@@ -187,7 +187,7 @@ class ReplaySection(Panel):
         if self._holding:
             return
         self._show_controls()
-        with self.reporting():
+        with self.reporting(self.view_box):  # a frame that cannot be drawn takes the old one with it
             self.draw()
 
     def draw(self) -> None:

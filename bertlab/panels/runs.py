@@ -23,7 +23,7 @@ import ipywidgets as widgets
 from bertlab.inputs import InputError
 from bertlab.runtime import is_out_of_memory, out_of_memory_text, release_free_memory
 from bertlab.tasks import DataSourceError
-from bertlab.training.queue import join_queue
+from bertlab.training.queue import TEACHER_CANCELLED, CancelledByTeacher, join_queue
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ State = Literal["pending", "running", "finished", "error", "cancelled"]
 
 # errors whose message says what to change (bad settings, a missing or malformed file): shown as they are.
 # Anything else is a bug: its type is named and its traceback goes to the log.
-STUDENT_ERRORS = (ValueError, KeyError, OSError, DataSourceError)
+STUDENT_ERRORS = (ValueError, KeyError, OSError, DataSourceError, CancelledByTeacher)
 REDRAW_EVERY_S = 0.5  # live figures redraw at most this often while a run reports progress
 CPU_MAX_TRAIN, CPU_MAX_DEV = 2000, 500  # training and dev examples a CPU run keeps by default (0 = all)
 
@@ -146,10 +146,14 @@ class BackgroundRun:
             if queue is not None:
                 place = join_queue(queue)
                 if not place.wait(self.cancel_event, on_place):
+                    if getattr(place, "cancelled_by_teacher", False):
+                        raise CancelledByTeacher(TEACHER_CANCELLED)
                     self.state = "cancelled"
                     _safely(on_left_queue, self.name)
                     return
             work()
+            if place is not None and getattr(place, "cancelled_by_teacher", False):  # the teacher stopped it
+                raise CancelledByTeacher(TEACHER_CANCELLED)
             self.state = "cancelled" if self.cancelled else "finished"
         except Exception as e:
             self.state, self.error = "error", e

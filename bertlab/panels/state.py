@@ -72,6 +72,14 @@ class ModelState:
             self._tell()
         return unique
 
+    def listed_as(self, source: str | None) -> str | None:
+        """The name of the entry that loads the same model as `source` (see `bertlab.loading.source_key`:
+        "default" is the offline default, a folder by its real path), None when none does."""
+        from bertlab.loading import source_key
+
+        key = source_key(source)
+        return next((name for name, e in self.entries.items() if source_key(e.source) == key), None)
+
     def switch(self, name: str) -> None:
         """Make `name` the current model (loading it first if needed) and tell every listener."""
         entry = self.entries[name]

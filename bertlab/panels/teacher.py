@@ -18,12 +18,14 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.classroom.questions import DEFAULT_K, mask_question, nsp_question, tally
-from bertlab.classroom.store import ClassStore, Question
+from bertlab.classroom.store import Question, QuestionStore
 from bertlab.panels.base import Panel, note_html, show_figure
+from bertlab.panels.class_queue import ClassQueueView
 from bertlab.panels.classroom import POLL_LIVE_S, TAB_OF, class_store
 from bertlab.panels.page import PageAddress, projector_in_query, projector_requested
 from bertlab.panels.runs import BackgroundRun
 from bertlab.tokenizer import Tokenizer
+from bertlab.training.queue import ClassQueue
 from bertlab.viz import theme
 from bertlab.viz.classroom import plot_class_guesses
 
@@ -34,7 +36,8 @@ DEFAULT_A = "The man went to the store."
 DEFAULT_B = "He bought a gallon of milk."
 NO_STORE = ("The teacher's view needs the class store, which `bertlab serve --class N` starts: serve the class "
             "with it and open the teacher's address it prints (or set BERTLAB_CLASS_STORE to the class's "
-            "class.sqlite).")
+            "class.sqlite). On JupyterHub the hub's class service holds it: start the hub with "
+            "deploy/jupyterhub/bertlab_config.py, which sets BERTLAB_CLASS_SERVICE_URL.")
 
 
 class TeacherPanel(Panel):
@@ -44,7 +47,7 @@ class TeacherPanel(Panel):
     teaches = ("Students commit to a guess before they see the model's: push a question, watch the class's "
                "guesses gather beside the model's probabilities, then reveal it to everyone.")
 
-    def __init__(self, model: torch.nn.Module, tok: Tokenizer, store: ClassStore,
+    def __init__(self, model: torch.nn.Module, tok: Tokenizer, store: QuestionStore,
                  poll_s: float | None = POLL_LIVE_S) -> None:
         """`poll_s`: how often the store is looked at (one cheap check; None: only by `refresh()`)."""
         super().__init__()
@@ -197,8 +200,9 @@ class TeacherPage:
     `?projector=1` in the address, `bertlab serve --projector`): text and the histogram grow together,
     the histogram as wide as the page, as every tab of the dashboard does."""
 
-    def __init__(self, panel: TeacherPanel, projector: bool = False) -> None:
-        self.panel = panel
+    def __init__(self, panel: TeacherPanel, projector: bool = False, queue: ClassQueueView | None = None) -> None:
+        """`queue`: the class training queue's view, under the panel (None: the class has no queue)."""
+        self.panel, self.queue = panel, queue
         self.projector = widgets.ToggleButton(
             value=projector, description="Projector mode", tooltip="Larger text and figures for a lecture hall "
             "(also: ?projector=1 in the address, or bertlab serve --projector)", layout=widgets.Layout(width="auto"),
@@ -206,7 +210,8 @@ class TeacherPage:
         self.page = PageAddress()
         style = widgets.HTML(theme.css(), layout=widgets.Layout(display="none"))
         top = widgets.HBox([self.projector], layout=widgets.Layout(width="100%", justify_content="flex-end"))
-        self.widget = widgets.VBox([style, self.page, top, panel.widget], layout=widgets.Layout(width="100%"))
+        parts = [style, self.page, top, panel.widget] + ([queue.widget] if queue is not None else [])
+        self.widget = widgets.VBox(parts, layout=widgets.Layout(width="100%"))
         self.widget.add_class(theme.ROOT_CLASS)
         self.projector.observe(lambda change: self.set_projector(change["new"]), names="value")
         self.page.observe(self._on_page, names=["query", "width"])
@@ -248,4 +253,6 @@ def teacher_view(source: str | None = None, projector: bool | None = None) -> wi
     model, tok = load(source)
     on = projector_requested() if projector is None else projector
     theme.use(on)  # before the panel draws
-    return TeacherPage(TeacherPanel(model, tok, store), projector=on).widget
+    queue = ClassQueue.from_env()  # the class service's on a hub, the SQLite one of `bertlab serve --class`
+    view = ClassQueueView(queue) if queue is not None else None  # type: ignore[arg-type]
+    return TeacherPage(TeacherPanel(model, tok, store), projector=on, queue=view).widget

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 
 from bertlab.analysis.attribution import ExplainInput, Target
 from bertlab.analysis.predict import answer, classify, cls_vectors, entail, entities, pca_2d, split_words
+from bertlab.analysis.sample_size import examples_text, too_few
 from bertlab.analysis.targets import class_target, span_target, tag_target
 from bertlab.inputs import InputError
 from bertlab.model import Bert
@@ -32,6 +33,7 @@ from bertlab.viz.finetune import (
 from bertlab.viz.theme import FAINT, help_html
 
 PCA_SAMPLE = 200  # dev examples in the [CLS] picture
+PICKED = "the model picked above"  # the name "Use it" gives the picker's model (no run of this tab made it)
 USE_HELP = (
     "Try the model just made (or a fine-tuned model picked above) on your own text. "
     "The {cls} picture projects dev examples onto 2 axes before and after fine-tuning."  # the model's {cls}
@@ -114,17 +116,17 @@ class UsePanel(Panel):
         self.pca_box = widgets.Box([])
         self.help = widgets.HTML()
         self._label_cls(tok.cls_token if tok is not None else DEFAULT_SPECIALS["cls"])
-        self.explain = ExplainSection(None, tok, self._explain_request)  # "Does attention explain it?"
+        self.explain = ExplainSection(None, tok, self._explain_request, host=self)  # "Does attention explain it?"
         self._widget = widgets.VBox([self.help, self.header, self.view, self.message, self.explain.widget,
                                      self.pca_button, self.pca_box], layout=widgets.Layout(width="100%"))
         if model is not None and model_task(model):
-            self.show_model(model, tok, "the model picked above")
+            self.show_model(model, tok, PICKED)
         else:
             self._show_header()
 
     def set_model(self, model: Bert, tok: Tokenizer) -> None:
         if model_task(model):
-            self.show_model(model, tok, "the model picked above")
+            self.show_model(model, tok, PICKED)
 
     def _label_cls(self, cls: str) -> None:
         """Name the [CLS] picture after the tokenizer's own first token."""
@@ -135,6 +137,12 @@ class UsePanel(Panel):
     def figures(self) -> dict[str, go.Figure]:
         pca = {f"{self.tok.cls_token} PCA": self._pca_figure} if self._pca_figure is not None else {}
         return {**self._figures, **pca, **self.explain.figures()}
+
+    def made_with(self) -> dict[str, str]:
+        """Every figure here is the model just fine-tuned's, unless it is the model picked above."""
+        if self.model is None or self.name == PICKED:
+            return {}
+        return {name: self.name for name in self.figures()}
 
     def show_model(self, model: Bert, tok: Tokenizer, name: str, before: Bert | None = None,
             dev: list[Any] | None = None, task: str | None = None) -> None:
@@ -177,7 +185,8 @@ class UsePanel(Panel):
         """Run the model on the current view's input and show the result (or a message)."""
         if self.model is None or self.kind is None:
             return
-        with self.reporting():
+        self._figures = {}  # until the new result is drawn
+        with self.reporting(self.probs_box, self.entities_out, self.answer_out, self.top_spans, self.spans_box):
             notes = {"sst2": self._classify, "classification": self._classify, "nli": self._entail,
                      "ner": self._entities, "qa": self._answer}[self.kind]()
             self.show_messages(notes)
@@ -237,7 +246,8 @@ class UsePanel(Panel):
 
     # -- [CLS] before and after -------------------------------------------------------------------
     def _on_pca(self, _=None) -> None:
-        with self.reporting():
+        self._pca_figure = None  # until the new picture is drawn
+        with self.reporting(self.pca_box):
             self.show_cls_pca()
 
     def show_cls_pca(self) -> None:
@@ -252,6 +262,11 @@ class UsePanel(Panel):
         if not examples:
             raise InputError(f"No {self.task} dev examples to project: check the data source above.")
         sample = subset(examples, PCA_SAMPLE, 0, "cls pca")
+        if len(sample) < 2:  # two points make a line at best: a 2-D map needs two vectors or more
+            where = ("Raise “Max dev examples” above and fine-tune again" if self.dev else
+                     "Choose a data source above with more dev examples")
+            raise InputError(f"The {self.tok.cls_token} picture places dev examples on 2 axes, so it needs at least "
+                             f"2 of them; there is only {examples_text(len(sample), 'dev examples')}. {where}.")
         texts, texts_b = [e.text_a for e in sample], [e.text_b for e in sample]
         id2label = self.model.config.id2label
         labels = [str(id2label[e.label]) for e in sample]
@@ -265,7 +280,9 @@ class UsePanel(Panel):
         self._pca_figure = fig
         show_figure(self.pca_box, fig)
         note = "" if self.before is not None else " Fine-tune here to see it before and after."
-        self.show_message(f"{self.tok.cls_token} of {len(sample)} dev examples, coloured by their gold label.{note}")
+        few = too_few(len(sample), "dev examples")
+        self.show_messages([("info", f"{self.tok.cls_token} of {examples_text(len(sample), 'dev examples')}, coloured "
+                                     f"by their gold label.{note}")] + ([("warning", few)] if few else []))
 
 
 def explain_choices(kind: str | None, ner_text: str, limit: int = 60) -> list[str]:

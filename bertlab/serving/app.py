@@ -19,12 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import voila.app
+from jupyter_server.auth.logout import LogoutHandler
+from jupyter_server.services.contents.largefilemanager import LargeFileManager
 from jupyter_server.services.kernels.handlers import KernelHandler
 from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 from traitlets import Bool, Integer, List, Unicode
 from voila.app import Voila
 from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
+from voila.static_file_handler import TemplateStaticFileHandler
 from voila.tornado.handler import TornadoVoilaHandler
 
 from bertlab.serving import PASSWORD_HASH_ENV, STATUS_PATH, TOKEN_ENV
@@ -40,15 +43,35 @@ from bertlab.serving.guard import (
 from bertlab.serving.handlers import (
     PLOTLY_BUNDLE,
     ClassPageHandler,
+    LogoutRedirectHandler,
     OwnerKernelHandler,
     OwnerShutdownHandler,
     PlotlyBundleHandler,
     StatusHandler,
+    TemplateFileHandler,
 )
 from bertlab.serving.kernels import class_kernel_manager_factory
 from bertlab.settings import PLOTLY_BUNDLE_PATH
 
 TEMPLATES_ROOT = Path(__file__).resolve().parent / "templates"  # laid out like share/jupyter
+PACKAGE_ROOT = Path(os.path.realpath(Path(__file__).parent.parent))  # bertlab/: its notebooks are trusted
+
+
+class ShippedNotebooksTrusted(LargeFileManager):
+    """Voila's contents manager, trusting the notebooks bertlab ships (its dashboards: outputs stripped, so
+    there is nothing in them to trust or not) without a "Notebook ... is not trusted" line in the teacher's
+    terminal at every page. Any other notebook (`--app` a teacher's own) is checked as Voila checks it."""
+
+    def mark_trusted_cells(self, nb, path: str = "") -> None:
+        if _shipped(Path(self.root_dir, path)):
+            self.notary.mark_cells(nb, True)
+        else:
+            super().mark_trusted_cells(nb, path)
+
+
+def _shipped(path: Path) -> bool:
+    """Whether `path` is a file of the bertlab package itself."""
+    return Path(os.path.realpath(path)).is_relative_to(PACKAGE_ROOT)
 
 
 class BertlabVoila(Voila):
@@ -80,14 +103,16 @@ class BertlabVoila(Voila):
     def init_settings(self) -> dict:
         with _swapped(voila.app, "voila_kernel_manager_factory",
                       class_kernel_manager_factory(self.max_kernels or None,
-                                                   self.max_per_client or None)):
+                                                   self.max_per_client or None)), \
+                _swapped(voila.app, "LargeFileManager", ShippedNotebooksTrusted):
             settings = super().init_settings()
         settings["bertlab_class_size"] = self.class_size or None
         return settings
 
     def init_handlers(self) -> list:
         ours = {TornadoVoilaHandler: ClassPageHandler, VoilaShutdownKernelHandler: OwnerShutdownHandler,
-                KernelHandler: OwnerKernelHandler}
+                KernelHandler: OwnerKernelHandler, TemplateStaticFileHandler: TemplateFileHandler,
+                LogoutHandler: LogoutRedirectHandler}
         handlers = [(h[0], ours.get(h[1], h[1]), *h[2:]) for h in super().init_handlers()]
         bundle = (re.escape(url_path_join(self.server_url, PLOTLY_BUNDLE_PATH)) + "()",  # one file, no path part
                   PlotlyBundleHandler, {"path": str(PLOTLY_BUNDLE.parent)})

@@ -5,14 +5,18 @@ shutdown by the page that owns the kernel only, and a status report."""
 from __future__ import annotations
 
 import json
+import posixpath
 from pathlib import Path
 
 import plotly
 import tornado.web
+from jupyter_server.auth.decorator import allow_unauthenticated
+from jupyter_server.auth.logout import LogoutHandler
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.services.kernels.handlers import KernelHandler
 from jupyter_server.utils import url_path_join
 from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
+from voila.static_file_handler import TemplateStaticFileHandler
 from voila.tornado.handler import TornadoVoilaHandler
 
 from bertlab.serving.kernels import PAGE_REQUEST, ClassFullError, PageRequest
@@ -161,3 +165,33 @@ class PlotlyBundleHandler(tornado.web.StaticFileHandler):
     def set_extra_headers(self, path: str) -> None:
         self.set_header("Content-Type", "text/javascript; charset=utf-8")
         self.set_header("Cache-Control", "public, max-age=3600")
+
+
+class TemplateFileHandler(TemplateStaticFileHandler):
+    """Voila's `/voila/templates/<template>/static/<file>`, answering 404 to any other path. Voila's own
+    handler meets one with a failed unpacking or assertion (e.g. `/voila/templates/..%2f..`): a 500 and
+    a traceback in the teacher's terminal."""
+
+    def parse_url_path(self, path: str) -> str:
+        parts = path.split("/", 2)
+        normal = posixpath.normpath(path).split("/", 2)  # what Voila's get_absolute_path reads
+        if (len(parts) != 3 or parts[1] != "static" or parts[0] in ("", ".", "..")
+                or normal[:2] != parts[:2] or len(normal) != 3):
+            raise tornado.web.HTTPError(404)
+        return super().parse_url_path(path)
+
+    def validate_absolute_path(self, root: str, absolute_path: str) -> str | None:
+        if not self.roots:  # no such template: Voila's handler would fail an assertion
+            raise tornado.web.HTTPError(404)
+        return super().validate_absolute_path(root, absolute_path)
+
+
+class LogoutRedirectHandler(LogoutHandler):
+    """`/logout`: forget the login and go back to the page (which asks for the password again when there
+    is one). jupyter_server's handler renders a page template that Voila's server cannot draw (no static
+    path): a 500 and a traceback in the teacher's terminal."""
+
+    @allow_unauthenticated
+    def get(self) -> None:
+        self.identity_provider.clear_login_cookie(self)
+        self.redirect(self.base_url)

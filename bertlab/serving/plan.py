@@ -76,7 +76,9 @@ class ServePlan:
             "--KernelManager.transport=ipc",
             # Figures are widgets whose code comes from the server's plotly bundle (env below):
             # plotly's JupyterLab extension, a second copy of plotly.js for the page to parse, is unused.
-            f"--VoilaConfiguration.extension_denylist={list(UNUSED_LABEXTENSIONS)!r}",
+            # A list option is given once per item: traitlets deprecates the "=['a', 'b']" form, and says
+            # so in the teacher's terminal at every start.
+            *(f"--VoilaConfiguration.extension_denylist={name}" for name in UNUSED_LABEXTENSIONS),
         ]
         if self.pool_size > 0:
             # Kernels run the notebook before anyone asks, so a page need not wait for one to start.
@@ -92,7 +94,7 @@ class ServePlan:
         if self.fork_kernels:
             cmd.append("--BertlabVoila.fork_kernels=True")
         if self.allow_hosts:
-            cmd.append("--BertlabVoila.allowed_hosts=" + repr(list(self.allow_hosts)))
+            cmd += [f"--BertlabVoila.allowed_hosts={host}" for host in self.allow_hosts]
         if not self.open_browser:
             cmd.append("--no-browser")
         return cmd

@@ -89,11 +89,12 @@ def plot_variants(variants: Sequence[Mapping[str, Any]], batch: int = 1, style: 
         fig.add_trace(go.Scatter(
             x=[round(v[key], 2) for v in mine], y=[round(v["score"], DECIMALS) if v.get("score") is not None else None
                                                    for v in mine],
-            mode="markers+text", name=method, text=[v["name"] for v in mine], textposition="top center",
+            mode="markers+text", name=method, text=[v.get("label", v["name"]) for v in mine],
+            textposition="top center",
             marker=dict(color=t.color(n), size=[8 + 40 * math.sqrt(_size(v) / biggest) for v in mine],
                         line=dict(color="white", width=1)),
-            customdata=[[round(_size(v), 1), v["heads"], v["layers"]] for v in mine],
-            hovertemplate="%{text}: %{x} ms, score %{y:.3f}, %{customdata[0]} MB, %{customdata[2]} layers, "
+            customdata=[[round(_size(v), 1), v["heads"], v["layers"], html.escape(v["name"])] for v in mine],
+            hovertemplate="%{customdata[3]}: %{x} ms, score %{y:.3f}, %{customdata[0]} MB, %{customdata[2]} layers, "
                           "%{customdata[1]} heads<extra></extra>",
         ))
     fig.update_layout(height=380, width=720, plot_bgcolor="white", margin=dict(l=60, r=20, t=40, b=50),

@@ -31,7 +31,7 @@ table.meta td, table.inputs td { border: 1px solid #dde3ea; padding: 4px 10px; v
 table.meta td:first-child, table.inputs td:first-child { background: #f3f6f9; font-weight: 600; white-space: nowrap; }
 td.value { white-space: pre-wrap; word-break: break-word; }
 iframe.attention { width: 100%; height: 720px; border: 1px solid #dde3ea; }
-.figure { overflow-x: auto; } .note { color: #555; font-size: 0.9em; }
+.figure { overflow-x: auto; } .note { color: #555; font-size: 0.9em; } .other-model { color: #a34700; }
 """
 
 
@@ -43,6 +43,8 @@ class RecordSection:
     inputs: list[tuple[str, str]] = field(default_factory=list)  # (label, value) as on the tab
     figures: dict[str, go.Figure] = field(default_factory=dict)
     attention_pages: dict[str, str] = field(default_factory=dict)  # name -> a standalone attention view page
+    model: str = ""  # the model the tab drew with ("" when unknown)
+    made_with: dict[str, str] = field(default_factory=dict)  # figure name -> its model, where not `model`
 
 
 @dataclass
@@ -61,7 +63,7 @@ def lab_record_html(header: RecordHeader, sections: list[RecordSection]) -> str:
     """The record as one HTML page (plotly.js inlined once, attention views embedded): opens offline."""
     made = header.made or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     meta = [("Student", header.student)] if header.student.strip() else []
-    meta += [("Model", header.model), *header.details]
+    meta += [("Model picked", header.model), *header.details]
     meta += [("Seed" + ("s" if len(header.seeds) > 1 else ""),
               "\n".join(f"{where} = {seed}" for where, seed in header.seeds.items()))] if header.seeds else []
     meta += [("Made", made)]
@@ -72,11 +74,15 @@ def lab_record_html(header: RecordHeader, sections: list[RecordSection]) -> str:
     n = 0
     for section in shown:
         body.append(f"<h2>{html.escape(section.tab)}</h2>")
+        if section.model:
+            body.append(_made_with(section.model, header.model))
         if section.inputs:
             body.append(_table(section.inputs, "inputs"))
         for name, fig in section.figures.items():
             n += 1
             body.append(f"<h3>{html.escape(name)}</h3>")
+            if section.made_with.get(name):
+                body.append(_made_with(section.made_with[name], section.model or header.model, "figure"))
             div = pio.to_html(go.Figure(fig), include_plotlyjs=False, full_html=False, include_mathjax=False,
                               div_id=f"bertlab-figure-{n}", config={"displaylogo": False})
             body.append(f'<div class="figure">{div}</div>')
@@ -90,6 +96,15 @@ def lab_record_html(header: RecordHeader, sections: list[RecordSection]) -> str:
         f"<title>{html.escape(header.title)}</title>\n<style>{_STYLE}</style>\n"
         f"<script>{plotly_js}</script>\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n"
     )
+
+
+def _made_with(model: str, picked: str, what: str = "tab") -> str:
+    """Which model a tab's (or a figure's) views were made with; said louder when it is not `picked`."""
+    if model == picked:
+        return f'<p class="note">Made with <b>{html.escape(model)}</b>.</p>'
+    why = ("this tab last drew before another model was picked, and was not opened again" if what == "tab"
+           else f"not the tab's model, {html.escape(picked)}")
+    return f'<p class="note other-model">Made with <b>{html.escape(model)}</b> ({why}).</p>'
 
 
 def _table(rows: list[tuple[str, str]], cls: str) -> str:

@@ -9,11 +9,15 @@ Used by
 
 Each student's server is a Jupyter server with Voila's server extension; the dashboard notebook
 sits in the student's home (a link to the installed one), so `/user/<name>/voila/render/bertlab.ipynb`
-is the dashboard.
+is the dashboard. The hub also starts bertlab's class service (`python -m bertlab.hubservice`): the
+teacher's questions and the class's training queue for every student's server; the teacher (a member
+of the hub group `teachers`, or a hub admin) pushes questions from `/user/<name>/voila/render/teacher.ipynb`.
 """
 
+import importlib.util
 import logging
 import os
+import sys
 
 c = get_config()  # noqa: F821  (JupyterHub runs this file with get_config defined)
 
@@ -30,17 +34,45 @@ CLASS_ENV = {
 }
 c.Spawner.environment.update(CLASS_ENV)
 
-# Class-wide state (the training queue) lives in one folder that every student's server can
-# write, made by the admin (deploy/tljh/README.md, step 4). One machine only: SQLite in WAL mode
-# needs all its users on the same host (deploy/README.md says what that means on Kubernetes).
-# Without the folder (or with BERTLAB_HUB_STATE="" in the hub's environment) there is no class
-# queue: training runs start at once.
+# -- the class service: the teacher's questions, the students' guesses and the training queue ------
+# One small HTTP service that the hub starts and authenticates (bertlab.hubservice), holding the class
+# store and the queue in its own SQLite file; every student's server reaches it with its own hub
+# token (BERTLAB_CLASS_SERVICE_URL below), so the teacher's push reaches every student whether their
+# servers share a disk (one server, TLJH) or not (Kubernetes). Students never write its file.
+CLASS_SERVICE = "bertlab-class"  # bertlab.hubservice.SERVICE_NAME (not imported: the hub may lack bertlab)
+# The service's address as the students' servers reach it (on Kubernetes: http://hub:10101, values.yaml).
+CLASS_SERVICE_URL = os.environ.get("BERTLAB_CLASS_SERVICE_ADDRESS", "http://127.0.0.1:10101")
+TEACHER_GROUP = os.environ.get("BERTLAB_TEACHER_GROUP", "teachers")  # hub group; hub admins teach too
+# Its SQLite file, in a folder only the hub's account writes (made by the admin, deploy/tljh/README.md).
 STATE_DIR = os.environ.get("BERTLAB_HUB_STATE", "/srv/bertlab/state")
-if STATE_DIR and os.path.isdir(STATE_DIR):
-    c.Spawner.environment.update({"BERTLAB_QUEUE": os.path.join(STATE_DIR, "queue.sqlite")})
-elif STATE_DIR:
+# The Python that has bertlab: the hub's own, or TLJH's students' environment when the hub's lacks it.
+SERVICE_PYTHON = os.environ.get("BERTLAB_SERVICE_PYTHON") or (
+    sys.executable if importlib.util.find_spec("bertlab") is not None else "/opt/tljh/user/bin/python")
+SLOTS = os.environ.get("BERTLAB_QUEUE_SLOTS", "")  # training runs of the whole class at once (default: cores)
+
+if not os.path.isdir(STATE_DIR):
     logging.getLogger("JupyterHub").warning(
-        "bertlab: no folder %s for the class queue; students' training runs are not queued", STATE_DIR)
+        "bertlab: no folder %s for the class service's file; it starts in the hub's folder instead", STATE_DIR)
+c.JupyterHub.services.append({
+    "name": CLASS_SERVICE,
+    "url": CLASS_SERVICE_URL,
+    "command": [SERVICE_PYTHON, "-m", "bertlab.hubservice"],
+    "environment": {
+        "BERTLAB_CLASS_SERVICE_DB": os.path.join(STATE_DIR if os.path.isdir(STATE_DIR) else ".",
+                                                 "bertlab-class.sqlite"),
+        "BERTLAB_TEACHER_GROUPS": TEACHER_GROUP,
+        **({"BERTLAB_QUEUE_SLOTS": SLOTS} if SLOTS else {}),
+    },
+    "display": False,  # an API for the students' servers, not a page
+})
+# The service asks the hub whether a user is an admin (a server's token cannot say).
+c.JupyterHub.load_roles.append({"name": "bertlab-class-service", "services": [CLASS_SERVICE], "scopes": ["read:users"]})
+# Every user, and their server's token (what the kernels hold), may reach the service; the service itself
+# decides who teaches.
+CLASS_ACCESS = f"access:services!service={CLASS_SERVICE}"
+c.JupyterHub.extra_user_scopes.add(CLASS_ACCESS)  # a set
+c.Spawner.server_token_scopes = ["users:activity!user", "access:servers!server", CLASS_ACCESS]  # the `server` role's + it
+c.Spawner.environment.update({"BERTLAB_CLASS_SERVICE_URL": f"{CLASS_SERVICE_URL}/services/{CLASS_SERVICE}/"})
 
 # Kernels of closed pages: Voila cannot shut them down itself (its shutdown POST is refused),
 # so the student's server culls idle kernels that no page is connected to. An open page's kernel

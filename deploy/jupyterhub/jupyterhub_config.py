@@ -19,13 +19,17 @@ c = get_config()  # noqa: F821  (JupyterHub runs this file with get_config defin
 load_subconfig(os.path.join(os.path.dirname(__file__), "bertlab_config.py"))  # noqa: F821
 
 DASHBOARD = c.Spawner.default_url.rsplit("/", 1)[-1]  # bertlab_config.py's, e.g. bertlab.ipynb
+TEACHER_DASHBOARD = "teacher.ipynb"  # the teacher's view, linked into teachers' homes
+TEACHER_GROUP = os.environ.get("BERTLAB_TEACHER_GROUP", "teachers")  # as bertlab_config.py reads it
 
 # -- the hub ------------------------------------------------------------------------------------
 c.JupyterHub.bind_url = "http://:8000"  # put HTTPS in front of it, or set ssl_cert/ssl_key
 c.JupyterHub.db_url = "sqlite:////srv/jupyterhub/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = "/srv/jupyterhub/jupyterhub_cookie_secret"
 c.Authenticator.allowed_users = set()  # fill in, or use a group: c.PAMAuthenticator.allowed_groups
-c.Authenticator.admin_users = set()  # the teacher(s)
+c.Authenticator.admin_users = set()  # the hub's admins (they also teach, unless BERTLAB_ADMINS_TEACH=0)
+# The teachers: members of this group push questions and run the class queue (bertlab_config.py).
+c.JupyterHub.load_groups = {TEACHER_GROUP: {"users": []}}  # fill in, e.g. {"users": ["tess"]}
 
 # -- each student's server ------------------------------------------------------------------------
 # The single-user server of this Python environment, whatever PATH the hub was started with.
@@ -50,24 +54,31 @@ else:
     c.Spawner.args.append(f"--VoilaConfiguration.template={TEMPLATE}")
 
 
-def dashboard_source() -> Path:
-    """The dashboard notebook installed with bertlab in the hub's Python environment."""
+def dashboard_source(name: str = DASHBOARD) -> Path:
+    """A dashboard notebook installed with bertlab in the hub's Python environment."""
     from bertlab.cli import find_app
 
-    return find_app(DASHBOARD)
+    return find_app(name)
+
+
+def teaches(user) -> bool:
+    """Whether the hub user is a teacher as the class service decides it: in the group, or an admin."""
+    return user.admin or TEACHER_GROUP in {group.name for group in user.groups}
 
 
 def link_dashboard(spawner) -> None:
-    """Put a link to the installed dashboard in the student's home (the server's root folder),
-    replacing an old link; a real file of that name (a teacher's own version) is left alone."""
+    """Put a link to the installed dashboard in the student's home (the server's root folder), and the
+    teacher's view in a teacher's, replacing old links; a real file of that name (a teacher's own
+    version) is left alone."""
     home = Path(getattr(spawner, "home_dir", "") or pwd.getpwnam(spawner.user.name).pw_dir)
     home.mkdir(parents=True, exist_ok=True)
-    link = home / DASHBOARD
-    if link.is_symlink():
-        link.unlink()
-    elif link.exists():
-        return
-    link.symlink_to(dashboard_source())
+    for name in (DASHBOARD, TEACHER_DASHBOARD) if teaches(spawner.user) else (DASHBOARD,):
+        link = home / name
+        if link.is_symlink():
+            link.unlink()
+        elif link.exists():
+            continue
+        link.symlink_to(dashboard_source(name))
 
 
 c.Spawner.pre_spawn_hook = link_dashboard
@@ -79,10 +90,8 @@ try:
 except ImportError:
     pass
 else:
-    c.JupyterHub.load_roles = [
+    c.JupyterHub.load_roles.append(
         {"name": "idle-culler", "scopes": ["list:users", "read:users:activity", "read:servers", "delete:servers"],
-         "services": ["idle-culler"]},
-    ]
-    c.JupyterHub.services = [
-        {"name": "idle-culler", "command": [sys.executable, "-m", "jupyterhub_idle_culler", "--timeout=3600"]},
-    ]
+         "services": ["idle-culler"]})
+    c.JupyterHub.services.append(
+        {"name": "idle-culler", "command": [sys.executable, "-m", "jupyterhub_idle_culler", "--timeout=3600"]})
