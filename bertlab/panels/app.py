@@ -81,7 +81,7 @@ class App:
         self.projector.observe(lambda change: self.set_projector(change["new"]), names="value")
         self.page = PageAddress()
         self.page.observe(self._on_page, names=["query", "width"])
-        style = widgets.HTML(theme.css(), layout=widgets.Layout(display="none"))
+        style = widgets.HTML(theme.css([title for title, _ in tabs]), layout=widgets.Layout(display="none"))
         self.picker.widget.layout.flex, self.picker.widget.layout.width = "1 1 0%", "auto"
         top = widgets.HBox([self.picker.widget, self.projector], layout=widgets.Layout(width="100%"))
         self.widget = widgets.VBox([style, self.page, top, self.tabs], layout=widgets.Layout(width="100%"))

@@ -57,19 +57,20 @@ class ModelPicker(Panel):
         self.workspace = workspace or Workspace.for_session()
         self.choice = widgets.Dropdown(
             options=list(state.entries), value=state.name, description="Model",
-            layout=widgets.Layout(width="min(100%, 420px)"),
+            layout=widgets.Layout(flex="0 1 auto"),  # as wide as the longest name, shrinking before Load wraps
         )
         self.source = widgets.Text(
             placeholder="cached hub name, shared folder or runs/..." if self.workspace.confined
-            else "hub name or local folder", layout=widgets.Layout(width="min(100%, 360px)"),
+            else "hub name or local folder", layout=widgets.Layout(width="auto", flex="1 1 160px", max_width="360px"),
         )
-        self.load_button = widgets.Button(description="Load", tooltip="Load this model and show it in every tab")
+        self.load_button = widgets.Button(description="Load", tooltip="Load this model and show it in every tab",
+                                          layout=widgets.Layout(width="auto", flex="0 0 auto"))
         self.card = widgets.HTML(model_card(state.model, state.name))
         self._syncing = False  # True while _on_state rewrites the dropdown (its changes are not the student's)
         self.help = widgets.HTML(help_html(CLASS_HELP if self.workspace.confined else HELP))
         # Recommended hub models: size, download progress, then load (in a background thread).
         self.hub_choice = widgets.Dropdown(options=hub_options(self.workspace.confined), value="",
-                                           description="Hub", layout=widgets.Layout(width="min(100%, 420px)"))
+                                           description="Hub", layout=widgets.Layout(flex="0 1 auto"))
         self.get_button = widgets.Button(description="Download and load", disabled=True,
                                          tooltip="Download the files bertlab reads (once), then load the model",
                                          layout=widgets.Layout(width="auto"))
@@ -83,7 +84,7 @@ class ModelPicker(Panel):
         self.source.continuous_update = False
         state.observe(self._on_state)
         self._widget = widgets.VBox(
-            [widgets.HBox([self.choice, self.source, self.load_button]),
+            [widgets.HBox([self.choice, self.source, self.load_button], layout=widgets.Layout(flex_flow="row nowrap")),
              widgets.HBox([self.hub_choice, self.get_button, self.progress, self.hub_info],
                           layout=widgets.Layout(flex_flow="row wrap", align_items="center")),
              self.card, self.message],
