@@ -161,3 +161,24 @@ def test_a_finished_runs_freed_memory_goes_back_when_its_model_joins(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     before, after = (float(x) for x in out.stdout.split()[-2:])
     assert before - after > 50, (before, after)
+
+
+def test_follow_page_switches_on_the_address_and_redraws_on_a_resize_in_projector_mode():
+    from bertlab.panels.page import follow_page
+    from bertlab.viz import theme
+
+    asked, redraws = [], []
+    follow = lambda name, new: follow_page({"name": name, "new": new}, asked.append, lambda: redraws.append(1))  # noqa: E731
+    try:
+        theme.use(False)
+        follow("query", "?projector=1")
+        follow("query", "?other=1")  # says nothing about projector mode
+        follow("width", 1200)  # the normal page does not redraw on a resize
+        assert asked == [True] and redraws == []
+        theme.use(True, page_width=900)
+        follow("query", "?projector=1")  # already on
+        follow("width", 920)  # less than 40 px: no redraw
+        follow("width", 1200)
+        assert asked == [True] and redraws == [1] and theme.current().page_width == 1200
+    finally:
+        theme.use(False)

@@ -18,6 +18,7 @@ from bertlab.panels.base import Panel, busy_html, note_html
 from bertlab.panels.page import (  # noqa: F401 (PROJECTOR_PARAM, projector_requested: imported from here too)
     PROJECTOR_PARAM,
     PageAddress,
+    follow_page,
     projector_in_query,
     projector_requested,
 )
@@ -109,15 +110,7 @@ class App:
         self._catch_up(self.tabs_spec[self.tabs.selected_index][0])
 
     def _on_page(self, change) -> None:
-        if change["name"] == "query":
-            asked = projector_in_query(change["new"])
-            if asked is not None and asked != theme.is_projector():
-                self.set_projector(asked)
-                return
-        if change["name"] == "width" and change["new"] and theme.is_projector():
-            if abs(theme.current().page_width - change["new"]) >= 40:  # the window was resized
-                theme.use(True, page_width=change["new"])
-                self._redraw()
+        follow_page(change, self.set_projector, self._redraw)
 
     # -- tabs -------------------------------------------------------------------------------
     def open(self, index: int) -> Panel | None:

@@ -22,7 +22,7 @@ from bertlab.classroom.store import Question, QuestionStore
 from bertlab.panels.base import Panel, note_html
 from bertlab.panels.class_queue import ClassQueueView
 from bertlab.panels.classroom import POLL_LIVE_S, TAB_OF, class_store
-from bertlab.panels.page import PageAddress, projector_in_query, projector_requested
+from bertlab.panels.page import PageAddress, follow_page, projector_requested
 from bertlab.panels.runs import BackgroundRun
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.queue import ClassQueue
@@ -232,13 +232,7 @@ class TeacherPage:
         self.panel.redraw()
 
     def _on_page(self, change) -> None:
-        if change["name"] == "query":
-            asked = projector_in_query(change["new"])
-            if asked is not None and asked != theme.is_projector():
-                self.set_projector(asked)
-        elif change["new"] and theme.is_projector() and abs(theme.current().page_width - change["new"]) >= 40:
-            theme.use(True, page_width=change["new"])  # the window was resized
-            self.panel.redraw()
+        follow_page(change, self.set_projector, self.panel.redraw)
 
 
 def teacher_view(source: str | None = None, projector: bool | None = None) -> widgets.Widget:
