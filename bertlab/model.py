@@ -480,6 +480,9 @@ class HookedModel(nn.Module):
     @classmethod
     def check_family(cls, config: BertConfig) -> None:
         """Refuse (ConfigError) a config of another family: each family's model class builds its own."""
+        if not hasattr(cls, "FAMILY"):  # the family modules hand each class its record when they are imported
+            raise ConfigError(f"{cls.__name__} has no family record yet: import bertlab.families (bertlab.load "
+                              f"and bertlab.training do) before building a model from its class.")
         if config.model_type != cls.FAMILY.name:
             raise ConfigError(f"model_type {str(config.model_type)[:40]!r} is not {cls.FAMILY.name!r}: a "
                               f"{cls.__name__} builds {cls.FAMILY.display} models "
