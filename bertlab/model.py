@@ -348,8 +348,9 @@ class BertModel(nn.Module):
 
 
 def _additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """[batch, seq] of 1 (read) / 0 (padding) -> additive [batch, 1, 1, seq]; None when nothing is padded."""
-    if attention_mask is None or bool(attention_mask.all()):
+    """[batch, seq] of 1 (read) / 0 (padding) -> additive [batch, 1, 1, seq]; None when nothing is padded (looked
+    at on the CPU only: on a GPU the look would wait for the device, and a mask of zeros costs less)."""
+    if attention_mask is None or (attention_mask.device.type == "cpu" and bool(attention_mask.all())):
         return None
     keep = attention_mask[:, None, None, :].to(dtype)
     return (1.0 - keep) * torch.finfo(dtype).min
