@@ -348,8 +348,9 @@ class BertModel(nn.Module):
 
 
 def _additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """[batch, seq] of 1 (read) / 0 (padding) -> additive [batch, 1, 1, seq]; None when nothing is padded."""
-    if attention_mask is None or bool(attention_mask.all()):
+    """[batch, seq] of 1 (read) / 0 (padding) -> additive [batch, 1, 1, seq]; None when nothing is padded (looked
+    at on the CPU only: on a GPU the look would wait for the device, and a mask of zeros costs less)."""
+    if attention_mask is None or (attention_mask.device.type == "cpu" and bool(attention_mask.all())):
         return None
     keep = attention_mask[:, None, None, :].to(dtype)
     return (1.0 - keep) * torch.finfo(dtype).min
@@ -480,6 +481,9 @@ class HookedModel(nn.Module):
     @classmethod
     def check_family(cls, config: BertConfig) -> None:
         """Refuse (ConfigError) a config of another family: each family's model class builds its own."""
+        if not hasattr(cls, "FAMILY"):  # the family modules hand each class its record when they are imported
+            raise ConfigError(f"{cls.__name__} has no family record yet: import bertlab.families (bertlab.load "
+                              f"and bertlab.training do) before building a model from its class.")
         if config.model_type != cls.FAMILY.name:
             raise ConfigError(f"model_type {str(config.model_type)[:40]!r} is not {cls.FAMILY.name!r}: a "
                               f"{cls.__name__} builds {cls.FAMILY.display} models "
