@@ -29,6 +29,7 @@ PRESETS = {
 
 
 def main() -> None:
+    import bertlab.families  # noqa: F401 (hands the model classes their family records)
     from bertlab.config import BertConfig
     from bertlab.model import Bert
 

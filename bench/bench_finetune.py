@@ -18,6 +18,8 @@ autocast where the device multiplies bf16 natively (a GPU; a CPU with AVX-512 BF
                     "auto", what `bertlab finetune` runs
   bertlab-fp32      the same in fp32: like for like with `hf-grouped` on a CPU
   bertlab-shuffled  the same loop (precision "auto") with its default seeded shuffle (no bucketing)
+  bertlab-padded    `bertlab` with the encoder's packing off (`model.bert.packing = False`): every padded
+                    position computed, as before training packed the real tokens
   hf                `Trainer` + `BertForSequenceClassification` (attn_implementation="sdpa") with the
                     default `DataCollatorWithPadding` and random batches, HF's default precision
   hf-grouped        the same with `train_sampling_strategy="group_by_length"` (HF's own bucketing)
@@ -70,7 +72,7 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "minilm": (6, 384, 12, 1536),  # the offline default's shape (all-MiniLM-L6-v2)
     "base": (12, 768, 12, 3072),  # BERT-base
 }
-VARIANTS = ("bertlab", "bertlab-fp32", "bertlab-shuffled", "hf", "hf-grouped", "hf-grouped-bf16")
+VARIANTS = ("bertlab", "bertlab-fp32", "bertlab-shuffled", "bertlab-padded", "hf", "hf-grouped", "hf-grouped-bf16")
 BASELINES = ("hf", "hf-grouped", "hf-grouped-bf16")  # the speed-ups are over these
 LR = 2e-5
 RESULT = "RESULT "  # prefix of the worker's JSON line
@@ -182,12 +184,13 @@ def prepare_bertlab(spec: Mapping[str, Any], tok: Any, counting: CountingCollate
                             num_attention_heads=heads, intermediate_size=inter, pad_token_id=tok.pad_token_id,
                             task="sequence_classification", id2label=SST2_LABELS))
     counting.fn = functools.partial(collate, pad_token_id=tok.pad_token_id)
+    model.bert.packing = spec["variant"] != "bertlab-padded"
 
     precision = variant_precision(spec["variant"], torch.device(spec["device"]))
 
     def run(features: list, steps: int | None) -> None:
         sampler = None
-        if spec["variant"] in ("bertlab", "bertlab-fp32"):
+        if spec["variant"] in ("bertlab", "bertlab-fp32", "bertlab-padded"):
             sampler = BucketBatchSampler([len(f) for f in features], spec["batch"],
                                          bucket_batches=bucket_batches(len(features), spec["batch"]), seed=spec["seed"])
         epoch_steps = len(features) // spec["batch"]

@@ -639,9 +639,43 @@ def rush() -> str:
     return "\n".join(rows)
 
 
+def cls_only() -> str:
+    """A sentence classifier's training step with its last layer for [CLS] alone (bench/bench_cls_only.py)."""
+    d = _load("cls_only")
+    m = d["meta"]
+    rows = ["| shape | precision | batch × padded length | every position, ms/step | [CLS] alone, ms/step | speed-up "
+            "| largest logit difference (fp32) |", "|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        rows.append(f"| {r['preset']} | {r['precision']} | {r['batch']} × {r['seq']} | {_num(r['all_positions_ms'])} "
+                    f"| {_num(r['cls_only_ms'])} | {r['speedup']:.2f} | {r['max_logit_diff_fp32']:.1e} |")
+    load = m.get("load_avg_start", [None])[0]
+    rows += ["", f"Forward + backward + AdamW, the two paths taking turns step by step, median of {m['steps']} steps "
+             f"each, {m['threads']} thread, load average {load} at the start (`python bench/bench_cls_only.py`)."]
+    return "\n".join(rows)
+
+
+def packing() -> str:
+    """Training with the real tokens packed against the padded path (bench/bench_packing.py)."""
+    d = _load("packing")
+    m = d["meta"]
+    rows = ["| shape | precision | batch × padded length | padding | padded, ms/step | packed, ms/step | speed-up "
+            "| largest logit difference |", "|---|---|---|---|---|---|---|---|"]
+    for r in d["rows"]:
+        rows.append(f"| {r['preset']} | {r['precision']} | {r['batch']} × {r['seq']} | {100 * r['padding']:.1f} % "
+                    f"| {_num(r['padded_ms'])} | {_num(r['packed_ms'])} | {r['speedup']:.2f} "
+                    f"| {r['max_logit_diff_fp32']:.1e} |")
+    start, end = m["load_avg_start"][0], m["load_avg_end"][0]
+    rows += ["", f"Forward + backward + AdamW of a sentence classifier, the two paths taking turns step by step, "
+             f"median of {m['steps']} steps each, {m['threads']} thread, load average {start} at the start and {end} "
+             "at the end (`python bench/bench_packing.py`). On a shared machine these ratios move from run to run."]
+    return "\n".join(rows)
+
+
 BLOCKS: dict[str, Callable[[], str]] = {
     "default-heads": default_heads,
     "gpu": gpu,
+    "cls-only": cls_only,
+    "packing": packing,
     "probes": probes,
     "dashboard": dashboard,
     "pretrain": pretrain,

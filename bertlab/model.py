@@ -126,6 +126,26 @@ class AttentionHooks(nn.Module):
         return any(p.active for p in points) and all(reads_only(p) for p in points)
 
 
+class Packing:
+    """The real tokens of a padded batch, packed: the encoder's linears, LayerNorms and feed-forward then run on
+    [1, tokens, d] with no padding in them, and attention pads q, k and v back to [batch, seq] for the scores
+    (MosaicBERT and ModernBERT train this way). `BertModel` packs while training, when no hook is watching."""
+
+    def __init__(self, attention_mask: torch.Tensor, dtype: torch.dtype):
+        self.batch, self.seq = attention_mask.shape
+        self.index = attention_mask.reshape(-1).nonzero().squeeze(1)  # flat positions of the real tokens
+        self.additive = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """[batch, seq, ...] -> [1, tokens, ...]."""
+        return x.reshape(self.batch * self.seq, *x.shape[2:]).index_select(0, self.index)[None]
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """[1, tokens, ...] -> [batch, seq, ...], zeros at the padding."""
+        flat = x.new_zeros(self.batch * self.seq, *x.shape[2:]).index_copy(0, self.index, x[0])
+        return flat.view(self.batch, self.seq, *x.shape[2:])
+
+
 def attend(
     hp: AttentionHooks, x: torch.Tensor, query: nn.Module, key: nn.Module, value: nn.Module,
     mask: torch.Tensor | None, head_mask: torch.Tensor | None, dropout: nn.Dropout,
@@ -136,12 +156,17 @@ def attend(
     [batch, n, d_model], only those positions ask (z is [batch, n, head, d_head]); keys and
     values still come from every position of x."""
 
+    packing = mask if isinstance(mask, Packing) else None  # x is [1, tokens, d]: pad q, k, v for the scores
+    if packing is not None:
+        mask = packing.additive
+    padded = packing.pad if packing is not None else (lambda t: t)
+
     def split(t: torch.Tensor) -> torch.Tensor:
         return t.view(*t.shape[:2], hp.n_heads, hp.d_head)  # [batch, seq, head, d_head]
 
-    q = hp.hook_q(split(query(x if x_query is None else x_query))).transpose(1, 2)  # [batch, head, seq, d_head]
-    k = hp.hook_k(split(key(x))).transpose(1, 2)
-    v = hp.hook_v(split(value(x))).transpose(1, 2)
+    q = hp.hook_q(split(padded(query(x if x_query is None else x_query)))).transpose(1, 2)  # [batch, head, seq, d]
+    k = hp.hook_k(split(padded(key(x)))).transpose(1, 2)
+    v = hp.hook_v(split(padded(value(x)))).transpose(1, 2)
     if hp.uses_eager():
         scores = (q * hp.d_head**-0.5) @ k.transpose(-1, -2)  # scale the small tensor, not [q, k]
         if mask is not None:
@@ -159,7 +184,8 @@ def attend(
             hp.hook_pattern(hp.hook_scores(scores).softmax(dim=-1))
     if head_mask is not None:  # [head]: 0 switches a head off (same as scaling its pattern)
         z = z * head_mask.to(z.dtype).view(1, -1, 1, 1)
-    return hp.hook_z(z.transpose(1, 2))  # [batch, seq, head, d_head]
+    z = hp.hook_z(z.transpose(1, 2))  # [batch, seq, head, d_head]
+    return z if packing is None else packing.pack(z)
 
 
 def write_heads(z: torch.Tensor, dense: nn.Linear, hook_result: HookPoint, n_heads: int) -> torch.Tensor:
@@ -296,8 +322,14 @@ class BertEncoder(nn.Module):
         """first_only: the last layer computes position 0 alone: returns [batch, 1, d_model]."""
         last = len(self.layer) - 1
         for i, layer in enumerate(self.layer):
+            if isinstance(mask, Packing) and first_only and i == last:  # [CLS] alone asks: back to [batch, seq]
+                x, mask = mask.pad(x), mask.additive
             x = layer(x, mask, None if head_mask is None else head_mask[i], first_only and i == last)
         return x
+
+    def watched(self) -> bool:
+        """True when a hook reads (or changes) something in any layer."""
+        return any(m.active for m in self.modules() if isinstance(m, HookPoint))
 
     def last_layer_watched(self) -> bool:
         """True when a hook reads (or changes) something in the last layer, whose positions it then sees."""
@@ -325,6 +357,7 @@ class BertModel(nn.Module):
         self.embeddings_project = nn.Linear(cfg.embedding_size, cfg.hidden_size) if factorised else None
         self.encoder = BertEncoder(cfg)
         self.pooler = BertPooler(cfg) if cfg.add_pooler else None
+        self.packing = True  # pack the real tokens while training (`Packing`); False: the padded path always
 
     def forward(
         self,
@@ -341,15 +374,32 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        mask = _additive_mask(attention_mask, x.dtype)
         first_only = first_only and len(self.encoder.layer) > 0 and not self.encoder.last_layer_watched()
-        x = self.encoder(x, mask, head_mask, first_only)
+        if self._packs(attention_mask, head_mask):
+            packing = Packing(attention_mask, x.dtype)
+            x = self.encoder(packing.pack(x), packing, None, first_only)
+            x = x if first_only else packing.pad(x)  # a first_only last layer came back padded already
+        else:
+            x = self.encoder(x, _additive_mask(attention_mask, x.dtype), head_mask, first_only)
         return x, (self.pooler(x) if self.pooler is not None else None)
+
+    def _packs(self, attention_mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> bool:
+        """Pack the real tokens (`Packing`) while training a batch with padding, unless a hook watches a layer
+        (hooks see [batch, seq] shapes) or heads are masked. Evaluation keeps the padded path, whose outputs at
+        the padding equal transformers' too."""
+        if not (self.packing and self.training) or attention_mask is None or head_mask is not None:
+            return False
+        if not len(self.encoder.layer):
+            return False
+        if attention_mask.device.type == "cpu" and bool(attention_mask.all()):
+            return False
+        return not self.encoder.watched()
 
 
 def _additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """[batch, seq] of 1 (read) / 0 (padding) -> additive [batch, 1, 1, seq]; None when nothing is padded."""
-    if attention_mask is None or bool(attention_mask.all()):
+    """[batch, seq] of 1 (read) / 0 (padding) -> additive [batch, 1, 1, seq]; None when nothing is padded (looked
+    at on the CPU only: on a GPU the look would wait for the device, and a mask of zeros costs less)."""
+    if attention_mask is None or (attention_mask.device.type == "cpu" and bool(attention_mask.all())):
         return None
     keep = attention_mask[:, None, None, :].to(dtype)
     return (1.0 - keep) * torch.finfo(dtype).min
@@ -480,6 +530,9 @@ class HookedModel(nn.Module):
     @classmethod
     def check_family(cls, config: BertConfig) -> None:
         """Refuse (ConfigError) a config of another family: each family's model class builds its own."""
+        if not hasattr(cls, "FAMILY"):  # the family modules hand each class its record when they are imported
+            raise ConfigError(f"{cls.__name__} has no family record yet: import bertlab.families (bertlab.load "
+                              f"and bertlab.training do) before building a model from its class.")
         if config.model_type != cls.FAMILY.name:
             raise ConfigError(f"model_type {str(config.model_type)[:40]!r} is not {cls.FAMILY.name!r}: a "
                               f"{cls.__name__} builds {cls.FAMILY.display} models "

@@ -295,17 +295,29 @@ def _module_name(rel: str) -> str:
     return ".".join(["bertlab", *parts[:-1]] + ([] if parts[-1] == "__init__" else [parts[-1]]))
 
 
+NAMED_MODULE = re.compile(r"^bertlab(?:\.\w+)+(?::\w+)?$")  # "bertlab.panels.mask:MaskPanel", "bertlab.loading"
+
+
+def _is_module(name: str) -> bool:
+    where = ROOT.parent / name.replace(".", "/")
+    return where.with_suffix(".py").is_file() or where.is_dir()
+
+
 def imports_of(path: Path) -> list[tuple[int, str]]:
     """(line, module) of every bertlab import, at the top or inside a function; `from bertlab import x`
-    counts as `bertlab.x` when x is a module."""
+    counts as `bertlab.x` when x is a module. A module named in a string ("bertlab.loading", a tab's
+    "bertlab.panels.mask:MaskPanel") counts too: that is how lazy imports (`importlib.import_module`)
+    name what they import."""
     out = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and NAMED_MODULE.match(node.value):
+            name = node.value.split(":")[0]
+            if _is_module(name):
+                out.append((node.lineno, name))
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "bertlab":
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"
-                is_module = (ROOT.parent / (sub.replace(".", "/") + ".py")).is_file() or \
-                    (ROOT.parent / sub.replace(".", "/")).is_dir()
-                out.append((node.lineno, sub if is_module else node.module))
+                out.append((node.lineno, sub if _is_module(sub) else node.module))
         elif isinstance(node, ast.Import):
             out += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "bertlab"]
     return out
@@ -432,3 +444,6 @@ def test_imports_inside_functions_count(tmp_path):
     f = tmp_path / "m.py"
     f.write_text("def late():\n    from bertlab.loading import load\n    return load\n")
     assert [t for _, t in imports_of(f)] == ["bertlab.loading"]
+    f.write_text('import importlib\nTAB = "bertlab.panels.mask:MaskPanel"\n'
+                 'def lazy():\n    return importlib.import_module("bertlab.loading")\nWORD = "bertlab.nothing"\n')
+    assert sorted(t for _, t in imports_of(f)) == ["bertlab.loading", "bertlab.panels.mask"]

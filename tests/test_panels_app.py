@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from bertlab.panels.app import TABS, App, panel_class
-from bertlab.panels.picker import ModelPicker, model_card
+from bertlab.panels.picker import ModelPicker
 from bertlab.panels.state import DEFAULT_NAME, ModelState
+from bertlab.viz.picker import model_card
 
 ATTENTION = ("Attention", "bertlab.panels.attention:AttentionPanel")
 BROKEN = ("Broken", "bertlab.panels.no_such_module:Nothing")
@@ -103,6 +104,9 @@ def test_model_card_lists_heads(default_model, tiny_checkpoints):
     assert "6 layers" in card and "384 wide" in card and "✓ MLM head" in card and "✓ NSP head" in card
     clf, _ = load(tiny_checkpoints["BertForSequenceClassification"])
     assert "✓ task head: sequence classification" in model_card(clf, "clf")
+    clf.config.id2label = {0: "<b>bad</b>", 1: "good"}  # a checkpoint's labels are drawn as text, never as HTML
+    card = model_card(clf, "<i>run</i>")
+    assert "&lt;b&gt;bad&lt;/b&gt;, good" in card and "&lt;i&gt;run&lt;/i&gt;" in card and "<b>bad" not in card
 
 
 def test_a_tab_not_built_yet_shows_a_busy_sign(state):
@@ -157,3 +161,24 @@ def test_a_finished_runs_freed_memory_goes_back_when_its_model_joins(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     before, after = (float(x) for x in out.stdout.split()[-2:])
     assert before - after > 50, (before, after)
+
+
+def test_follow_page_switches_on_the_address_and_redraws_on_a_resize_in_projector_mode():
+    from bertlab.panels.page import follow_page
+    from bertlab.viz import theme
+
+    asked, redraws = [], []
+    follow = lambda name, new: follow_page({"name": name, "new": new}, asked.append, lambda: redraws.append(1))  # noqa: E731
+    try:
+        theme.use(False)
+        follow("query", "?projector=1")
+        follow("query", "?other=1")  # says nothing about projector mode
+        follow("width", 1200)  # the normal page does not redraw on a resize
+        assert asked == [True] and redraws == []
+        theme.use(True, page_width=900)
+        follow("query", "?projector=1")  # already on
+        follow("width", 920)  # less than 40 px: no redraw
+        follow("width", 1200)
+        assert asked == [True] and redraws == [1] and theme.current().page_width == 1200
+    finally:
+        theme.use(False)

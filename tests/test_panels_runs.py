@@ -111,3 +111,75 @@ def test_the_throttle_lets_one_redraw_through_per_interval():
     assert throttle.due() and not throttle.due() and throttle.due(force=True)
     throttle.reset()
     assert throttle.due()
+
+
+# ---------------------------------------------------------------------------------------------
+# Every background start of the dashboard's code goes through this module
+# ---------------------------------------------------------------------------------------------
+BACKGROUND_CALLS = {"Thread", "Timer", "run_in_executor", "ThreadPoolExecutor", "ProcessPoolExecutor",
+                    "start_new_thread", "Process", "Pool", "create_task", "ensure_future", "call_later"}
+BACKGROUND_MODULES = ("threading", "concurrent.futures", "_thread", "multiprocessing", "asyncio")
+STARTS_HERE = "panels/runs.py"  # the one module allowed to start background work
+
+
+def background_starts(path) -> list[str]:
+    """`line: what` for each call in `path` that starts work in the background (a thread, a timer, an
+    executor, a process, an asyncio task), by the called name, and each such name imported by itself
+    (`from threading import Thread`). Locks and events are not starts."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+            if name in BACKGROUND_CALLS:
+                found.append(f"{node.lineno}: {name}(...)")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(BACKGROUND_MODULES):
+            found += [f"{node.lineno}: from {node.module} import {a.name}" for a in node.names
+                      if a.name in BACKGROUND_CALLS or node.module.startswith(("concurrent", "multiprocessing"))]
+        elif isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names
+                      if a.name.startswith(("concurrent", "multiprocessing", "_thread"))]
+    return sorted(found, key=lambda hit: int(hit.split(":")[0]))
+
+
+def test_panels_start_background_work_only_through_the_run_controller():
+    """No panel (nor the class store the panels read) holds a thread of its own: each background start in
+    the kernel is a BackgroundRun (or `in_background`), so that every run has one cancel, one set of button
+    states and one error policy. (bertlab/serving is the page server's process, with its own event loop:
+    its timers are not a panel's work.)"""
+    from pathlib import Path
+
+    import bertlab
+
+    root = Path(bertlab.__file__).resolve().parent
+    files = [p for d in ("panels", "classroom") for p in sorted((root / d).rglob("*.py"))]
+    assert (root / STARTS_HERE) in files and background_starts(root / STARTS_HERE)  # the scanner sees its thread
+    found = [f"{p.relative_to(root).as_posix()}:{hit}" for p in files if p != root / STARTS_HERE
+             for hit in background_starts(p)]
+    assert not found, "background work started outside bertlab/panels/runs.py:\n" + "\n".join(found)
+
+
+def test_the_background_start_scanner_sees_threads_timers_and_executors(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import threading\nfrom concurrent.futures import ThreadPoolExecutor\n"
+                 "lock = threading.Lock()\nevent = threading.Event()\n"
+                 "def go(loop, work):\n    threading.Thread(target=work).start()\n    threading.Timer(1, work)\n"
+                 "    loop.run_in_executor(None, work)\n")
+    assert [hit.split(": ")[1] for hit in background_starts(f)] == [
+        "from concurrent.futures import ThreadPoolExecutor", "Thread(...)", "Timer(...)", "run_in_executor(...)"]
+
+
+def test_check_idle_refuses_while_a_job_runs():
+    job = BackgroundRun("t")
+    job.check_idle()
+    gate = threading.Event()
+    job.start(gate.wait)
+    try:
+        with pytest.raises(InputError, match="in progress"):
+            job.check_idle()
+    finally:
+        gate.set()
+        assert job.wait(5)
+    job.check_idle()

@@ -222,7 +222,7 @@ def test_a_run_scored_on_one_dev_example_warns_and_its_cls_picture_says_what_to_
 
 # -- redrawing in place leaves nothing of the figure before ----------------------------------------
 def test_a_redraw_in_place_resets_what_the_new_figure_does_not_set():
-    from bertlab.panels.base import redraw
+    from bertlab.viz.figure_widget import redraw
 
     widget = go.FigureWidget(go.Heatmap(z=[[1, 2]], x=["a", "b"]))
     widget.update_layout(title_text="Layer 0, head 0", xaxis=dict(tickangle=45, title_text="key"))

@@ -170,3 +170,25 @@ def test_the_toggle_and_the_address_switch_the_app(default_model):
     assert app.panels["Input"].projection.layout.font.size == 12
     app.tabs.selected_index = 0  # a tab drawn before the switch redraws when next opened
     assert figure.layout.font.size == 12 and figure.layout.width != 900
+
+
+def test_labelled_points_skip_a_label_that_would_cover_another():
+    # two points 1 unit apart on a 10-unit map drawn 500 px wide: 50 px apart, closer than their long labels
+    xy = np.array([[0, 0], [10, 0], [9, 0], [0, 10]], dtype=float)
+    short = labelled_points(xy, 4, centre=(5, 5), min_gap=0.0, labels=["a", "b", "c", "d"], plot_px=(500, 500))
+    long = labelled_points(xy, 4, centre=(5, 5), min_gap=0.0, labels=["a", "river bank", "money bank", "d"],
+                           plot_px=(500, 500))
+    assert short == [0, 1, 2, 3] and long == [0, 1, 3]  # 1 is farther from the centre, so it keeps its label
+    assert labelled_points(xy, 4, centre=(5, 5), min_gap=0.0, labels=["a", "river bank", "money bank", "d"],
+                           plot_px=(5000, 5000)) == [0, 1, 2, 3]  # drawn ten times larger, both fit
+
+
+def test_the_tab_bar_css_sizes_titles_to_the_window():
+    from bertlab.viz.theme import MIN_TAB_FONT, TAB_CHAR_EM, css
+
+    titles = ["Input", "Mask", "Next sentence"]
+    page = css(titles)
+    assert f"clamp({MIN_TAB_FONT}px, calc((100vw - 50px - 3 * (" in page
+    assert f"/ {TAB_CHAR_EM * 22:.1f})" in page  # 22 characters in all
+    assert f"{PROJECTOR.px(13)}px); }}" in page  # projector mode may grow them further
+    assert "calc((100vw" not in css()  # a page without tabs (the teacher's view) keeps its titles

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
 from bertlab.inputs import optional_text, require_text
 from bertlab.runtime import eval_mode
@@ -27,6 +28,17 @@ class AttentionResult:
     text_b: str | None = None
     num_unknown: int = 0  # tokens that are the tokenizer's unknown token (pieces it cannot spell, e.g. emoji)
     unk_token: str = ""  # how the tokenizer spells that token
+    readable: list[str] = field(default_factory=list)  # the tokens as a student reads them ("Ġcat" -> "␣cat")
+    windows: list[int | None] = field(default_factory=list)  # per layer: tokens seen on each side, None: all
+
+    @property
+    def labels(self) -> list[str]:
+        """The tokens as drawn: readable (byte-level "Ġ" shown as "␣"), else as the tokenizer spells them."""
+        return self.readable or self.tokens
+
+    def window(self, layer: int) -> int | None:
+        """How many tokens on each side a query of `layer` may read (a local layer's band); None: every token."""
+        return self.windows[layer] if self.windows else None
 
     @property
     def num_layers(self) -> int:
@@ -91,4 +103,19 @@ def attention_patterns(
         text_b=b,
         num_unknown=sum(i == tok.unk_token_id for i in enc.ids),
         unk_token=tok.unk_token,
+        readable=tok.readable_pieces(enc.tokens),
+        windows=attention_windows(model),
     )
+
+
+def attention_module(model: torch.nn.Module, layer: int) -> nn.Module:
+    """The module of layer `layer` that holds its hook_pattern (the attention itself)."""
+    path = model.family.hook_name(layer, "hook_pattern").rsplit(".", 1)[0]
+    return model.get_submodule(path)
+
+
+def attention_windows(model: torch.nn.Module) -> list[int | None]:
+    """Per layer, how many tokens on each side a query may read: a local layer's band (its attention
+    module's `window`, e.g. ModernBERT's local_attention / 2), None for a layer that reads every token."""
+    windows = [getattr(attention_module(model, i), "window", None) for i in range(model.family.num_layers)]
+    return [None if w is None else int(w) for w in windows]

@@ -23,6 +23,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from bertlab.analysis.attention import attention_windows
 from bertlab.analysis.mask import MaskPrediction, fill_mask
 from bertlab.analysis.nsp import next_sentence
 from bertlab.inputs import InputError, echo, require_text
@@ -606,17 +607,9 @@ class AttentionReach:
     full: torch.Tensor  # [query, key] bool: a global layer's (every key)
 
 
-def _attention_module(model: torch.nn.Module, layer: int) -> nn.Module:
-    """The module of layer `layer` that holds its hook_pattern (the attention itself)."""
-    path = model.family.hook_name(layer, "hook_pattern").rsplit(".", 1)[0]
-    return model.get_submodule(path)
-
-
 def attention_reach(model: torch.nn.Module, tok: Tokenizer, text: str) -> AttentionReach | None:
     """The local band beside full attention on `text`; None for a model whose layers all attend fully."""
-    fam = model.family
-    modules = [_attention_module(model, i) for i in range(fam.num_layers)]
-    windows = [getattr(m, "window", None) for m in modules]
+    windows = attention_windows(model)
     if all(w is None for w in windows):
         return None
     labels = [p.label for p in token_cut(model, tok, text).pieces]

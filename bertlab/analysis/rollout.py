@@ -25,7 +25,7 @@ class RolloutResult:
     Every row of both sums to 1.
     """
 
-    tokens: list[str]
+    tokens: list[str]  # as a student reads them (byte-level "Ġ" drawn as "␣")
     sentence_b_start: int | None  # first token of sentence B, None without B
     raw: torch.Tensor  # [layers, query, key]
     rollout: torch.Tensor  # [layers, query, key]
@@ -70,7 +70,7 @@ def rollout_from_attention(result: AttentionResult, residual: bool = True) -> Ro
     """Rollout of patterns already computed (e.g. by the attention tab), no new forward pass."""
     patterns = result.patterns.float()  # [layers, heads, query, key]
     return RolloutResult(
-        tokens=list(result.tokens),
+        tokens=list(result.labels),
         sentence_b_start=result.sentence_b_start,
         raw=patterns.mean(dim=1),
         rollout=attention_rollout(patterns, residual=residual),

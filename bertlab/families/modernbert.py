@@ -129,7 +129,8 @@ def attention_masks(attention_mask: torch.Tensor | None, seq: int, window: int, 
     """Boolean masks [batch or 1, 1, query, key], True where a query reads a key, by layer kind:
     "global" hides padding (None when nothing is padded), "local" also every key more than `window`
     tokens away from the query (None when the band covers the whole input)."""
-    keep = None if attention_mask is None or bool(attention_mask.all()) else attention_mask[:, None, None, :].bool()
+    unpadded = attention_mask is None or (attention_mask.device.type == "cpu" and bool(attention_mask.all()))
+    keep = None if unpadded else attention_mask[:, None, None, :].bool()  # (a GPU is not asked: no device sync)
     if seq - 1 <= window:
         return {"global": keep, "local": keep}
     pos = torch.arange(seq, device=device)

@@ -17,10 +17,11 @@ from bertlab.analysis.ablation import (
     logit_lens,
     single_head_effects,
 )
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, lacks, redraw, run_button, unknown_notes
+from bertlab.panels.base import Level, Panel, lacks, run_button, unknown_notes
 from bertlab.panels.classroom import AnswerHold
 from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.viz.ablation import plot_head_effects, plot_logit_lens, summary_html
+from bertlab.viz.figure_widget import SyncedFigureWidget, redraw
 from bertlab.viz.theme import help_html
 
 DEFAULT_TEMPLATE = "The capital of France is {mask}."  # spelled with the model's mask token

@@ -14,10 +14,11 @@ import logging
 
 import ipywidgets as widgets
 
-from bertlab.panels.base import Panel, busy_html
+from bertlab.panels.base import Panel, busy_html, note_html
 from bertlab.panels.page import (  # noqa: F401 (PROJECTOR_PARAM, projector_requested: imported from here too)
     PROJECTOR_PARAM,
     PageAddress,
+    follow_page,
     projector_in_query,
     projector_requested,
 )
@@ -81,7 +82,7 @@ class App:
         self.projector.observe(lambda change: self.set_projector(change["new"]), names="value")
         self.page = PageAddress()
         self.page.observe(self._on_page, names=["query", "width"])
-        style = widgets.HTML(theme.css(), layout=widgets.Layout(display="none"))
+        style = widgets.HTML(theme.css([title for title, _ in tabs]), layout=widgets.Layout(display="none"))
         self.picker.widget.layout.flex, self.picker.widget.layout.width = "1 1 0%", "auto"
         top = widgets.HBox([self.picker.widget, self.projector], layout=widgets.Layout(width="100%"))
         self.widget = widgets.VBox([style, self.page, top, self.tabs], layout=widgets.Layout(width="100%"))
@@ -109,15 +110,7 @@ class App:
         self._catch_up(self.tabs_spec[self.tabs.selected_index][0])
 
     def _on_page(self, change) -> None:
-        if change["name"] == "query":
-            asked = projector_in_query(change["new"])
-            if asked is not None and asked != theme.is_projector():
-                self.set_projector(asked)
-                return
-        if change["name"] == "width" and change["new"] and theme.is_projector():
-            if abs(theme.current().page_width - change["new"]) >= 40:  # the window was resized
-                theme.use(True, page_width=change["new"])
-                self._redraw()
+        follow_page(change, self.set_projector, self._redraw)
 
     # -- tabs -------------------------------------------------------------------------------
     def open(self, index: int) -> Panel | None:
@@ -130,8 +123,7 @@ class App:
         except Exception as e:  # one broken tab must not take the app down
             log.exception("building the %s tab failed", title)
             self._slots[index].children = [widgets.HTML(
-                f'<div class="bertlab-note bertlab-error" style="color:#6b0b0b;background:#fdecec;'
-                f'padding:6px 10px">The {title} tab could not open ({type(e).__name__}: {e}).</div>'
+                note_html("error", f"The {title} tab could not open ({type(e).__name__}: {e}).")
             )]
             return None
         self.panels[title] = panel

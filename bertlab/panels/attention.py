@@ -17,15 +17,17 @@ import torch
 
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.analysis.rollout import RolloutResult, rollout_from_attention
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, redraw, run_button, sentence_pair, unknown_notes
+from bertlab.panels.base import Level, Panel, run_button, sentence_pair, unknown_notes
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention import (
     empty_heatmap,
+    heatmap_marks,
     heatmap_title,
     heatmap_z,
     plot_attention_heatmap,
 )
 from bertlab.viz.attention_view import AttentionView
+from bertlab.viz.figure_widget import SyncedFigureWidget, redraw
 from bertlab.viz.rollout import plot_rollout, rollout_titles, rollout_z
 from bertlab.viz.theme import FAINT, help_html
 
@@ -283,11 +285,14 @@ class AttentionPanel(Panel):
         redraw(self.figure, plot_attention_heatmap(self.result, self.layer.value, self.head.value))
 
     def _draw_head(self) -> None:
-        """Same tokens, another layer or head: only the weights and the title change."""
+        """Same tokens, another layer or head: only the weights, the title and the layer's marks (a local
+        layer's band) change."""
         layer, head = self.layer.value, self.head.value
         with self.figure.batch_update():
             self.figure.data[0].z = heatmap_z(self.result, layer, head)
             self.figure.layout.title.text = heatmap_title(layer, head)
+            marks = heatmap_marks(self.result, layer)
+            self.figure.layout.shapes, self.figure.layout.annotations = marks["shapes"], marks["annotations"]
 
     def _draw_attention_view(self, old: tuple | None) -> None:
         """The one AttentionView widget, updated in place (new data only for a new text)."""
@@ -296,7 +301,7 @@ class AttentionPanel(Panel):
         with self._quietly():
             if self.attention_view is None:
                 self.attention_view = AttentionView(
-                    r.patterns, r.tokens, r.sentence_b_start, layer=layer, view=mode,
+                    r.patterns, r.labels, r.sentence_b_start, layer=layer, view=mode,
                     layout=widgets.Layout(width="100%"),
                 )
                 self.attention_view.observe(self._on_view_widget, names=["layer", "heads", "view"])
@@ -304,7 +309,7 @@ class AttentionPanel(Panel):
             view = self.attention_view
             with view.hold_sync():
                 if old is None or old[0] != self._version:
-                    view.set_attention(r.patterns, r.tokens, r.sentence_b_start)
+                    view.set_attention(r.patterns, r.labels, r.sentence_b_start)
                 view.layer = layer
                 if old is not None and old[2] != head:  # the student picked a head: show it alone
                     view.heads = [head]
@@ -341,9 +346,9 @@ class AttentionPanel(Panel):
         r = self.result
         try:
             if self.bertviz_kind.value == "head view":
-                frame = bertviz_head_view(r.patterns, r.tokens, r.sentence_b_start, layer=self.layer.value)
+                frame = bertviz_head_view(r.patterns, r.labels, r.sentence_b_start, layer=self.layer.value)
             else:
-                frame = bertviz_model_view(r.patterns, r.tokens, r.sentence_b_start)
+                frame = bertviz_model_view(r.patterns, r.labels, r.sentence_b_start)
         except (ImportError, OfflineLibraryError) as e:
             self.bertviz_frame.value = ""
             raise ValueError(f"bertviz cannot be shown here: {e} The other views work without it.") from e

@@ -16,6 +16,7 @@ from bertlab.panels.base import note_html
 from bertlab.panels.runs import BackgroundRun
 from bertlab.service_client import ClassServiceError
 from bertlab.training.queue import QUEUE_ERRORS
+from bertlab.viz.theme import MUTED
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class ClassQueueView:
 
     def _draw(self) -> None:
         if not self.rows:
-            self.table.value = '<div style="color:#555">No training runs are queued or running.</div>'
+            self.table.value = f'<div style="{MUTED}">No training runs are queued or running.</div>'
         else:
             lines = "".join(
                 f"<tr><td>{n}</td><td>{html.escape(label)}</td><td>{html.escape(owner) or '–'}</td>"

@@ -14,7 +14,6 @@ question is live, every few seconds otherwise; it reads the question only when s
 
 from __future__ import annotations
 
-import html
 import logging
 import threading
 import uuid
@@ -34,10 +33,12 @@ from bertlab.classroom.questions import (
 )
 from bertlab.classroom.remote import open_store
 from bertlab.classroom.store import ClassStore, GuessError, Kind, Question, QuestionStore
-from bertlab.panels.base import note_html, show_figure
+from bertlab.panels.base import note_html
 from bertlab.panels.runs import BackgroundRun
 from bertlab.service_client import ClassServiceError
-from bertlab.viz.classroom import plot_class_guesses
+from bertlab.viz.classroom import plot_class_guesses, question_html
+from bertlab.viz.figure_widget import show_figure
+from bertlab.viz.theme import NOTE_EDGE
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,8 @@ class ClassQuestionBox:
             [self.title, self.prompt, widgets.HBox([self.input, self.send_button],
                                                    layout=widgets.Layout(flex_flow="row wrap", align_items="center")),
              self.status, self.figure_box],
-            layout=widgets.Layout(display="none", border="2px solid #e0a100", padding="6px 10px", margin="0 0 8px 0"),
+            layout=widgets.Layout(display="none", border=f"2px solid {NOTE_EDGE['warning']}", padding="6px 10px",
+                                  margin="0 0 8px 0"),
         )
         self.widget.add_class("bertlab-class-question")
 
@@ -226,7 +228,7 @@ class ClassQuestionBox:
         self.widget.layout.display = None
         state = "revealed" if q.revealed else "guess first, then the teacher reveals the model's answer"
         self.title.value = f'<b style="font-size:1.1em">Class question</b> — {state}'
-        self.prompt.value = _prompt_html(q, self.mask_token)
+        self.prompt.value = question_html(q.text, self.mask_token, q.text_b, pair_ask(q) if q.kind == "nsp" else None)
         if q.kind == "nsp" and tuple(self.input.options) != pair_choices(q):  # as the model's objective asks
             self.input.options, self.input.value = pair_choices(q), None
         self.input.disabled = self.send_button.disabled = q.revealed
@@ -256,15 +258,3 @@ class ClassQuestionBox:
             self.hiding = hide
             if self.on_hide is not None:
                 self.on_hide(hide)
-
-
-def _prompt_html(q: Question, mask_token: str | None) -> str:
-    style = "font-size:1.15em;margin:4px 0"
-    if q.kind == "nsp":
-        return (f'<div style="{style}"><b>A:</b> {html.escape(q.text)}<br><b>B:</b> {html.escape(q.text_b or "")}'
-                f"</div><div>{html.escape(pair_ask(q))}</div>")
-    if not mask_token:
-        return f'<div style="{style}">{html.escape(q.text)}</div>'
-    mark = ('<span style="background:#ffe08a;border-radius:3px;padding:0 3px;font-weight:600">'
-            f'{html.escape(mask_token)}</span>')
-    return f'<div style="{style}">{mark.join(html.escape(p) for p in q.text.split(mask_token))}</div>'

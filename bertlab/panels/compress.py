@@ -34,7 +34,7 @@ from bertlab.compress.measure import measure
 from bertlab.compress.quantize import quantize
 from bertlab.compressed.structure import CompressError
 from bertlab.inputs import InputError
-from bertlab.panels.base import Panel, SyncedFigureWidget, show_figure
+from bertlab.panels.base import Panel, stop_button
 from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, BackgroundRun, error_text
 from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
@@ -47,6 +47,7 @@ from bertlab.viz.compress import (
     variants_html,
     within_noise,
 )
+from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.theme import FAINT, MUTED, help_html
 from bertlab.workspace import Workspace
@@ -123,8 +124,7 @@ class CompressPanel(Panel):
         self.options = widgets.VBox()
         self.start_button = widgets.Button(description="Compress", button_style="primary", icon="compress",
                                            tooltip="Compress the model picked above (a copy of it)")
-        self.cancel_button = widgets.Button(description="Cancel", button_style="warning", icon="stop", disabled=True,
-                                            tooltip="Stop the run (distillation keeps the student so far)")
+        self.cancel_button = stop_button(tooltip="Stop the run (distillation keeps the student so far)")
         self.job = BackgroundRun("bertlab-compress", self.start_button, self.cancel_button)
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
         self.progress_text = widgets.HTML(f'<span style="{FAINT}">No run yet.</span>')
@@ -194,8 +194,7 @@ class CompressPanel(Panel):
 
     def start(self) -> None:
         """Compress the current model with the chosen method in the background."""
-        if self.job.running:
-            raise InputError("A run is in progress: cancel it or wait for it to end.")
+        self.job.check_idle()
         method, model, tok = self.method.value, self.model, self.tok
         task = model_task(model)
         if task not in TASKS_SCORED and method != "quantize":

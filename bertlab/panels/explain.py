@@ -16,10 +16,11 @@ from bertlab.analysis.attention_check import DEFAULT_HEADS_OFF, AttentionCheck, 
 from bertlab.analysis.attribution import METHOD_NAMES, Attribution, ExplainInput, Target, attribute
 from bertlab.inputs import InputError
 from bertlab.model import MissingHeadError
-from bertlab.panels.base import Level, Panel, clear_view, show_figure
+from bertlab.panels.base import Level, Panel, clear_view
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.explain import agreement_text, heads_text, plot_attention_check
-from bertlab.viz.theme import help_html
+from bertlab.viz.figure_widget import show_figure
+from bertlab.viz.theme import BOX_BORDER, help_html
 
 # request(choice) -> (input, target): what the tab explains now; raises InputError when there is nothing.
 Request = Callable[[int], tuple[ExplainInput, Target]]
@@ -75,7 +76,7 @@ class ExplainSection(Panel):
             [self.help, widgets.HBox([self.choice, self.method], layout=widgets.Layout(flex_flow="row wrap")),
              widgets.HBox([self.layer, self.head, self.explain_button], layout=widgets.Layout(flex_flow="row wrap")),
              self.message, self.figure_box],
-            layout=widgets.Layout(display="none", width="100%", border="1px solid #ddd", padding="4px"),
+            layout=widgets.Layout(display="none", width="100%", border=BOX_BORDER, padding="4px"),
         )
         self._widget = widgets.VBox([self.toggle, self.body], layout=widgets.Layout(width="100%"))
         self._widget.add_class("bertlab-explain")

@@ -33,7 +33,7 @@ from bertlab.analysis.family import (
 from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.hub import RECOMMENDED
 from bertlab.inputs import InputError
-from bertlab.panels.base import Level, Panel, show_figure
+from bertlab.panels.base import Level, Panel
 from bertlab.panels.classroom import AnswerHold
 from bertlab.panels.state import ModelState
 from bertlab.settings import in_hub_cache
@@ -50,9 +50,10 @@ from bertlab.viz.family import (
     plot_score_terms,
     plot_token_cuts,
 )
+from bertlab.viz.figure_widget import show_figure
 from bertlab.viz.pretrain import dynamic_html
 from bertlab.viz.replaced import plot_replaced
-from bertlab.viz.theme import MUTED, help_html
+from bertlab.viz.theme import HELP_STYLE, MUTED, help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -381,7 +382,7 @@ class FamilyPanel(Panel):
             m = self._loaded_of(v.name)
             if m is not None:
                 kinds.setdefault(v.cut.kind_name, kind_note(v.cut.kind, m.tok))
-        self.kinds.value = "".join(f'<div style="color:#444;font-size:0.9em"><b>{html.escape(k)}</b>: '
+        self.kinds.value = "".join(f'<div style="{HELP_STYLE}"><b>{html.escape(k)}</b>: '
                                    f"{html.escape(note)}.</div>" for k, note in kinds.items())
         rows = [(v.name, v.masked, "no MLM head: it does not guess words" if v.masked is None else "")
                 for v in views]

@@ -24,9 +24,8 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.sample_size import examples_text, too_few
-from bertlab.inputs import InputError
 from bertlab.model import Bert
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, close_later, show_figure
+from bertlab.panels.base import Level, Panel, stop_button
 from bertlab.panels.data_source import DataSource
 from bertlab.panels.finetune_diff import ChangedSection, measure_change
 from bertlab.panels.replay import ReplaySection
@@ -47,6 +46,7 @@ from bertlab.training.finetune_defaults import START_NAMES, Recipe, recipe
 from bertlab.training.loop import TrainEvent
 from bertlab.training.queue import waiting_text
 from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
+from bertlab.viz.figure_widget import SyncedFigureWidget, close_later, show_figure
 from bertlab.viz.finetune import plot_confusion_matrix, plot_training_curves, progress_html, runs_html
 from bertlab.viz.knows import plot_layer_weights
 from bertlab.viz.text import plain_text
@@ -190,8 +190,7 @@ class FinetunePanel(Panel):
         self._apply_recipe()
         self.start_button = widgets.Button(description="Start", button_style="primary", icon="play",
                                            tooltip="Fine-tune the model picked above (a copy of it)")
-        self.cancel_button = widgets.Button(description="Cancel", button_style="warning", icon="stop", disabled=True,
-                                            tooltip="Stop after the current step; the model so far is kept")
+        self.cancel_button = stop_button(tooltip="Stop after the current step; the model so far is kept")
         self.job = BackgroundRun("bertlab-finetune", self.start_button, self.cancel_button)
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
         self.progress_text = widgets.HTML(f'<span style="{FAINT}">No run yet.</span>')
@@ -341,8 +340,7 @@ class FinetunePanel(Panel):
 
     def start(self) -> None:
         """Start fine-tuning a copy of the current model in the background."""
-        if self.job.running:
-            raise InputError("A run is in progress: cancel it or wait for it to end.")
+        self.job.check_idle()
         task, mode, features = self.task.value, self.mode.value, self.chosen_features()
         source = self.source.chosen()  # fails early on a missing path / upload
         cfg = FinetuneConfig(

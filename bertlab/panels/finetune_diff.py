@@ -17,11 +17,12 @@ import torch
 
 from bertlab.analysis.finetune_diff import FinetuneDiff, LossSlice, finetune_diff, loss_slice
 from bertlab.model import Bert
-from bertlab.panels.base import Panel, show_figure
+from bertlab.panels.base import Panel
 from bertlab.runtime import model_device
 from bertlab.tasks import collate, get_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.finetune import LOSSES, featurize
+from bertlab.viz.figure_widget import show_figure
 from bertlab.viz.finetune_diff import plot_attention_change, plot_loss_slices, plot_representation_change
 from bertlab.viz.theme import help_html
 

@@ -25,10 +25,11 @@ from bertlab.analysis.probes import Cancelled, ProbeResult, probe_property
 from bertlab.analysis.similarity import stage_names
 from bertlab.analysis.structural import StructuralResult, predict_tree, probe_tree
 from bertlab.inputs import InputError
-from bertlab.panels.base import Panel, SyncedFigureWidget, show_figure
+from bertlab.panels.base import Panel
 from bertlab.panels.runs import BackgroundRun, error_text
 from bertlab.settings import data_path
 from bertlab.tokenizer import Tokenizer
+from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.knows import (
     plot_mix_weights,
     plot_neighbours,

@@ -22,11 +22,12 @@ from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.analysis.targets import input_from_tokens, word_target
 from bertlab.classroom.store import QuestionStore
 from bertlab.inputs import InputError, echo
-from bertlab.panels.base import Level, Panel, lacks, show_figure, unknown_notes
+from bertlab.panels.base import Level, Panel, lacks, unknown_notes
 from bertlab.panels.classroom import POLL_LIVE_S, AnswerHold, ClassQuestionBox, class_store
 from bertlab.panels.explain import ExplainSection
 from bertlab.runtime import input_limit
 from bertlab.tokenizer import Tokenizer, spell_specials
+from bertlab.viz.figure_widget import show_figure
 from bertlab.viz.mask import empty_figure, plot_fill_mask, plot_word_predictability, reads_html
 from bertlab.viz.replaced import plot_replaced
 from bertlab.viz.theme import help_html

@@ -23,11 +23,12 @@ from bertlab.analysis.nsp import (
 from bertlab.analysis.targets import pair_target
 from bertlab.classroom.store import QuestionStore
 from bertlab.inputs import InputError, require_text
-from bertlab.panels.base import Level, Panel, lacks, pair_task, run_button, sentence_pair, show_figure, unknown_notes
+from bertlab.panels.base import Level, Panel, lacks, pair_task, run_button, sentence_pair, unknown_notes
 from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
 from bertlab.panels.explain import ExplainSection
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import CorpusError, Document, load_corpus
+from bertlab.viz.figure_widget import show_figure
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.nsp import plot_attention_mass, plot_nsp_probability
 from bertlab.viz.theme import help_html

@@ -4,11 +4,14 @@ for the dashboard (bertlab.panels.app) and the teacher's page (bertlab.panels.te
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 from urllib.parse import parse_qs
 
 import anywidget
 import traitlets
+
+from bertlab.viz import theme
 
 PROJECTOR_PARAM = "projector"  # ?projector=1 in the page's address starts in projector mode
 _YES, _NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -21,6 +24,20 @@ def projector_in_query(query: str) -> bool | None:
         return None
     value = values[-1].strip().lower()
     return value in _YES or (value not in _NO)  # a bare ?projector means on
+
+
+def follow_page(change: Mapping[str, Any], set_projector: Callable[[bool], None], redraw: Callable[[], None]) -> None:
+    """Act on a PageAddress change (observed for "query" and "width"): an address that asks for projector
+    mode on or off switches it (`set_projector`); in projector mode, a page resized by 40 px or more
+    redraws (`redraw`) at its new width."""
+    if change["name"] == "query":
+        asked = projector_in_query(change["new"])
+        if asked is not None and asked != theme.is_projector():
+            set_projector(asked)
+    elif change["name"] == "width" and change["new"] and theme.is_projector() \
+            and abs(theme.current().page_width - change["new"]) >= 40:
+        theme.use(True, page_width=change["new"])
+        redraw()
 
 
 def projector_requested(env: Mapping[str, str] | None = None) -> bool:

@@ -14,7 +14,8 @@ from bertlab.panels.base import Panel, busy_html
 from bertlab.panels.runs import BackgroundRun, in_background
 from bertlab.panels.state import ModelState
 from bertlab.settings import in_hub_cache
-from bertlab.viz.theme import help_html
+from bertlab.viz.picker import model_card
+from bertlab.viz.theme import BOX_BORDER, help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -44,31 +45,6 @@ def hub_options(confined: bool) -> list[tuple[str, str]]:
     return out
 
 
-def model_card(model, name: str) -> str:
-    """HTML: what the current model is and which heads it has."""
-    c = model.config
-    n = sum(p.numel() for p in model.parameters()) / 1e6
-    task = (c.task or "").replace("_", " ")
-    labels = ", ".join(str(v) for v in (c.id2label or {}).values())
-
-    def mark(ok: bool, what: str) -> str:
-        colour, sign = ("#1a7f37", "✓") if ok else ("#888", "✗")
-        return f'<span style="color:{colour};margin-right:12px">{sign} {what}</span>'
-
-    pair = "SOP head (sentence order)" if model.family.pair_task == "sop" else "NSP head"
-    heads = mark(model.has_mlm, "MLM head") + mark(model.has_nsp, pair)
-    if getattr(model, "has_rtd", False):
-        heads += mark(True, "replaced-token head (ELECTRA)")
-    named = f": {task}" if task else ""
-    named += f" ({labels})" if labels and len(labels) < 80 else ""
-    heads += mark(bool(task), f"task head{named}")
-    return (
-        f'<div style="line-height:1.6"><b>{html.escape(name)}</b> · {c.num_hidden_layers} layers · '
-        f"{c.hidden_size} wide · {c.num_attention_heads} heads · {n:.1f} M parameters · "
-        f"vocabulary {c.vocab_size:,} · up to {c.max_position_embeddings} tokens<br>{heads}</div>"
-    )
-
-
 class ModelPicker(Panel):
     """Pick or load the model every tab shows."""
 
@@ -81,19 +57,20 @@ class ModelPicker(Panel):
         self.workspace = workspace or Workspace.for_session()
         self.choice = widgets.Dropdown(
             options=list(state.entries), value=state.name, description="Model",
-            layout=widgets.Layout(width="min(100%, 420px)"),
+            layout=widgets.Layout(flex="0 1 auto"),  # as wide as the longest name, shrinking before Load wraps
         )
         self.source = widgets.Text(
             placeholder="cached hub name, shared folder or runs/..." if self.workspace.confined
-            else "hub name or local folder", layout=widgets.Layout(width="min(100%, 360px)"),
+            else "hub name or local folder", layout=widgets.Layout(width="auto", flex="1 1 160px", max_width="360px"),
         )
-        self.load_button = widgets.Button(description="Load", tooltip="Load this model and show it in every tab")
+        self.load_button = widgets.Button(description="Load", tooltip="Load this model and show it in every tab",
+                                          layout=widgets.Layout(width="auto", flex="0 0 auto"))
         self.card = widgets.HTML(model_card(state.model, state.name))
         self._syncing = False  # True while _on_state rewrites the dropdown (its changes are not the student's)
         self.help = widgets.HTML(help_html(CLASS_HELP if self.workspace.confined else HELP))
         # Recommended hub models: size, download progress, then load (in a background thread).
         self.hub_choice = widgets.Dropdown(options=hub_options(self.workspace.confined), value="",
-                                           description="Hub", layout=widgets.Layout(width="min(100%, 420px)"))
+                                           description="Hub", layout=widgets.Layout(flex="0 1 auto"))
         self.get_button = widgets.Button(description="Download and load", disabled=True,
                                          tooltip="Download the files bertlab reads (once), then load the model",
                                          layout=widgets.Layout(width="auto"))
@@ -107,11 +84,11 @@ class ModelPicker(Panel):
         self.source.continuous_update = False
         state.observe(self._on_state)
         self._widget = widgets.VBox(
-            [widgets.HBox([self.choice, self.source, self.load_button]),
+            [widgets.HBox([self.choice, self.source, self.load_button], layout=widgets.Layout(flex_flow="row nowrap")),
              widgets.HBox([self.hub_choice, self.get_button, self.progress, self.hub_info],
                           layout=widgets.Layout(flex_flow="row wrap", align_items="center")),
              self.card, self.message],
-            layout=widgets.Layout(width="100%", border="1px solid #ddd", padding="4px 8px"),
+            layout=widgets.Layout(width="100%", border=BOX_BORDER, padding="4px 8px"),
         )
 
     def _on_choice(self, change) -> None:

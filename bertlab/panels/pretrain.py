@@ -22,7 +22,7 @@ import torch
 
 from bertlab.analysis import normalise_masks
 from bertlab.analysis.mask import Candidate, fill_mask
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, note_html, unknown_notes
+from bertlab.panels.base import Level, Panel, note_html, stop_button, unknown_notes
 from bertlab.panels.pretrain_compare import ComparedRun, CompareView
 from bertlab.panels.replay import ReplaySection
 from bertlab.panels.runs import BackgroundRun, error_text
@@ -53,6 +53,7 @@ from bertlab.training.preview import (
 )
 from bertlab.training.queue import waiting_text
 from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
+from bertlab.viz.figure_widget import SyncedFigureWidget
 from bertlab.viz.pretrain import (
     STRATEGY_NAMES,
     curve_xy,
@@ -267,7 +268,7 @@ class PretrainPanel(Panel):
                                                   style={"description_width": "auto"},
                                                   layout=widgets.Layout(width="180px"))
         self.start = widgets.Button(description="Start", button_style="primary", icon="play")
-        self.stop = widgets.Button(description="Stop", button_style="warning", icon="stop", disabled=True)
+        self.stop = stop_button("Stop", "Stop after the current step; the model so far is kept")
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="min(100%, 520px)"))
         self.progress_label = widgets.HTML()
         self.run_message = widgets.HTML(layout=widgets.Layout(width="100%"))
@@ -450,7 +451,7 @@ class PretrainPanel(Panel):
         try:
             preds = fill_mask(self.trained, self._run_tok, self._probe_text, k=5)
         except ValueError as e:  # the probe text cannot be used: say so once, train on
-            self.probe_html.value = f'<div style="color:#a00">The probe cannot be read: {html.escape(str(e))}</div>'
+            self.probe_html.value = note_html("error", f"The probe cannot be read: {e}")
             self._probe_text = ""
             return
         self._probed_at = step

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import ipywidgets as widgets
 
 from bertlab.loading import load
-from bertlab.panels.base import Level, SyncedFigureWidget, note_html, redraw
+from bertlab.panels.base import Level, note_html
 from bertlab.panels.runs import BackgroundRun, error_text
 from bertlab.settings import data_dir
 from bertlab.tasks import get_task
@@ -25,6 +25,7 @@ from bertlab.training.checkpoint import save_model_atomically
 from bertlab.training.objectives.compare import SST2_SETTINGS, sst2_probe, sst2_score, untrained_like
 from bertlab.training.queue import waiting_text
 from bertlab.viz.export import download_link
+from bertlab.viz.figure_widget import SyncedFigureWidget, redraw
 from bertlab.viz.objectives import plot_objective_curves, scores_html
 
 log = logging.getLogger(__name__)

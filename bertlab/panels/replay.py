@@ -18,11 +18,12 @@ import plotly.graph_objects as go
 
 from bertlab.analysis.replay import Replay, replay, with_borrowed_mlm
 from bertlab.model import Bert
-from bertlab.panels.base import Panel, SyncedFigureWidget, show_figure
+from bertlab.panels.base import Panel
 from bertlab.panels.classroom import AnswerHold
 from bertlab.panels.runs import in_background
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.snapshots import iter_snapshots, list_snapshots
+from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.replay import VIEWS, marker, plot_frame, plot_trajectory
 from bertlab.viz.theme import help_html
 

@@ -11,17 +11,9 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.representation import Representation, first_tokens, input_representation
-from bertlab.panels.base import (
-    Level,
-    Panel,
-    SyncedFigureWidget,
-    lacks,
-    run_button,
-    sentence_pair,
-    show_figure,
-    unknown_notes,
-)
+from bertlab.panels.base import Level, Panel, lacks, run_button, sentence_pair, unknown_notes
 from bertlab.tokenizer import DEFAULT_SPECIALS, WORD_START_MARK, Tokenizer, join_wordpieces
+from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.representation import (
     PART_LABELS,

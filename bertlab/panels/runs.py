@@ -104,8 +104,7 @@ class BackgroundRun:
         the class queue (`on_place(runs ahead)` while it waits; `on_left_queue()` if cancelled there). An
         exception from `work` goes to `on_error` (a bug is logged with its traceback first); `on_done()`
         runs last in every case, after the buttons are back."""
-        if self.running:
-            raise InputError("A run is in progress: cancel it or wait for it to end.")
+        self.check_idle()
         self.cancel_event = threading.Event()
         self.state, self.error = "running", None
         self.redraw.reset()
@@ -113,6 +112,12 @@ class BackgroundRun:
         self._thread = threading.Thread(target=self._body, args=(work, queue, on_place, on_left_queue, on_error,
                                                                  on_done), name=self.name, daemon=True)
         self._thread.start()
+
+    def check_idle(self) -> None:
+        """Raise InputError (the message a student sees) while a job runs: before a panel resets its view
+        for a new run."""
+        if self.running:
+            raise InputError("A run is in progress: cancel it or wait for it to end.")
 
     def poll(self, check: Callable[[], None], every_s: float | Callable[[], float]) -> None:
         """Call `check()` every `every_s` seconds (or as often as `every_s()` says each time) until

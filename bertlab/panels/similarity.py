@@ -26,8 +26,9 @@ from bertlab.analysis.similarity import (
     word_in_contexts,
     word_projection,
 )
-from bertlab.panels.base import Level, Panel, SyncedFigureWidget, run_button, show_figure, unknown_notes
+from bertlab.panels.base import Level, Panel, run_button, unknown_notes
 from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
+from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.similarity import (
     plot_token_similarity,

@@ -19,15 +19,17 @@ import torch
 
 from bertlab.classroom.questions import DEFAULT_K, mask_question, nsp_question, tally
 from bertlab.classroom.store import Question, QuestionStore
-from bertlab.panels.base import Panel, note_html, show_figure
+from bertlab.panels.base import Panel, note_html
 from bertlab.panels.class_queue import ClassQueueView
 from bertlab.panels.classroom import POLL_LIVE_S, TAB_OF, class_store
-from bertlab.panels.page import PageAddress, projector_in_query, projector_requested
+from bertlab.panels.page import PageAddress, follow_page, projector_requested
 from bertlab.panels.runs import BackgroundRun
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.queue import ClassQueue
 from bertlab.viz import theme
 from bertlab.viz.classroom import plot_class_guesses
+from bertlab.viz.figure_widget import show_figure
+from bertlab.viz.theme import MUTED
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +90,7 @@ class TeacherPanel(Panel):
         self.peek.observe(lambda _: self._draw(), names="value")
         self._on_kind()
         self._widget = widgets.VBox([
-            widgets.HTML('<div style="color:#555">Students see the question at the top of their <b>Mask</b> tab '
+            widgets.HTML(f'<div style="{MUTED}">Students see the question at the top of their <b>Mask</b> tab '
                          '(<b>Next sentence</b> for a pair), send a guess, and see the model\'s answer only when '
                          'you reveal it. Guesses are anonymous.</div>'),
             self.kind, self.text, self.text_b, self.k,
@@ -230,13 +232,7 @@ class TeacherPage:
         self.panel.redraw()
 
     def _on_page(self, change) -> None:
-        if change["name"] == "query":
-            asked = projector_in_query(change["new"])
-            if asked is not None and asked != theme.is_projector():
-                self.set_projector(asked)
-        elif change["new"] and theme.is_projector() and abs(theme.current().page_width - change["new"]) >= 40:
-            theme.use(True, page_width=change["new"])  # the window was resized
-            self.panel.redraw()
+        follow_page(change, self.set_projector, self.panel.redraw)
 
 
 def teacher_view(source: str | None = None, projector: bool | None = None) -> widgets.Widget:

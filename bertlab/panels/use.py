@@ -16,12 +16,13 @@ from bertlab.analysis.sample_size import examples_text, too_few
 from bertlab.analysis.targets import class_target, span_target, tag_target
 from bertlab.inputs import InputError
 from bertlab.model import Bert
-from bertlab.panels.base import Level, Panel, show_figure, unknown_notes
+from bertlab.panels.base import Level, Panel, unknown_notes
 from bertlab.panels.explain import ExplainSection
 from bertlab.runtime import input_limit
 from bertlab.tasks import subset
 from bertlab.tasks.models import model_task
 from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
+from bertlab.viz.figure_widget import show_figure
 from bertlab.viz.finetune import (
     answer_html,
     entities_html,

@@ -156,7 +156,7 @@ class StatusHandler(APIHandler):
 class PlotlyBundleHandler(tornado.web.StaticFileHandler):
     """plotly's widget code at one URL, so a page fetches and parses it once for all its figures
     (and the browser caches it), instead of each figure carrying all of it through the kernel's
-    websocket and the browser evaluating it again (see SyncedFigureWidget in bertlab/panels/base.py)."""
+    websocket and the browser evaluating it again (see SyncedFigureWidget in bertlab/viz/figure_widget.py)."""
 
     @classmethod
     def get_absolute_path(cls, root: str, path: str) -> str:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from bertlab.model import Bert
-from bertlab.runtime import eval_mode, max_tokens, model_device
+from bertlab.runtime import eval_mode, input_limit, model_device
 from bertlab.tasks.features import encode_words
 from bertlab.tokenizer import Tokenizer
 
@@ -109,7 +109,7 @@ def word_features(model: Bert, tok: Tokenizer, sentences: Sequence[Worded], pool
     `cache_dir` (default feature_cache_dir()) unless `use_cache` is False."""
     if pool not in POOLS:
         raise ValueError(f"pool must be one of {', '.join(POOLS)}; got {pool!r}.")
-    limit = min(tok.model_max_length, max_tokens(model))
+    limit = input_limit(model, tok)
     cut = "" if max_length is None else f"-max{max_length}"
     limit = limit if max_length is None else min(limit, max_length)
     key = hashlib.sha256("\x1f".join(" ".join(s.words) for s in sentences).encode()).hexdigest()[:16]

@@ -95,7 +95,7 @@ def _example_features(
     q_ids = tokenizer.encode(ex.question).ids[1:-1][:max_question_length]
     window_length = max_length - len(q_ids) - 3
     if window_length < 2:  # [CLS] question [SEP] context [SEP]: the context needs room too
-        raise ValueError(
+        raise FeatureError(
             f"a question of {len(q_ids)} tokens leaves {max(window_length, 0)} of the {max_length} tokens an input may "
             f"have for its context: raise max_length (up to what the model reads) or lower max_question_length.")
     if doc_stride is None:

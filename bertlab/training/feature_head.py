@@ -47,7 +47,7 @@ from bertlab.training.finetune import (
     finetune,
     task_labels,
 )
-from bertlab.training.loop import TrainEvent, TrainResult, resolve_precision, train
+from bertlab.training.loop import ScoredRun, TrainEvent, TrainResult, resolve_precision, train
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def evaluate_head(head: nn.Module, features: Sequence[torch.Tensor], examples: S
 
 
 @dataclass
-class FeatureHeadResult:
+class FeatureHeadResult(ScoredRun):
     """How a feature-based run went: the head, its dev metrics, the curves, the features it read."""
 
     head: FeatureHead
@@ -132,19 +132,6 @@ class FeatureHeadResult:
     precision: str = "fp32"
     saved_to: Path | None = None
     mode: str = "feature"
-
-    @property
-    def status(self) -> str:
-        return self.train.status
-
-    @property
-    def error(self) -> str | None:
-        return self.train.error
-
-    @property
-    def score(self) -> float | None:
-        value = self.metrics.get(self.main_metric)
-        return float(value) if value is not None else None
 
     @property
     def mix(self) -> dict[str, Any] | None:

@@ -63,7 +63,7 @@ from bertlab.tasks.layer_features import FEATURES
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import save_model_atomically, write_error, write_text_atomically
 from bertlab.training.finetune_defaults import Recipe, recipe
-from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, resolve_precision, train
+from bertlab.training.loop import ScoredRun, TrainConfig, TrainEvent, TrainResult, resolve_precision, train
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,7 @@ def _check_features(features: str, mode: str, task: str) -> None:
 
 
 @dataclass
-class FinetuneResult:
+class FinetuneResult(ScoredRun):
     """How a run went: the fine-tuned model, its dev metrics, the curves, the cost."""
 
     model: Bert  # in eval mode, on the device it trained on
@@ -216,20 +216,6 @@ class FinetuneResult:
     data_note: str = ""  # where the train and dev examples came from
     dev_held_out: bool = False  # the dev examples were held out of the training data (no dev part given)
     precision: str = "fp32"  # what the matrix products ran in: "bf16" (autocast) or "fp32"
-
-    @property
-    def status(self) -> str:
-        return self.train.status
-
-    @property
-    def error(self) -> str | None:
-        return self.train.error
-
-    @property
-    def score(self) -> float | None:
-        """The main metric of the last dev evaluation (None before any)."""
-        value = self.metrics.get(self.main_metric)
-        return float(value) if value is not None else None
 
     def summary(self) -> dict[str, Any]:
         """A JSON-friendly summary (no model): what the CLI prints and out_dir/finetune_results.json holds."""

@@ -185,6 +185,29 @@ class TrainResult:
             raise TrainingError(self.error or "training failed") from self.exception
 
 
+class ScoredRun:
+    """What a task run's result reads off its `train` (a TrainResult) and its dev `metrics`: status, error
+    and the main metric's score. Fine-tuning's and the feature head's results share it."""
+
+    train: TrainResult
+    metrics: dict[str, Any]
+    main_metric: str
+
+    @property
+    def status(self) -> str:
+        return self.train.status
+
+    @property
+    def error(self) -> str | None:
+        return self.train.error
+
+    @property
+    def score(self) -> float | None:
+        """The main metric of the last dev evaluation (None before any)."""
+        value = self.metrics.get(self.main_metric)
+        return float(value) if value is not None else None
+
+
 # -- helpers: seeds, devices, batches --------------------------------------------------------
 def move_to_device(batch: Any, device: torch.device) -> Any:
     """Tensors in (nested) dicts, lists, tuples and dataclasses moved to `device`."""

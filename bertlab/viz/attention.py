@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from bertlab.analysis.attention import AttentionResult
 from bertlab.viz.theme import Theme, current, finish, matrix_ticks
 
+BAND_COLOR = "#D55E00"  # Okabe & Ito's vermillion: the local band's outline and note, on blue or on Cividis
 HOVER = (
     "query %{y} <b>%{customdata[0]}</b> → key %{x} <b>%{customdata[1]}</b>"
     "<br>weight %{z:.3f}<extra></extra>"
@@ -16,6 +17,30 @@ HOVER = (
 
 def heatmap_title(layer: int, head: int) -> str:
     return f"Layer {layer}, head {head}: how much each token (row) attends to each token (column)"
+
+
+def heatmap_marks(result: AttentionResult, layer: int, style: Theme | None = None) -> dict:
+    """The layout parts that change with the layer (drawn in the theme, not scaled again by `finish`):
+    the lines between sentences A and B, and on a model with local layers (ModernBERT) the band that a
+    local layer's queries may read, outlined, with a note saying how far each token sees; a global
+    layer of such a model says that every token sees every token."""
+    t = style or current()
+    n = len(result.tokens)
+    shapes = _segment_lines(result, n, t)
+    window = result.window(layer)
+    note = ""
+    if window is not None:
+        whole = n - 1 <= window
+        note = (f"local layer: each token sees ±{window} tokens"
+                + (" (here: the whole input)" if whole else " (outlined; weights outside are 0)"))
+        if not whole:
+            shapes.append(dict(type="path", path=_band_path(n, window), xref="x", yref="y", layer="above",
+                               line=dict(color=BAND_COLOR, width=t.px(2), dash="dash"), fillcolor="rgba(0,0,0,0)"))
+    elif any(w is not None for w in result.windows):
+        note = "global layer: every token sees every token"
+    annotations = [dict(text=note, showarrow=False, x=0, y=1, xref="paper", yref="paper", xanchor="left",
+                        yanchor="bottom", yshift=t.px(4), font=dict(size=t.px(12), color=BAND_COLOR))] if note else []
+    return dict(shapes=shapes, annotations=annotations)
 
 
 def heatmap_z(result: AttentionResult, layer: int, head: int) -> np.ndarray:
@@ -34,7 +59,7 @@ def plot_attention_heatmap(result: AttentionResult, layer: int, head: int,
     """
     t = style or current()
     n = len(result.tokens)
-    labels = _labels(result.tokens)
+    labels = _labels(result.labels)
     pairs = np.empty((n, n, 2), dtype=object)  # [query, key, (query label, key label)]
     pairs[:, :, 0] = np.array(labels, dtype=object)[:, None]
     pairs[:, :, 1] = np.array(labels, dtype=object)[None, :]
@@ -54,7 +79,9 @@ def plot_attention_heatmap(result: AttentionResult, layer: int, head: int,
         )
     )
     fig.update_layout(_layout(result, labels, layer, head, t))
-    return finish(fig, t)
+    finish(fig, t)
+    fig.update_layout(heatmap_marks(result, layer, t))
+    return fig
 
 
 def _layout(result: AttentionResult, labels: list[str], layer: int, head: int, t: Theme) -> dict:
@@ -78,10 +105,9 @@ def _layout(result: AttentionResult, labels: list[str], layer: int, head: int, t
                    scaleanchor="x", constrain="domain"),
         width=side + 160,
         height=side + 60,
-        margin=dict(l=100, r=20, t=50, b=100),
+        margin=dict(l=100, r=20, t=70 if result.windows and any(w is not None for w in result.windows) else 50,
+                    b=100),
         plot_bgcolor="white",
-        shapes=_segment_lines(result, n),
-        annotations=[],
     )
 
 
@@ -97,16 +123,28 @@ def empty_heatmap(note: str = "Type a sentence and press Show.", style: Theme | 
     return finish(fig, t)
 
 
-def _segment_lines(result: AttentionResult, n: int) -> list[dict]:
+def _segment_lines(result: AttentionResult, n: int, t: Theme) -> list[dict]:
     """Thin lines between sentence A and sentence B (none for a single sentence)."""
     s = result.sentence_b_start
     if s is None:
         return []
-    line = dict(color="#d62728", width=1.5, dash="dot")
+    line = dict(color="#d62728", width=1.5 * t.scale, dash="dot")
     return [
         dict(type="line", x0=s - 0.5, x1=s - 0.5, y0=-0.5, y1=n - 0.5, line=line),
         dict(type="line", x0=-0.5, x1=n - 0.5, y0=s - 0.5, y1=s - 0.5, line=line),
     ]
+
+
+def _band_path(n: int, window: int) -> str:
+    """An SVG path (data coordinates: cell centres at 0..n-1) around the cells |query - key| <= window
+    of an n x n grid: down its right edge, back up its left edge."""
+    right, left = [], []
+    for q in range(n):
+        hi, lo = min(n - 1, q + window) + 0.5, max(0, q - window) - 0.5
+        right += [(hi, q - 0.5), (hi, q + 0.5)]
+        left += [(lo, q - 0.5), (lo, q + 0.5)]
+    points = right + left[::-1]
+    return "M " + " L ".join(f"{x:g},{y:g}" for x, y in points) + " Z"
 
 
 def _labels(tokens: list[str]) -> list[str]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import html
 from typing import Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from bertlab.viz.mask import hidden_html
 from bertlab.viz.theme import NEUTRAL, OKABE_ITO, Theme, current, finish
 
 # Colour-blind safe (the theme's palette), and kept apart on a washed-out projector.
@@ -84,3 +86,16 @@ def _colour(model_index: int | None) -> str:
 def _note(fig: go.Figure, xref: str, text: str) -> None:
     fig.add_annotation(text=text, xref=xref, yref="y domain" if xref.startswith("x ") else "y2 domain",
                        x=0.5, y=0.5, showarrow=False, font=dict(size=14, color="#666"))
+
+
+def question_html(text: str, mask_token: str | None, text_b: str | None = None, ask: str | None = None) -> str:
+    """The class question as a student's tab shows it: a pair question (`ask` given) as A, B and the
+    question asked; else the text with each mask token marked (`mask_token`, None: plain). Escaped here."""
+    style = "font-size:1.15em;margin:4px 0"
+    if ask is not None:
+        return (f'<div style="{style}"><b>A:</b> {html.escape(text)}<br><b>B:</b> {html.escape(text_b or "")}'
+                f"</div><div>{html.escape(ask)}</div>")
+    if not mask_token:
+        return f'<div style="{style}">{html.escape(text)}</div>'
+    mark = hidden_html(mask_token)
+    return f'<div style="{style}">{mark.join(html.escape(p) for p in text.split(mask_token))}</div>'

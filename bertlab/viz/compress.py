@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bertlab.viz.mask import empty_figure
-from bertlab.viz.theme import Theme, current, finish
+from bertlab.viz.theme import MUTED, Theme, current, finish
 
 DECIMALS = 4
 METHOD_ORDER = ("original", "int8", "pruned", "distilled")
@@ -157,7 +157,7 @@ def variants_html(variants: Sequence[Mapping[str, Any]]) -> str:
             f"<td>{_cell(v.get('score'), '.3f')}</td><td>{scored_on}</td><td>{_cell(delta, '+.1f')}</td></tr>")
     style = "border-collapse:collapse;font-size:0.9em"
     return (f'<table class="bertlab-compress-table" style="{style}" cellpadding="4">{head}{"".join(rows)}</table>'
-            '<div style="color:#555;font-size:0.85em">Size: the saved weights (in memory when not saved); '
+            f'<div style="{MUTED};font-size:0.85em">Size: the saved weights (in memory when not saved); '
             "× original and Δ score (points) against the model it came from, Δ only between scores on the same "
             "held-out examples; latency on this machine's CPU, median of a few batches (fastest–slowest in "
             "brackets): a speed-up marked (noise) lies within that spread.</div>")

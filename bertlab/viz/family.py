@@ -22,7 +22,7 @@ from bertlab.analysis.family import (
     TokenCut,
 )
 from bertlab.viz.text import plain_text
-from bertlab.viz.theme import NEUTRAL, OKABE_ITO, Theme, current, finish
+from bertlab.viz.theme import MUTED, NEUTRAL, OKABE_ITO, Theme, current, finish
 
 WORD_FILL = ("#dbe9f6", "#c6dbef")  # one-piece words, alternating (light blues)
 SPLIT_FILL = ("#fdd9b5", "#f9c08b")  # words cut into several pieces, alternating (light oranges)
@@ -248,7 +248,7 @@ def objective_html(view: ModelView, extra: str = "") -> str:
     """A card: the model's family, its pre-training objective, and that objective on the sentence."""
     o = view.objective
     lines = [f'<div style="font-weight:600">{plain_text(_name(view.name, 60))}</div>',
-             f'<div style="color:#555;font-size:0.9em">{plain_text(view.family)} · '
+             f'<div style="{MUTED};font-size:0.9em">{plain_text(view.family)} · '
              f'<b>{plain_text(o.name)}</b></div>' if o else "",
              f'<div style="font-size:0.9em;margin:2px 0 4px">{plain_text(o.about)}</div>' if o else ""]
     if view.positions:

@@ -20,7 +20,7 @@ from bertlab.analysis.sample_size import examples_text, measured_on, too_few
 from bertlab.tokenizer import DEFAULT_SPECIALS
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.text import plain_text
-from bertlab.viz.theme import OKABE_ITO, Theme, current, finish, labelled_points, point_text
+from bertlab.viz.theme import OKABE_ITO, Theme, current, finish, labelled_points, plot_area, point_text
 
 ENTITY_COLORS: dict[str, str] = {"PER": "#fdd49e", "ORG": "#a6cee3", "LOC": "#b2df8a", "MISC": "#d9c2e9"}
 OTHER_ENTITY = "#e0e0e0"
@@ -240,7 +240,8 @@ def plot_cls_pca(
 ) -> go.Figure:
     """Side-by-side scatters of 2-D [CLS] projections (e.g. {"before": pts, "after": pts},
     each [n, 2] from `pca_2d`), one colour per gold label; hover shows the text, and the theme's
-    `labelled_points` points farthest from the centre of each panel carry the start of theirs.
+    `labelled_points` points farthest from the centre of each panel carry the start of theirs (where it
+    covers no other label).
     `cls_token`: the tokenizer's, for the titles."""
     t = style or current()
     if not panels:
@@ -250,12 +251,18 @@ def plot_cls_pca(
                       if explained and name in explained else "") for name in names]
     fig = make_subplots(rows=1, cols=len(names), subplot_titles=titles, horizontal_spacing=0.08)
     classes = list(dict.fromkeys(labels))
+    width, height, margin = max(520, 430 * len(names)), 420, dict(l=60, r=20, t=80, b=50)
+    area = plot_area(width, height, margin, t)
+    each = (area[0] * (1 - 0.08 * (len(names) - 1)) / len(names), area[1])  # one panel's plot area, px
     for col, name in enumerate(names, start=1):
         pts = panels[name]
         if pts.dim() != 2 or pts.shape[1] != 2 or pts.shape[0] != len(labels):
             raise ValueError(f"{name}: points must be [{len(labels)}, 2]; got {tuple(pts.shape)}.")
-        drawn = (point_text([_cut(x, 18) for x in texts], labelled_points(pts.numpy(), t.labelled_points))
-                 if texts is not None else None)
+        drawn = None
+        if texts is not None:
+            short = [_cut(x, 18) for x in texts]
+            drawn = point_text(short, labelled_points(pts.numpy(), t.labelled_points, labels=short, plot_px=each,
+                                                      font_px=t.px(10), equal_axes=False))
         for c, cls in enumerate(classes):
             rows = [i for i, label in enumerate(labels) if label == cls]
             fig.add_trace(go.Scatter(
@@ -271,9 +278,9 @@ def plot_cls_pca(
             ), row=1, col=col)
         fig.update_xaxes(title_text="PC 1", zeroline=False, row=1, col=col)
         fig.update_yaxes(title_text="PC 2", zeroline=False, row=1, col=col)
-    fig.update_layout(height=420, width=max(520, 430 * len(names)), plot_bgcolor="white",
+    fig.update_layout(height=height, width=width, plot_bgcolor="white",
                       title=dict(text=f"{plain_text(cls_token)} vectors, coloured by gold label", font=dict(size=14)),
-                      margin=dict(l=60, r=20, t=80, b=50), legend=dict(title=dict(text="label")))
+                      margin=margin, legend=dict(title=dict(text="label")))
     return finish(fig, t)
 
 

@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 from bertlab.analysis.mask import MaskPrediction, WordScore
 from bertlab.tokenizer import DEFAULT_SPECIALS, WORDPIECE_PREFIX, Tokenizer, join_wordpieces
 from bertlab.viz.text import plain_text
-from bertlab.viz.theme import OKABE_ITO, Theme, current, finish
+from bertlab.viz.theme import HIDDEN_MARK, OKABE_ITO, Theme, current, finish
 
 BAR = OKABE_ITO[5]  # sky blue
 TRUE_BAR = OKABE_ITO[2]  # bluish green: the masked word's own piece, when it is among the guesses
@@ -182,6 +182,11 @@ def _percent(p: float) -> str:
     return f"{100 * p:.1f}%" if p >= 0.001 else f"{p:.1e}"
 
 
+def hidden_html(token: str) -> str:
+    """A hidden piece (the mask token, or a word a question hides) marked in running text; escaped here."""
+    return f'<span style="{HIDDEN_MARK}">{html.escape(token)}</span>'
+
+
 def reads_html(tokens: list[str], tok: Tokenizer | None = None) -> str:
     """The input as the model reads it ([CLS]/[SEP] left out, pieces joined), hidden pieces marked.
     `tok` says which tokens are special and which pieces continue a word (default: WordPiece's)."""
@@ -195,10 +200,7 @@ def reads_html(tokens: list[str], tok: Tokenizer | None = None) -> str:
             continue
         glue = continues(t) and bool(words)
         t = join(["_", t])[1:] if glue else t
-        piece = (
-            f'<span style="background:#ffe08a;border-radius:3px;padding:0 2px;font-weight:600">{html.escape(t)}</span>'
-            if t == mask_token else html.escape(t)
-        )
+        piece = hidden_html(t) if t == mask_token else html.escape(t)
         if glue:
             words[-1] += piece
         else:

@@ -22,7 +22,7 @@ from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
 from bertlab.training.masking import MaskKind
 from bertlab.training.pairs import PairExample
 from bertlab.training.preview import MaskedExample, PairDemo
-from bertlab.viz.theme import OKABE_ITO, Theme, current, finish
+from bertlab.viz.theme import MUTED, OKABE_ITO, Theme, current, finish
 
 KIND_COLORS: dict[MaskKind, str] = {
     MaskKind.MASK: "#cfe2ff",  # blue: replaced by [MASK]
@@ -76,7 +76,7 @@ def legend_html(ex: MaskedExample) -> str:
         for k in (MaskKind.MASK, MaskKind.RANDOM, MaskKind.KEPT)
     ]
     eligible = ex.num_eligible
-    return (f'<div style="margin:4px 0">{"".join(items)}<span style="color:#555">{ex.num_chosen} of {eligible} '
+    return (f'<div style="margin:4px 0">{"".join(items)}<span style="{MUTED}">{ex.num_chosen} of {eligible} '
             f'tokens chosen ({100 * ex.rate:.0f}% rate)</span></div>')
 
 
@@ -92,7 +92,7 @@ def masked_example_html(ex: MaskedExample) -> str:
             f'margin:0 1px 6px 0">{_cell(orig, title=tip)}{_cell(seen, kind, tip)}{_cell(label, kind, tip)}</div>'
         )
     heads = "".join(_cell(h) for h in ("original", "model reads", "labels"))
-    head = (f'<div style="display:inline-flex;flex-direction:column;margin-right:6px;color:#555;'
+    head = (f'<div style="display:inline-flex;flex-direction:column;margin-right:6px;{MUTED};'
             f'font-weight:600">{heads}</div>')
     return (f'<div class="bl-masked">{legend_html(ex)}<div style="display:flex;flex-wrap:wrap;align-items:flex-start">'
             f'{head}{"".join(columns)}</div></div>')
@@ -169,7 +169,7 @@ def pair_html(pair: PairExample, tok: Tokenizer, titles: Sequence[str] = ()) -> 
 
 def pairs_html(demo: PairDemo, tok: Tokenizer) -> str:
     """Every pair of the demo, NSP first; segment A is blue, B orange."""
-    legend = (f'<div style="margin:4px 0;color:#555"><span style="background:{SEGMENT_COLORS[0]};padding:1px 6px">'
+    legend = (f'<div style="margin:4px 0;{MUTED}"><span style="background:{SEGMENT_COLORS[0]};padding:1px 6px">'
               f'segment A (type id 0)</span> <span style="background:{SEGMENT_COLORS[1]};padding:1px 6px">segment B '
               f'(type id 1)</span> · a pair too long for its length is trimmed one token at a time from either end, '
               f'so it may start or end inside a word</div>')
@@ -232,7 +232,7 @@ def probe_html(probe: str, rows: Sequence[tuple[int, Sequence[Candidate]]], max_
     if not rows:
         return ""
     body = "".join(
-        f'<tr class="bl-probe-row" data-step="{step}"><td style="padding:2px 8px;color:#555">step {step}</td>'
+        f'<tr class="bl-probe-row" data-step="{step}"><td style="padding:2px 8px;{MUTED}">step {step}</td>'
         + "".join(f'<td style="padding:2px 8px;font-family:monospace">{html.escape(c.token)} '
                   f'<span style="color:#888">{100 * c.probability:.1f}%</span></td>' for c in cands)
         + "</tr>"

@@ -8,7 +8,16 @@ import numpy as np
 import plotly.graph_objects as go
 
 from bertlab.analysis.representation import Representation
-from bertlab.viz.theme import NEUTRAL, OKABE_ITO, Theme, current, finish, labelled_points, point_text
+from bertlab.viz.theme import (
+    NEUTRAL,
+    OKABE_ITO,
+    Theme,
+    current,
+    finish,
+    labelled_points,
+    plot_area,
+    point_text,
+)
 
 PART_COLORS: dict[str, str] = {  # colour-blind safe (bertlab.viz.theme.OKABE_ITO)
     "token": OKABE_ITO[0],
@@ -25,6 +34,11 @@ PART_LABELS: dict[str, str] = {
     "normalised": "normalised sum (after LayerNorm)",
 }
 DECIMALS = 4
+PROJECTION_SIZE = (720, 560)  # px on the normal page: the 2-D map of the parts
+PROJECTION_MARGIN = dict(l=60, r=20, t=80, b=60)
+BAR_PX = 8  # px on the normal page per bar of the norms chart (a 19-token pair's 5 parts fit a 1024 px window)
+MIN_BAR_PX = 5  # px: a bar narrower than this is hard to hover; the chart scrolls instead
+POINT_FONT = 10  # px on the normal page: a point's label
 
 
 def _labels(rep: Representation) -> list[str]:
@@ -78,6 +92,7 @@ def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, sty
     for p in parts:
         rep.part(p)  # a clear error for an unknown part
     x = _labels(rep)
+    width = int(min(1400, max(600, 120 + BAR_PX * len(parts) * len(x))))
     fig = go.Figure(
         [
             go.Bar(
@@ -96,33 +111,40 @@ def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, sty
         xaxis=dict(title="token", tickmode="array", tickvals=x, ticktext=list(rep.labels), tickangle=-45),
         yaxis=dict(title="norm", rangemode="tozero"),
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
-        width=int(min(1400, max(600, 120 + 22 * len(parts) * len(x)))),
+        width=width,
         height=430,
         margin=dict(l=60, r=20, t=80, b=90),
         plot_bgcolor="white",
     )
-    return finish(fig, t, wide=len(x) * len(parts) > 24)
+    # a figure as wide as the tab while its bars keep MIN_BAR_PX; wider than that, its box scrolls
+    return finish(fig, t, wide=120 * t.scale + MIN_BAR_PX * len(parts) * len(x) > t.page_width)
 
 
 def plot_part_projection(rep: Representation, style: Theme | None = None) -> go.Figure:
-    """Scatter of the projected parts in their shared 2-D basis, one colour per part. In each part,
-    the theme's `labelled_points` points farthest from the origin (the longest vectors) carry their
-    token on the picture; hovering shows every point's. The basis is not centred, so
-    sum = token + segment + position holds in the picture too."""
+    """Scatter of the projected parts in their shared 2-D basis, one colour per part. The points
+    farthest from the origin (the longest vectors; the theme's `labelled_points` per part) carry their
+    token on the picture where it does not cover another label; hovering shows every point's. The
+    basis is not centred, so sum = token + segment + position holds in the picture too."""
     t = style or current()
+    parts = list(rep.projected_parts)
+    xy_all = np.round(rep.projection[: len(parts)].numpy(), DECIMALS).reshape(-1, 2)  # [part * seq, 2]
+    n = len(rep.labels)
+    keep = labelled_points(xy_all, t.labelled_points * len(parts), centre=(0.0, 0.0),
+                           labels=list(rep.labels) * len(parts), font_px=t.px(POINT_FONT),
+                           plot_px=plot_area(*PROJECTION_SIZE, PROJECTION_MARGIN, t))
     traces = []
-    for i, p in enumerate(rep.projected_parts):
-        xy = np.round(rep.projection[i].numpy(), DECIMALS)  # [seq, 2]
+    for i, p in enumerate(parts):
+        xy = xy_all[i * n:(i + 1) * n]  # [seq, 2]
         traces.append(
             go.Scatter(
                 name=PART_LABELS.get(p, p),
                 x=xy[:, 0],
                 y=xy[:, 1],
                 mode="markers+text",
-                text=point_text(rep.labels, labelled_points(xy, t.labelled_points, centre=(0.0, 0.0))),
+                text=point_text(rep.labels, [j - i * n for j in keep if i * n <= j < (i + 1) * n]),
                 customdata=[[j, tok] for j, tok in enumerate(rep.labels)],
                 textposition="top center",
-                textfont=dict(size=10, color=PART_COLORS.get(p)),
+                textfont=dict(size=POINT_FONT, color=PART_COLORS.get(p)),
                 marker=dict(size=8, color=PART_COLORS.get(p)),
                 hovertemplate=("%{customdata[0]} <b>%{customdata[1]}</b><br>(%{x:.2f}, %{y:.2f})<extra>"
                                + p + "</extra>"),
@@ -136,9 +158,9 @@ def plot_part_projection(rep: Representation, style: Theme | None = None) -> go.
         yaxis=dict(title=f"direction 2 ({100 * e[1]:.0f}%)", zeroline=True, zerolinecolor="#ccc",
                    scaleanchor="x"),  # equal units: distances in the picture are distances in the map
         legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
-        width=720,
-        height=560,
+        width=PROJECTION_SIZE[0],
+        height=PROJECTION_SIZE[1],
         plot_bgcolor="white",
-        margin=dict(l=60, r=20, t=80, b=60),
+        margin=PROJECTION_MARGIN,
     )
     return finish(fig, t)

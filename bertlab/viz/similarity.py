@@ -7,7 +7,16 @@ import plotly.graph_objects as go
 
 from bertlab.analysis.similarity import TokenSimilarity, WordAcrossContexts, WordProjection
 from bertlab.viz.text import plain_text
-from bertlab.viz.theme import NEUTRAL, Theme, current, finish, labelled_points, matrix_ticks, point_text
+from bertlab.viz.theme import (
+    NEUTRAL,
+    Theme,
+    current,
+    finish,
+    labelled_points,
+    matrix_ticks,
+    plot_area,
+    point_text,
+)
 
 DECIMALS = 4
 
@@ -99,7 +108,9 @@ def plot_word_projection(proj: WordProjection, stage: int, style: Theme | None =
         raise IndexError(f"stage {stage} does not exist: use 0 (embeddings) to {proj.points.shape[0] - 1}.")
     xy = np.round(proj.points[stage].numpy(), DECIMALS)  # [point, 2]
     names = [f"{w} ({proj.sentence_index[j] + 1})" for j, w in enumerate(proj.words)]
-    text = point_text(names, labelled_points(xy, t.labelled_points))
+    shown = labelled_points(xy, t.labelled_points, labels=names, font_px=t.px(11),
+                            plot_px=plot_area(720, 540, dict(l=60, r=20, t=60, b=60), t))
+    text = point_text(names, shown)
     traces = []
     for i, word in enumerate(dict.fromkeys(proj.words)):
         idx = [j for j, w in enumerate(proj.words) if w == word]

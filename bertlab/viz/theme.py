@@ -38,6 +38,21 @@ MAX_HEIGHT = 1000  # px: projector mode grows a figure's height ×scale up to th
 MUTED = "color:#555"  # help lines and notes (projector mode darkens it, see `css`)
 HELP_STYLE = MUTED + ";font-size:0.9em"  # a tab's help line, a setting's note
 FAINT = "color:#777"  # what shows before there is anything ("No run yet.")
+TEXT_CHAR_EM = 0.62  # a label's average character width, in em, with room to spare (plotly's Open Sans: ~0.55)
+TAB_CHAR_EM = 0.56  # a tab title's average character width, in em of its font (DejaVu Sans, Arial: ~0.53)
+MIN_TAB_FONT = 9  # px: the tab bar's titles shrink down to this to stay on one row
+# The page's colours outside figures, in one place: panels use these (or `help_html`, `note_html`), never a
+# colour literal of their own.
+NOTE_EDGE = {"info": "#4a90d9", "warning": "#e0a100", "error": "#d62728"}  # a note's left edge, by level
+NOTE_STYLE = {  # a note's text, background and edge, by level (info, warning, error)
+    "info": f"color:#1f3b57;background:#eef4fa;border-left:4px solid {NOTE_EDGE['info']}",
+    "warning": f"color:#5c3d00;background:#fff6e0;border-left:4px solid {NOTE_EDGE['warning']}",
+    "error": f"color:#6b0b0b;background:#fdecec;border-left:4px solid {NOTE_EDGE['error']}",
+}
+BUSY_COLOUR = "#1f3b57"  # the busy sign's text; its spinner is drawn in NOTE_EDGE["info"]
+BOX_BORDER = "1px solid #ddd"  # a framed box of widgets (a details pane, the model card)
+OK_TEXT, OFF_TEXT = "color:#1a7f37", "color:#888"  # a thing the model has (✓) or lacks (✗)
+HIDDEN_MARK = "background:#ffe08a;border-radius:3px;padding:0 2px;font-weight:600"  # a hidden ([MASK]) piece
 
 
 @dataclass(frozen=True)
@@ -239,24 +254,66 @@ def matrix_ticks(labels: Sequence[str], side: float, theme: Theme | None = None,
 
 
 def labelled_points(xy: np.ndarray, n: int, centre: Sequence[float] | None = None,
-                    min_gap: float = 0.06) -> list[int]:
+                    min_gap: float = 0.06, labels: Sequence[str] | None = None,
+                    plot_px: tuple[float, float] | None = None, font_px: float = BASE_FONT,
+                    equal_axes: bool = True) -> list[int]:
     """Indices of the points of a 2-D map that get their label drawn: the `n` farthest from
     `centre` (default: the mean point; the crowd in the middle stays for hovering), skipping a
     point closer than `min_gap` (a share of the map's extent) to one already chosen, so that
-    labels do not sit on each other. `xy`: [point, 2]."""
+    labels do not sit on each other. `xy`: [point, 2].
+
+    With `labels` and `plot_px` (the plot area's width and height in px; `equal_axes`: one unit is as
+    long on both axes) a point is also skipped when its label (drawn `font_px` high, centred above the
+    point) would cover a label already chosen: long labels need more room than `min_gap`."""
     pts = np.asarray(xy, dtype=float).reshape(-1, 2)
     if len(pts) == 0 or n <= 0:
         return []
     c = pts.mean(axis=0) if centre is None else np.asarray(centre, dtype=float)
     extent = float(max(np.ptp(pts[:, 0]), np.ptp(pts[:, 1]), 1e-9))
+    boxes = None
+    if labels is not None and plot_px is not None:
+        boxes = _label_boxes(pts, labels, plot_px, font_px, equal_axes)
     order = np.argsort(-np.linalg.norm(pts - c, axis=1), kind="stable")
     chosen: list[int] = []
     for i in order:
         if len(chosen) >= n:
             break
-        if all(np.linalg.norm(pts[i] - pts[j]) >= min_gap * extent for j in chosen):
-            chosen.append(int(i))
+        if any(np.linalg.norm(pts[i] - pts[j]) < min_gap * extent for j in chosen):
+            continue
+        if boxes is not None and any(_overlap(boxes[i], boxes[j]) for j in chosen):
+            continue
+        chosen.append(int(i))
     return sorted(chosen)
+
+
+def _label_boxes(pts: np.ndarray, labels: Sequence[str], plot_px: tuple[float, float],
+                 font_px: float, equal_axes: bool = True) -> np.ndarray:
+    """[point, 4] (left, top, right, bottom) in px of each point's label, drawn centred above it, on a
+    map that fills `plot_px` (plotly pads the data's range ~5 % each side); `equal_axes`: its axes share
+    one scale (the smaller)."""
+    span = np.maximum(np.ptp(pts, axis=0), 1e-9) * 1.1
+    px = np.array(plot_px, dtype=float) / span  # px per data unit, per axis
+    if equal_axes:
+        px[:] = px.min()
+    x, y = pts[:, 0] * px[0], -pts[:, 1] * px[1]  # y grows downwards on the screen
+    width = np.array([TEXT_CHAR_EM * font_px * len(str(t)) for t in labels])
+    bottom = y - font_px * 0.5  # above the marker
+    return np.stack([x - width / 2, bottom - font_px * 1.2, x + width / 2, bottom], axis=1)
+
+
+def _overlap(a: np.ndarray, b: np.ndarray, pad: float = 2.0) -> bool:
+    return bool(a[0] < b[2] + pad and b[0] < a[2] + pad and a[1] < b[3] + pad and b[1] < a[3] + pad)
+
+
+def plot_area(width: float, height: float, margin: dict, theme: Theme | None = None) -> tuple[float, float]:
+    """(width, height) in px of the plot area of a figure built `width` x `height` with `margin` for the
+    normal page, as `finish` draws it in `theme` (for `labelled_points`)."""
+    t = theme or current()
+    k = t.scale
+    w = t.page_width if t.full_width else width * k
+    h = max(height, min(height * k, MAX_HEIGHT))
+    side = {key: margin.get(key, 80) * k for key in ("l", "r", "t", "b")}
+    return max(1.0, w - side["l"] - side["r"]), max(1.0, h - side["t"] - side["b"])
 
 
 def point_text(labels: Sequence[str], keep: Sequence[int]) -> list[str]:
@@ -266,12 +323,14 @@ def point_text(labels: Sequence[str], keep: Sequence[int]) -> list[str]:
 
 
 # -- the page ------------------------------------------------------------------------------------
-def css() -> str:
+def css(tab_titles: Sequence[str] = ()) -> str:
     """The page's style for both themes (a `<style>` block, shown once by the app).
 
     Widget text (ipywidgets reads `--jp-widgets-*`), help text, token chips and the attention
     view follow the root's class; figures never clip: a figure wider than its tab scrolls, and
-    long rows of tokens wrap."""
+    long rows of tokens wrap. A drop-down is as wide as its longest option (at most its row).
+    With `tab_titles` (the app's tabs), the tab bar's titles shrink with the window so that the
+    bar stays one row (down to MIN_TAB_FONT px; a window narrower still wraps it)."""
     p = PROJECTOR
     r, pr = f".{ROOT_CLASS}", f".{ROOT_CLASS}.{PROJECTOR_CLASS}"
     return f"""<style>
@@ -280,8 +339,16 @@ def css() -> str:
 {r} .widget-box:has(> .js-plotly-plot) {{ overflow-x: auto; max-width: 100%; }}
 {r} .bertlab-tabs > .lm-TabBar .lm-TabBar-tab {{ flex: 1 1 auto; min-width: max-content; max-width: none; }}
 {r} .bertlab-tabs > .lm-TabBar .lm-TabBar-content {{ flex-wrap: wrap; }}
+{_tab_bar_css(tab_titles, r, pr)}
+{r} .widget-html-content th, {r} .widget-html-content td {{ padding: 2px 8px; }}
+{r} .widget-dropdown {{ width: auto !important; max-width: 100%; }}
+{r} .widget-dropdown > select {{ flex: 0 1 auto; width: auto; min-width: 6em; }}
 {r} .widget-html-content, {r} .widget-label {{ overflow-wrap: anywhere; }}
-{r} .widget-toggle-buttons {{ flex-wrap: wrap; height: auto; }}
+{r} .widget-toggle-buttons {{ display: flex; flex-wrap: wrap; align-items: center; height: auto; width: auto;
+  max-width: 100%; }}
+{r} .widget-toggle-buttons > .widget-label {{ flex: 0 0 auto; min-width: var(--jp-widgets-inline-label-width);
+  text-align: right; margin-right: 8px; }}
+{r} .widget-toggle-buttons > div {{ display: flex; flex-wrap: wrap; flex: 0 1 auto; width: auto; max-width: 100%; }}
 {r} .widget-toggle-buttons .widget-toggle-button {{ width: auto; min-width: max-content; }}
 {r} .widget-button, {r} .widget-toggle-button {{ min-width: max-content; }}
 {r} .widget-hbox {{ flex-wrap: wrap; }}
@@ -314,6 +381,20 @@ def css() -> str:
 {pr} [style*="color:#555"], {pr} [style*="color:#666"], {pr} [style*="color:#777"] {{ color: #222 !important; }}
 body:has({pr}) .jp-MarkdownCell {{ display: none; }}
 </style>"""
+
+
+def _tab_bar_css(titles: Sequence[str], r: str, pr: str) -> str:
+    """Tab titles sized to the window: the largest font (up to the theme's) at which every title, with
+    its padding, fits one row of a bar about 100vw - 50px wide."""
+    if not titles:
+        return ""
+    pad = "clamp(4px, 0.6vw, 10px)"  # each side of a title
+    room = f"(100vw - 50px - {len(titles)} * (2 * {pad} + 1px))"
+    em = TAB_CHAR_EM * sum(len(t) for t in titles)  # the row's width in em of the font
+    size = f"calc({room} / {em:.1f})"
+    tab = ".bertlab-tabs > .lm-TabBar .lm-TabBar-tab"
+    return (f"{r} {tab} {{ padding: 0 {pad}; font-size: clamp({MIN_TAB_FONT}px, {size}, {NORMAL.px(13)}px); }}\n"
+            f"{pr} {tab} {{ font-size: clamp({MIN_TAB_FONT}px, {size}, {PROJECTOR.px(13)}px); }}")
 
 
 def help_html(text: str, tag: str = "div", extra: str = "") -> str:

@@ -8,7 +8,7 @@ What broke here, and was fixed at its cause:
 - Attention → Head view (or bertviz) → new sentence → Show → Heatmap threw "Error setting state:
   Cannot read properties of undefined (reading 'length')": plotly's figure view never removes its
   listeners, so the heatmap's view taken off the stage still ran `Plotly.update` on its purged plot.
-  bertlab's figure module (bertlab/panels/base.py) removes them with the view.
+  bertlab's figure module (bertlab/viz/figure_widget.py) removes them with the view.
 - Embeddings → "One word" / "Word map" logged "No such comm" twice each: the panel remade a figure
   on first show and closed the old widget while its view, just shown, still talked to the kernel.
 """

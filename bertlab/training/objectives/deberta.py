@@ -89,7 +89,7 @@ def save(pair: nn.Module, tokenizer: Tokenizer, folder: Path) -> Path:
 
 OBJECTIVE = Objective(
     name="deberta-v3",
-    title="DeBERTa-v3: replaced-token detection (λ = 50) with gradient-disentangled embedding sharing",
+    title="DeBERTa-v3: replaced-token detection (λ = 50), gradient-disentangled embeddings",
     model_type="deberta-v2",
     hf_class="DebertaV2Model",
     own_loss="rtd_loss",

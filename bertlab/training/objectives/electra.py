@@ -98,7 +98,7 @@ def save(pair: nn.Module, tokenizer: Tokenizer, folder: Path) -> Path:
 
 OBJECTIVE = Objective(
     name="electra",
-    title="ELECTRA: a small generator's MLM + replaced-token detection by the discriminator (λ = 50)",
+    title="ELECTRA: replaced-token detection (λ = 50) on a small MLM generator's guesses",
     model_type="electra",
     hf_class="ElectraForPreTraining",
     own_loss="rtd_loss",

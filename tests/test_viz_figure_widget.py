@@ -1,4 +1,4 @@
-"""Figures in widgets (bertlab.panels.base): what a browser view of a FigureWidget draws.
+"""Figures in widgets (bertlab.viz.figure_widget): what a browser view of a FigureWidget draws.
 
 A view draws the widget's synced state (`_widget_data`, `_widget_layout`) when it is made, and
 then applies the edit messages (`_py2js_*`) that arrive while it lives. So after any edit the
@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 import pytest
 from aio import run_in_thread
 
-from bertlab.panels.base import SyncedFigureWidget, redraw, show_figure
+from bertlab.viz.figure_widget import SyncedFigureWidget, redraw, show_figure
 
 
 class Wire:
