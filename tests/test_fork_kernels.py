@@ -199,17 +199,26 @@ def test_a_page_gets_a_forked_kernel_that_works_and_shares_the_warm_parents_memo
 
 
 def _zygotes(server: Server) -> list[int]:
-    """The zygote processes under the server."""
-    out = []
+    """The zygote processes under the server (its forked kernels keep the zygote's command line)."""
+    parent, cmdline = {}, {}
     for proc in Path("/proc").iterdir():
         try:
-            if (proc.name.isdigit() and int(proc.name) != server.proc.pid
-                    and int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1]) == server.proc.pid
-                    and b"bertlab.serving.forking" in (proc / "cmdline").read_bytes()):
-                out.append(int(proc.name))
+            if proc.name.isdigit():
+                parent[int(proc.name)] = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                cmdline[int(proc.name)] = (proc / "cmdline").read_bytes()
         except OSError:
             continue
-    return out
+
+    def under_server(pid: int) -> bool:
+        while pid > 1:
+            pid = parent.get(pid, 0)
+            if pid == server.proc.pid:
+                return True
+        return False
+
+    zygote = b"bertlab.serving.forking"
+    return [pid for pid, cmd in cmdline.items()
+            if zygote in cmd and zygote not in cmdline.get(parent.get(pid, 0), b"") and under_server(pid)]
 
 
 @pytest.mark.slow
