@@ -252,7 +252,11 @@ async def rush(n: int, browsers: int, args: argparse.Namespace, want: dict, chro
             browser = await pw.chromium.launch(executable_path=chromium, args=bc.CHROMIUM_ARGS, headless=True)
             flows += [_browser_student(s, browser, url, delays[i], plans[i], want, args, contexts)
                       for i, s in pages.items()]
-        await asyncio.gather(*flows)
+        attention, bc._attention_edit = bc._attention_edit, _no_attention  # Mask edits only
+        try:
+            await asyncio.gather(*flows)
+        finally:
+            bc._attention_edit = attention
         wall = time.monotonic() - t0
         own, cpu1 = time.process_time() - own0, bc.cpu_by_part(proc.pid)
         load_after = os.getloadavg()
@@ -292,18 +296,14 @@ async def rush(n: int, browsers: int, args: argparse.Namespace, want: dict, chro
 
 async def _browser_student(s, browser, url: str, delay: float, plan: list[str], want: dict,
                            args: argparse.Namespace, contexts: list) -> None:
-    """bench_class's student (chart drawn, Mask edits timed in the page), without its Attention part."""
+    """bench_class's student (chart drawn, Mask edits timed in the page); `rush` leaves out its
+    Attention part for the whole run."""
     bargs = argparse.Namespace(wait=args.wait, stale_after=args.wait)
-    original = bc._attention_edit
+    contexts.append(await bc.student(s, browser, url, delay, plan, want, bargs))
 
-    async def no_attention(*_a, **_k) -> None:
-        return None
 
-    bc._attention_edit = no_attention
-    try:
-        contexts.append(await bc.student(s, browser, url, delay, plan, want, bargs))
-    finally:
-        bc._attention_edit = original
+async def _no_attention(*_args, **_kwargs) -> None:
+    return None
 
 
 def summary(runs: list[dict]) -> dict:
