@@ -17,12 +17,11 @@ import argparse
 import json
 import os
 import platform
-import statistics
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from turns import median_in_turns
 
 PRESETS = {
     "minilm": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536),
@@ -76,16 +75,7 @@ def main() -> None:
                     opt.zero_grad(set_to_none=True)
 
                 variants = {"padded": lambda: step(False), "packed": lambda: step(True)}
-                for fn in variants.values():
-                    fn()
-                times = {n: [] for n in variants}
-                names = list(variants)
-                for r in range(a.steps):
-                    for n in (names if r % 2 == 0 else names[::-1]):
-                        t = time.perf_counter()
-                        variants[n]()
-                        times[n].append(time.perf_counter() - t)
-                med = {n: statistics.median(v) for n, v in times.items()}
+                med = median_in_turns(variants, a.steps)
                 row = {"preset": preset, "precision": precision, "batch": a.batch, "seq": seq,
                        "padding": round(1 - float(mask.float().mean()), 3),
                        "padded_ms": round(med["padded"] * 1000, 1), "packed_ms": round(med["packed"] * 1000, 1),
