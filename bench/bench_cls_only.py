@@ -13,18 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from turns import median_in_turns
-
-PRESETS = {
-    "minilm": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536),
-    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
-}
+from turns import PRESETS, load_average, median_in_turns, meta
 
 
 def main() -> None:
@@ -42,7 +35,7 @@ def main() -> None:
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "cls_only.json"))
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    load_start = [round(x, 2) for x in os.getloadavg()]
+    load_start = load_average()
     rows = []
     for preset in a.preset:
         torch.manual_seed(0)
@@ -79,11 +72,9 @@ def main() -> None:
                    "max_logit_diff_fp32": diff}
             rows.append(row)
             print(row, flush=True)
-    meta = {"torch": torch.__version__, "threads": a.threads, "cpu": platform.processor() or platform.machine(),
-            "steps": a.steps, "load_avg_start": load_start, "load_avg_end": [round(x, 2) for x in os.getloadavg()]}
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    out.write_text(json.dumps({"meta": meta(a.threads, a.steps, load_start), "rows": rows}, indent=2) + "\n")
     print(f"written to {out}")
 
 

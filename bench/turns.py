@@ -1,11 +1,32 @@
 """Timing two or more variants of one step in one process, taking turns step by step (the order flipping every
-round), so that a burst of background load on a shared machine hits every variant alike."""
+round), so that a burst of background load on a shared machine hits every variant alike; the model shapes and the
+results' header the turn-taking benchmarks share."""
 
 from __future__ import annotations
 
+import os
+import platform
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from typing import Any
+
+PRESETS = {
+    "minilm": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536),
+    "base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072),
+}
+
+
+def load_average() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def meta(threads: int, steps: int, load_start: list[float]) -> dict[str, Any]:
+    """What a turn-taking result was measured with: torch, threads, CPU, steps and the load before and after."""
+    import torch
+
+    return {"torch": torch.__version__, "threads": threads, "cpu": platform.processor() or platform.machine(),
+            "steps": steps, "load_avg_start": load_start, "load_avg_end": load_average()}
 
 
 def median_in_turns(variants: Mapping[str, Callable[[], None]], steps: int) -> dict[str, float]:

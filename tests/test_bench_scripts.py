@@ -290,24 +290,23 @@ def test_heads_steps_fit_the_time_left(tmp_path):
     assert gb.heads_steps(tmp_path / "missing.json", 300) == 2000 and gb.heads_steps(tmp_path / "x.json", 150) == 0
 
 
+def _run_turns_script(name: str, tmp_path, *args: str) -> list[dict]:
+    """Run a turn-taking bench script at a tiny size into tmp_path; its result rows."""
+    out = tmp_path / f"{name}.json"
+    proc = subprocess.run([sys.executable, str(BENCH / f"bench_{name}.py"), *args, "--steps", "1", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=BENCH.parent)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(out.read_text())["rows"]
+
+
 def test_cls_only_script_compares_both_paths_on_the_same_batches(tmp_path):
     """bench_cls_only.py builds its models from their classes (the family records must be there) and writes both
     paths' step times and their largest logit difference."""
-    out = tmp_path / "cls_only.json"
-    args = ["--batch", "2", "--seq", "8", "--steps", "1", "--out", str(out)]
-    proc = subprocess.run([sys.executable, str(BENCH / "bench_cls_only.py"), *args], capture_output=True, text=True,
-                          timeout=300, cwd=BENCH.parent)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = json.loads(out.read_text())["rows"]
+    rows = _run_turns_script("cls_only", tmp_path, "--batch", "2", "--seq", "8")
     assert rows and all(r["cls_only_ms"] > 0 and r["max_logit_diff_fp32"] < 1e-5 for r in rows)
 
 
 def test_packing_script_times_both_paths_and_their_outputs_agree(tmp_path):
-    out = tmp_path / "packing.json"
-    args = ["--batch", "4", "--seq", "8", "--steps", "1", "--out", str(out)]
-    proc = subprocess.run([sys.executable, str(BENCH / "bench_packing.py"), *args], capture_output=True, text=True,
-                          timeout=300, cwd=BENCH.parent)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = json.loads(out.read_text())["rows"]
+    rows = _run_turns_script("packing", tmp_path, "--batch", "4", "--seq", "8")
     assert len(rows) == 2 and all(r["packed_ms"] > 0 and r["padding"] > 0 and r["max_logit_diff_fp32"] < 1e-5
                                   for r in rows)
