@@ -84,6 +84,11 @@ def load(source: str | os.PathLike | None = None, revision: str | None = None) -
     return model, tok
 
 
+def is_offline_default(model: torch.nn.Module) -> bool:
+    """Whether `model` is the offline default as `load()` gives it (with bertlab's heads)."""
+    return getattr(getattr(model, "load_report", None), "source", None) == DEFAULT_MODEL
+
+
 def load_model(
     folder: str | os.PathLike,
     source: str | None = None,

@@ -82,6 +82,13 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
+def describe_device(device: torch.device) -> str:
+    """Where work runs, as a student reads it: "cuda:0 (the GPU's name)" or "cpu (N threads)"."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name()})"
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
 def release_free_memory() -> bool:
     """Hand the C heap's free pages back to the system (glibc's `malloc_trim`) and the GPU's cached
     blocks to the driver; False where there is no `malloc_trim`.

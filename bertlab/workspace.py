@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from bertlab import settings
 from bertlab.inputs import check_path_text
@@ -220,6 +220,17 @@ class Workspace:
         if kind == "model":
             roots += [*settings.allowed_model_dirs(), settings.hub_cache_dir()]
         return [Path(os.path.realpath(r)) for r in roots]
+
+
+def save_upload(upload: dict[str, Any], folder: Path) -> Path:
+    """Write one uploaded file (an ipywidgets.FileUpload entry: name, content) into `folder` under its own
+    name, never a folder the name spells; returns the file."""
+    name = Path(str(upload.get("name") or "")).name  # no folders: only the file's own name
+    if name in ("", ".", ".."):
+        name = "upload"
+    path = folder / name
+    path.write_bytes(bytes(upload["content"]))
+    return path
 
 
 @functools.cache

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
@@ -301,7 +301,16 @@ def pca_2d(vectors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return project_2d(vectors, center=True)
 
 
+def cls_maps(models: Mapping[str, Bert], tok: Tokenizer, examples: Sequence[Any]
+             ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Each model's last-layer [CLS] vectors of `examples` (their text_a, text_b) on its own 2 PCA axes:
+    (points [n, 2], explained share [2]) by the models' names, e.g. before and after fine-tuning."""
+    texts, texts_b = [e.text_a for e in examples], [e.text_b for e in examples]
+    maps = {name: pca_2d(cls_vectors(model, tok, texts, texts_b)) for name, model in models.items()}
+    return {name: m[0] for name, m in maps.items()}, {name: m[1] for name, m in maps.items()}
+
+
 __all__ = [
-    "AnswerResult", "ClassPrediction", "EntityPrediction", "TaggedText", "answer", "classify", "cls_vectors",
-    "entail", "entities", "pca_2d", "require_head", "split_words", "tag_words",
+    "AnswerResult", "ClassPrediction", "EntityPrediction", "TaggedText", "answer", "classify", "cls_maps",
+    "cls_vectors", "entail", "entities", "pca_2d", "require_head", "split_words", "tag_words",
 ]

@@ -12,9 +12,11 @@ its word guessing the encoder keeps as it fine-tunes.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bertlab.analysis import normalise_masks
 from bertlab.analysis.ablation import LogitLens, logit_lens, masked_log_probs
@@ -93,6 +95,30 @@ def with_borrowed_mlm(model: Bert, donor: Bert) -> Bert:
     out.load_state_dict(given)
     out.tie_weights()
     return out.eval()
+
+
+@dataclass
+class ReplayRun:
+    """A run to replay: its final model (the architecture), its snapshots' folder, its base (for an MLM head)."""
+
+    label: str
+    model: Bert
+    tok: Tokenizer
+    folder: Path
+    base: Bert | None = None  # fine-tuning: the model it started from, whose MLM head reads the encoder
+    probe: str | None = None  # the probe it was last replayed with
+
+
+def replay_model(model: Bert, base: Bert | None = None) -> tuple[Bert, set[str]]:
+    """The model a replay loads each snapshot into: a copy of `model`, with `base`'s MLM head when `model`
+    has none and `base` has one (fine-tuning: how much word guessing survives it); and the names of the
+    parameters so borrowed, which the snapshots do not hold."""
+    frame = copy.deepcopy(model)
+    if frame.has_mlm or base is None or not base.has_mlm:
+        return frame, set()
+    own = {n for n, _ in frame.named_parameters()}
+    frame = with_borrowed_mlm(frame, base)
+    return frame, {n for n, _ in frame.named_parameters()} - own
 
 
 def replay(

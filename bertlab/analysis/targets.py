@@ -202,3 +202,16 @@ def word_target(tok: Tokenizer, ex: ExplainInput, position: int, token_id: int) 
     """The MLM target "probability of piece `token_id` at token `position`" of `ex`."""
     return Target("mlm", int(token_id), int(position),
                   f"P({tok.id_to_token(int(token_id))!r} at {ex.tokens[position]}, token {position})")
+
+
+def explain_choices(kind: str | None, ner_text: str, limit: int = 60) -> list[str]:
+    """What "Does attention explain it?" offers for a fine-tuned head (`kind`, as `tasks.models.model_task`
+    names it): NER the tag of the first entity or of a word of `ner_text`, QA the answer's start or end
+    (the order `tag_target` and `span_target` are asked in); [] for a class (the predicted one)."""
+    if kind == "ner":
+        words = split_words(ner_text)[:limit] if ner_text.strip() else []
+        return ["tag of the first entity"] + [f"tag of word {i}: {w}" for i, (w, _, _) in enumerate(words)]
+    if kind == "qa":
+        return ["answer start", "answer end"]
+    return []
+

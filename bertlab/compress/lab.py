@@ -38,6 +38,7 @@ from bertlab.training.loop import TrainEvent
 METHODS = ("quantize", "prune", "distill")
 IMPORTANCE_EXAMPLES = 256  # training examples the head scores average over
 LATENCY_SENTENCES = 160  # dev sentences the latency is timed on (cycled)
+PLAIN_SENTENCES = ["the film was a delight from start to end .", "a dull , tired story with nothing new ."]  # no head
 
 
 @dataclass
@@ -119,11 +120,14 @@ class CompressedModel:
     summary: dict[str, Any] = field(default_factory=dict)
 
 
-def measure_variant(model: nn.Module, tok: Tokenizer, data: TaskData, name: str, method: str,
+def measure_variant(model: nn.Module, tok: Tokenizer, data: TaskData | None, name: str, method: str,
                     folder: str | Path | None = None, reps: int = 5,
                     batch_sizes: Sequence[int] = (1, 32)) -> Variant:
     """The comparison row of `model`: sizes, latency at batch 1 and 32, score on the dev examples (and
-    which examples those were)."""
+    which examples those were). `data` None (a model with no task head to score): size and latency only,
+    timed on PLAIN_SENTENCES."""
+    if data is None:
+        return measure(model, tok, name, method, PLAIN_SENTENCES, folder=folder, reps=reps, batch_sizes=batch_sizes)
     variant = measure(model, tok, name, method, data.sentences(), score=data.score, folder=folder, reps=reps,
                       batch_sizes=batch_sizes, metric=data.task.main_metric)
     return dataclasses.replace(variant, eval_examples=len(data.dev), eval_key=data.key)
@@ -138,7 +142,7 @@ def save_variant(model: nn.Module, tok: Tokenizer, out_dir: str | Path | None) -
     return save_model_atomically(model, tok, out_dir)
 
 
-def run_quantize(model: nn.Module, tok: Tokenizer, data: TaskData, out_dir: str | Path | None = None,
+def run_quantize(model: nn.Module, tok: Tokenizer, data: TaskData | None, out_dir: str | Path | None = None,
                  name: str = "int8", reps: int = 5, batch_sizes: Sequence[int] = (1, 32)) -> CompressedModel:
     small = quantize(model)
     folder = save_variant(small, tok, out_dir)
@@ -182,6 +186,46 @@ def run_distill(model: nn.Module, tok: Tokenizer, data: TaskData, cfg: DistillCo
     return CompressedModel(result.student, variant, summary=result.summary())
 
 
+class Comparison:
+    """A session's comparison table: its rows (dicts of `Variant.as_dict()`), each variant's with the row of
+    the model it came from (`baseline`), an original measured once per model and dev examples; every row
+    named after the model it came from (`named`: its name in the model list), names kept unique."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self._originals: dict[tuple[int, str], dict[str, Any]] = {}  # (id(model), dev key) -> its row
+
+    def original(self, model: nn.Module, tok: Tokenizer, data: TaskData | None, named: str, reps: int = 5,
+                 measuring: Callable[[], None] | None = None) -> dict[str, Any]:
+        """The row of the model a run starts from (a variant made here is its own original when compressed
+        further), measured and added the first time (`measuring()` is called before): a run on other dev
+        examples scores the original again on those."""
+        key = (id(model), data.key if data is not None else "")
+        if key not in self._originals:
+            if measuring is not None:
+                measuring()
+            label = f"original ({model.family.num_layers} layers)"
+            variant = measure_variant(model, tok, data, self.unique(f"{named}: {label}"), "original", reps=reps)
+            self._originals[key] = {**variant.as_dict(), "baseline": None, "label": label}
+            self.rows.append(self._originals[key])
+        return self._originals[key]
+
+    def add(self, made: CompressedModel, original: dict[str, Any], named: str) -> dict[str, Any]:
+        """Add the row of a variant made from `original`'s model; returns it."""
+        row = {**made.variant.as_dict(), "baseline": original}
+        row["label"] = row["name"]  # the method's short name, for the plot's markers
+        row["name"] = self.unique(f"{named} → {row['name']}")
+        self.rows.append(row)
+        self._originals[(id(made.model), row.get("eval_key", ""))] = row  # compressing it further compares with it
+        return row
+
+    def unique(self, name: str) -> str:
+        """`name`, or `name #2`, `name #3`, ...: the first no row has."""
+        taken, unique, n = {r["name"] for r in self.rows}, name, 2
+        while unique in taken:
+            unique, n = f"{name} #{n}", n + 1
+        return unique
+
+
 __all__ = ["METHODS", "CompressedModel", "TaskData", "check_method", "measure_variant", "run_distill", "run_prune",
-           "run_quantize",
-           "save_variant"]
+           "run_quantize", "save_variant", "Comparison"]

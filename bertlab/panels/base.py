@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import html
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
@@ -12,12 +11,15 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
+from bertlab.analysis.needs import NEEDS as NEEDS  # the tabs import these from the kit
+from bertlab.analysis.needs import lacks as lacks
+from bertlab.analysis.needs import pair_task as pair_task
 from bertlab.classroom.questions import AnswerHeld
 from bertlab.model import MissingHeadError
 from bertlab.service_client import ClassServiceError
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.figure_widget import close_later
-from bertlab.viz.theme import BUSY_COLOUR, NOTE_EDGE, NOTE_STYLE
+from bertlab.viz.theme import busy_html, note_html
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,18 @@ class Panel:
     def show_message(self, text: str, level: Level = "info") -> None:
         self.show_messages([(level, text)])
 
+    _holding = False  # True inside `hold()`: observers skip their redraw
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Change several widgets with one redraw after: the tab's observers return early while
+        `self._holding` is set, and the tab redraws once when the block ends."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
+
     _busy_text: str | None = None  # set while `busy()` runs: the sign on top of the message line
 
     @contextlib.contextmanager
@@ -79,17 +93,13 @@ class Panel:
         if self._busy_text is not None:
             yield
             return
-        was = [(b, b.disabled) for b in buttons]
         self._busy_text = text
-        for b, _ in was:
-            b.disabled = True
         self.show_messages(self.messages)
         try:
-            yield
+            with disabled(*buttons):
+                yield
         finally:
             self._busy_text = None
-            for b, disabled in was:
-                b.disabled = disabled
             self.show_messages(self.messages)
 
     @contextlib.contextmanager
@@ -102,6 +112,17 @@ class Panel:
         except Exception as e:
             clear_view(*stale)
             self.show_error(e)
+
+    def offer_model(self, name: str, model: torch.nn.Module, tok: Tokenizer) -> list[tuple[Level, str]]:
+        """Add a model this tab made to the picker (`model_made`); a warning note when that failed, else []."""
+        if self.model_made is None:
+            return []
+        try:
+            self.model_made(name, model, tok)
+        except Exception as e:
+            log.exception("adding %s to the model list failed", name)
+            return [("warning", f"Could not add it to the model list ({type(e).__name__}: {e}).")]
+        return []
 
     def show_error(self, e: Exception) -> None:
         """The message for an exception raised by a callback (the whole message line is replaced)."""
@@ -140,6 +161,20 @@ def clear_view(*views: widgets.Widget) -> None:
             raise TypeError(f"clear_view cannot empty a {type(view).__name__}")
 
 
+@contextlib.contextmanager
+def disabled(*buttons: widgets.Widget) -> Iterator[None]:
+    """Grey buttons out while a (slow) job runs, so a second click cannot start it again; each gets its
+    own state back after."""
+    was = [(b, b.disabled) for b in buttons]
+    for b, _ in was:
+        b.disabled = True
+    try:
+        yield
+    finally:
+        for b, state in was:
+            b.disabled = state
+
+
 WIDE = "min(100%, 720px)"  # the width of a text input: the whole tab on a phone, a line's length elsewhere
 
 
@@ -157,53 +192,15 @@ def sentence_pair(a: str, b: str = "", placeholder_a: str = "Type a sentence, th
     return text_a, text_b
 
 
+def labelled(kind: type[widgets.Widget], description: str, width: str, **kwargs) -> widgets.Widget:
+    """A setting with its label in full before it (`kind`: BoundedIntText, Dropdown, ...), `width` wide."""
+    return kind(description=description, style={"description_width": "initial"}, layout=widgets.Layout(width=width),
+                **kwargs)
+
+
 def run_button(description: str = "Show", tooltip: str = "Run the model") -> widgets.Button:
     """The primary button that runs the tab's computation on its inputs."""
     return widgets.Button(description=description, button_style="primary", tooltip=tooltip)
-
-
-def stop_button(description: str = "Cancel", tooltip: str = "Stop the run") -> widgets.Button:
-    """The button that stops a background run: disabled until the run starts (BackgroundRun enables it)."""
-    return widgets.Button(description=description, button_style="warning", icon="stop", disabled=True,
-                          tooltip=tooltip)
-
-
-NEEDS = ("mlm_head", "pair_head", "segment_embeddings", "position_embeddings")
-
-
-def lacks(model: torch.nn.Module, need: str) -> str | None:
-    """What `model` lacks for `need`, in a sentence a student can act on; None when it has it.
-    need: "mlm_head" (to guess hidden words), "pair_head" (an NSP or SOP head, to judge a sentence
-    pair), "segment_embeddings" (which tell sentence A from B), "position_embeddings" (added to the input;
-    without them, what the model uses instead, as its family says it). Every tab says it this one way."""
-    family = model.family
-    if need == "mlm_head":
-        if model.has_mlm:
-            return None
-        why = (" It is an ELECTRA discriminator: it was trained to spot replaced tokens instead (the Mask tab "
-               "shows that)." if getattr(model, "has_rtd", False) else "")
-        return (f"This {family.name} model has no MLM head, so it cannot guess hidden words.{why} Pick a model "
-                "that has one in the model list, or train one in the Pre-training tab.")
-    if need == "pair_head":
-        if model.has_nsp:
-            return None
-        return (f"This {family.name} model has no sentence-pair head (neither BERT's next-sentence prediction nor "
-                "ALBERT's sentence order), so it cannot judge whether B follows A; what needs only the encoder "
-                "(the attention) still works. Pick a BERT or ALBERT model, or train an NSP head in the "
-                "Pre-training tab.")
-    if need == "segment_embeddings":
-        if family.has_segments:
-            return None
-        return (f"This {family.name} model has no segment embeddings: it reads A and B as one text, told apart "
-                "only by the separator token between them (no segment vector is added to any token).")
-    if need == "position_embeddings":
-        return None if family.has_position_embeddings else family.positions_note
-    raise ValueError(f"unknown need {need!r}; needs are {', '.join(NEEDS)}.")
-
-
-def pair_task(model: torch.nn.Module) -> str | None:
-    """"sop" (ALBERT's sentence order: is A before B?), "nsp" (does B follow A?), or None."""
-    return model.family.pair_task if model.has_nsp else None
 
 
 def unknown_notes(tokens: Sequence[str], unk_token: str, meaning: str = "") -> list[tuple[Level, str]]:
@@ -217,23 +214,7 @@ def unknown_notes(tokens: Sequence[str], unk_token: str, meaning: str = "") -> l
                         f"rare symbols often are){meaning}.")]
 
 
-def note_html(level: Level, text: str) -> str:
-    return (
-        f'<div class="bertlab-note bertlab-{level}" style="{NOTE_STYLE[level]};'
-        f'padding:4px 10px;margin:3px 0;border-radius:3px;line-height:1.4">{html.escape(text)}</div>'
-    )
-
-
-# -- the busy sign ------------------------------------------------------------------------------
-_SPIN = "bertlab-spin"
-
-
-def busy_html(text: str = "Working…") -> str:
-    """A spinner (CSS only: no icon font, nothing fetched) and `text`, for anything that takes a while."""
-    return (
-        f"<style>@keyframes {_SPIN}{{to{{transform:rotate(360deg)}}}}</style>"
-        f'<div class="bertlab-busy" style="color:{BUSY_COLOUR};padding:4px 10px;margin:3px 0">'
-        f'<span style="display:inline-block;width:0.9em;height:0.9em;margin-right:0.5em;vertical-align:-0.1em;'
-        f"border:2px solid {NOTE_EDGE['info']};border-right-color:transparent;border-radius:50%;"
-        f'animation:{_SPIN} 0.8s linear infinite"></span>{html.escape(text)}</div>'
-    )
+def input_notes(warning: str | None, tokens: Sequence[str], unk_token: str,
+                meaning: str = "") -> list[tuple[Level, str]]:
+    """The notes on what the model read: the input's own `warning` (cut to fit, ...) and `unknown_notes`."""
+    return ([("warning", warning)] if warning else []) + unknown_notes(tokens, unk_token, meaning)

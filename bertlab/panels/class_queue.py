@@ -5,7 +5,6 @@ buttons to anyone but the teacher)."""
 
 from __future__ import annotations
 
-import html
 import logging
 import threading
 from typing import Protocol
@@ -16,7 +15,7 @@ from bertlab.panels.base import note_html
 from bertlab.panels.runs import BackgroundRun
 from bertlab.service_client import ClassServiceError
 from bertlab.training.queue import QUEUE_ERRORS
-from bertlab.viz.theme import MUTED
+from bertlab.viz.classroom import queue_html
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +74,7 @@ class ClassQueueView:
                 self._draw()
 
     def _draw(self) -> None:
-        if not self.rows:
-            self.table.value = f'<div style="{MUTED}">No training runs are queued or running.</div>'
-        else:
-            lines = "".join(
-                f"<tr><td>{n}</td><td>{html.escape(label)}</td><td>{html.escape(owner) or '–'}</td>"
-                f"<td>{html.escape(state)}</td></tr>" for n, (_, label, state, owner) in enumerate(self.rows, 1))
-            self.table.value = ('<table class="bertlab-queue-table"><tr><th>#</th><th>run</th><th>whose</th>'
-                                f"<th>state</th></tr>{lines}</table>")
+        self.table.value = queue_html(self.rows)
         keep = self.pick.value
         self.pick.options = [(f"{n}. {label}" + (f" ({owner})" if owner else ""), rid)
                              for n, (rid, label, _, owner) in enumerate(self.rows, 1)]

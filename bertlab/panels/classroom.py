@@ -1,4 +1,4 @@
-"""The class question on a student's tab ("predict, then reveal"), and how a kernel finds the class store.
+"""The class question on a student's tab ("predict, then reveal").
 
 The teacher pushes a question (bertlab.panels.teacher); each student's Mask tab (or Next sentence
 tab) shows it in a `ClassQuestionBox`: the student sends a guess, and only when the teacher reveals
@@ -6,7 +6,7 @@ does the box show the model's answer beside the class's guesses. Until the stude
 guess, the tab's own results are hidden (`on_hide`), so the tab cannot give the answer away; and
 until the reveal, every view that would show the model's guess for the question's sentence (Mask,
 Ablation and its logit lens, Family, attributions, replay) holds it back with `HELD_NOTE`
-(`AnswerHold`, one per view).
+(`AnswerHold`, one per view; bertlab.classroom.hold, which also finds this kernel's class store).
 
 The box looks at the store in a background thread: one cheap `PRAGMA data_version` a second while a
 question is live, every few seconds otherwise; it reads the question only when something changed.
@@ -18,21 +18,14 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 import ipywidgets as widgets
 
-from bertlab.classroom.questions import (
-    NSP_CHOICES,
-    AnswerHeld,
-    pair_ask,
-    pair_choices,
-    same_sentence,
-    tally,
-    verdict,
-)
-from bertlab.classroom.remote import open_store
-from bertlab.classroom.store import ClassStore, GuessError, Kind, Question, QuestionStore
+from bertlab.classroom.hold import HELD_NOTE as HELD_NOTE  # the tabs import these from here
+from bertlab.classroom.hold import AnswerHold as AnswerHold
+from bertlab.classroom.hold import class_store as class_store
+from bertlab.classroom.questions import NSP_CHOICES, pair_ask, pair_choices, tally, verdict
+from bertlab.classroom.store import GuessError, Kind, Question, QuestionStore
 from bertlab.panels.base import note_html
 from bertlab.panels.runs import BackgroundRun
 from bertlab.service_client import ClassServiceError
@@ -45,75 +38,6 @@ log = logging.getLogger(__name__)
 POLL_LIVE_S = 1.0  # while a question is live
 POLL_IDLE_S = 3.0  # while there is none: a push reaches the students within this
 TAB_OF: dict[Kind, str] = {"mask": "Mask", "nsp": "Next sentence"}
-HELD_NOTE = ("This is the sentence of the teacher's class question: the model's answer for it is held back "
-             "until the teacher reveals it (then run it again here). Send your guess in the class question "
-             "box at the top of the Mask tab.")
-
-
-class AnswerHold:
-    """Whether a view may show the model's guesses for a sentence now: not for the sentence of the
-    live class question before the teacher reveals it. Outside class mode (no store) it holds nothing.
-
-        self.answer_hold = AnswerHold.of_kernel()        # in the panel's __init__
-        self.answer_hold.check(text, mask_token)         # before computing: raises AnswerHeld
-        note = self.answer_hold.note(text, mask_token)  # or: HELD_NOTE / None, for a view with its own notes
-    """
-
-    def __init__(self, store: str | Path | QuestionStore | None) -> None:
-        """`store`: the class store, or its SQLite file (None: no class, nothing held). The hold keeps a
-        handle of its own (`another()`): another's `changed()` (the question box polls) must not
-        swallow its news."""
-        if isinstance(store, (str, Path)):
-            path = Path(store)
-            store = _opened(lambda: ClassStore(path))
-        elif store is not None:
-            store = _opened(store.another)
-        self.store: QuestionStore | None = store
-        self._question: Question | None = None
-
-    @classmethod
-    def of_kernel(cls) -> AnswerHold:
-        """A hold on this kernel's class store (`BERTLAB_CLASS_STORE`, or the class service on a hub;
-        none outside class mode)."""
-        return cls(class_store())
-
-    def live(self) -> Question | None:
-        """The live mask question not revealed yet (re-read only when the store changed)."""
-        if self.store is None:
-            return None
-        try:
-            if self.store.changed():
-                self._question = self.store.current()
-        except Exception:  # a locked or vanished store: keep what was known
-            log.exception("reading the class store failed")
-        q = self._question
-        return q if q is not None and q.kind == "mask" and not q.revealed else None
-
-    def note(self, text: str, mask_token: str) -> str | None:
-        """HELD_NOTE when `text` is the live question's sentence (`same_sentence`), else None."""
-        q = self.live()
-        return HELD_NOTE if q is not None and same_sentence(text, q.text, mask_token) else None
-
-    def check(self, text: str, mask_token: str) -> None:
-        """Raise AnswerHeld when `note` would hold `text` back."""
-        note = self.note(text, mask_token)
-        if note is not None:
-            raise AnswerHeld(note)
-
-
-def class_store() -> QuestionStore | None:
-    """The class store of this kernel (`BERTLAB_CLASS_STORE`, or the class service when the hub set
-    `BERTLAB_CLASS_SERVICE_URL`), or None outside class mode or when it cannot be opened (logged: the
-    tab still works, without class questions)."""
-    return _opened(open_store)
-
-
-def _opened(opener: Callable[[], QuestionStore | None]) -> QuestionStore | None:
-    try:
-        return opener()
-    except Exception:
-        log.exception("could not open the class store: no class questions in this page")
-        return None
 
 
 class ClassQuestionBox:
@@ -211,13 +135,10 @@ class ClassQuestionBox:
                 if self.input.value is None:
                     raise GuessError("Pick one of the two answers, then press Send.")
                 self.guess = self.store.answer(self.question.id, self.student, self.input.value)
-            except GuessError as e:
+            except (GuessError, ClassServiceError) as e:  # or the hub's class service refused or is away
                 self.status.value = note_html("warning", str(e))
-                if self.store.changed():  # closed meanwhile: show the reveal now
+                if isinstance(e, GuessError) and self.store.changed():  # closed meanwhile: show the reveal now
                     self.show(self.store.current())
-                return
-            except ClassServiceError as e:  # the hub's class service refused or is away
-                self.status.value = note_html("warning", str(e))
                 return
             self.send_button.description = "Change"
             self.status.value = note_html(

@@ -21,35 +21,25 @@ import torch
 
 from bertlab.compress.distill import DistillConfig
 from bertlab.compress.lab import (
+    Comparison,
     CompressedModel,
     TaskData,
     check_method,
-    measure_variant,
     run_distill,
     run_prune,
     run_quantize,
-    save_variant,
 )
-from bertlab.compress.measure import measure
-from bertlab.compress.quantize import quantize
 from bertlab.compressed.structure import CompressError
 from bertlab.inputs import InputError
-from bertlab.panels.base import Panel, stop_button
-from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, BackgroundRun, error_text
+from bertlab.panels.base import Panel, labelled
+from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, error_text, run_controls
 from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.loop import TrainEvent
-from bertlab.viz.compress import (
-    comparable,
-    plot_distill_curves,
-    plot_prune_curve,
-    plot_variants,
-    variants_html,
-    within_noise,
-)
+from bertlab.viz.compress import made_text, plot_distill_curves, plot_prune_curve, plot_variants, variants_html
 from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
-from bertlab.viz.theme import FAINT, MUTED, help_html
+from bertlab.viz.theme import MUTED, help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -68,7 +58,6 @@ HELP = ("Pick a fine-tuned model above (e.g. one just made in the Fine-tuning ta
         "and the model list above.")
 TASKS_SCORED = ("sst2", "nli", "ner")  # tasks whose held-out score the lab measures
 LATENCY_REPS = 3
-PLAIN_SENTENCES = ["the film was a delight from start to end .", "a dull , tired story with nothing new ."]
 
 
 class CompressPanel(Panel):
@@ -85,8 +74,8 @@ class CompressPanel(Panel):
         self.workspace = workspace or Workspace.for_session()
         self.runs_dir = Path(runs_dir) if runs_dir is not None else None
         self.latency_reps = latency_reps
-        self.variants: list[dict[str, Any]] = []  # every row of the session (originals included)
-        self._originals: dict[tuple[int, str], dict[str, Any]] = {}  # (id(model), dev key) -> its row
+        self.comparison = Comparison()
+        self.variants = self.comparison.rows  # every row of the session (originals included)
         self._data_cache: dict[tuple, TaskData] = {}
         self._curve: list[dict[str, Any]] = []
         self._history: list[dict[str, Any]] = []
@@ -103,31 +92,21 @@ class CompressPanel(Panel):
         self.method_help = widgets.HTML()
         self.keep = widgets.FloatSlider(value=0.5, min=0.1, max=0.9, step=0.05, description="Heads kept",
                                         readout_format=".0%", style=style)
-        self.layers = widgets.BoundedIntText(value=max(1, layers // 2), min=1, max=max(1, layers - 1),
-                                             description="Student layers", style=style,
-                                             layout=widgets.Layout(width="170px"))
-        self.temperature = widgets.BoundedFloatText(value=2.0, min=0.5, max=20, step=0.5, description="Temperature T",
-                                                    style=style, layout=widgets.Layout(width="170px"))
-        self.alpha = widgets.BoundedFloatText(value=0.5, min=0, max=1, step=0.1, description="Soft-target weight",
-                                              style=style, layout=widgets.Layout(width="190px"))
-        self.epochs = widgets.BoundedIntText(value=2, min=1, max=50, description="Epochs", style=style,
-                                             layout=widgets.Layout(width="120px"))
-        self.lr = widgets.BoundedFloatText(value=1e-4, min=1e-7, max=1.0, step=1e-5, description="Learning rate",
-                                           style=style, layout=widgets.Layout(width="200px"))
-        self.path = widgets.Text(placeholder="data file or folder (empty: BERTLAB_DATA)", continuous_update=False,
-                                 description="Data", style=style, layout=widgets.Layout(width="min(100%, 420px)"))
-        self.max_train = widgets.BoundedIntText(value=CPU_MAX_TRAIN, min=0, max=10**8,
-                                                description="Max train examples (0 = all)", style=style,
-                                                layout=widgets.Layout(width="260px"))
-        self.max_dev = widgets.BoundedIntText(value=CPU_MAX_DEV, min=0, max=10**8, description="Max dev examples",
-                                              style=style, layout=widgets.Layout(width="200px"))
+        whole, real = widgets.BoundedIntText, widgets.BoundedFloatText
+        self.layers = labelled(whole, "Student layers", "170px", value=max(1, layers // 2), min=1,
+                               max=max(1, layers - 1))
+        self.temperature = labelled(real, "Temperature T", "170px", value=2.0, min=0.5, max=20, step=0.5)
+        self.alpha = labelled(real, "Soft-target weight", "190px", value=0.5, min=0, max=1, step=0.1)
+        self.epochs = labelled(whole, "Epochs", "120px", value=2, min=1, max=50)
+        self.lr = labelled(real, "Learning rate", "200px", value=1e-4, min=1e-7, max=1.0, step=1e-5)
+        self.path = labelled(widgets.Text, "Data", "min(100%, 420px)", continuous_update=False,
+                             placeholder="data file or folder (empty: BERTLAB_DATA)")
+        self.max_train = labelled(whole, "Max train examples (0 = all)", "260px", value=CPU_MAX_TRAIN, min=0, max=10**8)
+        self.max_dev = labelled(whole, "Max dev examples", "200px", value=CPU_MAX_DEV, min=0, max=10**8)
         self.options = widgets.VBox()
-        self.start_button = widgets.Button(description="Compress", button_style="primary", icon="compress",
-                                           tooltip="Compress the model picked above (a copy of it)")
-        self.cancel_button = stop_button(tooltip="Stop the run (distillation keeps the student so far)")
-        self.job = BackgroundRun("bertlab-compress", self.start_button, self.cancel_button)
-        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
-        self.progress_text = widgets.HTML(f'<span style="{FAINT}">No run yet.</span>')
+        self.start_button, self.cancel_button, self.job, self.progress, self.progress_text = run_controls(
+            "bertlab-compress", "Compress", "Compress the model picked above (a copy of it)",
+            "Stop the run (distillation keeps the student so far)", icon="compress")
         self._curve_fig = empty_figure("Prune or distil a model to see its curve here.")
         self.curve = SyncedFigureWidget(self._curve_fig)
         self.curve_box = widgets.Box([self.curve])
@@ -235,14 +214,11 @@ class CompressPanel(Panel):
         self._metric = data.task.main_metric if data is not None else "accuracy"
         folder = self.workspace.new_run_dir(f"compress-{method}", parent=self.runs_dir)
         made = self._compress(method, model, tok, data, folder, settings)
-        row = {**made.variant.as_dict(), "baseline": original}
-        row["label"] = row["name"]  # the method's short name, for the plot's markers
-        row["name"] = self._unique(f"{named} → {row['name']}")
-        self.variants.append(row)
+        row = self.comparison.add(made, original, named)
         self.made.append(made)
-        self._originals[(id(made.model), row.get("eval_key", ""))] = row  # compressing it further compares with it
         self._draw_variants()
-        self._announce(row, made)
+        self.show_messages([("info", made_text(row, self.workspace.shown)),
+                            *self.offer_model(row["name"], made.model, self.tok)])
 
     def _data(self, task: str, source: str | None, model: torch.nn.Module, tok: Tokenizer,
               settings: dict[str, Any]) -> TaskData:
@@ -256,31 +232,17 @@ class CompressPanel(Panel):
 
     def _original_row(self, model: torch.nn.Module, tok: Tokenizer, data: TaskData | None,
                       named: str = "this model") -> dict[str, Any]:
-        """The row of the model a run starts from, measured once per model and dev examples (a run on
-        other dev examples scores the original again on those), added to the table."""
-        key = (id(model), data.key if data is not None else "")
-        if key not in self._originals:
-            self._status("measuring the original (size, latency, score)…")
-            label = f"original ({model.family.num_layers} layers)"
-            name = self._unique(f"{named}: {label}")
-            variant = (measure_variant(model, tok, data, name, "original", reps=self.latency_reps) if data is not None
-                       else measure(model, tok, name, "original", PLAIN_SENTENCES, reps=self.latency_reps))
-            row = {**variant.as_dict(), "baseline": None, "label": label}
-            self._originals[key] = row
-            self.variants.append(row)
-            self._draw_variants()
-        return self._originals[key]
+        """The row of the model a run starts from (`Comparison.original`), drawn in the table."""
+        row = self.comparison.original(model, tok, data, named, self.latency_reps,
+                                       lambda: self._status("measuring the original (size, latency, score)…"))
+        self._draw_variants()
+        return row
 
     def _compress(self, method: str, model: torch.nn.Module, tok: Tokenizer, data: TaskData | None,
                   folder: Path, settings: dict[str, Any]) -> CompressedModel:
         reps = self.latency_reps
         if method == "quantize":
             self._status("quantizing to int8…")
-            if data is None:  # no task head: size and speed only
-                small = quantize(model)
-                saved = save_variant(small, tok, folder)
-                measured = measure(small, tok, "int8", "int8", PLAIN_SENTENCES, folder=saved, reps=reps)
-                return CompressedModel(small, measured)
             return run_quantize(model, tok, data, folder, reps=reps)
         if method == "prune":
             self._curve, self._curve_kind = [], "prune"
@@ -314,46 +276,14 @@ class CompressPanel(Panel):
         try:
             if event.kind == "start":
                 self.progress.max = max(1, event.total_steps)
-            elif event.kind == "step":
-                self._history.append({"kind": "train", "step": event.step, "loss": event.loss})
-            elif event.kind == "eval":
-                self._history.append({"kind": "eval", "step": event.step,
-                                      **{k: v for k, v in event.metrics.items() if isinstance(v, (int, float))}})
+            elif (entry := event.history_entry()) is not None:
+                self._history.append(entry)
             self.progress.value = min(event.step, self.progress.max)
             self._status(f"distilling: step {event.step} of {event.total_steps}")
             if self.job.redraw.due(force=event.kind in ("eval", "end")):
                 self._draw_curve()
         except Exception:
             log.exception("the compression panel could not show a training event")
-
-    def _announce(self, row: dict[str, Any], made: CompressedModel) -> None:
-        base = row["baseline"] or {}
-        parts = [f"{row['name']}: {row['disk_mb'] or row['memory_mb']:.1f} MB"]
-        if base.get("latency_ms_b1") and row.get("latency_ms_b1"):
-            noise = " (within the timings' spread: no clear difference)" if within_noise(row, base, 1) else ""
-            parts.append(f"{base['latency_ms_b1'] / row['latency_ms_b1']:.2f}× the original's speed (batch 1){noise}")
-        if row.get("score") is not None and base.get("score") is not None and comparable(row, base):
-            parts.append(f"{row['metric']} {row['score']:.3f} ({(row['score'] - base['score']) * 100:+.1f} points, "
-                         f"both on the same {row['eval_examples']:,} held-out examples)")
-        saved = f"; saved in {self.workspace.shown(row['folder'])}" if row.get("folder") else ""
-        text = ", ".join(parts) + saved + ". It joins the model list."
-        if row["method"] == "pruned":
-            text += (" Its layers now have different numbers of heads: the Attention and Ablation tabs, which draw "
-                     "every layer's heads side by side, need the full set and will say they cannot show it.")
-        if self.model_made is not None:
-            try:
-                self.model_made(row["name"], made.model, self.tok)
-            except Exception as e:
-                log.exception("adding %s to the model list failed", row["name"])
-                text += f" (Could not add it to the model list: {type(e).__name__}: {e}.)"
-        self.show_message(text)
-
-    def _unique(self, name: str) -> str:
-        names = {v["name"] for v in self.variants}
-        unique, n = name, 2
-        while unique in names:
-            unique, n = f"{name} #{n}", n + 1
-        return unique
 
     def _status(self, text: str) -> None:
         self.progress_text.value = f'<span style="{MUTED}">{text}</span>'

@@ -4,10 +4,8 @@ the uploaded file as the student knows it."""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import ipywidgets as widgets
 
@@ -15,18 +13,9 @@ from bertlab.inputs import InputError
 from bertlab.panels.base import Panel
 from bertlab.settings import DataNotFoundError, data_dir, upload_max_bytes
 from bertlab.tasks import DataSourceError, DataSplit, get_task, read_train_dev
+from bertlab.viz.finetune import data_note
 from bertlab.viz.theme import help_html
-from bertlab.workspace import UploadTooLarge, Workspace
-
-
-def save_upload(upload: dict[str, Any], folder: Path) -> Path:
-    """Write one ipywidgets.FileUpload entry (name, content) into `folder`; returns the file."""
-    name = Path(str(upload.get("name") or "")).name  # no folders: only the file's own name
-    if name in ("", ".", ".."):
-        name = "upload"
-    path = folder / name
-    path.write_bytes(bytes(upload["content"]))
-    return path
+from bertlab.workspace import UploadTooLarge, Workspace, save_upload
 
 
 class DataSource:
@@ -60,17 +49,9 @@ class DataSource:
 
     def _show_note(self, _=None) -> None:
         self.path.disabled = self.choice.value != "path"
-        notes = {
-            "default": f"The task's copy under BERTLAB_DATA ({html.escape(str(data_dir()))}).",
-            "path": "A data file in the task's format, or a folder holding its train and dev files.",
-            "upload": (f"Uploaded: {html.escape(self._upload_name)}" if self._upload_path
-                       else "Upload a file in the task's format (SST-2 TSV, SICK TSV, CoNLL text, SQuAD JSON)."),
-        }
-        if self.workspace.confined:  # class mode: say what the path field and uploads accept
-            notes["path"] += " In class: a path inside the class data folder (e.g. sst2) or your workspace."
-            if not self._upload_path:
-                notes["upload"] += f" Up to {upload_max_bytes() / 2**20:g} MB."
-        self.note.value = help_html(notes[self.choice.value], "span")
+        uploaded = self._upload_name if self._upload_path else None
+        limit = upload_max_bytes() if self.workspace.confined else None  # class mode: what the fields accept
+        self.note.value = help_html(data_note(self.choice.value, str(data_dir()), uploaded, limit), "span")
 
     def _on_path(self, change) -> None:
         if change["new"].strip() and self.choice.value != "path":

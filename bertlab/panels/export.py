@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -14,10 +14,10 @@ import torch
 
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.inputs import InputError, os_error_message
-from bertlab.panels.base import Level, Panel, sentence_pair, unknown_notes
+from bertlab.panels.base import Level, Panel, disabled, input_notes, sentence_pair
 from bertlab.panels.record import session_header, session_sections
 from bertlab.tokenizer import Tokenizer
-from bertlab.viz.attention_view import to_standalone_html
+from bertlab.viz.attention_view import attention_page
 from bertlab.viz.export import (
     DEFAULT_FOLDER,
     ExportUnavailable,
@@ -146,7 +146,7 @@ class ExportPanel(Panel):
             self.refresh()
 
     def _on_export(self, _=None) -> None:
-        with self.reporting(), _disabled(self.export_button):
+        with self.reporting(), disabled(self.export_button):
             self.link.value = ""
             name, fmt = self.choice.value, self.format.value
             if not name:
@@ -165,13 +165,11 @@ class ExportPanel(Panel):
             self.show_messages(notes + self._deliver(data, file_name(name, fmt)))
 
     def _on_export_view(self, _=None) -> None:
-        with self.reporting(), _disabled(self.view_button):
+        with self.reporting(), disabled(self.view_button):
             self.link.value = ""
-            a, b = self.text_a.value, self.text_b.value.strip() or None
-            result = attention_patterns(self.model, self.tok, a, b, max_length=self.max_length)
-            title = _short(f"Attention: {a}" + (f" / {b}" if b else ""))
-            page = to_standalone_html(result.patterns, result.tokens, result.sentence_b_start, title=title)
-            saved = self._deliver(page.encode("utf-8"), file_name(f"attention {a}", "html", limit=40))
+            result = self._attention()
+            _, page = attention_page(result)
+            saved = self._deliver(page.encode("utf-8"), file_name(f"attention {self.text_a.value}", "html", limit=40))
             self.show_messages(saved + _view_notes(result))
 
     def _on_record(self, _=None) -> None:
@@ -194,10 +192,9 @@ class ExportPanel(Panel):
             name, panels = self.model.family.name, {}
             sections = [RecordSection("Figures", figures=self._current())] if self.source is not None else []
         if not any(s.attention_pages for s in sections) and self.text_a.value.strip():  # the sentence above
+            result = self._attention()
+            title, page = attention_page(result)
             a, b = self.text_a.value, self.text_b.value.strip() or None
-            result = attention_patterns(self.model, self.tok, a, b, max_length=self.max_length)
-            title = _short(f"Attention: {a}" + (f" / {b}" if b else ""))
-            page = to_standalone_html(result.patterns, result.tokens, result.sentence_b_start, title=title)
             inputs = [("Sentence A", a)] + ([("Sentence B", b)] if b else [])
             sections.append(RecordSection("Attention view", inputs, attention_pages={title: page}))
         header = session_header(self.model, name, panels, student=self.student.value.strip())
@@ -205,6 +202,11 @@ class ExportPanel(Panel):
         return lab_record_html(header, sections), len(shown)
 
     # -- helpers -----------------------------------------------------------------------------
+    def _attention(self) -> AttentionResult:
+        """The attention of the sentence (pair) typed here."""
+        b = self.text_b.value.strip() or None
+        return attention_patterns(self.model, self.tok, self.text_a.value, b, max_length=self.max_length)
+
     def _current(self) -> dict[str, go.Figure]:
         return dict(self.source()) if self.source is not None else {}
 
@@ -236,33 +238,20 @@ class ExportPanel(Panel):
         with contextlib.suppress(OSError):  # a folder that cannot be read: the save says why below
             if filename in self._given or (folder / filename).exists():
                 filename = stamped(filename, self.clock())
+        note: tuple[Level, str] | None = None  # class mode: the copy is never named to the student
         try:
             filename = save_export(data, folder, filename).name  # "-2" only for two exports in one second
-        except OSError as e:
             if not self.workspace.confined:
-                self._link(data, filename)
-                why = os_error_message(e, "save it in the folder", folder)
-                saved = f"Made {filename}. {why} The link below downloads it."
-                return [("warning", saved)]
-            log.warning("could not keep a copy of %s in the workspace", filename, exc_info=True)
-        self._link(data, filename)
-        if self.workspace.confined:
-            return [("info", f"Made {filename}: the link below downloads it to your computer.")]
-        return [("info", f"Saved {folder.resolve() / filename}; the link below downloads it.")]
-
-    def _link(self, data: bytes, filename: str) -> None:
+                note = ("info", f"Saved {folder.resolve() / filename}; the link below downloads it.")
+        except OSError as e:
+            if self.workspace.confined:
+                log.warning("could not keep a copy of %s in the workspace", filename, exc_info=True)
+            else:
+                note = ("warning", f"Made {filename}. {os_error_message(e, 'save it in the folder', folder)} The "
+                                   "link below downloads it.")
         self._given.add(filename)
         self.link.value = download_link(data, filename)
-
-
-@contextlib.contextmanager
-def _disabled(button: widgets.Button) -> Iterator[None]:
-    """Grey a button out while its (slow) job runs, so a second click cannot start it again."""
-    button.disabled = True
-    try:
-        yield
-    finally:
-        button.disabled = False
+        return [note or ("info", f"Made {filename}: the link below downloads it to your computer.")]
 
 
 def _view_notes(result: AttentionResult) -> list[tuple[Level, str]]:
@@ -270,12 +259,5 @@ def _view_notes(result: AttentionResult) -> list[tuple[Level, str]]:
     pair = f" (sentence B from token {result.sentence_b_start})" if result.sentence_b_start is not None else ""
     holds = (f"The page holds {len(result.tokens)} tokens{pair}; {result.num_layers} layers × "
              f"{result.num_heads} heads, in the head view and the model view.")
-    notes: list[tuple[Level, str]] = [("info", holds)]
-    if result.warning:
-        notes.append(("warning", result.warning))
-    return notes + unknown_notes(result.tokens, result.unk_token)
+    return [("info", holds), *input_notes(result.warning, result.tokens, result.unk_token)]
 
-
-def _short(text: str, limit: int = 80) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

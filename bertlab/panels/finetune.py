@@ -13,55 +13,64 @@ import dataclasses
 import functools
 import html
 import logging
-import math
 import threading
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
-import torch
 
-from bertlab.analysis.sample_size import examples_text, too_few
+from bertlab.loading import is_offline_default, load
 from bertlab.model import Bert
-from bertlab.panels.base import Level, Panel, stop_button
+from bertlab.panels.base import Panel, labelled
 from bertlab.panels.data_source import DataSource
 from bertlab.panels.finetune_diff import ChangedSection, measure_change
 from bertlab.panels.replay import ReplaySection
-from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, BackgroundRun, error_text
+from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, error_text, run_controls
 from bertlab.panels.use import PICKED as USE_PICKED
 from bertlab.panels.use import UsePanel
-from bertlab.runtime import max_tokens, resolve_device
-from bertlab.tasks import (
-    TASKS,
-    get_task,
-)
+from bertlab.runtime import describe_device, max_tokens, resolve_device
+from bertlab.tasks import TASKS
 from bertlab.tasks.layer_features import FEATURE_TEXT, FEATURES, Cancelled
 from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.feature_head import HEAD, FeatureHeadResult, finetune_features
-from bertlab.training.finetune import MODES, FinetuneConfig, finetune, subset
+from bertlab.training.finetune import (
+    MODES,
+    FinetuneConfig,
+    SessionRun,
+    dev_curves,
+    finetune,
+    subset,
+    with_schedule,
+)
 from bertlab.training.finetune_defaults import START_NAMES, Recipe, recipe
 from bertlab.training.loop import TrainEvent
 from bertlab.training.queue import waiting_text
 from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
-from bertlab.viz.figure_widget import SyncedFigureWidget, close_later, show_figure
-from bertlab.viz.finetune import plot_confusion_matrix, plot_training_curves, progress_html, runs_html
+from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
+from bertlab.viz.finetune import (
+    picker_name,
+    plot_confusion_matrix,
+    plot_training_curves,
+    progress_html,
+    run_notes,
+    runs_html,
+    start_text,
+)
 from bertlab.viz.knows import plot_layer_weights
 from bertlab.viz.text import plain_text
-from bertlab.viz.theme import FAINT, help_html
+from bertlab.viz.theme import help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-EVALS_PER_EPOCH = 4  # dev evaluations per epoch: enough points for a live curve
 MODE_HELP = {
     "full": "every weight learns",
     "feature": "frozen encoder, only the head learns",
     "adapter": "Houlsby adapters + LayerNorms + head learn",
 }
-PICKED = "picked"  # the "Start from" choice: the model picked above
+PICKED = "picked"  # the "Start from" choice: the model picked above (SessionRun.start)
 OWN_HEAD = "own head"  # the "Features" choice of feature mode that trains the model's own head (a whole model)
 FEATURES_TASK = "ner"  # the task the BERT paper's feature choices (its Table 7) are for
 FEATURES_HELP = (f"The BERT paper's feature-based NER: each word's vectors (its first piece) at every layer of the "
@@ -74,60 +83,8 @@ HELP = (
     "stays on the plot (labelled task · mode) so full fine-tuning, a frozen encoder and adapters compare. "
     "Cancel keeps the model so far; finished and cancelled models join the model list above."
 )
-# ---------------------------------------------------------------------------------------------
-# Pure helpers
-# ---------------------------------------------------------------------------------------------
-def is_offline_default(model: Bert) -> bool:
-    """Whether `model` is the offline default as `bertlab.load()` gives it (with bertlab's heads)."""
-    from bertlab.loading import DEFAULT_MODEL
-
-    return getattr(getattr(model, "load_report", None), "source", None) == DEFAULT_MODEL
 
 
-def percent(task: str, value: float) -> float:
-    """The task's main metric in percent (SQuAD's F1 already is)."""
-    return value if task == "qa" else 100 * value
-
-
-# ---------------------------------------------------------------------------------------------
-# One run of this session
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class Run:
-    """What the panel keeps of one training run (the model itself goes to the picker)."""
-
-    label: str  # "sst2 · full" (+ " #2" for a repeat)
-    task: str
-    mode: str
-    out_dir: Path
-    base: Bert  # the model the run started from (the "before" of the [CLS] picture)
-    history: list[dict[str, Any]] = field(default_factory=list)  # train/eval entries, as plot_training_curves reads
-    status: str = "starting"  # starting, running, completed, cancelled, failed
-    step: int = 0
-    total_steps: int = 0
-    summary: dict[str, Any] = field(default_factory=dict)  # FinetuneResult.summary() at the end
-    dev: list[Any] = field(default_factory=list)  # the dev examples the run scored
-    id2label: dict[int, str] = field(default_factory=dict)
-    checkpoint: str | None = None
-    error: str | None = None
-    start: str = PICKED  # "Start from": the model picked above, or a start encoder's `bertlab.load` source
-    features: str | None = None  # feature mode's choice of layers (tasks.layer_features.FEATURES); None = own head
-    precision: str | None = None  # what the loop computes in ("bf16" autocast or "fp32"), from its start event
-
-    @property
-    def metric(self) -> str:
-        return get_task(self.task).main_metric
-
-    @property
-    def score(self) -> float | None:
-        """The last dev evaluation's main metric (task scale), None before any."""
-        evals = [h for h in self.history if h.get("kind") == "eval"]
-        return evals[-1][self.metric] if evals else None
-
-
-# ---------------------------------------------------------------------------------------------
-# The panel
-# ---------------------------------------------------------------------------------------------
 class FinetunePanel(Panel):
     """Fine-tune the picked model on a task in the background; compare runs; use the result."""
 
@@ -143,60 +100,44 @@ class FinetunePanel(Panel):
         self.workspace = workspace or Workspace.for_session()
         self.runs_dir = Path(runs_dir) if runs_dir is not None else None
         self.device = device
-        self.runs: list[Run] = []
+        self.runs: list[SessionRun] = []
         self._draw_lock = threading.Lock()
         on_gpu = resolve_device(device).type == "cuda"
-        style = {"description_width": "initial"}
 
-        self.task = widgets.Dropdown(
-            options=[(f"{name}: {t.description}", name) for name, t in TASKS.items()], value="sst2",
-            description="Task", style=style, layout=widgets.Layout(width="min(100%, 640px)"),
-        )
+        self.task = labelled(widgets.Dropdown, "Task", "min(100%, 640px)", value="sst2",
+                             options=[(f"{name}: {t.description}", name) for name, t in TASKS.items()])
         self.mode = widgets.ToggleButtons(
             options=[(m, m) for m in MODES], value="full", description="Adapt",
             style={"description_width": "initial", "button_width": "90px"},
             tooltips=[MODE_HELP[m] for m in MODES],
         )
         self.mode_help = widgets.HTML(self._mode_note("full"))
-        self.features = widgets.Dropdown(
-            options=[("the model's own head on the last layer", OWN_HEAD),
-                     *[(f"{name}: {FEATURE_TEXT[name]}", name) for name in FEATURES]],
-            value=OWN_HEAD, description="Features", style=style, layout=widgets.Layout(width="min(100%, 640px)"),
-        )
+        self.features = labelled(widgets.Dropdown, "Features", "min(100%, 640px)", value=OWN_HEAD, options=[
+            ("the model's own head on the last layer", OWN_HEAD), *[(f"{n}: {FEATURE_TEXT[n]}", n) for n in FEATURES]])
         self.features_help = widgets.HTML(help_html(html.escape(FEATURES_HELP)))
         self.features_box = widgets.VBox([self.features, self.features_help], layout=widgets.Layout(display="none"))
         self.source = DataSource(self, self.workspace, lambda: self.task.value)
         self.data, self.path, self.upload = self.source.choice, self.source.path, self.source.upload
-        self.epochs = widgets.BoundedIntText(value=2, min=1, max=100, description="Epochs", style=style,
-                                             layout=widgets.Layout(width="120px"))
-        self.lr = widgets.BoundedFloatText(value=recipe("sst2").lr, min=1e-7, max=1.0, step=1e-5,
-                                           description="Learning rate", style=style,
-                                           layout=widgets.Layout(width="200px"))
-        self.batch = widgets.BoundedIntText(value=32 if on_gpu else 16, min=1, max=4096, description="Batch",
-                                            style=style, layout=widgets.Layout(width="120px"))
-        self.max_length = widgets.BoundedIntText(value=128, min=16, max=max_tokens(model), description="Max length",
-                                                 style=style, layout=widgets.Layout(width="150px"))
-        self.max_train = widgets.BoundedIntText(value=0 if on_gpu else CPU_MAX_TRAIN, min=0, max=10**8,
-                                                description="Max train examples (0 = all)", style=style,
-                                                layout=widgets.Layout(width="260px"))
-        self.max_dev = widgets.BoundedIntText(value=0 if on_gpu else CPU_MAX_DEV, min=0, max=10**8,
-                                              description="Max dev examples", style=style,
-                                              layout=widgets.Layout(width="200px"))
+        whole = widgets.BoundedIntText
+        self.epochs = labelled(whole, "Epochs", "120px", value=2, min=1, max=100)
+        self.lr = labelled(widgets.BoundedFloatText, "Learning rate", "200px", value=recipe("sst2").lr, min=1e-7,
+                           max=1.0, step=1e-5)
+        self.batch = labelled(whole, "Batch", "120px", value=32 if on_gpu else 16, min=1, max=4096)
+        self.max_length = labelled(whole, "Max length", "150px", value=128, min=16, max=max_tokens(model))
+        self.max_train = labelled(whole, "Max train examples (0 = all)", "260px", value=0 if on_gpu else CPU_MAX_TRAIN,
+                                  min=0, max=10**8)
+        self.max_dev = labelled(whole, "Max dev examples", "200px", value=0 if on_gpu else CPU_MAX_DEV, min=0,
+                                max=10**8)
         self.device_note = widgets.HTML(self._device_note())
-        self.start_from = widgets.Dropdown(description="Start from", style=style,
-                                           layout=widgets.Layout(width="min(100%, 520px)"))
+        self.start_from = labelled(widgets.Dropdown, "Start from", "min(100%, 520px)")
         self.start_note = widgets.HTML()
         self._encoders: dict[str, tuple[Bert, Tokenizer]] = {}  # start encoders loaded by this panel
         self._apply_recipe()
-        self.start_button = widgets.Button(description="Start", button_style="primary", icon="play",
-                                           tooltip="Fine-tune the model picked above (a copy of it)")
-        self.cancel_button = stop_button(tooltip="Stop after the current step; the model so far is kept")
-        self.job = BackgroundRun("bertlab-finetune", self.start_button, self.cancel_button)
-        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="260px"))
-        self.progress_text = widgets.HTML(f'<span style="{FAINT}">No run yet.</span>')
+        self.start_button, self.cancel_button, self.job, self.progress, self.progress_text = run_controls(
+            "bertlab-finetune", "Start", "Fine-tune the model picked above (a copy of it)",
+            "Stop after the current step; the model so far is kept")
         self._curves_fig = plot_training_curves({}, "accuracy")
         self.curves = SyncedFigureWidget(self._curves_fig)
-        self._curves_key: tuple = ()
         self.curves_box = widgets.Box([self.curves])
         self.runs_table = widgets.HTML()
         self._confusion_fig: go.Figure | None = None
@@ -317,16 +258,8 @@ class FinetunePanel(Panel):
         self._show_start_note()
 
     def _show_start_note(self) -> None:
-        r, choice = self.recipe, self.start_from.value
-        if choice == PICKED and len(self.start_from.options) > 1:
-            text = (f"The default for {self.task.value} starts from {START_NAMES[r.model]}: the offline default's "
-                    "re-trained layers fine-tune worse on this task.")
-        elif choice == PICKED:
-            text = "Fine-tunes a copy of the model picked above."
-        else:
-            text = (f"Fine-tunes a copy of {START_NAMES[choice]}, not the offline default picked above: bertlab's "
-                    "MLM/NSP heads re-trained its layers, which fine-tune worse on this task (see the documentation: "
-                    "Results, fine-tuning).")
+        choice, offered = self.start_from.value, len(self.start_from.options) > 1
+        text = start_text(self.task.value, None if choice == PICKED else choice, self.recipe.model if offered else None)
         self.start_note.value = help_html(html.escape(text), "span")
 
     def dev_examples(self, task: str) -> list[Any]:
@@ -347,14 +280,15 @@ class FinetunePanel(Panel):
             task=task, mode=mode, features=features, model=self.model, epochs=self.epochs.value, lr=self.lr.value,
             batch_size=self.batch.value, eval_batch_size=max(64, self.batch.value), max_length=self.max_length.value,
             max_train_examples=self.max_train.value or None, max_eval_examples=self.max_dev.value or None,
-            out_dir=str(self._out_dir(task, mode)), device=self.device,
+            # out_dir: a new folder, made now: no other run (of any session) can get the same one
+            device=self.device, out_dir=str(self.workspace.new_run_dir(f"{task}-{mode}", parent=self.runs_dir)),
         )
-        run = Run(self._label(task, mode if features is None else f"{mode} ({features})"), task, mode,
-                  Path(cfg.out_dir), base=self.model, start=self.start_from.value, features=features)
+        run = SessionRun(self._label(task, mode if features is None else f"{mode} ({features})"), task, mode,
+                         Path(cfg.out_dir), base=self.model, start=self.start_from.value, features=features)
         self.runs.append(run)
         self.show_message(f"{run.label}: reading the data…")
         self.progress.value, self.progress.max = 0, 1
-        self._draw_curves(force=True)
+        self._draw_curves()
         self.job.start(functools.partial(self._train, run, cfg, self.tok, source), queue=run.label,
                        on_place=lambda ahead: self.show_message(f"{run.label}: {waiting_text(ahead)}"),
                        on_left_queue=functools.partial(self._left_queue, run),
@@ -364,14 +298,14 @@ class FinetunePanel(Panel):
         self.cancel()
         self.progress_text.value = "Cancelling: finishing the current step and saving a checkpoint…"
 
-    def _train(self, run: Run, cfg: FinetuneConfig, tok: Tokenizer, source: str | None) -> None:
+    def _train(self, run: SessionRun, cfg: FinetuneConfig, tok: Tokenizer, source: str | None) -> None:
         """The background job (its place in the class queue is taken): read the data, fine-tune, report."""
         if run.start != PICKED:  # the task's start encoder instead of the offline default
             self.show_message(f"{run.label}: loading {START_NAMES.get(run.start, run.start)}…")
             run.base, tok = self._start_encoder(run.start)
             cfg = dataclasses.replace(cfg, model=run.base)
         data = self.source.read(run.task, source)
-        cfg = self._with_schedule(cfg, len(data.train))
+        cfg = with_schedule(cfg, len(data.train))
         run.dev = subset(data.dev, cfg.max_eval_examples, cfg.seed, "dev")  # what finetune scores
         self.show_message(f"{run.label}: {data.note}")
         keeper = SnapshotKeeper(run.out_dir / REPLAY_DIR)  # a few weights-only snapshots, for the replay
@@ -387,12 +321,12 @@ class FinetunePanel(Panel):
         self._finished(run, result)
         self._replay_and_compare(run, result, keeper.folder, cfg.max_length or 128)
 
-    def _left_queue(self, run: Run) -> None:
+    def _left_queue(self, run: SessionRun) -> None:
         run.status = "cancelled"
         self.progress_text.value = ""
         self.show_message(f"{run.label}: you left the class queue before the run started; nothing ran.", "warning")
 
-    def _failed(self, run: Run, cfg: FinetuneConfig, error: BaseException) -> None:
+    def _failed(self, run: SessionRun, cfg: FinetuneConfig, error: BaseException) -> None:
         if isinstance(error, Cancelled):  # cancelled while the word features were computed: nothing trained
             run.status = "cancelled"
             self.show_message(f"{run.label}: cancelled while computing the word features; nothing trained.",
@@ -406,19 +340,15 @@ class FinetunePanel(Panel):
             self.runs.remove(run)
 
     def _ended(self) -> None:
-        self._draw_curves(force=True)
+        self._draw_curves()
         self._draw_table()
 
-    def _replay_and_compare(self, run: Run, result: Any, folder: Path, max_length: int) -> None:
+    def _replay_and_compare(self, run: SessionRun, result: Any, folder: Path, max_length: int) -> None:
         """A run that took a step joins the Replay section (replayed at once) and "What changed" (measured
         against its base). Never raises: the run itself is done and kept."""
         if result.status == "failed" or run.step == 0:
             return
-        try:
-            self.replay.add_run(run.label, result.model, result.tokenizer, folder, base=run.base)
-        except Exception as e:  # noqa: BLE001
-            log.exception("replay of %s failed", run.label)
-            self.replay.show_message(f"{run.label} cannot be replayed: {self.workspace.hide_root(str(e))}", "error")
+        self.replay.offer(run.label, result.model, result.tokenizer, folder, self.workspace.hide_root, base=run.base)
         try:
             with self.changed.busy(text=f"Measuring what {run.label} changed…"):
                 change = measure_change(run.base, result.model, result.tokenizer, run.task, run.dev, max_length)
@@ -430,86 +360,43 @@ class FinetunePanel(Panel):
     def _start_encoder(self, source: str) -> tuple[Bert, Tokenizer]:
         """The start encoder `source` (e.g. the package's MiniLM encoder), loaded once per panel."""
         if source not in self._encoders:
-            from bertlab.loading import load
-
             self._encoders[source] = load(source)
         return self._encoders[source]
 
-    def _with_schedule(self, cfg: FinetuneConfig, n_train: int) -> FinetuneConfig:
-        """Evaluate a few times an epoch, log ~20 times an epoch, checkpoint once an epoch (keeping
-        the last checkpoint only: with its optimizer state it is 3× the model's size)."""
-        n = min(n_train, cfg.max_train_examples or n_train)
-        steps = max(1, math.ceil(n / cfg.batch_size))
-        return dataclasses.replace(cfg, eval_every=max(1, steps // EVALS_PER_EPOCH), checkpoint_every=steps,
-                                   log_every=max(1, min(10, steps // 20)), extra_train={"keep_last": 1})
-
-    def _finished(self, run: Run, result: Any) -> None:
-        """Report how the run ended; a completed or cancelled model joins the picker and "Use it"."""
-        run.status, run.step, run.summary = result.status, result.train.step, result.summary()
-        run.id2label = dict(result.model.config.id2label)
-        if result.status == "failed":  # the loop's own message (out of memory included)
-            run.error = f"the run failed: {result.error}"
-            self.show_message(f"{run.label}: {run.error}", "error")
-            return
-        if run.step == 0:
-            self.show_message(f"{run.label}: cancelled before the first step; nothing to keep.", "warning")
-            return
-        score = run.score
-        shown = f"{run.metric}={score:.3g}" if score is not None else "not evaluated"
-        name = f"{run.task} · {run.mode} ({shown})"
-        if result.status == "cancelled":
-            name = f"{run.task} · {run.mode} ({shown}, cancelled at step {run.step})"
-        done = result.status == "completed"
-        ended = "finished" if done else f"cancelled at step {run.step} of {run.total_steps}"
-        n_dev = len(run.dev)
-        scored = "" if score is None else f", dev {run.metric} {score:.3g}" + (
-            f" on {examples_text(n_dev, 'dev examples')}" if n_dev else "")
-        saved = f"; saved in {self.workspace.shown(result.saved_to)}" if result.saved_to else ""
-        notes: list[tuple[Level, str]] = [(
-            "info" if done else "warning",
-            f"{run.label}: {ended}{scored}{saved}. It joins the model list as “{name}”.",
-        )]
-        few = too_few(n_dev, "dev examples") if score is not None and n_dev else ""
-        if few:  # the one rule of bertlab.analysis.sample_size, as the curves and the confusion matrix say it
-            notes.append(("warning", few))
-        if done and result.metrics.get("per_type"):  # NER: how each entity type fares
-            per_type = ", ".join(f"{t} {v['f1']:.2f}" for t, v in sorted(result.metrics["per_type"].items()))
-            notes.append(("info", f"F1 by entity type: {per_type}."))
-        if done and "exact_match" in result.metrics:  # QA
-            em, f1 = result.metrics["exact_match"], result.metrics["f1"]
-            notes.append(("info", f"Exact match {em:.1f}, F1 {f1:.1f} (SQuAD, 0-100)."))
-        self.use.show_model(result.model, result.tokenizer, name, before=run.base, dev=run.dev, task=run.task)
-        self._draw_confusion(run, result.metrics)
-        if self.model_made is not None:
-            try:
-                self.model_made(name, result.model, result.tokenizer)
-            except Exception as e:
-                log.exception("adding %s to the model list failed", name)
-                notes.append(("warning", f"Could not add it to the model list ({type(e).__name__}: {e})."))
-        self.show_messages(notes)
-
-    def _finished_features(self, run: Run, result: FeatureHeadResult) -> None:
-        """Report a head trained on cached features; a mix run plots its learned weight per layer."""
+    def _ran(self, run: SessionRun, result: Any) -> bool:
+        """Record how the run ended; False (and the loop's own message, out of memory included) if it failed."""
         run.status, run.step, run.summary = result.status, result.train.step, result.summary()
         if result.status == "failed":
             run.error = f"the run failed: {result.error}"
             self.show_message(f"{run.label}: {run.error}", "error")
-            return
-        score = run.score
-        ended = "finished" if result.status == "completed" else f"cancelled at step {run.step} of {run.total_steps}"
-        scored = f", dev {run.metric} {score:.3g}" if score is not None else ""
-        notes: list[tuple[Level, str]] = [(
-            "info" if result.status == "completed" else "warning",
-            f"{run.label}: {ended}{scored} ({FEATURE_TEXT[result.features]}, a {HEAD} head; the encoder stayed "
-            f"frozen). The head stays in this tab: it is not a whole model for the model list.",
-        )]
-        if result.metrics.get("per_type"):
-            per_type = ", ".join(f"{t} {v['f1']:.2f}" for t, v in sorted(result.metrics["per_type"].items()))
-            notes.append(("info", f"F1 by entity type: {per_type}."))
-        self._draw_mix(run, result)
-        self.show_messages(notes)
+        return result.status != "failed"
 
-    def _draw_mix(self, run: Run, result: FeatureHeadResult) -> None:
+    def _finished(self, run: SessionRun, result: Any) -> None:
+        """Report how the run ended; a completed or cancelled model joins the picker and "Use it"."""
+        run.id2label = dict(result.model.config.id2label)
+        if not self._ran(run, result):
+            return
+        if run.step == 0:
+            self.show_message(f"{run.label}: cancelled before the first step; nothing to keep.", "warning")
+            return
+        name = picker_name(run)
+        saved = f"; saved in {self.workspace.shown(result.saved_to)}" if result.saved_to else ""
+        notes = run_notes(run, result.metrics if result.status == "completed" else {},
+                          f"{saved}. It joins the model list as “{name}”.", len(run.dev))
+        self.use.show_model(result.model, result.tokenizer, name, before=run.base, dev=run.dev, task=run.task)
+        self._draw_confusion(run, result.metrics)
+        self.show_messages(notes + self.offer_model(name, result.model, result.tokenizer))
+
+    def _finished_features(self, run: SessionRun, result: FeatureHeadResult) -> None:
+        """Report a head trained on cached features; a mix run plots its learned weight per layer."""
+        if not self._ran(run, result):
+            return
+        self._draw_mix(run, result)
+        self.show_messages(run_notes(run, result.metrics, f" ({FEATURE_TEXT[result.features]}, a {HEAD} head; the "
+                                     "encoder stayed frozen). The head stays in this tab: it is not a whole model "
+                                     "for the model list."))
+
+    def _draw_mix(self, run: SessionRun, result: FeatureHeadResult) -> None:
         """The learned scalar mix of a "mix" run (after the run), titled with the model and the run."""
         mix = result.mix
         if mix is None or run.step == 0:
@@ -521,17 +408,14 @@ class FinetunePanel(Panel):
         self._mix_fig = plot_layer_weights([group], title)
         show_figure(self.mix_box, self._mix_fig)
 
-    def _on_event(self, run: Run, event: TrainEvent) -> None:
+    def _on_event(self, run: SessionRun, event: TrainEvent) -> None:
         """A loop event (from the training thread): record it and redraw. Never raises."""
         try:
             if event.kind == "start":
                 run.status, run.total_steps, run.precision = "running", event.total_steps, event.precision
                 self.progress.max = max(1, event.total_steps)
-            elif event.kind == "step":
-                run.history.append({"kind": "train", "step": event.step, "epoch": event.epoch, "loss": event.loss})
-            elif event.kind == "eval":
-                scores = {k: v for k, v in event.metrics.items() if isinstance(v, (int, float))}
-                run.history.append({"kind": "eval", "step": event.step, "epoch": event.epoch, **scores})
+            elif (entry := event.history_entry()) is not None:
+                run.history.append(entry)
             elif event.kind == "checkpoint":
                 run.checkpoint = event.path
             run.step = event.step
@@ -543,40 +427,18 @@ class FinetunePanel(Panel):
             log.exception("the fine-tuning panel could not show a training event")
 
     # -- drawing ----------------------------------------------------------------------------------
-    def _draw_curves(self, force: bool = False) -> None:
-        """Every run's loss and dev curve; swap in a new widget when the runs (traces) change."""
+    def _draw_curves(self) -> None:
+        """Every run's loss and dev curve (redrawn in place while the runs stay the same)."""
         with self._draw_lock:
-            metric, curves = self._curve_data()
+            metric, curves = dev_curves(self.runs)
             scored = [len(r.dev) for r in self.runs if r.dev]
-            fig = plot_training_curves(curves, metric, dev_examples=min(scored) if scored else None)
-            self._curves_fig = fig
-            key = (metric, tuple(curves))
-            if key == self._curves_key and not force:
-                with self.curves.batch_update():
-                    for old, new in zip(self.curves.data, fig.data):
-                        old.x, old.y = new.x, new.y
-            else:
-                old, self.curves = self.curves, SyncedFigureWidget(fig)
-                self.curves_box.children = (self.curves,)
-                close_later(self.curves_box, old)  # closed at the next swap: its view may still be talking
-                self._curves_key = key
-
-    def _curve_data(self) -> tuple[str, dict[str, list[dict[str, Any]]]]:
-        """(dev metric name, label -> history) with the dev metric in percent for every run."""
-        metrics = {r.metric for r in self.runs}
-        name = f"{metrics.pop()} (%)" if len(metrics) == 1 else "main metric (%)"
-        curves = {}
-        for r in self.runs:
-            curves[r.label] = [
-                {**h, name: percent(r.task, h[r.metric])} if h["kind"] == "eval" and r.metric in h else h
-                for h in list(r.history)
-            ]
-        return name, curves
+            self._curves_fig = plot_training_curves(curves, metric, dev_examples=min(scored) if scored else None)
+            self.curves = show_figure(self.curves_box, self._curves_fig)
 
     def _draw_table(self) -> None:
         self.runs_table.value = runs_html(self.runs, self.workspace.shown)
 
-    def _draw_confusion(self, run: Run, metrics: dict[str, Any]) -> None:
+    def _draw_confusion(self, run: SessionRun, metrics: dict[str, Any]) -> None:
         matrix = metrics.get("confusion_matrix")
         if matrix is None or not run.id2label:
             self._confusion_fig, self.confusion_box.children = None, ()
@@ -592,19 +454,11 @@ class FinetunePanel(Panel):
         n = sum(1 for r in self.runs if r.task == task and r.mode == mode)
         return label if n == 0 else f"{label} #{n + 1}"
 
-    def _out_dir(self, task: str, mode: str) -> Path:
-        """A new folder for a run, made now: no other run (of any session) can get the same one."""
-        return self.workspace.new_run_dir(f"{task}-{mode}", parent=self.runs_dir)
-
     def _device_note(self) -> str:
-        name = str(resolve_device(self.device))
-        if name.startswith("cuda"):
-            what = f"{name} ({torch.cuda.get_device_name()})"
-            tip = "the whole training set fits in minutes."
-        else:
-            what = f"cpu ({torch.get_num_threads()} threads)"
-            tip = f"keep runs small: about {CPU_MAX_TRAIN:,} examples and 1–2 epochs take a minute or two."
-        return help_html(f"Trains on <b>{html.escape(what)}</b>: {tip}", "span")
+        device = resolve_device(self.device)
+        tip = ("the whole training set fits in minutes." if device.type == "cuda" else
+               f"keep runs small: about {CPU_MAX_TRAIN:,} examples and 1–2 epochs take a minute or two.")
+        return help_html(f"Trains on <b>{html.escape(describe_device(device))}</b>: {tip}", "span")
 
     @staticmethod
     def _mode_note(mode: str) -> str:

@@ -7,21 +7,18 @@ around each fine-tuned model (Hao et al. 2019; Li et al. 2018). Measured once wh
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
-import torch
 
 from bertlab.analysis.finetune_diff import FinetuneDiff, LossSlice, finetune_diff, loss_slice
 from bertlab.model import Bert
 from bertlab.panels.base import Panel
-from bertlab.runtime import model_device
-from bertlab.tasks import collate, get_task
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.finetune import LOSSES, featurize
+from bertlab.training.finetune import dev_loss
 from bertlab.viz.figure_widget import show_figure
 from bertlab.viz.finetune_diff import plot_attention_change, plot_loss_slices, plot_representation_change
 from bertlab.viz.theme import help_html
@@ -49,27 +46,13 @@ class RunChange:
     note: str = ""
 
 
-def dev_loss(model: Bert, tok: Tokenizer, task: str, examples: Sequence[Any],
-             max_length: int = 128) -> Callable[[torch.nn.Module], torch.Tensor]:
-    """The task's training loss on the first SLICE_EXAMPLES of `examples`, as a function of the model."""
-    spec = get_task(task)
-    labels = model.config.id2label if spec.head == "token_classification" else None
-    feats = featurize(spec, list(examples)[:SLICE_EXAMPLES], tok, max_length, labels)
-    if not feats:
-        raise ValueError("no dev examples to measure the loss on.")
-    batch = collate(feats[:SLICE_EXAMPLES], pad_token_id=tok.pad_token_id)
-    device = model_device(model)
-    batch = {k: v.to(device) for k, v in batch.items()}
-    loss_fn = LOSSES[spec.head]
-    return lambda m: loss_fn(m, batch)[0]
-
-
 def measure_change(base: Bert, tuned: Bert, tok: Tokenizer, task: str, dev: Sequence[Any],
                    max_length: int = 128, seed: int = 0) -> RunChange:
     """JSD/CKA/cosine of `tuned` against `base`, and the dev-loss slice around `tuned`."""
     diff = finetune_diff(base, tuned, tok)
     try:
-        landscape, note = loss_slice(tuned, dev_loss(tuned, tok, task, dev, max_length), seed=seed), ""
+        loss = dev_loss(tuned, tok, task, dev, max_length, SLICE_EXAMPLES)
+        landscape, note = loss_slice(tuned, loss, seed=seed), ""
     except (ValueError, KeyError, RuntimeError) as e:
         landscape, note = None, f"no loss slice: {e}"
     return RunChange(diff, landscape, note)

@@ -22,28 +22,28 @@ import torch
 
 from bertlab.analysis import normalise_masks
 from bertlab.analysis.mask import Candidate, fill_mask
-from bertlab.panels.base import Level, Panel, note_html, stop_button, unknown_notes
-from bertlab.panels.pretrain_compare import ComparedRun, CompareView
+from bertlab.panels.base import Level, Panel, input_notes, note_html
+from bertlab.panels.pretrain_compare import CompareView
 from bertlab.panels.replay import ReplaySection
-from bertlab.panels.runs import BackgroundRun, error_text
+from bertlab.panels.runs import error_text, run_controls
 from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.training.checkpoint import save_model_atomically
-from bertlab.training.corpora import Document, available_corpora, documents_for_run, load_corpus
+from bertlab.training.corpora import FALLBACK_DOCUMENTS, Document, available_corpora, documents_for_run, read_corpus
 from bertlab.training.loop import TrainEvent, TrainResult
 from bertlab.training.masking import STRATEGIES
 from bertlab.training.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
-from bertlab.training.objectives.compare import CurveRecorder
+from bertlab.training.objectives.compare import ComparedRun, CurveRecorder
 from bertlab.training.pretrain import (
     SIZES,
     ObjectiveRun,
     PretrainConfig,
+    curve_point,
     new_model,
     objective_module,
     pretrain,
     pretrain_objective,
 )
 from bertlab.training.preview import (
-    MaskedExample,
     VocabTables,
     dynamic_draws,
     example_pairs,
@@ -60,6 +60,7 @@ from bertlab.viz.pretrain import (
     dynamic_html,
     ended_text,
     masked_example_html,
+    no_probe_text,
     pairs_html,
     plot_pretrain_curves,
     probe_html,
@@ -90,20 +91,7 @@ HELP_TRAIN = (
     "the original paper, at toy scale. Expect the loss to fall and the probe to move from random pieces "
     "to frequent words ('the', ',', '.') before anything sensible: real BERT trained for 1M steps."
 )
-FALLBACK_DOCUMENTS = [
-    Document(["The Moon is the only natural satellite of Earth.",
-              "It orbits Earth at an average distance of about 384,000 kilometres.",
-              "It completes an orbit every 29.5 days.",
-              "Its gravity causes the tides of Earth's oceans."], title="Moon"),
-    Document(["Honey bees live in large colonies with a single queen.",
-              "Worker bees collect nectar and pollen from flowers.",
-              "The nectar is turned into honey and stored in wax cells.",
-              "Bees communicate the direction of food with a waggle dance."], title="Honey bee"),
-    Document(["The Nile is a major river in northeastern Africa.",
-              "It flows north into the Mediterranean Sea.",
-              "Its water made farming possible in ancient Egypt.",
-              "The river has two main branches, the White Nile and the Blue Nile."], title="Nile"),
-]
+
 
 
 class PretrainPanel(Panel):
@@ -161,7 +149,7 @@ class PretrainPanel(Panel):
         self.dynamic_html = widgets.HTML()
         self.pairs_html = widgets.HTML()
         for w in (self.text, self.strategy, self.rate):
-            w.observe(self._on_example, names="value")
+            w.observe(lambda _: self.draw_example(), names="value")
         self.seed.observe(self._on_seed, names="value")
         self.new_draw.on_click(self._on_new_draw)
         help_data = HELP_DATA.format(mask=html.escape(self.tok.mask_token))
@@ -179,9 +167,6 @@ class PretrainPanel(Panel):
         ])
 
     # -- section 1: callbacks -----------------------------------------------------------------
-    def _on_example(self, _=None) -> None:
-        self.draw_example()
-
     def _on_seed(self, _=None) -> None:
         self.draw_example()
         self.draw_pairs()
@@ -202,7 +187,8 @@ class PretrainPanel(Panel):
                 mask_every_strategy(self.tok, text, rate, seed, self._tables))
             self.dynamic_html.value = dynamic_html(
                 dynamic_draws(self.tok, text, self.strategy.value, rate, seed, tables=self._tables))
-            self.show_messages(_example_notes(ex, self.tok.unk_token))
+            self.show_messages(input_notes(ex.warning, ex.tokens, self.tok.unk_token,
+                                           f"BERT masks and predicts {self.tok.unk_token} like any other token"))
 
     def draw_pairs(self) -> None:
         """NSP and SOP pairs from a few documents drawn with the seed."""
@@ -267,16 +253,15 @@ class PretrainPanel(Panel):
         self.probe_every = widgets.BoundedIntText(value=20, min=1, max=100_000, description="every N steps",
                                                   style={"description_width": "auto"},
                                                   layout=widgets.Layout(width="180px"))
-        self.start = widgets.Button(description="Start", button_style="primary", icon="play")
-        self.stop = stop_button("Stop", "Stop after the current step; the model so far is kept")
-        self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="min(100%, 520px)"))
-        self.progress_label = widgets.HTML()
+        self.start, self.stop, self.job, self.progress, self.progress_label = run_controls(
+            "bertlab-pretrain", "Start", None, "Stop after the current step; the model so far is kept", stop="Stop",
+            idle="", width="min(100%, 520px)")
         self.run_message = widgets.HTML(layout=widgets.Layout(width="100%"))
         self.run_messages: list[tuple[Level, str]] = []
         self.probe_html = widgets.HTML()
         self.curves = SyncedFigureWidget(plot_pretrain_curves([]))
         self.start.on_click(self._on_start)
-        self.stop.on_click(self._on_stop)
+        self.stop.on_click(lambda _: self.stop_run())
         self.download = widgets.Button(description="Download the model", icon="download", disabled=True,
                                        tooltip="the last kept model's folder as a .zip (it loads in bertlab and "
                                                "in transformers)")
@@ -289,7 +274,6 @@ class PretrainPanel(Panel):
         self.probe_rows: list[tuple[int, list[Candidate]]] = []
         self.trained: torch.nn.Module | None = None
         self.result: TrainResult | None = None
-        self.job = BackgroundRun("bertlab-pretrain", self.start, self.stop)
         self.train_section = widgets.VBox([
             widgets.HTML(help_html(HELP_TRAIN)),
             self.objective,
@@ -344,14 +328,11 @@ class PretrainPanel(Panel):
                        on_place=lambda ahead: self.show_run_message(waiting_text(ahead, leave="Stop")),
                        on_left_queue=self._left_queue, on_error=self._failed)
 
-    def _on_stop(self, _=None) -> None:
+    def stop_run(self) -> None:
+        """Ask the run to stop after its current step (the Stop button)."""
         self.job.cancel()
         if self.job.running:
             self.show_run_message("Stopping after the current step…")
-
-    def stop_run(self) -> None:
-        """Ask the run to stop (as the Stop button does)."""
-        self._on_stop()
 
     def _config(self) -> PretrainConfig:
         typed = self.corpus_path.value.strip()
@@ -387,7 +368,7 @@ class PretrainPanel(Panel):
         self._probe_every = self.probe_every.value
         self._probed_at = -1
         if not self._probe_text:  # said where the guesses would be, where it stays for the whole run
-            self.probe_html.value = note_html("warning", no_probe_text(tok))
+            self.probe_html.value = note_html("warning", no_probe_text(tok, DEFAULT_PROBE_TEMPLATE))
         keeper = self._snapshot_keeper(cfg, self.trained)
         callbacks = [self._on_event, keeper, recorder]
         run = None
@@ -400,7 +381,9 @@ class PretrainPanel(Panel):
                                     cancel=self.job.cancel_event)
         self.result = result
         self._finish(cfg, model, tok, result, run, recorder, keeper.folder.parent)
-        self._offer_replay(self.trained, tok, result, keeper)
+        if result.status != "failed" and result.step > 0:  # a run that took a step is replayed on its probe
+            self.replay.offer(f"mini BERT, {result.step} steps ({len(self.replay.runs) + 1})", self.trained, tok,
+                              keeper.folder, self.workspace.hide_root, probe=self._probe_text or None)
 
     def _left_queue(self) -> None:
         self.show_run_message("You left the class queue before the run started: nothing was trained.", "warning")
@@ -413,10 +396,7 @@ class PretrainPanel(Panel):
 
     def _load(self, corpus: str) -> list[Document]:
         if corpus not in self._corpora:
-            split = "all" if corpus == "wikitext2" else "train"  # WikiText-2 here is evaluation text
-            if corpus not in {name for _, name in available_corpora()} and not Path(corpus).expanduser().exists():
-                raise ValueError(f"{corpus!r} is not an installed corpus, nor an existing file or folder.")
-            self._corpora[corpus] = load_corpus(corpus, split=split)
+            self._corpora[corpus] = read_corpus(corpus)
         return self._corpora[corpus]
 
     def _on_event(self, event: TrainEvent) -> None:
@@ -428,10 +408,7 @@ class PretrainPanel(Panel):
                                       "kept.")
                 self._maybe_probe(0)
             if event.kind == "step":
-                m = event.metrics  # ELECTRA's MLM is its generator's; an objective's pair head reports pair_acc
-                self.points.append({"step": event.step, "mlm_loss": m.get("mlm_loss", m.get("gen_mlm_loss")),
-                                    "mlm_acc": m.get("mlm_acc", m.get("gen_mlm_acc")),
-                                    "nsp_acc": m.get("nsp_acc", m.get("pair_acc"))})
+                self.points.append(curve_point(event))
                 self._maybe_probe(event.step)
             if event.kind in ("start", "step"):
                 self.progress.value = event.step
@@ -528,18 +505,6 @@ class PretrainPanel(Panel):
         folder = self.workspace.new_run_dir(f"pretrain-{cfg.size}", parent=self.runs_dir)
         return SnapshotKeeper(folder / REPLAY_DIR, model=model)
 
-    def _offer_replay(self, model: torch.nn.Module, tok: Tokenizer, result: TrainResult,
-                      keeper: SnapshotKeeper) -> None:
-        """A run that took a step joins the replay's run list and is replayed on its probe (never raises)."""
-        if result.status == "failed" or result.step == 0:
-            return
-        try:
-            label = f"mini BERT, {result.step} steps ({len(self.replay.runs) + 1})"
-            self.replay.add_run(label, model, tok, keeper.folder, probe=self._probe_text or None)
-        except Exception as e:  # noqa: BLE001 - the run itself succeeded: say so, keep going
-            log.exception("replay of the run failed")
-            self.replay.show_message(f"The run cannot be replayed: {self.workspace.hide_root(str(e))}", "error")
-
     # -- drawing --------------------------------------------------------------------------------
     def _draw_curves(self, title: str) -> None:
         """New x/y for the three traces (always three, so the figure keeps its layout) and the title."""
@@ -555,8 +520,7 @@ class PretrainPanel(Panel):
         self.model, self.tok = model, tok
         if changed:
             self._tables = vocab_tables(tok)
-            self.draw_example()
-            self.draw_pairs()
+            self._on_seed()
 
     def figures(self) -> dict[str, go.Figure]:
         if not self.points:
@@ -566,14 +530,3 @@ class PretrainPanel(Panel):
             out["objectives compared"] = go.Figure(self.compare.figure)
         return out
 
-
-def no_probe_text(tok: Tokenizer) -> str:
-    """What a run without a usable probe says, in the probe's place."""
-    mask = tok.mask_token
-    return (f"The probe has no {mask}, so this run shows no guesses as it trains: put {mask} where a word "
-            f"should go (e.g. '{tok.spell(DEFAULT_PROBE_TEMPLATE)}') and press Start again to watch them.")
-
-
-def _example_notes(ex: MaskedExample, unk_token: str) -> list[tuple[Level, str]]:
-    notes: list[tuple[Level, str]] = [("warning", ex.warning)] if ex.warning else []
-    return notes + unknown_notes(ex.tokens, unk_token, f"BERT masks and predicts {unk_token} like any other token")

@@ -6,25 +6,24 @@ download link for any kept model."""
 
 from __future__ import annotations
 
-import io
 import logging
-import zipfile
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import ipywidgets as widgets
 
-from bertlab.loading import load
 from bertlab.panels.base import Level, note_html
 from bertlab.panels.runs import BackgroundRun, error_text
-from bertlab.settings import data_dir
-from bertlab.tasks import get_task
-from bertlab.tasks.splits import subset
-from bertlab.training.checkpoint import save_model_atomically
-from bertlab.training.objectives.compare import SST2_SETTINGS, sst2_probe, sst2_score, untrained_like
+from bertlab.training.objectives.compare import (
+    SST2_SETTINGS,
+    ComparedRun,
+    sst2_probe,
+    sst2_score,
+    sst2_splits,
+    write_untrained,
+)
 from bertlab.training.queue import waiting_text
-from bertlab.viz.export import download_link
+from bertlab.viz.export import download_link, zip_folder
 from bertlab.viz.figure_widget import SyncedFigureWidget, redraw
 from bertlab.viz.objectives import plot_objective_curves, scores_html
 
@@ -32,29 +31,6 @@ log = logging.getLogger(__name__)
 
 SST2_TRAIN = 2000  # sentences each model fine-tunes on (SST2_SETTINGS) and the probe fits on
 SST2_DEV = 500  # dev sentences each is scored on (never trained on)
-
-
-@dataclass
-class ComparedRun:
-    """One pre-training run of the session, as the comparison shows it."""
-
-    name: str
-    objective: str
-    points: list[dict[str, Any]]
-    folder: Path
-    steps: int
-    score: dict[str, Any] | None = field(default=None)  # SST-2 fine-tuned: {"accuracy", ...}
-    probe: dict[str, Any] | None = field(default=None)  # SST-2 linear probe of the frozen features
-
-
-def zip_folder(folder: Path) -> bytes:
-    """The files of `folder` (and its sub-folders) as a zip, named relative to the folder's parent."""
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for path in sorted(folder.rglob("*")):
-            if path.is_file():
-                z.write(path, path.relative_to(folder.parent))
-    return buf.getvalue()
 
 
 class CompareView:
@@ -96,9 +72,7 @@ class CompareView:
         title = f"{len(names)} run(s) of this session" if names else ""
         redraw(self.figure, plot_objective_curves(curves, title, {r.name: r.objective for r in self.runs}))
         shown = self.runs + ([self.untrained] if self.untrained is not None else [])
-        self.scores.value = scores_html([{"run": r.name, "objective": r.objective, "steps": r.steps,
-                                          "accuracy": (r.score or {}).get("accuracy", "not yet"),
-                                          "probe": (r.probe or {}).get("accuracy", "not yet")} for r in shown])
+        self.scores.value = scores_html([r.row() for r in shown])
         self.finetune.disabled = self.job.running or not self.runs
 
     def _on_finetune(self, _=None) -> None:
@@ -121,26 +95,17 @@ class CompareView:
 
     def _score_all(self, todo: list[ComparedRun]) -> None:
         """The background job (its place in the class queue is taken): score every run of `todo`."""
-        task, folder = get_task("sst2"), self.sst2_dir or data_dir() / "sst2"
-        if not folder.is_dir():
-            raise FileNotFoundError("SST-2 is not here: set BERTLAB_DATA to the folder that holds sst2/ "
-                                    "(train.tsv, dev.tsv).")
-        train = subset(task.read("train", path=folder), self.sst2_train, 0, "train")
-        dev = subset(task.read("dev", path=folder), self.sst2_dev, 0, "dev")
+        train, dev = sst2_splits(self.sst2_dir, self.sst2_train, self.sst2_dev)
         if self.untrained is None:
-            # written beside the first run's model folder (not inside it: its download stays as it was)
-            first = self.runs[0]
-            self.untrained = ComparedRun(f"untrained (shape of {first.name})", "none", [],
-                                         first.folder.parent / "untrained", 0)
+            self.untrained = self.runs[0].floor()
             self.draw()
         if self.untrained.score is None:
             todo = [*todo, self.untrained]
         for i, run in enumerate(todo, start=1):
             self.show(f"Scoring {run.name} on SST-2 ({i} of {len(todo)}: a linear probe of its frozen features, "
                       f"then fine-tuning on {len(train)} sentences, {SST2_SETTINGS['epochs']} epoch(s))…")
-            if run is self.untrained and not (run.folder / "config.json").is_file():
-                model, tok = load(str(self.runs[0].folder))  # the first run's shape, fresh weights
-                save_model_atomically(untrained_like(model), tok, run.folder)
+            if run is self.untrained:
+                write_untrained(run.folder, like=self.runs[0].folder)
             run.probe = sst2_probe(run.folder, train, dev)
             self.draw()
             run.score = sst2_score(run.folder, train, dev)

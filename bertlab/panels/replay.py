@@ -7,19 +7,18 @@ is read by every snapshot once (`analysis.replay`), so a slider move only draws 
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
-from bertlab.analysis.replay import Replay, replay, with_borrowed_mlm
+from bertlab.analysis.replay import Replay, ReplayRun, replay, replay_model
+from bertlab.classroom.hold import AnswerHold
 from bertlab.model import Bert
 from bertlab.panels.base import Panel
-from bertlab.panels.classroom import AnswerHold
 from bertlab.panels.runs import in_background
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.snapshots import iter_snapshots, list_snapshots
@@ -32,18 +31,6 @@ log = logging.getLogger(__name__)
 HELP = ("Each run keeps a few snapshots of its weights (log-spaced: more of them early, when the model changes "
         "most). Move the slider to read the probe sentence with the model as it was at that step: the guesses "
         "at the {mask}, the attention of one head forming, the token vectors, and the logit lens.")
-
-
-@dataclass
-class ReplayRun:
-    """A run to replay: its final model (the architecture), its snapshots' folder, its base (for an MLM head)."""
-
-    label: str
-    model: Bert
-    tok: Tokenizer
-    folder: Path
-    base: Bert | None = None  # fine-tuning: the model it started from, whose MLM head reads the encoder
-    probe: str | None = None  # the probe it was last replayed with
 
 
 class ReplaySection(Panel):
@@ -79,8 +66,8 @@ class ReplaySection(Panel):
         self.stage = widgets.IntSlider(value=0, min=0, max=0, description="Stage", continuous_update=True)
         self.trajectory_box = widgets.Box([])
         self.view_box = widgets.Box([], layout=widgets.Layout(overflow="auto"))
-        self.run.observe(self._on_run, names="value")
-        self.probe.observe(lambda _c: self._on_replay(), names="value")
+        self.run.observe(self._on_replay, names="value")
+        self.probe.observe(self._on_replay, names="value")
         self.replay_button.on_click(self._on_replay)
         for w in (self.step, self.view, self.layer, self.head, self.stage):
             w.observe(self._on_draw, names="value")
@@ -123,11 +110,18 @@ class ReplaySection(Panel):
             self.run.value = label
         self.compute()
 
-    def _on_run(self, _change=None) -> None:
-        if not self._holding:
-            self.compute()
+    def offer(self, label: str, model: Bert, tok: Tokenizer, folder: str | Path, hide: Callable[[str], str] = str,
+              base: Bert | None = None, probe: str | None = None) -> None:
+        """`add_run` for a run that has just ended: never raises (the run itself is done and kept); a failure
+        is said here, with paths the student should not see rewritten by `hide`."""
+        try:
+            self.add_run(label, model, tok, folder, base=base, probe=probe)
+        except Exception as e:  # noqa: BLE001
+            log.exception("replay of %s failed", label)
+            self.show_message(f"{label} cannot be replayed: {hide(str(e))}", "error")
 
     def _on_replay(self, _=None) -> None:
+        """Another run or probe, or the Replay button: replay (not while `add_run` sets them both)."""
         if not self._holding:
             self.compute()
 
@@ -142,12 +136,7 @@ class ReplaySection(Panel):
             self.tok = run.tok
             self.intro.value = self._help(self._intro_text, run.tok)
             self.answer_hold.check(self.probe.value, run.tok.mask_token)
-            frame_model = copy.deepcopy(run.model)
-            extra: set[str] = set()
-            if not frame_model.has_mlm and run.base is not None and run.base.has_mlm:
-                own = {n for n, _ in frame_model.named_parameters()}
-                frame_model = with_borrowed_mlm(frame_model, run.base)
-                extra = {n for n, _ in frame_model.named_parameters()} - own
+            frame_model, extra = replay_model(run.model, run.base)
             result = replay(iter_snapshots(frame_model, run.folder, extra=extra), run.tok, self.probe.value)
             del frame_model
             run.probe = self.probe.value
@@ -177,12 +166,6 @@ class ReplaySection(Panel):
         self._show_controls()
         show_figure(self.trajectory_box, plot_trajectory(result, self.step.value))
         self.draw()
-
-    def hold(self):
-        """Change several controls with one redraw at the end."""
-        return _Hold(self)
-
-    _holding = False
 
     def _on_draw(self, _change=None) -> None:
         if self._holding:
@@ -258,13 +241,3 @@ class ReplaySection(Panel):
         if not shown:
             self.layer.layout.display = self.head.layout.display = self.stage.layout.display = "none"
 
-
-class _Hold:
-    def __init__(self, section: ReplaySection) -> None:
-        self.section = section
-
-    def __enter__(self) -> None:
-        self.section._holding = True
-
-    def __exit__(self, *exc) -> None:
-        self.section._holding = False

@@ -24,6 +24,7 @@ from bertlab.inputs import InputError
 from bertlab.runtime import is_out_of_memory, out_of_memory_text, release_free_memory
 from bertlab.tasks import DataSourceError
 from bertlab.training.queue import TEACHER_CANCELLED, CancelledByTeacher, join_queue
+from bertlab.viz.theme import FAINT
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,20 @@ class BackgroundRun:
             self.start_button.disabled = running
         if self.cancel_button is not None:
             self.cancel_button.disabled = not running
+
+
+def run_controls(name: str, start: str, tooltip: str | None, stop_tooltip: str, icon: str = "play",
+                 stop: str = "Cancel", idle: str = "No run yet.", width: str = "260px",
+                 ) -> tuple[widgets.Button, widgets.Button, BackgroundRun, widgets.IntProgress, widgets.HTML]:
+    """The controls of a tab's background run: its start and stop buttons (stop disabled until the run
+    starts), the job (`BackgroundRun` named `name`) they drive, a progress bar `width` wide and a status
+    line (`idle` until the first run)."""
+    start_button = widgets.Button(description=start, button_style="primary", icon=icon, tooltip=tooltip)
+    stop_button = widgets.Button(description=stop, button_style="warning", icon="stop", disabled=True,
+                                 tooltip=stop_tooltip)
+    status = widgets.HTML(f'<span style="{FAINT}">{idle}</span>' if idle else "")
+    progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width=width))
+    return start_button, stop_button, BackgroundRun(name, start_button, stop_button), progress, status
 
 
 def in_background(work: Callable[[], Any], name: str) -> BackgroundRun:

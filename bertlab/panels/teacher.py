@@ -8,7 +8,6 @@ its own secret token that only the teacher gets (bertlab/serving/teacher.py).
 
 from __future__ import annotations
 
-import html
 import logging
 import threading
 from dataclasses import replace
@@ -17,17 +16,18 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
+from bertlab.classroom.hold import class_store
 from bertlab.classroom.questions import DEFAULT_K, mask_question, nsp_question, tally
 from bertlab.classroom.store import Question, QuestionStore
 from bertlab.panels.base import Panel, note_html
 from bertlab.panels.class_queue import ClassQueueView
-from bertlab.panels.classroom import POLL_LIVE_S, TAB_OF, class_store
+from bertlab.panels.classroom import POLL_LIVE_S, TAB_OF
 from bertlab.panels.page import PageAddress, follow_page, projector_requested
 from bertlab.panels.runs import BackgroundRun
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.queue import ClassQueue
 from bertlab.viz import theme
-from bertlab.viz.classroom import plot_class_guesses
+from bertlab.viz.classroom import plot_class_guesses, question_status_html
 from bertlab.viz.figure_widget import show_figure
 from bertlab.viz.theme import MUTED
 
@@ -164,17 +164,10 @@ class TeacherPanel(Panel):
 
     def _draw(self) -> None:
         q = self.question
+        self.status.value = question_status_html(q, sum(c for _, c in self.counts), TAB_OF[q.kind] if q else "")
         if q is None:
-            self.status.value = ('<div style="margin:6px 0">No question is live. '
-                                 'Write one and push it to the class.</div>')
             self.figure_box.children = []
             return
-        n = sum(c for _, c in self.counts)
-        state = "revealed to all" if q.revealed else "live, the model's answer hidden from students"
-        what = (html.escape(q.text) if q.kind == "mask"
-                else f"A: {html.escape(q.text)} · B: {html.escape(q.text_b or '')}")
-        self.status.value = (f'<div style="margin:6px 0"><b>Question {q.id}</b> ({TAB_OF[q.kind]} tab, {state}): '
-                             f'{what} — <b class="bertlab-answer-count">{n}</b> answer{"s" if n != 1 else ""}</div>')
         show_figure(self.figure_box, plot_class_guesses(self.counts, q.model, show_model=q.revealed or self.peek.value))
 
     def _on_kind(self, _=None) -> None:

@@ -4,19 +4,19 @@ answer span), why it answered so, and the [CLS] vectors of dev examples before a
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from bertlab.analysis.attribution import ExplainInput, Target
-from bertlab.analysis.predict import answer, classify, cls_vectors, entail, entities, pca_2d, split_words
+from bertlab.analysis.predict import answer, classify, cls_maps, entail, entities
 from bertlab.analysis.sample_size import examples_text, too_few
-from bertlab.analysis.targets import class_target, span_target, tag_target
+from bertlab.analysis.targets import class_target, explain_choices, span_target, tag_target
 from bertlab.inputs import InputError
 from bertlab.model import Bert
-from bertlab.panels.base import Level, Panel, unknown_notes
+from bertlab.panels.base import Level, Panel, input_notes
 from bertlab.panels.explain import ExplainSection
 from bertlab.runtime import input_limit
 from bertlab.tasks import subset
@@ -30,6 +30,7 @@ from bertlab.viz.finetune import (
     plot_cls_pca,
     plot_span_probabilities,
     top_spans_html,
+    using_html,
 )
 from bertlab.viz.theme import FAINT, help_html
 
@@ -73,7 +74,7 @@ class UsePanel(Panel):
 
         def button(text: str, tip: str) -> widgets.Button:
             b = widgets.Button(description=text, button_style="primary", tooltip=tip)
-            b.on_click(self._on_use)
+            b.on_click(lambda _: self.update())
             return b
 
         def text_box(view: str, value: str, description: str, area: bool = False,
@@ -166,17 +167,10 @@ class UsePanel(Panel):
                                  "to try it here.</span>")
             self.pca_button.disabled = True
             return
-        labels = ", ".join(str(v) for v in self.model.config.id2label.values())
-        what = {"sst2": "sentiment", "nli": "entailment", "classification": "sentence classification",
-                "ner": "named entities", "qa": "question answering"}[self.kind]
-        self.header.value = (f"Using <b>{html.escape(self.name)}</b>: {what}"
-                             f"{f' ({html.escape(labels)})' if labels and len(labels) < 120 else ''}.")
+        self.header.value = using_html(self.name, self.kind, self.model.config.id2label.values())
         self.pca_button.disabled = False
 
     # -- the views --------------------------------------------------------------------------------
-    def _on_use(self, _=None) -> None:
-        self.update()
-
     def _on_input(self, view: str) -> None:
         """An input of `view` changed: rerun only if that view is on show."""
         if {"classification": "sst2"}.get(self.kind or "", self.kind) == view:
@@ -220,7 +214,7 @@ class UsePanel(Panel):
         fig = plot_class_probabilities(pred)
         self._figures = {"class probabilities": fig}
         show_figure(self.probs_box, fig)
-        return _cut_notes(pred.warning, pred.tokens, self.tok.unk_token)
+        return input_notes(pred.warning, pred.tokens, self.tok.unk_token)
 
     def _entities(self) -> list[tuple[Level, str]]:
         text = self.ner_text.value
@@ -228,7 +222,7 @@ class UsePanel(Panel):
         self.entities_out.value = entities_html(text, found)
         self._figures = {}
         enc = self.tok.encode(text, max_length=input_limit(self.model, self.tok))
-        notes = _cut_notes(enc.warning and (enc.warning + " Words after the cut are not tagged."), enc.tokens,
+        notes = input_notes(enc.warning and (enc.warning + " Words after the cut are not tagged."), enc.tokens,
                            self.tok.unk_token)
         return notes or [("info", f"{len(found)} entit{'y' if len(found) == 1 else 'ies'} found.")]
 
@@ -243,7 +237,7 @@ class UsePanel(Panel):
         if result.windows > 1:
             notes.append(("info", (f"The paragraph is long: the model read it in {result.windows} overlapping "
                                   "windows and kept the best span of all.")))
-        return notes + _cut_notes(None, result.tokens, self.tok.unk_token)
+        return notes + input_notes(None, result.tokens, self.tok.unk_token)
 
     # -- [CLS] before and after -------------------------------------------------------------------
     def _on_pca(self, _=None) -> None:
@@ -268,16 +262,12 @@ class UsePanel(Panel):
                      "Choose a data source above with more dev examples")
             raise InputError(f"The {self.tok.cls_token} picture places dev examples on 2 axes, so it needs at least "
                              f"2 of them; there is only {examples_text(len(sample), 'dev examples')}. {where}.")
-        texts, texts_b = [e.text_a for e in sample], [e.text_b for e in sample]
-        id2label = self.model.config.id2label
-        labels = [str(id2label[e.label]) for e in sample]
         models = {"before fine-tuning": self.before, "after fine-tuning": self.model} if self.before is not None \
             else {"this model": self.model}
-        points, explained = {}, {}
-        for name, model in models.items():
-            points[name], explained[name] = pca_2d(cls_vectors(model, self.tok, texts, texts_b))
-        fig = plot_cls_pca(points, labels, [t if b is None else f"{t} / {b}" for t, b in zip(texts, texts_b)],
-                           explained, cls_token=self.tok.cls_token)
+        points, explained = cls_maps(models, self.tok, sample)
+        labels = [str(self.model.config.id2label[e.label]) for e in sample]
+        texts = [e.text_a if e.text_b is None else f"{e.text_a} / {e.text_b}" for e in sample]
+        fig = plot_cls_pca(points, labels, texts, explained, cls_token=self.tok.cls_token)
         self._pca_figure = fig
         show_figure(self.pca_box, fig)
         note = "" if self.before is not None else " Fine-tune here to see it before and after."
@@ -285,19 +275,3 @@ class UsePanel(Panel):
         self.show_messages([("info", f"{self.tok.cls_token} of {examples_text(len(sample), 'dev examples')}, coloured "
                                      f"by their gold label.{note}")] + ([("warning", few)] if few else []))
 
-
-def explain_choices(kind: str | None, ner_text: str, limit: int = 60) -> list[str]:
-    """What "Does attention explain it?" offers for a view: NER a word's tag, QA the start or end."""
-    if kind == "ner":
-        words = split_words(ner_text)[:limit] if ner_text.strip() else []
-        return ["tag of the first entity"] + [f"tag of word {i}: {w}" for i, (w, _, _) in enumerate(words)]
-    if kind == "qa":
-        return ["answer start", "answer end"]
-    return []
-
-
-def _cut_notes(warning: str | None, tokens: Sequence[str], unk_token: str) -> list[tuple[Level, str]]:
-    notes: list[tuple[Level, str]] = []
-    if warning:
-        notes.append(("warning", warning))
-    return notes + unknown_notes(tokens, unk_token)

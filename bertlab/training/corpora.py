@@ -543,3 +543,28 @@ def documents_for_run(documents: Sequence[Document], tokens_needed: int, seed: i
         if tokens >= 1.5 * tokens_needed and len(out) >= min_documents:
             break
     return out
+
+
+def read_corpus(corpus: str) -> list[Document]:
+    """The documents a pre-training run reads: an installed corpus by name (WikiText-2 whole: it is
+    evaluation text here) or a text file or folder; ValueError when `corpus` is neither."""
+    if corpus not in {name for _, name in available_corpora()} and not Path(corpus).expanduser().exists():
+        raise ValueError(f"{corpus!r} is not an installed corpus, nor an existing file or folder.")
+    return load_corpus(corpus, split="all" if corpus == "wikitext2" else "train")
+
+
+# a few short documents for when no corpus is installed (the Pre-training tab's sentence pairs)
+FALLBACK_DOCUMENTS = [
+    Document(["The Moon is the only natural satellite of Earth.",
+              "It orbits Earth at an average distance of about 384,000 kilometres.",
+              "It completes an orbit every 29.5 days.",
+              "Its gravity causes the tides of Earth's oceans."], title="Moon"),
+    Document(["Honey bees live in large colonies with a single queen.",
+              "Worker bees collect nectar and pollen from flowers.",
+              "The nectar is turned into honey and stored in wax cells.",
+              "Bees communicate the direction of food with a waggle dance."], title="Honey bee"),
+    Document(["The Nile is a major river in northeastern Africa.",
+              "It flows north into the Mediterranean Sea.",
+              "Its water made farming possible in ancient Egypt.",
+              "The river has two main branches, the White Nile and the Blue Nile."], title="Nile"),
+]

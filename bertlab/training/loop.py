@@ -161,6 +161,16 @@ class TrainEvent:
     model: nn.Module | None = field(default=None, repr=False, compare=False)  # the model trained ("start" only)
     precision: str | None = None  # "bf16" (autocast) or "fp32": what the products run in ("start" only)
 
+    def history_entry(self) -> dict[str, Any] | None:
+        """What a live curve keeps of this event: a "step"'s training loss, an "eval"'s numeric scores;
+        None for the other kinds."""
+        if self.kind == "step":
+            return {"kind": "train", "step": self.step, "epoch": self.epoch, "loss": self.loss}
+        if self.kind == "eval":
+            scores = {k: v for k, v in self.metrics.items() if isinstance(v, (int, float))}
+            return {"kind": "eval", "step": self.step, "epoch": self.epoch, **scores}
+        return None
+
 
 @dataclass
 class TrainResult:

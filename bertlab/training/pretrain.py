@@ -435,3 +435,10 @@ def _pad_pairs(pairs: Sequence[PairExample], pad_id: int) -> tuple[torch.Tensor,
         ids[i, :k], types[i, :k], mask[i, :k] = torch.tensor(p.input_ids), torch.tensor(p.token_type_ids), 1
     return ids, types, mask
 
+
+def curve_point(event: TrainEvent) -> dict[str, Any]:
+    """The point a "step" event adds to the pre-training curves: MLM loss and accuracy (ELECTRA's are its
+    generator's) and the pair task's accuracy (an objective's pair head reports pair_acc)."""
+    m = event.metrics
+    return {"step": event.step, "mlm_loss": m.get("mlm_loss", m.get("gen_mlm_loss")),
+            "mlm_acc": m.get("mlm_acc", m.get("gen_mlm_acc")), "nsp_acc": m.get("nsp_acc", m.get("pair_acc"))}

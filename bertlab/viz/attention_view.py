@@ -284,3 +284,11 @@ def _standalone_page(state: dict[str, Any], title: str) -> str:
         f"<script>\n{_script_text(_static_text('standalone.js'))}\n</script>\n"
         "</body>\n</html>\n"
     )
+
+
+def attention_page(result: Any, limit: int = 80) -> tuple[str, str]:
+    """(title, page) of an attention result's (`analysis.attention.AttentionResult`) standalone head and
+    model view, titled "Attention: A / B" on one line of at most `limit` characters."""
+    title = " ".join((f"Attention: {result.text_a}" + (f" / {result.text_b}" if result.text_b else "")).split())
+    title = title if len(title) <= limit else title[: limit - 1] + "…"
+    return title, to_standalone_html(result.patterns, result.tokens, result.sentence_b_start, title=title)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import html
-from typing import Sequence
+from typing import Any, Sequence
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bertlab.viz.mask import hidden_html
-from bertlab.viz.theme import NEUTRAL, OKABE_ITO, Theme, current, finish
+from bertlab.viz.theme import MUTED, NEUTRAL, OKABE_ITO, Theme, current, finish
 
 # Colour-blind safe (the theme's palette), and kept apart on a washed-out projector.
 SHARED = OKABE_ITO[0]  # a guess the model also ranks (left) / a model answer some student gave (right)
@@ -99,3 +99,24 @@ def question_html(text: str, mask_token: str | None, text_b: str | None = None, 
         return f'<div style="{style}">{html.escape(text)}</div>'
     mark = hidden_html(mask_token)
     return f'<div style="{style}">{mark.join(html.escape(p) for p in text.split(mask_token))}</div>'
+
+
+def question_status_html(q: Any, answers: int, tab: str) -> str:
+    """The teacher's line about the live question `q` (a classroom.store.Question, None: none is live):
+    its number, the students' `tab`, whether it is revealed, its text and how many `answers` came in."""
+    if q is None:
+        return '<div style="margin:6px 0">No question is live. Write one and push it to the class.</div>'
+    state = "revealed to all" if q.revealed else "live, the model's answer hidden from students"
+    what = html.escape(q.text) if q.kind == "mask" else f"A: {html.escape(q.text)} · B: {html.escape(q.text_b or '')}"
+    return (f'<div style="margin:6px 0"><b>Question {q.id}</b> ({tab} tab, {state}): {what} — '
+            f'<b class="bertlab-answer-count">{answers}</b> answer{"s" if answers != 1 else ""}</div>')
+
+
+def queue_html(rows: Sequence[tuple[int, str, str, str]]) -> str:
+    """The class training queue as the teacher sees it: its (id, label, state, owner) rows in order."""
+    if not rows:
+        return f'<div style="{MUTED}">No training runs are queued or running.</div>'
+    lines = "".join(f"<tr><td>{n}</td><td>{html.escape(label)}</td><td>{html.escape(owner) or '–'}</td>"
+                    f"<td>{html.escape(state)}</td></tr>" for n, (_, label, state, owner) in enumerate(rows, 1))
+    head = "<tr><th>#</th><th>run</th><th>whose</th><th>state</th></tr>"
+    return f'<table class="bertlab-queue-table">{head}{lines}</table>'

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import plotly.graph_objects as go
@@ -164,3 +164,23 @@ def variants_html(variants: Sequence[Mapping[str, Any]]) -> str:
 
 
 __all__ = ["comparable", "plot_distill_curves", "plot_prune_curve", "plot_variants", "variants_html", "within_noise"]
+
+
+def made_text(row: Mapping[str, Any], shown: Callable[[str], str] = str) -> str:
+    """What a new variant's row says against its original's (`row["baseline"]`): its size, its speed-up at
+    batch 1 (or that the timings cannot tell), its score change on the same held-out examples, where it
+    was saved (`shown` names the folder for the student) and what a pruned model cannot show."""
+    base = row["baseline"] or {}
+    parts = [f"{row['name']}: {row['disk_mb'] or row['memory_mb']:.1f} MB"]
+    if base.get("latency_ms_b1") and row.get("latency_ms_b1"):
+        noise = " (within the timings' spread: no clear difference)" if within_noise(row, base, 1) else ""
+        parts.append(f"{base['latency_ms_b1'] / row['latency_ms_b1']:.2f}× the original's speed (batch 1){noise}")
+    if row.get("score") is not None and base.get("score") is not None and comparable(row, base):
+        parts.append(f"{row['metric']} {row['score']:.3f} ({(row['score'] - base['score']) * 100:+.1f} points, "
+                     f"both on the same {row['eval_examples']:,} held-out examples)")
+    saved = f"; saved in {shown(row['folder'])}" if row.get("folder") else ""
+    text = ", ".join(parts) + saved + ". It joins the model list."
+    if row["method"] == "pruned":
+        text += (" Its layers now have different numbers of heads: the Attention and Ablation tabs, which draw "
+                 "every layer's heads side by side, need the full set and will say they cannot show it.")
+    return text

@@ -14,9 +14,11 @@ from __future__ import annotations
 import base64
 import html
 import importlib.metadata
+import io
 import logging
 import re
 import unicodedata
+import zipfile
 from datetime import datetime
 from html.parser import HTMLParser
 from pathlib import Path
@@ -141,6 +143,16 @@ def download_link(data: bytes, filename: str, label: str | None = None) -> str:
     label = label or f"Download {filename} ({_size(len(data))})"
     return (f'<a download="{html.escape(filename)}" href="data:{mime};base64,{b64}" '
             f'style="font-weight:600">{html.escape(label)}</a>')
+
+
+def zip_folder(folder: Path) -> bytes:
+    """The files of `folder` (and its sub-folders) as a zip, named relative to the folder's parent."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                z.write(path, path.relative_to(folder.parent))
+    return buf.getvalue()
 
 
 def save_export(data: bytes, folder: str | Path, filename: str) -> Path:

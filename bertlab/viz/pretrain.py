@@ -241,3 +241,11 @@ def probe_html(probe: str, rows: Sequence[tuple[int, Sequence[Candidate]]], max_
     return (f'<div style="margin:4px 0"><b>{html.escape(probe)}</b>: the top guesses for the '
             f'{html.escape(mask_token)}</div>'
             f'<table class="bl-probe" style="border-collapse:collapse">{body}</table>')
+
+
+def no_probe_text(tok: Tokenizer, template: str) -> str:
+    """What a run without a usable probe says, in the probe's place (`template`: an example probe, spelled
+    with the tokenizer's mask token)."""
+    mask = tok.mask_token
+    return (f"The probe has no {mask}, so this run shows no guesses as it trains: put {mask} where a word "
+            f"should go (e.g. '{tok.spell(template)}') and press Start again to watch them.")

@@ -17,6 +17,7 @@ projector, and head-view lines drawn stronger. Both themes use colour-blind-safe
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -401,3 +402,26 @@ def help_html(text: str, tag: str = "div", extra: str = "") -> str:
     """A help line or a setting's note in the page's one style; `text` is HTML (escape student text
     first), `extra` more CSS (";max-width:760px")."""
     return f'<{tag} style="{HELP_STYLE}{extra}">{text}</{tag}>'
+
+
+def note_html(level: str, text: str) -> str:
+    """A message line's note: plain `text` (escaped here) in the style of its level (info, warning, error)."""
+    return (
+        f'<div class="bertlab-note bertlab-{level}" style="{NOTE_STYLE[level]};'
+        f'padding:4px 10px;margin:3px 0;border-radius:3px;line-height:1.4">{html.escape(text)}</div>'
+    )
+
+
+# -- the busy sign (panels' message lines) ----------------------------------------------------------
+_SPIN = "bertlab-spin"
+
+
+def busy_html(text: str = "Working…") -> str:
+    """A spinner (CSS only: no icon font, nothing fetched) and `text`, for anything that takes a while."""
+    return (
+        f"<style>@keyframes {_SPIN}{{to{{transform:rotate(360deg)}}}}</style>"
+        f'<div class="bertlab-busy" style="color:{BUSY_COLOUR};padding:4px 10px;margin:3px 0">'
+        f'<span style="display:inline-block;width:0.9em;height:0.9em;margin-right:0.5em;vertical-align:-0.1em;'
+        f"border:2px solid {NOTE_EDGE['info']};border-right-color:transparent;border-radius:50%;"
+        f'animation:{_SPIN} 0.8s linear infinite"></span>{html.escape(text)}</div>'
+    )

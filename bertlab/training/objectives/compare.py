@@ -14,14 +14,19 @@ The bench (bench/bench_objectives.py) and the Pre-training tab's comparison both
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 from torch import nn
 
+from bertlab.loading import load
+from bertlab.settings import data_dir
+from bertlab.tasks import get_task
+from bertlab.tasks.splits import subset
 from bertlab.tokenizer import Tokenizer
+from bertlab.training.checkpoint import save_model_atomically
 from bertlab.training.loop import TrainEvent
 from bertlab.training.objectives.base import Objective, ObjectiveError, probe_probability
 
@@ -80,6 +85,48 @@ class CurveRecorder:
 
     def as_dicts(self) -> list[dict[str, Any]]:
         return [p.as_dict() for p in self.points]
+
+
+@dataclass
+class ComparedRun:
+    """One pre-training run of the session, as the comparison shows it."""
+
+    name: str
+    objective: str
+    points: list[dict[str, Any]]
+    folder: Path
+    steps: int
+    score: dict[str, Any] | None = field(default=None)  # SST-2 fine-tuned: {"accuracy", ...}
+    probe: dict[str, Any] | None = field(default=None)  # SST-2 linear probe of the frozen features
+
+    def row(self) -> dict[str, Any]:
+        """Its row of the comparison's table ("not yet" for a score not measured yet)."""
+        return {"run": self.name, "objective": self.objective, "steps": self.steps,
+                "accuracy": (self.score or {}).get("accuracy", "not yet"),
+                "probe": (self.probe or {}).get("accuracy", "not yet")}
+
+    def floor(self) -> ComparedRun:
+        """The comparison's floor: a model of this run's shape with fresh weights (`write_untrained`), beside
+        this run's model folder (not inside it: its download stays as it was)."""
+        return ComparedRun(f"untrained (shape of {self.name})", "none", [], self.folder.parent / "untrained", 0)
+
+
+def write_untrained(folder: Path, like: Path) -> None:
+    """Write a model of the shape of the one saved in `like`, with fresh weights, into `folder` (once)."""
+    if not (folder / "config.json").is_file():
+        model, tok = load(str(like))
+        save_model_atomically(untrained_like(model), tok, folder)
+
+
+def sst2_splits(folder: str | Path | None, n_train: int, n_dev: int) -> tuple[list[Any], list[Any]]:
+    """The SST-2 sentences every model of a comparison fine-tunes and is probed on (`n_train`) and is scored
+    on (`n_dev`, never trained on), drawn with seed 0 from `folder` (None: BERTLAB_DATA's sst2/)."""
+    task, folder = get_task("sst2"), Path(folder) if folder is not None else data_dir() / "sst2"
+    if not folder.is_dir():
+        raise FileNotFoundError("SST-2 is not here: set BERTLAB_DATA to the folder that holds sst2/ "
+                                "(train.tsv, dev.tsv).")
+    return (subset(task.read("train", path=folder), n_train, 0, "train"),
+            subset(task.read("dev", path=folder), n_dev, 0, "dev"))
 
 
 def sst2_score(model_folder: str | Path, train_examples: Sequence[Any], dev_examples: Sequence[Any],
