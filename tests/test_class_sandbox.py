@@ -177,7 +177,7 @@ def corpus_calls(monkeypatch) -> list[str]:
         calls.append(str(name))
         raise ValueError("stopped by the test")
 
-    monkeypatch.setattr("bertlab.panels.pretrain.load_corpus", fake)
+    monkeypatch.setattr("bertlab.training.corpora.load_corpus", fake)  # what read_corpus reads with
     return calls
 
 
