@@ -173,6 +173,69 @@ def _fresh_kernel_memory() -> dict[str, float]:
         km.shutdown_kernel(now=True)
 
 
+def _frame(raw: str | bytes) -> dict:
+    """A websocket message: JSON text, or the binary form (buffer count, offsets, JSON, buffers)."""
+    if isinstance(raw, str):
+        return json.loads(raw)
+    import struct
+
+    n = struct.unpack("!I", raw[:4])[0]
+    offsets = struct.unpack(f"!{n}I", raw[4:4 + 4 * n])
+    return json.loads(raw[offsets[0]:offsets[1] if n > 1 else len(raw)])
+
+
+def _control_comm(server: Server, kernel_id: str, timeout: float = 120) -> dict:
+    """What a page's widget manager does first: open a `jupyter.widget.control` comm and ask it for every
+    widget's state at once. Returns the kernel's first word on that comm (its reply, or its comm_close)."""
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    comm_id = uuid.uuid4().hex
+
+    def msg(msg_type: str, content: dict, metadata: dict | None = None) -> str:
+        return json.dumps({
+            "header": {"msg_id": uuid.uuid4().hex, "msg_type": msg_type, "username": "test", "session": "test-ctl",
+                       "version": "5.3", "date": ""},
+            "parent_header": {}, "metadata": metadata or {}, "channel": "shell", "content": content})
+
+    async def run() -> dict:
+        url = f"ws://127.0.0.1:{server.port}/api/kernels/{kernel_id}/channels?session_id=test-ctl"
+        conn = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {TOKEN}"}),
+                                       max_message_size=256 * 2**20)
+        conn.write_message(msg("comm_open", {"comm_id": comm_id, "target_name": "jupyter.widget.control",
+                                             "data": {}}, {"version": "1.0.0"}))
+        conn.write_message(msg("comm_msg", {"comm_id": comm_id, "data": {"method": "request_states"}}))
+        end = time.monotonic() + timeout
+        try:
+            while True:
+                reply = _frame(await asyncio.wait_for(conn.read_message(), end - time.monotonic()))
+                if (reply.get("msg_type") in ("comm_msg", "comm_close")
+                        and reply.get("content", {}).get("comm_id") == comm_id):
+                    return reply
+        finally:
+            conn.close()
+
+    return run_in_thread(run())
+
+
+@pytest.mark.slow
+def test_a_forked_kernel_hands_a_page_every_widget_state_at_once(fork_server):
+    """A browser's widget manager asks for the widgets' states on the `jupyter.widget.control` comm. ipywidgets
+    registers that comm's target when it is imported inside a running kernel; the zygote imports it before
+    any kernel exists, so a forked kernel must register it itself, or it closes the page's comm (the page then
+    asks each widget in turn, and on a busy class server stayed at "Loading widgets").
+    Runs before the test below, which stops the module's server."""
+    page = fork_server.session().get(fork_server.base + "/", timeout=120)
+    assert page.status_code == 200
+    kernel = _kernel_id(page.text)
+    reply = _control_comm(fork_server, kernel)
+    assert reply["msg_type"] == "comm_msg", f"the kernel closed the control comm: {reply['content']}"
+    data = reply["content"]["data"]
+    assert data["method"] == "update_states"
+    models = {state["model_name"] for state in data["states"].values()}
+    assert len(data["states"]) > 10 and "TextareaModel" in models  # the dashboard's widgets, the Mask box among them
+
+
 @pytest.mark.slow
 def test_a_page_gets_a_forked_kernel_that_works_and_shares_the_warm_parents_memory(fork_server):
     page = fork_server.session().get(fork_server.base + "/", timeout=120)
