@@ -33,15 +33,31 @@ def plan(**kw):
     return make_plan(**{**options, **kw})
 
 
-def test_fork_kernels_is_a_class_option_and_off_by_default(tmp_path):
-    assert not any("fork_kernels" in a for a in plan(class_size=3).argv())
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernels are forked on Linux only")
+def test_a_class_forks_kernels_by_default_and_can_opt_out(tmp_path):
+    forked = "--BertlabVoila.fork_kernels=True"
+    assert forked in plan(class_size=3).argv()  # the default for a class
+    assert not any("fork_kernels" in a for a in plan().argv())  # one-person mode: one kernel, no warm parent
+    assert not any("fork_kernels" in a for a in plan(class_size=3, fork_kernels=False).argv())
     p = plan(class_size=3, fork_kernels=True)
-    assert "--BertlabVoila.fork_kernels=True" in p.argv()
+    assert forked in p.argv()
     assert not teacher_plan(p, APP).fork_kernels  # the teacher's one kernel needs no warm parent
     with pytest.raises(PlanError, match="--fork-kernels needs --class"):
         plan(fork_kernels=True)
-    args = cli.build_parser().parse_args(["serve", "--class", "4", "--fork-kernels"])
-    assert "--BertlabVoila.fork_kernels=True" in cli.serve_command(args, env={})[0]
+    parse = cli.build_parser().parse_args
+    assert forked in cli.serve_command(parse(["serve", "--class", "4"]), env={})[0]
+    assert forked in cli.serve_command(parse(["serve", "--class", "4", "--fork-kernels"]), env={})[0]
+    assert forked not in cli.serve_command(parse(["serve", "--class", "4", "--no-fork-kernels"]), env={})[0]
+    assert forked not in cli.serve_command(parse(["serve"]), env={})[0]
+
+
+def test_fork_kernels_on_another_platform_is_a_usage_error(monkeypatch):
+    import bertlab.serving.plan as serve_plan
+
+    monkeypatch.setattr(serve_plan, "FORK_SUPPORTED", False)
+    assert not plan(class_size=3).fork_kernels  # the default falls back to kernels started the usual way
+    with pytest.raises(PlanError, match="Linux only"):
+        plan(class_size=3, fork_kernels=True)
 
 
 def test_only_this_interpreters_ipykernel_is_forked():
