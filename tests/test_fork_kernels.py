@@ -239,7 +239,7 @@ def test_a_forked_kernel_hands_a_page_every_widget_state_at_once(fork_server):
     """A browser's widget manager asks for the widgets' states on the `jupyter.widget.control` comm. ipywidgets
     registers that comm's target when it is imported inside a running kernel; the zygote imports it before
     any kernel exists, so a forked kernel must register it itself, or it closes the page's comm (the page then
-    asks each widget in turn, and on a busy class server stayed at "Loading widgets").
+    asks each widget in turn; in the rush bench no Chromium page then showed the Mask tab).
     Runs before the test below, which stops the module's server."""
     page = fork_server.session().get(fork_server.base + "/", timeout=120)
     assert page.status_code == 200

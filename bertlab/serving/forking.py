@@ -157,9 +157,9 @@ def register_comm_targets() -> None:
     ipywidgets registers its comm targets (`jupyter.widget`, and `jupyter.widget.control`, on which a
     page asks for every widget's state in one message) at import, and only if a kernel is running then.
     The zygote imported it before any kernel existed, so a forked kernel would have neither: a browser's
-    `jupyter.widget.control` comm was closed at once, and the page fell back to asking each widget for its
-    state one request at a time, which on a busy class server never finished (the page stayed at
-    "Loading widgets")."""
+    `jupyter.widget.control` comm was closed at once and the page fell back to asking each widget for its
+    state in turn; in the rush bench (bench/bench_rush.py, 10 or 100 students) no Chromium page then showed
+    the Mask tab's text box."""
     widgets = sys.modules.get("ipywidgets")
     if widgets is not None:
         widgets.register_comm_target()

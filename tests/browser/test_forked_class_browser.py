@@ -1,7 +1,7 @@
 """A real browser in a class whose kernels are forked from a warm parent (`bertlab serve --class 2
 --fork-kernels`). The page's widget manager asks its kernel for every widget's state at once (the
-`jupyter.widget.control` comm): a forked kernel must answer it, or the page falls back to asking each
-widget in turn and, on a busy class server, never draws. And a page whose code is slow to load (as on a
+`jupyter.widget.control` comm): a forked kernel must answer it (before it did not, and in the rush bench
+no Chromium page showed the Mask tab). And a page whose code is slow to load (as on a
 busy server) keeps its kernel: its first script says it runs, so only a plain request loses its seat
 within seconds."""
 
