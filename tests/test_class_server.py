@@ -139,6 +139,40 @@ def test_every_interface_address_is_accepted_when_listening_on_all():
     assert guard.problem("evil.example", None) is not None
 
 
+def test_a_page_that_never_runs_loses_its_kernel_after_the_grace_one_that_runs_keeps_it():
+    import logging
+
+    from bertlab.serving.kernels import PAGE_REQUEST, PageRequest
+
+    class Kernels(ClassKernels):
+        UNSEEN_GRACE_S = 0.05
+
+        def __init__(self) -> None:
+            self._kernels, self._kernel_connections, self.ended = dict.fromkeys("abcd"), {"d": 1}, []
+            self.log = logging.getLogger("test")
+
+        async def shutdown_kernel(self, kernel_id: str, *args, **kwargs) -> None:
+            self.ended.append(kernel_id)
+
+    async def run() -> list[str]:
+        km = Kernels()
+        page = PAGE_REQUEST.set(PageRequest("127.0.0.1", lambda kernel_id, secret: None))
+        try:
+            for kernel_id in "abcd":
+                km._seat(kernel_id)
+        finally:
+            PAGE_REQUEST.reset(page)
+        km.page_sent("a")  # a plain GET: sent, never runs
+        km.page_seen("b")  # its first script said it runs ...
+        km.page_sent("b")  # ... before the page was all sent (a kernel started for it while it streams)
+        # "c": still being sent; "d": sent, its websocket already connected
+        km.page_sent("d")
+        await asyncio.sleep(0.3)
+        return km.ended
+
+    assert run_in_thread(run()) == ["a"]
+
+
 def test_kernel_cap_refuses_a_new_kernel_without_starting_one():
     from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager
 
