@@ -702,7 +702,9 @@ def sizing() -> str:
         f"student(s)) and `jupyterhub_sizing.json` (`{hub['command']}`). The memory does not count the server "
         "process itself, nor training runs, which the queue runs as many at once as the machine has cores. "
         "The CPU figure counts kernels alive at both ends of a run only, so it is a floor; on the server the "
-        "simulated students took a share of the same cores (the rush table).",
+        "simulated students took a share of the same cores (the rush table)."
+        + ("" if failed == 0 else f" The rush had {failed} failed student(s): its CPU and page-ready rows describe "
+           "an overloaded machine, not the size of a server that serves every student."),
     ]
     return "\n".join(rows)
 
