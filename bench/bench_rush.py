@@ -331,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preheat-timeout", type=float, default=900.0)
     p.add_argument("--quick", action="store_true", help="10 students, 1 browser, 1 run")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--append", action="store_true",
+                   help="add these runs to those already in --out (a long series in short jobs on a shared machine)")
     args = p.parse_args(argv)
     if args.quick:
         args.n, args.browsers, args.runs = min(args.n, 10), min(args.browsers, 1), 1
@@ -339,15 +341,18 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("chromium is not installed (apt-get install -y chromium), or pass --browsers 0.")
     _fork_flag()
     want = bc.expected_guesses(list(bc.SENTENCES))
-    runs: list[dict] = []
+    runs: list[dict] = json.loads(args.out.read_text())["runs"] if args.append and args.out.exists() else []
+    earlier = len(runs)
     for i in range(args.runs):
-        runs.append(asyncio.run(rush(args.n, args.browsers, args, want, chromium)))
+        command = " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])])
+        runs.append({**asyncio.run(rush(args.n, args.browsers, args, want, chromium)), "command": command,
+                     "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())})
         r = runs[-1]
-        bc.log(f"run {i + 1}: ready {r['page_ready_s']}, edit {r['edit_ms']}, failures {r['failures']} "
+        bc.log(f"run {earlier + i + 1}: ready {r['page_ready_s']}, edit {r['edit_ms']}, failures {r['failures']} "
                f"{r['failure_details'][:5]}, cpu share {r['cpu_share']}, load {r['load_avg']['after']}")
         result = {
             "meta": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                     "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+                     "command": command,
                      "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
             "runs": runs, "spread": summary(runs),
         }

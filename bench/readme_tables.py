@@ -599,17 +599,19 @@ def rush() -> str:
     """Rush hour (bench/bench_rush.py): each run, the spread across runs, and what it says for sizing."""
     d = _load("rush")
     runs = d["runs"]
-    rows = ["| run | students (browsers + light clients) | page ready p50 / p95 / max, s | edit → chart p50 / p95, ms "
-            "(edits redrawn) | browser edit p50, ms | failures | CPU share: load generator / browsers / server / "
-            "kernels | load avg before → after (1 min) |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| run | students (browsers + light clients) | page ready p50 / p95 / max, s | browser page ready "
+            "p50 / p95 / max, s | edit → chart p50 / p95, ms (edits redrawn) | browser edit p50 / max, ms | failures "
+            "| CPU share: load generator / browsers / server / kernels | load avg before → after (1 min) |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(runs, 1):
         ready, edit, share = r["page_ready_s"], r["edit_ms"], r["cpu_share"]
+        browser, browser_edit = r["page_ready_browser_s"], r["edit_browser_ms"]
         rows.append(
             f"| {i} | {r['n']} ({r['browsers']} + {r['light_clients']}) "
             f"| {_num(ready['p50'])} / {_num(ready['p95'])} / {_num(ready['max'])} "
+            f"| {_num(browser['p50'])} / {_num(browser['p95'])} / {_num(browser['max'])} "
             f"| {_num(edit['p50'], 0)} / {_num(edit['p95'], 0)} ({r['edits_redrawn']} of {r['edits_sent']}) "
-            f"| {_num(r['edit_browser_ms']['p50'], 0)} | {r['failures']} "
+            f"| {_num(browser_edit['p50'], 0)} / {_num(browser_edit['max'], 0)} | {r['failures']} "
             f"| {' / '.join(f'{share.get(k, 0):.0%}' for k in ('load_generator', 'browsers', 'server', 'kernels'))} "
             f"| {_num(r['load_avg']['before'][0])} → {_num(r['load_avg']['after'][0])} |")
     sp = d["spread"]
@@ -621,7 +623,7 @@ def rush() -> str:
              f"p95 {mmm('page_ready_p95_s')} s, max {mmm('page_ready_max_s')} s; edit → chart p50 "
              f"{mmm('edit_p50_ms', 0)} ms, p95 {mmm('edit_p95_ms', 0)} ms; failures {mmm('failures', 0)}. "
              f"Students arrive evenly within {runs[0]['arrive_within_s']:.0f} s, {runs[0]['edits_per_student']} "
-             f"Mask edits each (`python bench/{d['meta']['command']}`, {d['meta']['cpus']} cores, shared with other "
+             f"Mask edits each ({_commands(runs, d['meta'])}, {d['meta']['cpus']} cores, shared with other "
              f"jobs: see the load averages; {d['meta']['when']})."]
     busy = statistics.median((r["cpu_s"]["server"] + r["cpu_s"]["kernels"]) / r["wall_s"] for r in runs)
     n = runs[0]["n"]
@@ -636,6 +638,74 @@ def rush() -> str:
              "with a warm parent), that average is a floor for a pod's CPU request, not a limit (an edit is a "
              "burst of a whole core), and its memory is an unshared kernel's (the class-load table), not a "
              "forked one's."]
+    return "\n".join(rows)
+
+
+def _commands(runs: list[dict], meta: dict) -> str:
+    """The command(s) that made `runs`: one, or a first run and others appended in short jobs."""
+    if not all(r.get("command") for r in runs):  # one command made them all
+        return f"`python bench/{meta['command']}`"
+    each = [r["command"] for r in runs]
+    return ", then ".join(f"`python bench/{c}`" + (f" ×{each.count(c)}" if each.count(c) > 1 else "")
+                          for c in dict.fromkeys(each))
+
+
+def seat_hold() -> str:
+    """Seconds a plain `GET /` holds a seat (bench/bench_seat_hold.py), per checkout measured."""
+    d = _load("seat_hold")
+    rows = ["| code | a plain GET / held its seat, s | load avg (1 min) before |", "|---|---|---|"]
+    for r in d["rows"]:
+        rows.append(f"| {r['label']} | {_num(r['held_s'])} | {_num(r['load_avg_before'][0])} |")
+    rows += ["", f"(`{d['meta']['command']}`, `bertlab serve --class 2` with its defaults, {d['meta']['cpus']} "
+             f"cores, {d['meta']['when']})"]
+    return "\n".join(rows)
+
+
+def sizing() -> str:
+    """Sizing a class on one server (kernels forked from a warm parent) and on Kubernetes (a pod per
+    student), from bench/results: memory_fork_kernels.json, rush.json and jupyterhub_sizing.json."""
+    mem, rush_d, hub = _load("memory_fork_kernels"), _load("rush"), _load("jupyterhub_sizing")
+    big = max(mem["rows"], key=lambda r: r["seats"])
+    per_seat, machine_gb = big["pss_total_per_seat_mb"], mem["meta"]["memory_gb"]
+    runs = rush_d["runs"]
+    n = runs[0]["n"]
+    busy = statistics.median((r["cpu_s"]["server"] + r["cpu_s"]["kernels"]) / r["wall_s"] for r in runs)
+    millicores = 1000 * busy / n
+    pod_mb = hub["student"]["pss_mb"]
+
+    def gb(mb: float) -> str:
+        return f"{mb / 1024:,.1f} GB"
+
+    def median_of(key: str, stat: str) -> str:
+        values = [r[key][stat] for r in runs if r[key][stat] is not None]
+        return _num(statistics.median(values)) if values else "–"
+
+    failed = sum(r["failures"] for r in runs)
+    rows = [
+        "| | one server, `bertlab serve --class N` (forked kernels) | Kubernetes, one pod per student (JupyterHub) |",
+        "|---|---|---|",
+        f"| memory per student (PSS) | {_num(per_seat)} MB: its kernel and its share of the warm parent "
+        f"({big['seats']} seats) | {_num(pod_mb)} MB: its own Jupyter server and kernel, nothing shared |",
+        *(f"| memory for {k} students | {gb(k * per_seat)} | {gb(k * pod_mb)} |" for k in (30, 100)),
+        f"| students whose idle kernels fit in half of {machine_gb:g} GB (the other half for training runs) "
+        f"| {int(machine_gb * 1024 / 2 // per_seat)} | {int(machine_gb * 1024 / 2 // pod_mb)} |",
+        f"| pre-heating {big['seats']} seats | {_num(big['preheat_s'])} s | each pod starts on its own |",
+        f"| CPU through a rush of {n} | {busy:.2f} cores busy on average ({millicores:.0f} millicores per student) "
+        f"| a pod's CPU request at least {max(1, round(millicores))}m; no limit below one core (an edit is a "
+        "burst of a whole core) |",
+        f"| page ready in that rush, median over runs of p50 / p95 | light clients {median_of('page_ready_s', 'p50')} "
+        f"/ {median_of('page_ready_s', 'p95')} s; browsers {median_of('page_ready_browser_s', 'p50')} / "
+        f"{median_of('page_ready_browser_s', 'p95')} s | – |",
+        "",
+        f"From `bench/results/memory_fork_kernels.json` ({mem['meta']['command']}, {mem['meta']['cpus']} cores, "
+        f"{machine_gb:g} GB), `rush.json` ({len(runs)} run(s) on the same kind of machine, {failed} failed "
+        f"student(s)) and `jupyterhub_sizing.json` (`{hub['command']}`). The memory does not count the server "
+        "process itself, nor training runs, which the queue runs as many at once as the machine has cores. "
+        "The CPU figure counts kernels alive at both ends of a run only, so it is a floor; on the server the "
+        "simulated students took a share of the same cores (the rush table)."
+        + ("" if failed == 0 else f" The rush had {failed} failed student(s): its CPU and page-ready rows describe "
+           "an overloaded machine, not the size of a server that serves every student."),
+    ]
     return "\n".join(rows)
 
 
@@ -689,6 +759,8 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "class-service": class_service,
     "class-load": class_load,
     "rush": rush,
+    "sizing": sizing,
+    "seat-hold": seat_hold,
     "finetune": finetune,
     "finetune-table": finetune_table,
     "finetune-defaults": finetune_defaults,

@@ -153,9 +153,10 @@ def _add_serve(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-kernels", type=_positive, metavar="M", default=None,
                    help="live kernels at most, pool included; beyond it a page says the class is full "
                         "(default: N + max(2, N/10) with --class, else no cap)")
-    p.add_argument("--fork-kernels", action="store_true",
+    p.add_argument("--fork-kernels", action=argparse.BooleanOptionalAction, default=None,
                    help="with --class: fork each student's kernel from one warm process that has loaded the "
-                        "dashboard and the model once (less memory per student, faster pre-heating)")
+                        "dashboard and the model once (less memory per student, faster pre-heating); on by "
+                        "default with --class on Linux, --no-fork-kernels to start each kernel the usual way")
     p.add_argument("--per-client", type=_count, metavar="K", default=None,
                    help="kernels the pages of one client address may hold (default 3 with --class, else no "
                         "limit; 0: no limit). Raise it when the class reaches the server through one address "
@@ -208,7 +209,7 @@ def _make_plan(args: argparse.Namespace):
             cull_idle=getattr(args, "cull_idle", DEFAULT_CULL_IDLE_S), token=read_token(args),
             password_hash=password_hash, allow_hosts=tuple(getattr(args, "allow_host", ())),
             class_dir=getattr(args, "class_dir", None), per_client=getattr(args, "per_client", None),
-            fork_kernels=getattr(args, "fork_kernels", False),
+            fork_kernels=getattr(args, "fork_kernels", None),
             extra_env={WORKDIR_ENV: os.getcwd(),
                        **({MODEL_ENV: model_source(args.model)} if args.model else {}),
                        **({PROJECTOR_ENV: "1"} if getattr(args, "projector", False) else {})},

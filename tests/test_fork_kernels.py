@@ -33,15 +33,31 @@ def plan(**kw):
     return make_plan(**{**options, **kw})
 
 
-def test_fork_kernels_is_a_class_option_and_off_by_default(tmp_path):
-    assert not any("fork_kernels" in a for a in plan(class_size=3).argv())
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="kernels are forked on Linux only")
+def test_a_class_forks_kernels_by_default_and_can_opt_out(tmp_path):
+    forked = "--BertlabVoila.fork_kernels=True"
+    assert forked in plan(class_size=3).argv()  # the default for a class
+    assert not any("fork_kernels" in a for a in plan().argv())  # one-person mode: one kernel, no warm parent
+    assert not any("fork_kernels" in a for a in plan(class_size=3, fork_kernels=False).argv())
     p = plan(class_size=3, fork_kernels=True)
-    assert "--BertlabVoila.fork_kernels=True" in p.argv()
+    assert forked in p.argv()
     assert not teacher_plan(p, APP).fork_kernels  # the teacher's one kernel needs no warm parent
     with pytest.raises(PlanError, match="--fork-kernels needs --class"):
         plan(fork_kernels=True)
-    args = cli.build_parser().parse_args(["serve", "--class", "4", "--fork-kernels"])
-    assert "--BertlabVoila.fork_kernels=True" in cli.serve_command(args, env={})[0]
+    parse = cli.build_parser().parse_args
+    assert forked in cli.serve_command(parse(["serve", "--class", "4"]), env={})[0]
+    assert forked in cli.serve_command(parse(["serve", "--class", "4", "--fork-kernels"]), env={})[0]
+    assert forked not in cli.serve_command(parse(["serve", "--class", "4", "--no-fork-kernels"]), env={})[0]
+    assert forked not in cli.serve_command(parse(["serve"]), env={})[0]
+
+
+def test_fork_kernels_on_another_platform_is_a_usage_error(monkeypatch):
+    import bertlab.serving.plan as serve_plan
+
+    monkeypatch.setattr(serve_plan, "FORK_SUPPORTED", False)
+    assert not plan(class_size=3).fork_kernels  # the default falls back to kernels started the usual way
+    with pytest.raises(PlanError, match="Linux only"):
+        plan(class_size=3, fork_kernels=True)
 
 
 def test_only_this_interpreters_ipykernel_is_forked():
@@ -171,6 +187,69 @@ def _fresh_kernel_memory() -> dict[str, float]:
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def _frame(raw: str | bytes) -> dict:
+    """A websocket message: JSON text, or the binary form (buffer count, offsets, JSON, buffers)."""
+    if isinstance(raw, str):
+        return json.loads(raw)
+    import struct
+
+    n = struct.unpack("!I", raw[:4])[0]
+    offsets = struct.unpack(f"!{n}I", raw[4:4 + 4 * n])
+    return json.loads(raw[offsets[0]:offsets[1] if n > 1 else len(raw)])
+
+
+def _control_comm(server: Server, kernel_id: str, timeout: float = 120) -> dict:
+    """What a page's widget manager does first: open a `jupyter.widget.control` comm and ask it for every
+    widget's state at once. Returns the kernel's first word on that comm (its reply, or its comm_close)."""
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    comm_id = uuid.uuid4().hex
+
+    def msg(msg_type: str, content: dict, metadata: dict | None = None) -> str:
+        return json.dumps({
+            "header": {"msg_id": uuid.uuid4().hex, "msg_type": msg_type, "username": "test", "session": "test-ctl",
+                       "version": "5.3", "date": ""},
+            "parent_header": {}, "metadata": metadata or {}, "channel": "shell", "content": content})
+
+    async def run() -> dict:
+        url = f"ws://127.0.0.1:{server.port}/api/kernels/{kernel_id}/channels?session_id=test-ctl"
+        conn = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {TOKEN}"}),
+                                       max_message_size=256 * 2**20)
+        conn.write_message(msg("comm_open", {"comm_id": comm_id, "target_name": "jupyter.widget.control",
+                                             "data": {}}, {"version": "1.0.0"}))
+        conn.write_message(msg("comm_msg", {"comm_id": comm_id, "data": {"method": "request_states"}}))
+        end = time.monotonic() + timeout
+        try:
+            while True:
+                reply = _frame(await asyncio.wait_for(conn.read_message(), end - time.monotonic()))
+                if (reply.get("msg_type") in ("comm_msg", "comm_close")
+                        and reply.get("content", {}).get("comm_id") == comm_id):
+                    return reply
+        finally:
+            conn.close()
+
+    return run_in_thread(run())
+
+
+@pytest.mark.slow
+def test_a_forked_kernel_hands_a_page_every_widget_state_at_once(fork_server):
+    """A browser's widget manager asks for the widgets' states on the `jupyter.widget.control` comm. ipywidgets
+    registers that comm's target when it is imported inside a running kernel; the zygote imports it before
+    any kernel exists, so a forked kernel must register it itself, or it closes the page's comm (the page then
+    asks each widget in turn; in the rush bench no Chromium page then showed the Mask tab).
+    Runs before the test below, which stops the module's server."""
+    page = fork_server.session().get(fork_server.base + "/", timeout=120)
+    assert page.status_code == 200
+    kernel = _kernel_id(page.text)
+    reply = _control_comm(fork_server, kernel)
+    assert reply["msg_type"] == "comm_msg", f"the kernel closed the control comm: {reply['content']}"
+    data = reply["content"]["data"]
+    assert data["method"] == "update_states"
+    models = {state["model_name"] for state in data["states"].values()}
+    assert len(data["states"]) > 10 and "TextareaModel" in models  # the dashboard's widgets, the Mask box among them
 
 
 @pytest.mark.slow

@@ -16,3 +16,4 @@ TOKEN_ENV = "BERTLAB_SERVE_TOKEN"  # read once by the server, then removed: kern
 PASSWORD_HASH_ENV = "BERTLAB_SERVE_PASSWORD_HASH"
 TEMPLATE = "bertlab"
 STATUS_PATH = "/bertlab/api/status"
+SEAT_PATH = "/bertlab/api/seat"  # + "/<kernel id>": a page says it runs (handlers.SeatHandler)

@@ -21,7 +21,7 @@ from pathlib import Path
 import voila.app
 from jupyter_server.auth.logout import LogoutHandler
 from jupyter_server.services.contents.largefilemanager import LargeFileManager
-from jupyter_server.services.kernels.handlers import KernelHandler
+from jupyter_server.services.kernels.handlers import KernelHandler, _kernel_id_regex
 from jupyter_server.utils import url_path_join
 from tornado.ioloop import IOLoop
 from traitlets import Bool, Integer, List, Unicode
@@ -29,8 +29,9 @@ from voila.app import Voila
 from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
 from voila.static_file_handler import TemplateStaticFileHandler
 from voila.tornado.handler import TornadoVoilaHandler
+from voila.tornado.kernel_websocket_handler import VoilaKernelWebsocketHandler
 
-from bertlab.serving import PASSWORD_HASH_ENV, STATUS_PATH, TOKEN_ENV
+from bertlab.serving import PASSWORD_HASH_ENV, SEAT_PATH, STATUS_PATH, TOKEN_ENV
 from bertlab.serving.forking import start_zygote
 from bertlab.serving.guard import (
     ANY_ADDRESS,
@@ -47,6 +48,8 @@ from bertlab.serving.handlers import (
     OwnerKernelHandler,
     OwnerShutdownHandler,
     PlotlyBundleHandler,
+    SeatHandler,
+    SeenKernelWebsocketHandler,
     StatusHandler,
     TemplateFileHandler,
 )
@@ -112,11 +115,12 @@ class BertlabVoila(Voila):
     def init_handlers(self) -> list:
         ours = {TornadoVoilaHandler: ClassPageHandler, VoilaShutdownKernelHandler: OwnerShutdownHandler,
                 KernelHandler: OwnerKernelHandler, TemplateStaticFileHandler: TemplateFileHandler,
-                LogoutHandler: LogoutRedirectHandler}
+                LogoutHandler: LogoutRedirectHandler, VoilaKernelWebsocketHandler: SeenKernelWebsocketHandler}
         handlers = [(h[0], ours.get(h[1], h[1]), *h[2:]) for h in super().init_handlers()]
         bundle = (re.escape(url_path_join(self.server_url, PLOTLY_BUNDLE_PATH)) + "()",  # one file, no path part
                   PlotlyBundleHandler, {"path": str(PLOTLY_BUNDLE.parent)})
-        return [(url_path_join(self.server_url, STATUS_PATH), StatusHandler), bundle, *handlers]
+        seat = (url_path_join(self.server_url, SEAT_PATH, _kernel_id_regex), SeatHandler)
+        return [(url_path_join(self.server_url, STATUS_PATH), StatusHandler), seat, bundle, *handlers]
 
     def start(self) -> None:
         """Voila's `start`, with the guarded Application."""

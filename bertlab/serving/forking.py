@@ -134,7 +134,10 @@ def _become_kernel(conn: socket.socket, request: dict, source: str | None, loade
         sys.argv = ["ipykernel_launcher", *args]
         from ipykernel.kernelapp import IPKernelApp
 
-        IPKernelApp.launch_instance(argv=args)
+        app = IPKernelApp.instance()
+        app.initialize(args)
+        register_comm_targets()
+        app.start()
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
@@ -146,6 +149,20 @@ def _become_kernel(conn: socket.socket, request: dict, source: str | None, loade
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def register_comm_targets() -> None:
+    """In the forked child, once its kernel exists: what ipywidgets does when it is imported inside a kernel.
+
+    ipywidgets registers its comm targets (`jupyter.widget`, and `jupyter.widget.control`, on which a
+    page asks for every widget's state in one message) at import, and only if a kernel is running then.
+    The zygote imported it before any kernel existed, so a forked kernel would have neither: a browser's
+    `jupyter.widget.control` comm was closed at once and the page fell back to asking each widget for its
+    state in turn; in the rush bench (bench/bench_rush.py, 10 or 100 students) no Chromium page then showed
+    the Mask tab's text box."""
+    widgets = sys.modules.get("ipywidgets")
+    if widgets is not None:
+        widgets.register_comm_target()
 
 
 def _hand_back_once(source: str | None, loaded: Any) -> None:

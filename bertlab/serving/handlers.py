@@ -18,6 +18,7 @@ from jupyter_server.utils import url_path_join
 from voila.shutdown_kernel_handler import VoilaShutdownKernelHandler
 from voila.static_file_handler import TemplateStaticFileHandler
 from voila.tornado.handler import TornadoVoilaHandler
+from voila.tornado.kernel_websocket_handler import VoilaKernelWebsocketHandler
 
 from bertlab.serving.kernels import PAGE_REQUEST, ClassFullError, PageRequest
 
@@ -81,8 +82,24 @@ class ClassPageHandler(TornadoVoilaHandler):
             PAGE_REQUEST.reset(page)
 
     def _set_owner_cookies(self, kernel_id: str, secret: str) -> None:
+        self._seat_kernel = kernel_id
         for name, path in owner_cookies(self.base_url, kernel_id):
             self.set_cookie(name, secret, path=path, httponly=True, samesite="Strict")
+
+    def on_finish(self) -> None:
+        self._page_sent()
+        super().on_finish()
+
+    def on_connection_close(self) -> None:
+        self._page_sent()
+        super().on_connection_close()
+
+    def _page_sent(self) -> None:
+        """The page is out (or its client left): its kernel now waits a few seconds for the page to run."""
+        kernel_id = getattr(self, "_seat_kernel", None)
+        if kernel_id is not None:
+            self._seat_kernel = None
+            self.kernel_manager.page_sent(kernel_id)
 
     def _too_many_pages(self) -> None:
         limit = self.kernel_manager.max_per_client
@@ -141,6 +158,27 @@ class OwnerKernelHandler(OwnerOnly, KernelHandler):
     async def delete(self, kernel_id: str) -> None:
         if not self.refuse_unless_owner(kernel_id):
             await super().delete(kernel_id)
+
+
+class SeatHandler(APIHandler):
+    """POST /bertlab/api/seat/<kernel id>: the page's first script says it runs in a browser, so its
+    kernel is kept while the rest of the page loads (a plain request that never runs it loses the kernel
+    within seconds: `ClassKernels.page_sent`). Answers 204, also for a kernel that is gone."""
+
+    @tornado.web.authenticated
+    def post(self, kernel_id: str) -> None:
+        self.kernel_manager.page_seen(kernel_id)
+        self.set_status(204)
+        self.finish()
+
+
+class SeenKernelWebsocketHandler(VoilaKernelWebsocketHandler):
+    """The kernel's websocket (Voila's handler): a page opening it runs, even if its kernel is slow to
+    answer the connection's first request on a busy server."""
+
+    async def pre_get(self) -> None:
+        self.kernel_manager.page_seen(self.kernel_id)
+        await super().pre_get()
 
 
 class StatusHandler(APIHandler):

@@ -6,7 +6,10 @@ wraps that factory: the class it returns adds, on top of Voila's,
 
 - a cap: a page that would start a kernel beyond `max_kernels` gets `ClassFullError`
   (the page handler turns it into a "class is full" page);
-- culling that spares a kernel whose page is still loading (up to 3x the idle timeout);
+- a kernel handed to a page that never runs (a plain `GET /`: no browser) is freed `UNSEEN_GRACE_S`
+  after the page was sent; a page that runs says so at once (`page_seen`: its first script, or its
+  kernel's websocket), and then culling spares its kernel while it is still loading (up to 3x the idle
+  timeout), so a slow page on a busy server keeps its seat;
 - a pool that never grows past the cap, refilled when a kernel ends (culled, or its tab closed)
   and when a pooled kernel finishes starting;
 - seats: each page's kernel is recorded with the client address that asked for it and a secret that
@@ -87,6 +90,7 @@ class ClassKernels:
     max_per_client: int | None = None  # kernels one client address may hold (None: no limit)
     _stopping = False
     CONNECT_GRACE = 3  # x cull_idle_timeout: how long a handed-out kernel waits for its page to connect
+    UNSEEN_GRACE_S = 15.0  # how long after its page was sent a kernel waits for that page to run
 
     # -- counting --------------------------------------------------------------------------------
     def _pool_tasks(self) -> list[asyncio.Future]:
@@ -128,7 +132,42 @@ class ClassKernels:
         """Record a kernel just handed to the page being served (if any: tests start kernels directly)."""
         request = PAGE_REQUEST.get()
         if request is not None:
+            self._unseen().setdefault(kernel_id, None)
             request.on_seat(kernel_id, self.seats().take(kernel_id, request.client))
+
+    # -- a page that never runs: freed within seconds ---------------------------------------------
+    def _unseen(self) -> dict[str, asyncio.TimerHandle | None]:
+        """Kernels handed to a page that has not shown it runs yet -> the timer that frees them (None
+        while the page is still being sent)."""
+        return self.__dict__.setdefault("_unseen_pages", {})
+
+    def page_seen(self, kernel_id: str) -> None:
+        """The page holding `kernel_id` runs (its first script said so, or it opens the kernel's
+        websocket): from now on only culling, with its grace for a loading page, can free the kernel."""
+        handle = self._unseen().pop(kernel_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    def page_sent(self, kernel_id: str) -> None:
+        """The page holding `kernel_id` has been sent (or its request ended): unless it runs within
+        `UNSEEN_GRACE_S`, its kernel is freed (a plain request that never loads the page's code)."""
+        unseen = self._unseen()
+        if kernel_id in unseen and unseen[kernel_id] is None:
+            unseen[kernel_id] = asyncio.get_event_loop().call_later(
+                self.UNSEEN_GRACE_S, self._free_unseen, kernel_id)
+
+    def _free_unseen(self, kernel_id: str) -> None:
+        if self._unseen().pop(kernel_id, False) is False or self._stopping:
+            return
+        if kernel_id in self._kernels and not self._kernel_connections.get(kernel_id, 0):
+            self.log.info("Freeing kernel %s: its page never ran (a plain request, not a browser page)", kernel_id)
+            asyncio.ensure_future(self._shutdown_unseen(kernel_id))
+
+    async def _shutdown_unseen(self, kernel_id: str) -> None:
+        try:
+            await self.shutdown_kernel(kernel_id)
+        except Exception as e:  # noqa: BLE001  already gone (its tab closed meanwhile): nothing to free
+            self.log.debug("kernel %s was already gone: %s", kernel_id, e)
 
     def has_room(self) -> bool:
         return self.max_kernels is None or self.kernels_reserved() < self.max_kernels
@@ -181,6 +220,7 @@ class ClassKernels:
     def notify_connect(self, kernel_id: str) -> None:
         super().notify_connect(kernel_id)
         self._awaiting_page().pop(kernel_id, None)
+        self.page_seen(kernel_id)
 
     async def cull_kernel_if_idle(self, kernel_id: str) -> None:
         """jupyter_server's culling, except for a kernel whose page is still loading: on a busy
@@ -235,6 +275,7 @@ class ClassKernels:
 
     async def shutdown_kernel(self, kernel_id: str, *args: Any, **kwargs: Any) -> None:
         self._awaiting_page().pop(kernel_id, None)
+        self.page_seen(kernel_id)  # nothing left to free later
         self.seats().release(kernel_id)
         await super().shutdown_kernel(kernel_id, *args, **kwargs)
         self._refill()

@@ -5,6 +5,7 @@ Pure (no server is started here), so the rules are easy to test:
 - class mode (`class_size`): a pool of `class_size` pre-heated kernels, at most
   `class_size + max(2, class_size // 10)` live kernels, at most `DEFAULT_PER_CLIENT` of them held by
   the pages of one client address (`per_client`, 0: no limit), and the class environment for kernels;
+- class mode forks the students' kernels from a warm parent (`fork_kernels`, on Linux) unless told not to;
 - beyond loopback a token is required (generated here unless a token or password is given);
 - secrets travel in the environment, which `ps` does not show, and the server removes them.
 """
@@ -24,6 +25,7 @@ DEFAULT_CULL_IDLE_S = 40
 REFILL_DELAY_S = 20  # class mode: seconds between handing out a pooled kernel and starting its successor
 CLASS_DIR = Path("~/.cache/bertlab/class")
 DEFAULT_PER_CLIENT = 3  # class mode: a student's tab, a reload, a second window
+FORK_SUPPORTED = sys.platform.startswith("linux")  # bertlab/serving/forking.py: fork(), Unix sockets, /proc
 
 
 class PlanError(ValueError):
@@ -135,9 +137,10 @@ def make_plan(*, app: Path, port: int, host: str, open_browser: bool, class_size
               preheat: bool, pool_size: int | None, max_kernels: int | None, cull_idle: int,
               token: str | None, password_hash: str | None, allow_hosts: tuple[str, ...] = (),
               class_dir: Path | None = None, extra_env: dict[str, str] | None = None,
-              per_client: int | None = None, fork_kernels: bool = False) -> ServePlan:
+              per_client: int | None = None, fork_kernels: bool | None = None) -> ServePlan:
     """Fill in the defaults and check the options fit together. `per_client`: None for the default
-    (DEFAULT_PER_CLIENT in class mode, no limit otherwise), 0 for no limit."""
+    (DEFAULT_PER_CLIENT in class mode, no limit otherwise), 0 for no limit. `fork_kernels`: None for the
+    default (forked in class mode where the platform can, else not)."""
     if class_size is not None and class_size < 1:
         raise PlanError(f"--class {class_size}: give the number of students, 1 or more.")
     if not preheat:
@@ -160,6 +163,11 @@ def make_plan(*, app: Path, port: int, host: str, open_browser: bool, class_size
     if fork_kernels and not class_size:
         raise PlanError("--fork-kernels needs --class N: kernels are forked with one torch thread each, "
                         "as class mode runs them.")
+    if fork_kernels and not FORK_SUPPORTED:
+        raise PlanError(f"--fork-kernels works on Linux only (this is {sys.platform}): leave it out, and "
+                        f"each student's kernel starts the usual way.")
+    if fork_kernels is None:
+        fork_kernels = bool(class_size) and FORK_SUPPORTED
     if cull_idle < 5:
         raise PlanError(f"--cull-idle {cull_idle}: give 5 seconds or more (a page needs time to connect).")
     plan_token = token or ""
