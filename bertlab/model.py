@@ -372,7 +372,9 @@ class BertModel(nn.Module):
         self.embeddings_project = nn.Linear(cfg.embedding_size, cfg.hidden_size) if factorised else None
         self.encoder = BertEncoder(cfg)
         self.pooler = BertPooler(cfg) if cfg.add_pooler else None
-        self.packing = True  # pack the real tokens while training (`Packing`); False: the padded path always
+        # pack the real tokens (`Packing`): True while training; "always" in evaluation too (the outputs at the
+        # padding are then zeros); False: the padded path always
+        self.packing: bool | Literal["always"] = True
 
     def forward(
         self,
@@ -401,8 +403,9 @@ class BertModel(nn.Module):
     def _packs(self, attention_mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> bool:
         """Pack the real tokens (`Packing`) while training a batch with padding, unless a hook watches a layer
         (hooks see [batch, seq] shapes) or heads are masked. Evaluation keeps the padded path, whose outputs at
-        the padding equal transformers' too."""
-        if not (self.packing and self.training) or attention_mask is None or head_mask is not None:
+        the padding equal transformers' too, unless `packing` is "always"."""
+        wanted = self.packing == "always" or (self.packing and self.training)
+        if not wanted or attention_mask is None or head_mask is not None:
             return False
         if not len(self.encoder.layer):
             return False
