@@ -429,6 +429,18 @@ def forward() -> str:
     rows.append(f"Ratios (bertlab / HF) from {min(ratios):.2f} to {max(ratios):.2f} "
                 f"(`python bench/bench_forward.py`; the family rows with `--models roberta-random albert-random "
                 f"distilbert-random electra-random --keep-other-rows`, batch {d['rows'][0]['batch']}).")
+    if "mixed" in d:
+        x, xm = d["mixed"]["row"], d["mixed"]["meta"]
+        rows.append("")
+        rows.append(
+            f"Mixed lengths, MiniLM: {x['batch']} SST-2 dev sentences of {min(x['lengths'])} to {max(x['lengths'])} "
+            f"tokens ({x['tokens']} real of {x['padded_tokens']} padded): HF {_num(x['hf_plain'])} ms, bertlab "
+            f"padded {_num(x['bertlab_padded'])} ms ({_num(x['padded_ratio_vs_hf'], 2)}×), bertlab packed "
+            f"(`model.bert.packing = \"always\"`) {_num(x['bertlab_packed'])} ms "
+            f"(**{_num(x['packed_ratio_vs_hf'], 2)}×**; aim ≤ 0.9×), largest difference from HF's outputs at the "
+            f"real tokens {x['packed_max_diff_vs_hf']:.1g}; "
+            f"median of {xm['repeats']} calls each in turns, {xm['threads']} thread(s), load average "
+            f"{xm['load_average'][0]} (`BERTLAB_DATA=../shared/data python bench/bench_forward.py --mixed-only`).")
     return "\n".join(rows)
 
 
