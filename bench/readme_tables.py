@@ -440,7 +440,8 @@ def forward() -> str:
             f"(**{_num(x['packed_ratio_vs_hf'], 2)}×**; aim ≤ 0.9×), largest difference from HF's outputs at the "
             f"real tokens {x['packed_max_diff_vs_hf']:.1g}; "
             f"median of {xm['repeats']} calls each in turns, {xm['threads']} thread(s), load average "
-            f"{xm['load_average'][0]} (`BERTLAB_DATA=../shared/data python bench/bench_forward.py --mixed-only`).")
+            f"{xm['load_average'][0]} (`BERTLAB_DATA=../shared/data python bench/bench_forward.py --mixed-only "
+            "--threads 1`).")
     return "\n".join(rows)
 
 
