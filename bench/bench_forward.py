@@ -15,11 +15,16 @@ Two modes:
   view     what one attention view shows, through `run_with_cache(layers=..., heads=..., dtype=float16)`:
            "layer" = every head of the middle layer, "head" = head 0 of every layer (fused attention
            elsewhere; only the asked heads' patterns are computed)
+  mixed    MiniLM on a batch of `--mixed-batch` real SST-2 dev sentences of different lengths (BERTLAB_DATA),
+           padded to the longest: bertlab padded, bertlab packed (`model.bert.packing = "always"`: the real
+           tokens only through the linears, LayerNorms and feed-forward) and HF (SDPA), in turns; the
+           packed outputs are checked against HF's at the real tokens
 The six variants take turns call by call. Prints a table of median latencies and ratios
 (bertlab / HF: below 1 = bertlab faster) and the
 capture overhead (bertlab capture / bertlab plain), and writes bench/results/forward.json.
 
     python bench/bench_forward.py [--quick] [--batch 4] [--repeats 15] [--models ...] [--keep-other-rows]
+    BERTLAB_DATA=../shared/data python bench/bench_forward.py --mixed-only   # the mixed row alone, other rows kept
 """
 
 from __future__ import annotations
@@ -142,6 +147,50 @@ def run(batch: int, lengths: list[int], repeats: int, models: list[str]) -> list
     return rows
 
 
+def mixed_sentences(n: int) -> list[str]:
+    """`n` SST-2 dev sentences (BERTLAB_DATA) whose lengths spread from short to long: the shortest, the
+    longest and evenly spaced ranks between, among the first 400 sentences of the file."""
+    import csv
+
+    from bertlab.settings import data_dir
+
+    with open(data_dir() / "sst2" / "dev.tsv", newline="", encoding="utf-8") as f:
+        sentences = sorted({r["sentence"].strip() for _, r in zip(range(400), csv.DictReader(f, delimiter="\t"))},
+                           key=lambda t: (len(t.split()), t))
+    return [sentences[round(i * (len(sentences) - 1) / (n - 1))] for i in range(n)]
+
+
+def run_mixed(batch: int, repeats: int) -> dict:
+    """The mixed-length row: bertlab padded and packed against HF on one batch of real sentences."""
+    import copy
+
+    from bertlab.loading import load
+
+    ours, hf_sdpa, _ = _models("minilm")
+    _, tok = load("default-encoder")
+    enc = tok.encode_batch(mixed_sentences(batch))
+    ids, types, mask = enc.input_ids, enc.token_type_ids, enc.attention_mask
+    packed = copy.deepcopy(ours)
+    packed.bert.packing = "always"
+    with torch.inference_mode():
+        keep = mask.bool()
+        hf_out = hf_sdpa(input_ids=ids, token_type_ids=types, attention_mask=mask).last_hidden_state
+        diff = float((packed(ids, types, mask).last_hidden_state - hf_out)[keep].abs().max())
+        t = _time_all({
+            "bertlab_padded": lambda: ours(ids, types, mask),
+            "bertlab_packed": lambda: packed(ids, types, mask),
+            "hf_plain": lambda: hf_sdpa(input_ids=ids, token_type_ids=types, attention_mask=mask),
+        }, repeats)
+    lengths = mask.sum(1).tolist()
+    row = {"model": "minilm", "batch": batch, "lengths": lengths, "tokens": sum(lengths),
+           "padded_tokens": ids.numel(), **{k: round(v * 1000, 2) for k, v in t.items()},
+           "packed_ratio_vs_hf": round(t["bertlab_packed"] / t["hf_plain"], 3),
+           "padded_ratio_vs_hf": round(t["bertlab_padded"] / t["hf_plain"], 3),
+           "packed_max_diff_vs_hf": float(f"{diff:.2g}")}
+    print(json.dumps(row), flush=True)
+    return row
+
+
 HEADER = ("| model | batch | seq | bertlab plain ms | HF plain ms | ratio | bertlab capture ms | HF capture ms "
           "| ratio | capture / plain | one layer / plain | one head / plain |\n" + "|---" * 12 + "|")
 
@@ -163,23 +212,35 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--quick", action="store_true", help="3 repeats, short sequences, MiniLM and the families")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "forward.json"))
+    p.add_argument("--mixed-batch", type=int, default=8, help="sentences in the mixed-length batch")
+    p.add_argument("--mixed-only", action="store_true",
+                   help="run the mixed-length row alone; the results file keeps its other rows")
     a = p.parse_args()
     if a.quick:
         a.repeats, a.lengths, a.models = 3, [16, 128], ["minilm", *FAMILIES]
     torch.set_num_threads(a.threads)
-    print(HEADER)
-    rows = run(a.batch, a.lengths, a.repeats, a.models)
-    meta = {"torch": torch.__version__, "threads": a.threads, "cpu": platform.processor() or platform.machine(),
-            "device": "cpu", "repeats": a.repeats, "load_average": [round(x, 2) for x in os.getloadavg()]}
     out = Path(a.out)
-    if a.keep_other_rows and out.is_file():  # rows measured in another run, with that run's meta
-        old = json.loads(out.read_text())
-        kept = [r for r in old.get("rows", []) if r["model"] not in a.models]
-        if kept:
-            meta["other_rows_meta"] = old.get("meta")
-        rows = kept + rows
+    old = json.loads(out.read_text()) if out.is_file() else {}
+
+    def meta() -> dict:
+        return {"torch": torch.__version__, "threads": a.threads, "cpu": platform.processor() or platform.machine(),
+                "device": "cpu", "repeats": a.repeats, "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+    if a.mixed_only:
+        result = {**old, "mixed": {"meta": meta(), "row": run_mixed(a.mixed_batch, a.repeats)}}
+    else:
+        print(HEADER)
+        rows = run(a.batch, a.lengths, a.repeats, a.models)
+        run_meta = meta()
+        if a.keep_other_rows and old:  # rows measured in another run, with that run's meta
+            kept = [r for r in old.get("rows", []) if r["model"] not in a.models]
+            if kept:
+                run_meta["other_rows_meta"] = old.get("meta")
+            rows = kept + rows
+        result = {"meta": run_meta, "rows": rows,
+                  "mixed": {"meta": meta(), "row": run_mixed(a.mixed_batch, a.repeats)}}
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
+    out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"\nwritten to {a.out}")
 
 

@@ -164,9 +164,15 @@ def attend(
     def split(t: torch.Tensor) -> torch.Tensor:
         return t.view(*t.shape[:2], hp.n_heads, hp.d_head)  # [batch, seq, head, d_head]
 
-    q = hp.hook_q(split(padded(query(x if x_query is None else x_query)))).transpose(1, 2)  # [batch, head, seq, d]
-    k = hp.hook_k(split(padded(key(x)))).transpose(1, 2)
-    v = hp.hook_v(split(padded(value(x)))).transpose(1, 2)
+    fused = _one_projection(query, key, value)
+    if fused is not None:  # q, k and v are rows of one Linear (an int8 model's): one matmul for the three
+        qx, kx, vx = fused(x).split([query.out_features, key.out_features, value.out_features], dim=-1)
+        qx = qx if x_query is None else query(x_query)
+    else:
+        qx, kx, vx = query(x if x_query is None else x_query), key(x), value(x)
+    q = hp.hook_q(split(padded(qx))).transpose(1, 2)  # [batch, head, seq, d_head]
+    k = hp.hook_k(split(padded(kx))).transpose(1, 2)
+    v = hp.hook_v(split(padded(vx))).transpose(1, 2)
     if hp.uses_eager():
         scores = (q * hp.d_head**-0.5) @ k.transpose(-1, -2)  # scale the small tensor, not [q, k]
         if mask is not None:
@@ -186,6 +192,15 @@ def attend(
         z = z * head_mask.to(z.dtype).view(1, -1, 1, 1)
     z = hp.hook_z(z.transpose(1, 2))  # [batch, seq, head, d_head]
     return z if packing is None else packing.pack(z)
+
+
+def _one_projection(query: nn.Module, key: nn.Module, value: nn.Module) -> nn.Module | None:
+    """The Linear whose output rows are query's, key's and value's, in that order, when the three are
+    rows of one (`bertlab.compressed.structure.Int8Rows`); else None."""
+    fused = getattr(query, "fused", None)
+    if fused is None or getattr(key, "fused", None) is not fused or getattr(value, "fused", None) is not fused:
+        return None
+    return fused
 
 
 def write_heads(z: torch.Tensor, dense: nn.Linear, hook_result: HookPoint, n_heads: int) -> torch.Tensor:
@@ -357,7 +372,9 @@ class BertModel(nn.Module):
         self.embeddings_project = nn.Linear(cfg.embedding_size, cfg.hidden_size) if factorised else None
         self.encoder = BertEncoder(cfg)
         self.pooler = BertPooler(cfg) if cfg.add_pooler else None
-        self.packing = True  # pack the real tokens while training (`Packing`); False: the padded path always
+        # pack the real tokens (`Packing`): True while training; "always" in evaluation too (the outputs at the
+        # padding are then zeros); False: the padded path always
+        self.packing: bool | Literal["always"] = True
 
     def forward(
         self,
@@ -386,8 +403,9 @@ class BertModel(nn.Module):
     def _packs(self, attention_mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> bool:
         """Pack the real tokens (`Packing`) while training a batch with padding, unless a hook watches a layer
         (hooks see [batch, seq] shapes) or heads are masked. Evaluation keeps the padded path, whose outputs at
-        the padding equal transformers' too."""
-        if not (self.packing and self.training) or attention_mask is None or head_mask is not None:
+        the padding equal transformers' too, unless `packing` is "always"."""
+        wanted = self.packing == "always" or (self.packing and self.training)
+        if not wanted or attention_mask is None or head_mask is not None:
             return False
         if not len(self.encoder.layer):
             return False

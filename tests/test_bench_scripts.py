@@ -310,3 +310,20 @@ def test_packing_script_times_both_paths_and_their_outputs_agree(tmp_path):
     rows = _run_turns_script("packing", tmp_path, "--batch", "4", "--seq", "8")
     assert len(rows) == 2 and all(r["packed_ms"] > 0 and r["padding"] > 0 and r["max_logit_diff_fp32"] < 1e-5
                                   for r in rows)
+
+
+def test_forward_mixed_row_takes_real_sentences_of_spread_lengths(shared_data, tmp_path):
+    forward = _module("bench_forward")
+    sentences = forward.mixed_sentences(8)
+    words = [len(s.split()) for s in sentences]
+    assert len(set(sentences)) == 8 and words == sorted(words) and words[-1] >= 4 * words[0]
+    out = tmp_path / "forward.json"
+    out.write_text(json.dumps({"meta": {"threads": 1}, "rows": [{"model": "kept"}]}))
+    cmd = [sys.executable, str(BENCH / "bench_forward.py"), "--mixed-only", "--repeats", "1", "--threads", "1",
+           "--out", str(out)]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    d = json.loads(out.read_text())
+    row = d["mixed"]["row"]
+    assert d["rows"] == [{"model": "kept"}]  # the other rows stay
+    assert row["tokens"] == sum(row["lengths"]) < row["padded_tokens"] and row["packed_max_diff_vs_hf"] < 1e-4

@@ -22,7 +22,16 @@ from bertlab.compress.measure import memory_bytes
 from bertlab.compress.prune import head_importance, head_mask_hooks, heads_to_prune, prune
 from bertlab.compress.quantize import quantize
 from bertlab.compressed.storage import save_compressed
-from bertlab.compressed.structure import CompressError, heads_per_layer, prune_heads
+from bertlab.compressed.structure import (
+    CompressError,
+    Int8Rows,
+    apply_int8,
+    heads_per_layer,
+    prune_heads,
+    quantizable_embeddings,
+    quantizable_linears,
+    quantize_rows,
+)
 from bertlab.config import BertConfig
 from bertlab.families import FAMILIES
 from bertlab.loading import save_pretrained
@@ -201,6 +210,33 @@ def test_saved_compressed_folders_reload_with_equal_outputs(tmp_path, tok):
     size = {n: (tmp_path / n / "model.safetensors").stat().st_size for n in ("fp32", "int8")}
     assert size["int8"] < 0.4 * size["fp32"]
     assert json.loads((tmp_path / "pruned" / "config.json").read_text())["pruned_heads"] == {"0": [0, 2], "1": [3]}
+
+
+@pytest.mark.parametrize("model_type, extra", [
+    ("bert", {}), ("distilbert", {}), ("albert", {"embedding_size": 16, "extra": {"embedding_size": 16}}),
+])
+def test_fused_int8_query_key_value_equal_three_int8_linears(model_type, extra):
+    model = tiny(model_type, **extra)
+    fused = quantize(model)
+    unfused = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        linears = {n: quantize_rows(unfused.get_submodule(n).weight) for n in quantizable_linears(unfused)}
+        tables = {n: quantize_rows(unfused.get_parameter(n)) for n in quantizable_embeddings(unfused)}
+        apply_int8(unfused, linears, tables, fuse_qkv=False)
+    rows = [m for m in fused.modules() if isinstance(m, Int8Rows)]
+    assert rows and not any(isinstance(m, Int8Rows) for m in unfused.modules())
+    ids, types, mask = batch()
+    types = None if model_type == "distilbert" else types
+    with torch.no_grad():
+        a, b = fused(ids, types, mask), unfused(ids, types, mask)
+        assert torch.equal(a.last_hidden_state, b.last_hidden_state) and torch.equal(a.logits, b.logits)
+        if model_type == "bert":  # the last layer's query from [CLS] alone
+            a, b = (m(ids, types, mask, all_positions=False) for m in (fused, unfused))
+            assert torch.equal(a.logits, b.logits)
+        (_, ca), (_, cb) = fused.run_with_cache(ids, types, mask), unfused.run_with_cache(ids, types, mask)
+    assert set(ca) == set(cb) and all(torch.equal(ca[n], cb[n]) for n in ca)
+    assert memory_bytes(fused) == memory_bytes(unfused)
+    assert set(fused.state_dict()) < set(unfused.state_dict())  # only the int8 weights' packed copies differ
 
 
 @pytest.mark.parametrize("model_type, extra", [

@@ -92,3 +92,22 @@ def test_hooks_and_evaluation_keep_the_padded_shapes(packings):
     model.train()
     model(ids, types, torch.ones_like(mask))
     assert not packings  # nothing to pack
+
+
+@pytest.mark.parametrize("task", TASKS, ids=str)
+def test_evaluation_packs_when_asked_and_keeps_the_outputs(task, packings):
+    model = _model(task).eval()
+    model.bert.packing = "always"
+    ref = _padded(copy.deepcopy(model)).eval()
+    ids, types, mask = _batch()
+    with torch.no_grad():
+        a, b = model(ids, types, mask), ref(ids, types, mask)
+    assert len(packings) == 1
+    keep = mask.bool()
+    assert torch.allclose(a.last_hidden_state[keep], b.last_hidden_state[keep], atol=1e-5)
+    assert not a.last_hidden_state[~keep].any()  # zeros at the padding
+    if task == "sequence_classification":
+        assert torch.allclose(a.logits, b.logits, atol=1e-5)
+    with torch.no_grad():
+        model(ids, types, torch.ones_like(mask))
+    assert len(packings) == 1  # nothing padded: nothing to pack

@@ -6,6 +6,11 @@ writes and reads them; `quantize` and `prune` make them.
   Hugging Face's convention; `num_attention_heads` stays the original count.
 - `bertlab_quantization` (QUANT_FORMAT): which Linear modules run int8 and which embedding tables
   were rounded to int8 (symmetric, one scale per row: value = int8 × scale).
+
+In memory, the query, key and value of an attention layer that runs through `bertlab.model.attend`
+share one int8 Linear (their rows stacked, `Int8Rows`): one int8 matmul instead of three, with the same
+numbers (each row keeps its scale, and the three read the same quantized input). On disk they stay
+three tensors under their checkpoint names.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ QKV_NAMES = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"), ("query_pro
 # Projections beside q/k/v that also give each head its own rows, when the attention module has them:
 # DeBERTa's keys and queries of the relative positions (without share_att_key).
 PER_HEAD_ROWS = ("pos_key_proj", "pos_query_proj")
+# The q/k/v names of the attention modules that run through `bertlab.model.attend`, which calls their
+# shared int8 Linear once (`Int8Rows`). Others (DeBERTa's query_proj, ...) keep three int8 Linears.
+FUSED_QKV_NAMES = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"))
 OUT_NAMES = ("dense", "out_lin", "Wo")
 
 
@@ -68,14 +76,38 @@ def int8_linear(q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None)
     return layer
 
 
+class Int8Rows(nn.Module):
+    """Rows [start, stop) of a fused dynamic-int8 Linear, as a Linear of their own: the query, key or
+    value of a layer whose three projections run as one int8 matmul (`fuse_int8_qkv`). Holds no
+    weights itself: the fused layer is not a child module, so state dicts, sizes and saved folders
+    see each projection's rows once, under its own name (`int8_parts`)."""
+
+    def __init__(self, fused: nn.Module, start: int, stop: int):
+        super().__init__()
+        object.__setattr__(self, "fused", fused)  # shared by the layer's q, k and v; not registered
+        self.start, self.stop = start, stop
+        self.in_features, self.out_features = fused.in_features, stop - start
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fused(x)[..., self.start:self.stop]  # [..., out_features]
+
+    def extra_repr(self) -> str:
+        return f"rows {self.start}:{self.stop} of an int8 Linear({self.fused.in_features}, {self.fused.out_features})"
+
+
 def is_int8_linear(m: nn.Module) -> bool:
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
-    return isinstance(m, DynamicLinear)
+    return isinstance(m, (DynamicLinear, Int8Rows))
 
 
 def int8_parts(m: nn.Module) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(int8 weight [out, in], scale float32 [out], bias or None) of a dynamic-int8 Linear."""
+    """(int8 weight [out, in], scale float32 [out], bias or None) of a dynamic-int8 Linear (or of its
+    rows, for `Int8Rows`)."""
+    if isinstance(m, Int8Rows):
+        q, scale, bias = int8_parts(m.fused)
+        rows = slice(m.start, m.stop)
+        return q[rows], scale[rows], None if bias is None else bias[rows]
     w, b = m._weight_bias()
     if w.qscheme() in (torch.per_channel_affine, torch.per_channel_symmetric):
         scale = w.q_per_channel_scales().float()
@@ -219,10 +251,33 @@ def is_compressed(model: nn.Module) -> bool:
     return bool(quantization_info(model)) or bool(pruned_heads(model))
 
 
+def fuse_int8_qkv(model: nn.Module) -> nn.Module:
+    """Give every attention module whose query, key and value are dynamic-int8 Linears (names in
+    FUSED_QKV_NAMES) one int8 Linear of their stacked rows, and make the three `Int8Rows` of it. The
+    outputs do not change. In place."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    for module in list(model.modules()):
+        for names in FUSED_QKV_NAMES:
+            parts = [getattr(module, n, None) for n in names]
+            if not all(isinstance(p, DynamicLinear) for p in parts):
+                continue
+            q, scale, bias = zip(*(int8_parts(p) for p in parts))
+            if len({p.in_features for p in parts}) > 1 or len({b is None for b in bias}) > 1:
+                continue
+            fused = int8_linear(torch.cat(q), torch.cat(scale), None if bias[0] is None else torch.cat(bias))
+            start = 0
+            for name, p in zip(names, parts):
+                setattr(module, name, Int8Rows(fused, start, start + p.out_features))
+                start += p.out_features
+    return model
+
+
 def apply_int8(model: nn.Module, linears: Mapping[str, tuple[torch.Tensor, torch.Tensor]],
-               embeddings: Mapping[str, tuple[torch.Tensor, torch.Tensor]]) -> nn.Module:
+               embeddings: Mapping[str, tuple[torch.Tensor, torch.Tensor]], fuse_qkv: bool = True) -> nn.Module:
     """Swap in dynamic-int8 Linears ({module name: (int8, scale)}, biases from the model) and set the
-    embedding tables ({parameter name: (int8, scale)}) to their rounded float values. In place."""
+    embedding tables ({parameter name: (int8, scale)}) to their rounded float values. In place.
+    fuse_qkv: run each layer's query, key and value as one int8 Linear (`fuse_int8_qkv`; same outputs)."""
     for name, (q, scale) in linears.items():
         old = model.get_submodule(name)
         bias = None if old.bias is None else old.bias
@@ -233,7 +288,7 @@ def apply_int8(model: nn.Module, linears: Mapping[str, tuple[torch.Tensor, torch
         module.weight = nn.Parameter(dequantize_rows(q, scale).to(module.weight.device), requires_grad=False)
     if hasattr(model, "tie_weights"):  # the MLM decoder reads the (rounded) word embeddings
         model.tie_weights()
-    return model
+    return fuse_int8_qkv(model) if fuse_qkv else model
 
 def describe_compression(model: nn.Module) -> str:
     """One line: what was done to this model."""
@@ -248,8 +303,8 @@ def describe_compression(model: nn.Module) -> str:
 
 
 __all__ = [
-    "CompressError", "OUT_NAMES", "PRUNED_KEY", "QKV_NAMES", "QUANT_FORMAT", "QUANT_KEY", "apply_int8",
-    "attention_parts", "dequantize_rows", "describe_compression", "heads_per_layer", "int8_linear", "int8_parts",
-    "is_compressed", "is_int8_linear", "kept_heads", "prune_heads", "pruned_heads", "quantizable_embeddings",
-    "quantizable_linears", "quantization_info", "quantize_rows",
+    "CompressError", "FUSED_QKV_NAMES", "Int8Rows", "OUT_NAMES", "PRUNED_KEY", "QKV_NAMES", "QUANT_FORMAT",
+    "QUANT_KEY", "apply_int8", "attention_parts", "dequantize_rows", "describe_compression", "fuse_int8_qkv",
+    "heads_per_layer", "int8_linear", "int8_parts", "is_compressed", "is_int8_linear", "kept_heads", "prune_heads",
+    "pruned_heads", "quantizable_embeddings", "quantizable_linears", "quantization_info", "quantize_rows",
 ]
