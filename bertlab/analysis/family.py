@@ -652,3 +652,8 @@ def score_terms(model: torch.nn.Module, tok: Tokenizer, text: str, layer: int | 
         _, cache = model.run_with_cache(ids, token_type_ids=types, names=list(names.values()))
     terms = {t: cache[n][0, head].to("cpu", torch.float32) for t, n in names.items() if n in cache}
     return ScoreTerms(labels=labels, layer=layer, head=head, terms=terms)
+
+
+def plays(views: Sequence[ModelView], name: str, role: str) -> bool:
+    """Whether the model `name` plays `role` ("generator", "discriminator", ...) among `views`."""
+    return any(v.name == name and v.objective is not None and v.objective.role == role for v in views)

@@ -392,3 +392,14 @@ def _word_score(
         warning=enc.warning,
         joined_guess=tok.join_pieces(tok.convert_ids_to_tokens(guesses.tolist())),
     )
+
+
+def first_words(tok: Tokenizer, text: str, n: int) -> tuple[str, bool]:
+    """(`text` cut after its first `n` words, whether it was cut)."""
+    if not text.strip():
+        return text, False
+    enc = tok.encode(text)
+    spans = enc.word_spans()
+    if len(spans) <= n:
+        return text, False
+    return text[: enc.offsets[spans[n - 1][2] - 1][1]], True

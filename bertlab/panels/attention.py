@@ -8,9 +8,6 @@ when it is on show and only if it is out of date.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
@@ -18,8 +15,10 @@ import torch
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.analysis.rollout import RolloutResult, rollout_from_attention
 from bertlab.panels.base import Level, Panel, run_button, sentence_pair, unknown_notes
+from bertlab.panels.views import CountSliders, Hold
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention import (
+    attention_notes,
     empty_heatmap,
     heatmap_marks,
     heatmap_title,
@@ -82,11 +81,10 @@ class AttentionPanel(Panel):
     ) -> None:
         super().__init__()
         self.model, self.tok, self.max_length = model, tok, max_length
-        cfg = model.config
         self.text_a, self.text_b = sentence_pair(text, text_b)
         self.show_button = run_button()
-        self.layer = widgets.IntSlider(value=0, min=0, max=cfg.num_hidden_layers - 1, description="Layer")
-        self.head = widgets.IntSlider(value=0, min=0, max=cfg.num_attention_heads - 1, description="Head")
+        self.sliders = CountSliders(model)
+        self.layer, self.head = self.sliders("layer", "Layer"), self.sliders("head", "Head")
         self.view = widgets.ToggleButtons(
             options=VIEWS, value="Heatmap", description="View",
             tooltips=["One head as a grid", "Lines between tokens", "All layers × heads",
@@ -100,7 +98,7 @@ class AttentionPanel(Panel):
         # What each view shows now: view name -> (result version, layer, head, ...); see `_key`.
         self._version = 0
         self._drawn: dict[str, tuple] = {}
-        self._quiet = False  # set while the panel itself moves the sliders
+        self.hold = Hold()  # set while the panel itself moves the sliders
         self._rollout: tuple[int, RolloutResult] | None = None  # (version, rollout) cache
 
         # The widget is built from a full figure: what plotly changes before the browser
@@ -146,7 +144,7 @@ class AttentionPanel(Panel):
             self.update()
 
     def _on_head(self, _=None) -> None:
-        if self._quiet:
+        if self.hold:
             return
         with self.reporting():
             self._sync(self.view.value)
@@ -159,7 +157,7 @@ class AttentionPanel(Panel):
 
     def _on_view_widget(self, change: dict) -> None:
         """The student used the controls inside the head/model view: the sliders follow."""
-        if self._quiet:
+        if self.hold:
             return
         with self.reporting():
             if change["name"] == "layer":
@@ -179,10 +177,8 @@ class AttentionPanel(Panel):
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         """Show the same text through another model; the sliders take its layer and head counts."""
         self.model, self.tok = model, tok
-        cfg = model.config
-        with self._quietly():
-            self.layer.max = cfg.num_hidden_layers - 1  # IntSlider clamps its value to the new range
-            self.head.max = cfg.num_attention_heads - 1
+        with self.hold():
+            self.sliders.fit(model)
         self._set_result(self._compute())
 
     def figures(self) -> dict[str, go.Figure]:
@@ -227,14 +223,6 @@ class AttentionPanel(Panel):
         if view == "Rollout":
             return (v, layer)
         return (v, self.bertviz_kind.value)  # bertviz has its own layer and head controls
-
-    @contextlib.contextmanager
-    def _quietly(self) -> Iterator[None]:
-        self._quiet = True
-        try:
-            yield
-        finally:
-            self._quiet = False
 
     # -- drawing --------------------------------------------------------------------------
     def _show_view(self) -> None:
@@ -298,7 +286,7 @@ class AttentionPanel(Panel):
         """The one AttentionView widget, updated in place (new data only for a new text)."""
         r, layer, head = self.result, self.layer.value, self.head.value
         mode = "model" if self.view.value == "Model view" else "head"
-        with self._quietly():
+        with self.hold():
             if self.attention_view is None:
                 self.attention_view = AttentionView(
                     r.patterns, r.labels, r.sentence_b_start, layer=layer, view=mode,
@@ -367,11 +355,5 @@ def _help_html(view: str) -> str:
 
 def _notes(result: AttentionResult) -> list[tuple[Level, str]]:
     """What the student should know about this input, beyond the picture."""
-    n = len(result.tokens)
-    pair = " (two sentences, split by the dotted red lines)" if result.sentence_b_start is not None else ""
-    notes: list[tuple[Level, str]] = [
-        ("info", f"{n} tokens{pair}; {result.num_layers} layers × {result.num_heads} heads.")
-    ]
-    if result.warning:
-        notes.append(("warning", result.warning))
-    return notes + unknown_notes(result.tokens, result.unk_token, "the model sees them all as the same token")
+    return attention_notes(result) + unknown_notes(result.tokens, result.unk_token,
+                                                   "the model sees them all as the same token")

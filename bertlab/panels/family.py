@@ -26,6 +26,7 @@ from bertlab.analysis.family import (
     distillation,
     electra_pair,
     kind_note,
+    plays,
     score_terms,
     view_model,
     word_choices,
@@ -36,11 +37,13 @@ from bertlab.inputs import InputError
 from bertlab.panels.base import Level, Panel
 from bertlab.panels.classroom import AnswerHold
 from bertlab.panels.state import ModelState
+from bertlab.panels.views import Hold
 from bertlab.settings import in_hub_cache
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.preview import dynamic_draws
 from bertlab.viz.family import (
-    distillation_html,
+    card_extra,
+    followed_text,
+    kinds_html,
     objective_html,
     objectives_html,
     plot_attention_reach,
@@ -50,10 +53,9 @@ from bertlab.viz.family import (
     plot_score_terms,
     plot_token_cuts,
 )
-from bertlab.viz.figure_widget import show_figure
-from bertlab.viz.pretrain import dynamic_html
+from bertlab.viz.figure_widget import box_figures, show_figure, show_or_clear
 from bertlab.viz.replaced import plot_replaced
-from bertlab.viz.theme import HELP_STYLE, MUTED, help_html
+from bertlab.viz.theme import help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -103,7 +105,7 @@ class FamilyPanel(Panel):
         self.reach: tuple[str, AttentionReach] | None = None  # a local band beside full attention
         self.terms: tuple[str, ScoreTerms] | None = None  # disentangled score terms of one head
         self._loaded: list[Loaded] = []
-        self._holding = False
+        self.hold = Hold()  # set while the tab fills its own dropdowns: no run then
         self.text = widgets.Textarea(value=text, description="Sentence", continuous_update=False,
                                      layout=widgets.Layout(width="min(100%, 720px)", height="3.2em"))
         self.slots = [widgets.Dropdown(description=f"Model {i + 1}", layout=widgets.Layout(width="min(100%, 340px)"))
@@ -156,8 +158,7 @@ class FamilyPanel(Panel):
     def _fill_options(self, first: bool = False) -> None:
         options = self.options()
         values = [v for _, v in options]
-        self._holding = True
-        try:
+        with self.hold():
             for i, slot in enumerate(self.slots):
                 old = slot.value if not first else None
                 if old and old.startswith(HUB) and old.removeprefix(HUB) in values:  # a hub model just loaded
@@ -167,8 +168,6 @@ class FamilyPanel(Panel):
                     slot.value = self._default_for(i)
                 else:
                     slot.value = old if old in values else ""
-        finally:
-            self._holding = False
 
     def _default_for(self, i: int) -> str:
         """Slot 1: the picker's current model; slot 2: another loaded model (none when there is none)."""
@@ -182,13 +181,10 @@ class FamilyPanel(Panel):
         except InputError:
             words = []
         old = self.word.value
-        self._holding = True
-        try:
+        with self.hold():
             self.word.options = [(f"{w.index + 1}. {w.text}", w) for w in words]
             same = [w for w in words if old is not None and (w.text, w.index) == (old.text, old.index)]
             self.word.value = same[0] if same else (default_word(words) if words else None)
-        finally:
-            self._holding = False
 
     def _on_state(self, state: ModelState) -> None:
         """A model joined the picker's list (or it switched): offer it."""
@@ -199,14 +195,13 @@ class FamilyPanel(Panel):
         where the student reads, naming the model it replaced (one pick away in another slot)."""
         before = self.slots[0].value
         self._fill_options()
-        self._holding = True
-        try:
+        with self.hold():
             self.slots[0].value = self.state.name
-        finally:
-            self._holding = False
         self.update()
         if before and before != self.state.name:
-            self.show_messages(self.messages + [("info", _followed_text(self.state.name, before, self.slots))])
+            kept = [i + 1 for i, s in enumerate(self.slots) if i and s.value == before]
+            self.show_messages(self.messages + [("info", followed_text(self.state.name, before.removeprefix(HUB),
+                                                                       kept))])
 
     def pick(self, *names: str) -> None:
         """Show these models (picker names, at most four), then compare once."""
@@ -214,12 +209,9 @@ class FamilyPanel(Panel):
         unknown = [n for n in names if n not in values]
         if unknown or len(names) > SLOTS:
             raise ValueError(f"pick up to {SLOTS} of {', '.join(v for v in values if v)}; not {unknown}.")
-        self._holding = True
-        try:
+        with self.hold():
             for i, slot in enumerate(self.slots):
                 slot.value = names[i] if i < len(names) else ""
-        finally:
-            self._holding = False
         self.update()
 
     # -- callbacks ---------------------------------------------------------------------------------------
@@ -228,7 +220,7 @@ class FamilyPanel(Panel):
         self.update()
 
     def _on_change(self, _=None) -> None:
-        if not self._holding:
+        if not self.hold:
             self.update()
 
     def _on_draw(self, _=None) -> None:
@@ -240,8 +232,7 @@ class FamilyPanel(Panel):
         with self.busy(self.compare_button, self.draw_button, text="Running the sentence through the models…"):
             drawn = False
             with self.reporting():
-                self.views, self.picture, self.replaced, self.distilled, self._loaded = [], None, None, {}, []
-                self.reach = self.terms = None
+                self._forget()
                 notes = self._compute()
                 self._draw()  # in place where a figure is on show already (smooth in the browser)
                 self.show_messages(notes)
@@ -249,9 +240,13 @@ class FamilyPanel(Panel):
             if not drawn:  # an old result never sits under a new message
                 self._clear()
 
-    def _clear(self) -> None:
+    def _forget(self) -> None:
+        """No results (before a run, or when it failed)."""
         self.views, self.picture, self.replaced, self.distilled, self._loaded = [], None, None, {}, []
         self.reach = self.terms = None
+
+    def _clear(self) -> None:
+        self._forget()
         for box in (self.cuts_box, self.mask_box, self.params_box, self.electra_box, self.band_box, self.terms_box):
             box.children = ()
         self.kinds.value = self.objectives.value = ""
@@ -302,7 +297,7 @@ class FamilyPanel(Panel):
                 continue
             vocab = student.tok.get_vocab()
             teachers = [m for m in loaded if m is not student and m.model.has_mlm and m.tok.get_vocab() == vocab
-                        and not view_for(self.views, m.name, "generator")]
+                        and not plays(self.views, m.name, "generator")]
             if not teachers:
                 notes.append(("info", f"{v.name} was distilled from a teacher: pick a model with its vocabulary "
                                       "(e.g. bert-base-uncased for distilbert-base-uncased) to see the distillation "
@@ -337,13 +332,10 @@ class FamilyPanel(Panel):
             where = (self.workspace or Workspace.for_session()).model_source(name)
             model, tok = load(where)
             listed = self.state.add(name, model, tok, source=where)
-            self._holding = True
-            try:
+            with self.hold():
                 for slot in self.slots:
                     if slot.value == value:
                         slot.value = listed
-            finally:
-                self._holding = False
             return Loaded(listed, model, tok)
         entry = self.state.entries[value]
         if not entry.loaded:
@@ -353,7 +345,7 @@ class FamilyPanel(Panel):
     def _electra(self, loaded: list[Loaded], text: str, word: WordChoice | None) -> list[tuple[Level, str]]:
         """ELECTRA on the sentence: a generator + discriminator pair (replacements and the verdict), or a
         discriminator alone (its verdict on the sentence as typed)."""
-        gens = [m for m in loaded if view_for(self.views, m.name, "generator")]
+        gens = [m for m in loaded if plays(self.views, m.name, "generator")]
         discs = [m for m in loaded if getattr(m.model, "has_rtd", False)]
         if not discs:
             return []
@@ -382,79 +374,29 @@ class FamilyPanel(Panel):
             m = self._loaded_of(v.name)
             if m is not None:
                 kinds.setdefault(v.cut.kind_name, kind_note(v.cut.kind, m.tok))
-        self.kinds.value = "".join(f'<div style="{HELP_STYLE}"><b>{html.escape(k)}</b>: '
-                                   f"{html.escape(note)}.</div>" for k, note in kinds.items())
+        self.kinds.value = kinds_html(kinds)
         rows = [(v.name, v.masked, "no MLM head: it does not guess words" if v.masked is None else "")
                 for v in views]
-        if any(v.masked is not None for v in views):
-            show_figure(self.mask_box, plot_masked_words(rows))
-        else:
-            self.mask_box.children = ()
+        show_or_clear(self.mask_box, plot_masked_words(rows) if any(v.masked is not None for v in views) else None)
         show_figure(self.params_box, plot_parameters([(v.name, v.params) for v in views]))
-        for box, result, plot in ((self.band_box, self.reach, plot_attention_reach),
-                                  (self.terms_box, self.terms, plot_score_terms)):
-            if result is None:
-                box.children = ()
-            else:
-                show_figure(box, plot(*result))
+        show_or_clear(self.band_box, None if self.reach is None else plot_attention_reach(*self.reach))
+        show_or_clear(self.terms_box, None if self.terms is None else plot_score_terms(*self.terms))
         self.objectives.value = objectives_html([objective_html(v, self._extra(v)) for v in views])
         self.draw_button.layout.display = None if self.picture is not None else "none"
-        if self.picture is not None:
-            show_figure(self.electra_box, plot_electra(self.picture))
-        elif self.replaced is not None:
-            show_figure(self.electra_box, plot_replaced(self.replaced))
-        else:
-            self.electra_box.children = ()
+        show_or_clear(self.electra_box, plot_electra(self.picture) if self.picture is not None
+                      else None if self.replaced is None else plot_replaced(self.replaced))
 
     def _loaded_of(self, name: str) -> Loaded | None:
         return next((m for m in self._loaded if m.name == name), None)
 
     def _extra(self, view: ModelView) -> str:
-        """What a card adds for its objective: RoBERTa's dynamic masks, a note for the others."""
-        o, m = view.objective, self._loaded_of(view.name)
-        if o is None or m is None:
+        """What a card adds for its objective (see `card_extra`)."""
+        m = self._loaded_of(view.name)
+        if view.objective is None or m is None:
             return ""
-        if o.demo == "dynamic":
-            try:
-                draws = dynamic_draws(m.tok, self.text.value, "token", 0.15, self.seed, epochs=3)
-            except (ValueError, IndexError) as e:
-                return f'<div style="{MUTED}">{html.escape(str(e))}</div>'
-            return ('<div style="margin-top:4px">The same sentence in three epochs, each with a new mask:</div>'
-                    + dynamic_html(draws))
-        if o.demo == "rtd":
-            return ('<div style="margin-top:4px">'
-                    + ("The generator: a small MLM that proposes replacements." if o.role == "generator"
-                       else "The discriminator: see its verdict per piece below.") + "</div>")
-        if o.demo == "distil":
-            depth = (f'<div style="margin-top:4px">{view.params.layers} layers: half of its teacher\'s depth (BERT '
-                     "base has 12).</div>")
-            if view.name in self.distilled:
-                teacher, d = self.distilled[view.name]
-                return depth + distillation_html(d, teacher)
-            return depth
-        if o.pair_task is None and o.demo == "pair":
-            return f'<div style="{MUTED}">This checkpoint has no sentence-pair head to show.</div>'
-        return ""
+        return card_extra(view, m.tok, self.text.value, self.seed, self.distilled.get(view.name))
 
     def figures(self) -> dict[str, go.Figure]:
-        out = {}
-        for name, box in (("tokenizers", self.cuts_box), ("hidden word", self.mask_box),
-                          ("parameters", self.params_box), ("ELECTRA", self.electra_box),
-                          ("attention band", self.band_box), ("score terms", self.terms_box)):
-            if box.children:
-                out[name] = go.Figure(box.children[0])
-        return out
-
-
-def view_for(views: list[ModelView], name: str, role: str) -> bool:
-    """Whether the model `name` plays `role` ("generator", "discriminator", ...) among `views`."""
-    return any(v.name == name and v.objective is not None and v.objective.role == role for v in views)
-
-
-def _followed_text(picked: str, before: str, slots: list[widgets.Dropdown]) -> str:
-    """What the Family tab says when Model 1 followed the picker from `before` to `picked`."""
-    shown = before.removeprefix(HUB)
-    kept = [i + 1 for i, s in enumerate(slots) if i and s.value == before]
-    where = (f"it is still Model {kept[0]}" if kept else
-             "pick it as Model 2, 3 or 4 to keep it in the comparison")
-    return f"Model 1 now shows {picked}, the model picked above; it showed {shown} before: {where}."
+        return box_figures({"tokenizers": self.cuts_box, "hidden word": self.mask_box, "parameters": self.params_box,
+                            "ELECTRA": self.electra_box, "attention band": self.band_box,
+                            "score terms": self.terms_box})

@@ -1,21 +1,18 @@
 """Pieces the analysis tabs share beyond the panel kit (bertlab.panels.base): the flag a panel holds while
 it changes its own widgets, sliders over a model's layers and heads, the class question's box above a tab,
-and the figures a tab's boxes show (for the Export tab)."""
+and a sub-tab's help line. (The boxes that show figures: bertlab.viz.figure_widget.)"""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import ipywidgets as widgets
-import plotly.graph_objects as go
 import torch
 
 from bertlab.classroom.store import Kind, QuestionStore
 from bertlab.panels.classroom import ClassQuestionBox, class_store
-from bertlab.viz.figure_widget import SyncedFigureWidget
-from bertlab.viz.mask import empty_figure
 from bertlab.viz.theme import help_html
 
 
@@ -91,22 +88,6 @@ def above(box: ClassQuestionBox | None, rows: list[widgets.Widget]) -> list[widg
 def hidden_by(box: ClassQuestionBox | None) -> bool:
     """Whether the class question hides the tab's results now (not even the Export tab may show them)."""
     return box is not None and box.hiding
-
-
-def box_figures(boxes: Mapping[str, widgets.Box]) -> dict[str, go.Figure]:
-    """Name -> a copy of the figure each box shows, for the boxes that show one with traces (a hint
-    figure has none)."""
-    out = {}
-    for name, box in boxes.items():
-        fig = box.children[0] if box.children else None
-        if isinstance(fig, go.FigureWidget) and fig.data:
-            out[name] = go.Figure(fig)
-    return out
-
-
-def figure_box(hint: str) -> widgets.Box:
-    """A box that shows a figure, holding the hint that says how to get one."""
-    return widgets.Box([SyncedFigureWidget(empty_figure(hint))])
 
 
 def help_note(text: str, width: str = "720px") -> widgets.HTML:

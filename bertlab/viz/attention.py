@@ -151,3 +151,16 @@ def _labels(tokens: list[str]) -> list[str]:
     """Tick labels: the tokens themselves (plotly keeps repeats apart because the
     coordinates are positions)."""
     return [t if t.strip() else repr(t) for t in tokens]
+
+
+def attention_notes(result: AttentionResult) -> list[tuple[str, str]]:
+    """What the student should know about this input, beyond the picture (the panel adds the note on
+    pieces outside the vocabulary)."""
+    n = len(result.tokens)
+    pair = " (two sentences, split by the dotted red lines)" if result.sentence_b_start is not None else ""
+    notes: list[tuple[str, str]] = [
+        ("info", f"{n} tokens{pair}; {result.num_layers} layers × {result.num_heads} heads.")
+    ]
+    if result.warning:
+        notes.append(("warning", result.warning))
+    return notes
