@@ -403,3 +403,16 @@ def first_words(tok: Tokenizer, text: str, n: int) -> tuple[str, bool]:
     if len(spans) <= n:
         return text, False
     return text[: enc.offsets[spans[n - 1][2] - 1][1]], True
+
+
+def read_words(model: torch.nn.Module, tok: Tokenizer, text: str) -> tuple[list[str], str | None, bool]:
+    """The words of `text` as the Mask tab offers them for hiding (`text_words`; none for a blank or unusable
+    text: `fill_mask` says why), the input's warning, and whether the model reads only part of the text."""
+    try:
+        words = text_words(tok, text) if text.strip() else []
+    except InputError:
+        return [], None, False
+    if not words:
+        return [], None, False
+    enc = tok.encode(text, max_length=input_limit(model, tok))
+    return words, enc.warning, enc.truncated

@@ -24,11 +24,12 @@ from bertlab.viz.attention import (
     heatmap_title,
     heatmap_z,
     plot_attention_heatmap,
+    view_help,
 )
 from bertlab.viz.attention_view import AttentionView
 from bertlab.viz.figure_widget import SyncedFigureWidget, redraw
 from bertlab.viz.rollout import plot_rollout, rollout_titles, rollout_z
-from bertlab.viz.theme import FAINT, help_html
+from bertlab.viz.theme import FAINT
 
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
 MAX_TOKENS = 128  # beyond this a heatmap cell is smaller than a pixel pair; cut with a note
@@ -38,28 +39,6 @@ BERTVIZ_MODEL_VIEW_TOKENS = 48  # above this bertviz's model view draws so many 
 # The panel's sliders each view uses: the head and model views and bertviz have their own controls
 # (a second layer control beside theirs would only confuse), and rollout mixes every head.
 SLIDERS = {"Heatmap": ("layer", "head"), "Head view": (), "Model view": (), "Rollout": ("layer",), "bertviz": ()}
-HELP = {
-    "Heatmap": (
-        "Rows are the tokens that look (queries), columns the tokens they look at (keys); "
-        "each row sums to 1. Change the text and press Show, or move the sliders."
-    ),
-    "Head view": (
-        "Each line joins a token (left) to a token it attends to (right); darker = more weight. "
-        "Hover a token to see only its lines; click the coloured chips to overlay heads."
-    ),
-    "Model view": (
-        "Every head of every layer at a glance (rows = layers, columns = heads). "
-        "Click a thumbnail to open it in the head view."
-    ),
-    "Rollout": (
-        "Left: the layer's attention averaged over heads. Right: attention rollout, which follows the "
-        "attention (plus the residual connection) down through the layers to the input tokens."
-    ),
-    "bertviz": (
-        "The bertviz library's own views, with its JavaScript read from installed packages (no network). "
-        "They keep their own layer and head controls."
-    ),
-}
 
 
 class AttentionPanel(Panel):
@@ -116,7 +95,7 @@ class AttentionPanel(Panel):
         self.bertviz_box = widgets.VBox([self.bertviz_kind, self.bertviz_frame], layout=widgets.Layout(width="100%"))
         self.placeholder = widgets.HTML(f'<div style="{FAINT};padding:1em">Type a sentence and press Show.</div>')
         self.stage = widgets.VBox([self.figure], layout=widgets.Layout(width="100%", overflow="auto"))
-        self.help = widgets.HTML(_help_html("Heatmap"))
+        self.help = widgets.HTML(view_help("Heatmap"))
 
         self.text_a.observe(self._on_text, names="value")
         self.text_b.observe(self._on_text, names="value")
@@ -234,7 +213,7 @@ class AttentionPanel(Panel):
         shown = self._view_widget(name)
         if tuple(self.stage.children) != (shown,):
             self.stage.children = [shown]
-        self.help.value = _help_html(name)
+        self.help.value = view_help(name)
 
     def _view_widget(self, name: str) -> widgets.Widget:
         if name == "Heatmap":
@@ -347,10 +326,6 @@ class AttentionPanel(Panel):
                 (f"bertviz's model view draws every line of every head ({len(r.tokens)} tokens): it may take a "
                  "while to appear. bertlab's own Model view is much lighter."),
             )])
-
-
-def _help_html(view: str) -> str:
-    return help_html(HELP[view])
 
 
 def _notes(result: AttentionResult) -> list[tuple[Level, str]]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html
 import logging
-from dataclasses import dataclass
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
@@ -17,21 +16,20 @@ from bertlab.analysis.family import (
     AttentionReach,
     Distillation,
     ElectraPicture,
+    Loaded,
     ModelView,
     ScoreTerms,
     WordChoice,
-    attention_reach,
+    attention_changes,
     check_sentence,
     default_word,
-    distillation,
-    electra_pair,
+    distillations,
+    electra_demo,
     kind_note,
-    plays,
-    score_terms,
     view_model,
     word_choices,
 )
-from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
+from bertlab.analysis.replaced import ReplacedTokens
 from bertlab.hub import RECOMMENDED
 from bertlab.inputs import InputError
 from bertlab.panels.base import Level, Panel
@@ -40,6 +38,7 @@ from bertlab.panels.state import ModelState
 from bertlab.panels.views import Hold
 from bertlab.settings import in_hub_cache
 from bertlab.tokenizer import Tokenizer
+from bertlab.training.preview import dynamic_draws
 from bertlab.viz.family import (
     card_extra,
     followed_text,
@@ -73,13 +72,6 @@ HELP = (
 )
 ONE_MODEL = ("Only one model is picked: add another (load one in the model list above, e.g. a folder or a "
              "cached hub model, or train one in the Pre-training tab) to compare the family side by side.")
-
-
-@dataclass
-class Loaded:
-    name: str
-    model: torch.nn.Module
-    tok: Tokenizer
 
 
 class FamilyPanel(Panel):
@@ -271,41 +263,10 @@ class FamilyPanel(Panel):
             notes += [(level, f"{m.name}: {t}") for level, t in view.notes]  # type: ignore[misc]
             self.views.append(view)
         self._loaded = loaded
-        notes += self._electra(loaded, text, word)
-        notes += self._distil(loaded, text, word)
-        self._attention_changes(loaded, text)
-        return notes
-
-    def _attention_changes(self, loaded: list[Loaded], text: str) -> None:
-        """What a member changed in attention, for the first picked model that shows it."""
-        shown = {v.name for v in self.views}
-        for m in loaded:
-            if m.name not in shown:
-                continue
-            if self.reach is None and (reach := attention_reach(m.model, m.tok, text)) is not None:
-                self.reach = (m.name, reach)
-            if self.terms is None and (terms := score_terms(m.model, m.tok, text)) is not None:
-                self.terms = (m.name, terms)
-
-    def _distil(self, loaded: list[Loaded], text: str, word: WordChoice | None) -> list[tuple[Level, str]]:
-        """A distilled student (DistilBERT) beside a teacher with its vocabulary: the soft-target loss on the word."""
-        notes: list[tuple[Level, str]] = []
-        for v in self.views:
-            student = self._loaded_of(v.name)
-            if v.objective is None or v.objective.demo != "distil" or student is None or word is None \
-                    or not student.model.has_mlm:
-                continue
-            vocab = student.tok.get_vocab()
-            teachers = [m for m in loaded if m is not student and m.model.has_mlm and m.tok.get_vocab() == vocab
-                        and not plays(self.views, m.name, "generator")]
-            if not teachers:
-                notes.append(("info", f"{v.name} was distilled from a teacher: pick a model with its vocabulary "
-                                      "(e.g. bert-base-uncased for distilbert-base-uncased) to see the distillation "
-                                      "loss on the hidden word."))
-                continue
-            t = teachers[0]
-            self.distilled[v.name] = (t.name, distillation(student.model, student.tok, t.model, t.tok, text, word))
-        return notes
+        self.picture, self.replaced, electra = electra_demo(self.views, loaded, text, word, self.seed)
+        self.distilled, distil = distillations(self.views, loaded, text, word)
+        self.reach, self.terms = attention_changes(self.views, loaded, text)
+        return notes + electra + distil
 
     def _load_picked(self, notes: list[tuple[Level, str]]) -> list[Loaded]:
         """The picked models, loaded (a model that fails to load becomes an error note; the others show)."""
@@ -342,26 +303,6 @@ class FamilyPanel(Panel):
             entry.model, entry.tok = load(entry.source)
         return Loaded(value, entry.model, entry.tok)
 
-    def _electra(self, loaded: list[Loaded], text: str, word: WordChoice | None) -> list[tuple[Level, str]]:
-        """ELECTRA on the sentence: a generator + discriminator pair (replacements and the verdict), or a
-        discriminator alone (its verdict on the sentence as typed)."""
-        gens = [m for m in loaded if plays(self.views, m.name, "generator")]
-        discs = [m for m in loaded if getattr(m.model, "has_rtd", False)]
-        if not discs:
-            return []
-        d = discs[0]
-        pair = next((g for g in gens if g.tok.get_vocab() == d.tok.get_vocab()), None)
-        if pair is None:
-            self.replaced = replaced_tokens(d.model, d.tok, text)
-            tip = (" The generator picked has another vocabulary: pick the one trained with this discriminator."
-                   if gens else " Pick its generator too to see the generator replace pieces first.")
-            return [("info", f"{d.name} is an ELECTRA discriminator: it says, for every word of the sentence as "
-                             f"typed, how likely it was replaced.{tip}")]
-        self.picture = electra_pair(pair.model, pair.tok, d.model, d.tok, text, word, seed=self.seed)
-        return [("info", f"ELECTRA: {pair.name} (the generator) filled the hidden pieces with samples; "
-                         f"{d.name} (the discriminator) says for every piece whether it was replaced. Vermilion bars: "
-                         "really replaced; outlined: pieces that were hidden (a sample may equal the original).")]
-
     # -- drawing -----------------------------------------------------------------------------------------
     def _draw(self) -> None:
         views = self.views
@@ -390,11 +331,17 @@ class FamilyPanel(Panel):
         return next((m for m in self._loaded if m.name == name), None)
 
     def _extra(self, view: ModelView) -> str:
-        """What a card adds for its objective (see `card_extra`)."""
+        """What a card adds for its objective (see `card_extra`): RoBERTa's card, the sentence in three epochs."""
         m = self._loaded_of(view.name)
         if view.objective is None or m is None:
             return ""
-        return card_extra(view, m.tok, self.text.value, self.seed, self.distilled.get(view.name))
+        draws: list | str | None = None
+        if view.objective.demo == "dynamic":
+            try:
+                draws = dynamic_draws(m.tok, self.text.value, "token", 0.15, self.seed, epochs=3)
+            except (ValueError, IndexError) as e:
+                draws = str(e)
+        return card_extra(view, draws, self.distilled.get(view.name))
 
     def figures(self) -> dict[str, go.Figure]:
         return box_figures({"tokenizers": self.cuts_box, "hidden word": self.mask_box, "parameters": self.params_box,

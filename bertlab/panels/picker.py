@@ -12,6 +12,7 @@ from bertlab.inputs import echo
 from bertlab.panels.base import Panel, busy_html
 from bertlab.panels.runs import BackgroundRun, in_background
 from bertlab.panels.state import ModelState
+from bertlab.panels.views import Hold
 from bertlab.settings import in_hub_cache
 from bertlab.viz.picker import hub_options, model_card, model_lacks, small_note
 from bertlab.viz.theme import BOX_BORDER, help_html
@@ -52,7 +53,7 @@ class ModelPicker(Panel):
         self.load_button = widgets.Button(description="Load", tooltip="Load this model and show it in every tab",
                                           layout=widgets.Layout(width="auto", flex="0 0 auto"))
         self.card = widgets.HTML(model_card(state.model, state.name))
-        self._syncing = False  # True while _on_state rewrites the dropdown (its changes are not the student's)
+        self.hold = Hold()  # set while _on_state rewrites the dropdown (its changes are not the student's)
         self.help = widgets.HTML(help_html(CLASS_HELP if self.workspace.confined else HELP))
         # Recommended hub models: size, download progress, then load (in a background thread).
         self.hub_choice = widgets.Dropdown(options=hub_options(self.workspace.confined), value="",
@@ -78,7 +79,7 @@ class ModelPicker(Panel):
         )
 
     def _on_choice(self, change) -> None:
-        if self._syncing or change["new"] == self.state.name:
+        if self.hold or change["new"] == self.state.name:
             return
         with self.reporting():
             self.show_message(f"Loading {change['new']}…")
@@ -188,11 +189,8 @@ class ModelPicker(Panel):
 
     def _on_state(self, state: ModelState) -> None:
         """Another part of the app added or switched a model: list it and show its card."""
-        self._syncing = True
-        try:
+        with self.hold():
             self.choice.options = list(state.entries)
             self.choice.value = state.name
-        finally:
-            self._syncing = False
         self.card.value = model_card(state.model, state.name)
 

@@ -14,7 +14,6 @@ from bertlab.tokenizer import Tokenizer
 from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.representation import (
-    PART_LABELS,
     help_text,
     input_notes,
     plot_input_table,
@@ -112,10 +111,8 @@ class RepresentationPanel(Panel):
         if self.rep is None:
             blank = empty_figure("Type a sentence and press Show.")
             return blank, go.Figure(blank), go.Figure(blank)
-        norms = plot_part_norms(self.rep)
-        for part in HIDDEN_PARTS:
-            norms.update_traces(visible="legendonly", selector={"name": PART_LABELS[part]})
-        return plot_input_table(self.rep), norms, plot_part_projection(self.rep)
+        return (plot_input_table(self.rep), plot_part_norms(self.rep, hidden=HIDDEN_PARTS),
+                plot_part_projection(self.rep))
 
     def _widgets(self) -> tuple[go.FigureWidget, go.FigureWidget, go.FigureWidget]:
         return self.table, self.norms, self.projection

@@ -27,7 +27,7 @@ from bertlab.analysis.similarity import (
 from bertlab.panels.base import Level, Panel, run_button, unknown_notes
 from bertlab.panels.views import Hold, help_note
 from bertlab.tokenizer import Tokenizer
-from bertlab.viz.figure_widget import SyncedFigureWidget, redraw, show_figure
+from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.similarity import (
     map_notes,
@@ -151,8 +151,8 @@ class SimilarityPanel(Panel):
             button.on_click(lambda _, section=section: self._on_input(section))
             for w in texts:
                 w.observe(lambda _, section=section: self._on_input(section), names="value")
-        self.token_stage.observe(lambda _: self._on_stage(0), names="value")
-        self.map_stage.observe(lambda _: self._on_stage(2), names="value")
+        self.token_stage.observe(self._on_token_stage, names="value")
+        self.map_stage.observe(self._on_map_stage, names="value")
         self.sections.observe(self._on_section, names="selected_index")
         self._widget = widgets.VBox([self.sections, help_note(HELP, "760px")], layout=widgets.Layout(width="100%"))
 
@@ -186,13 +186,28 @@ class SimilarityPanel(Panel):
             setattr(self, RESULTS[section], self._run(section))
             self._redraw(section)
 
-    def _on_stage(self, section: int) -> None:
-        """Another stage of the same result: the figure is redrawn in place (only what changed is sent:
-        the cosines or the points' places, and the titles)."""
-        if getattr(self, RESULTS[section]) is None or self.hold:
+    def _on_token_stage(self, _=None) -> None:
+        """Another stage of the same text: only the cosines and the title change."""
+        if self.sim is None or self.hold:
             return
         with self.reporting():
-            redraw(self.boxes[section].children[0], self._figures[section]())
+            new = plot_token_similarity(self.sim, self.token_stage.value)
+            with self.token_figure.batch_update():
+                self.token_figure.data[0].z = new.data[0].z
+                self.token_figure.layout.title.text = new.layout.title.text
+
+    def _on_map_stage(self, _=None) -> None:
+        """Another stage of the same points: only their places, the axes and the title change."""
+        if self.proj is None or self.hold:
+            return
+        with self.reporting():
+            new = plot_word_projection(self.proj, self.map_stage.value)
+            with self.map_figure.batch_update():
+                for old_trace, new_trace in zip(self.map_figure.data, new.data):
+                    old_trace.x, old_trace.y = new_trace.x, new_trace.y
+                self.map_figure.layout.title.text = new.layout.title.text
+                self.map_figure.layout.xaxis.title.text = new.layout.xaxis.title.text
+                self.map_figure.layout.yaxis.title.text = new.layout.yaxis.title.text
 
     def _on_section(self, change) -> None:
         section = change["new"]

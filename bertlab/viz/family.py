@@ -22,8 +22,6 @@ from bertlab.analysis.family import (
     ScoreTerms,
     TokenCut,
 )
-from bertlab.tokenizer import Tokenizer
-from bertlab.training.preview import dynamic_draws
 from bertlab.viz.pretrain import dynamic_html
 from bertlab.viz.text import plain_text
 from bertlab.viz.theme import HELP_STYLE, MUTED, NEUTRAL, OKABE_ITO, Theme, current, finish
@@ -353,19 +351,17 @@ def plot_score_terms(name: str, st: ScoreTerms, style: Theme | None = None) -> g
     return finish(fig, t)
 
 
-def card_extra(view: ModelView, tok: Tokenizer, text: str, seed: int,
+def card_extra(view: ModelView, draws: Sequence | str | None = None,
                distilled: tuple[str, Distillation] | None = None) -> str:
-    """What a model's objective card adds (HTML): RoBERTa's dynamic masks of `text` (drawn with `seed`),
-    DistilBERT's depth and its distillation loss (`distilled`: its teacher's name and the loss), a note
-    for the others."""
+    """What a model's objective card adds (HTML): RoBERTa's dynamic masks (`draws`: the sentence masked in
+    three epochs, bertlab.training.preview.dynamic_draws, or why it could not be), DistilBERT's depth and its
+    distillation loss (`distilled`: its teacher's name and the loss), a note for the others."""
     o = view.objective
     if o is None:
         return ""
     if o.demo == "dynamic":
-        try:
-            draws = dynamic_draws(tok, text, "token", 0.15, seed, epochs=3)
-        except (ValueError, IndexError) as e:
-            return f'<div style="{MUTED}">{html.escape(str(e))}</div>'
+        if isinstance(draws, str):
+            return f'<div style="{MUTED}">{html.escape(draws)}</div>'
         return ('<div style="margin-top:4px">The same sentence in three epochs, each with a new mask:</div>'
                 + dynamic_html(draws))
     if o.demo == "rtd":

@@ -93,9 +93,11 @@ def plot_input_table(rep: Representation, style: Theme | None = None) -> go.Figu
     return finish(fig, t, wide=True)
 
 
-def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, style: Theme | None = None) -> go.Figure:
-    """Grouped bars: the L2 norm of each part for each token (x = tokens, one colour per part).
-    As wide as its tokens (at least the tab's width in projector mode): its box scrolls."""
+def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, style: Theme | None = None,
+                    hidden: Sequence[str] = ()) -> go.Figure:
+    """Grouped bars: the L2 norm of each part for each token (x = tokens, one colour per part); the parts
+    of `hidden` are in the legend, off until clicked. As wide as its tokens (at least the tab's width in
+    projector mode): its box scrolls."""
     t = style or current()
     parts = list(parts or rep.norms)
     for p in parts:
@@ -110,6 +112,7 @@ def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, sty
                 y=np.round(rep.norms[p].numpy(), DECIMALS),
                 marker_color=PART_COLORS.get(p),
                 hovertemplate="%{x}<br>" + PART_LABELS.get(p, p) + ": norm %{y:.3f}<extra></extra>",
+                **({"visible": "legendonly"} if p in hidden else {}),
             )
             for p in parts
         ]
