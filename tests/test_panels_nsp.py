@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from bertlab.analysis.nsp import CLS, EMPTY_B, A, B, next_sentence, pair_attention_mass
+from bertlab.analysis.nsp import CLS, A, B, next_sentence, pair_attention_mass
 from bertlab.panels.base import lacks
 from bertlab.panels.nsp import (
     DEFAULT_A,
     DEFAULT_B,
+    EMPTY_B,
     NO_CORPUS,
     NSPPanel,
 )

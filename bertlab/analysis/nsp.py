@@ -146,23 +146,6 @@ def attention_mass(patterns: torch.Tensor, groups: Sequence[str]) -> AttentionMa
     return AttentionMass(groups=names, mass=mass, sizes=tuple(int(s) for s in sizes))
 
 
-EMPTY_B = "Sentence B is empty: NSP asks whether B follows A, so type a second sentence (or press Random B)."
-
-
-def read_pair(model: torch.nn.Module, tok: Tokenizer, a: str, b: str
-              ) -> tuple[NSPResult | None, AttentionMass, str | None]:
-    """The pair head's verdict on (A, B) (None for a model without one), the attention between the parts of
-    the pair, and the input's warning; InputError (the message a student sees) for a blank sentence."""
-    require_text(a, "first sentence (A)")
-    if not b.strip():
-        raise InputError(EMPTY_B)
-    if model.has_nsp:
-        result = next_sentence(model, tok, a, b)
-        return result, result.attention, result.warning
-    mass, warning = pair_attention_mass(model, tok, a, b)
-    return None, mass, warning
-
-
 SENTENCE_WORDS = (4, 40)  # sentences offered are this many words long (inclusive)
 
 

@@ -19,7 +19,7 @@ from bertlab.analysis.ablation import (
 )
 from bertlab.panels.base import Panel, lacks, run_button, unknown_notes
 from bertlab.panels.classroom import AnswerHold
-from bertlab.panels.views import Hold
+from bertlab.panels.views import Hold, on_input
 from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.viz.ablation import ablation_notes, plot_head_effects, plot_logit_lens, summary_html
 from bertlab.viz.figure_widget import box_figures, show_figure, shown_figure
@@ -85,9 +85,7 @@ class AblationPanel(Panel):
         self.hold = Hold()  # set while the panel itself flips head buttons
 
         self._build_grid()
-        self.text.observe(self._on_text, names="value")
-        self.target.observe(self._on_text, names="value")
-        self.show_button.on_click(self._on_text)
+        on_input(self._on_text, self.text, self.target, self.show_button)
         self.reset_button.on_click(self._on_reset)
         self.effects_button.on_click(self._on_effects)
         self._widget = widgets.VBox(

@@ -15,7 +15,7 @@ import torch
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.analysis.rollout import RolloutResult, rollout_from_attention
 from bertlab.panels.base import Level, Panel, run_button, sentence_pair, unknown_notes
-from bertlab.panels.views import CountSliders, Hold
+from bertlab.panels.views import CountSliders, Hold, on_input
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention import (
     attention_notes,
@@ -97,13 +97,9 @@ class AttentionPanel(Panel):
         self.stage = widgets.VBox([self.figure], layout=widgets.Layout(width="100%", overflow="auto"))
         self.help = widgets.HTML(view_help("Heatmap"))
 
-        self.text_a.observe(self._on_text, names="value")
-        self.text_b.observe(self._on_text, names="value")
-        self.show_button.on_click(self._on_text)
-        self.layer.observe(self._on_head, names="value")
-        self.head.observe(self._on_head, names="value")
-        self.view.observe(self._on_view, names="value")
-        self.bertviz_kind.observe(self._on_view, names="value")
+        on_input(self._on_text, self.text_a, self.text_b, self.show_button)
+        on_input(self._on_head, self.layer, self.head)
+        on_input(self._on_view, self.view, self.bertviz_kind)
         self._widget = widgets.VBox(
             [
                 self.text_a,
@@ -304,22 +300,15 @@ class AttentionPanel(Panel):
 
     def _draw_bertviz(self, old: tuple | None) -> None:
         """bertviz's page for this text, built only when this view is chosen."""
-        from bertlab.viz.bertviz_offline import (
-            OfflineLibraryError,
-            bertviz_head_view,
-            bertviz_model_view,
-        )
+        from bertlab.viz.bertviz_offline import bertviz_page
 
         r = self.result
         try:
-            if self.bertviz_kind.value == "head view":
-                frame = bertviz_head_view(r.patterns, r.labels, r.sentence_b_start, layer=self.layer.value)
-            else:
-                frame = bertviz_model_view(r.patterns, r.labels, r.sentence_b_start)
-        except (ImportError, OfflineLibraryError) as e:
+            self.bertviz_frame.value = bertviz_page(r.patterns, r.labels, r.sentence_b_start, self.bertviz_kind.value,
+                                                    layer=self.layer.value)
+        except ValueError:  # bertviz cannot be shown here: no old page under the message
             self.bertviz_frame.value = ""
-            raise ValueError(f"bertviz cannot be shown here: {e} The other views work without it.") from e
-        self.bertviz_frame.value = frame.value
+            raise
         if self.bertviz_kind.value == "model view" and len(r.tokens) > BERTVIZ_MODEL_VIEW_TOKENS:
             self.show_messages(_notes(r) + [(
                 "warning",

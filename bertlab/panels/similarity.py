@@ -25,7 +25,7 @@ from bertlab.analysis.similarity import (
     word_projection,
 )
 from bertlab.panels.base import Level, Panel, run_button, unknown_notes
-from bertlab.panels.views import Hold, help_note
+from bertlab.panels.views import Hold, help_note, on_input
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
@@ -60,6 +60,8 @@ She lent me some money for lunch."""
 MAX_SHOWN = 128  # tokens in the cosine matrix; beyond this a cell is smaller than a pixel pair
 SECTIONS = ("Tokens", "One word", "Word map")
 RESULTS = ("sim", "word_result", "proj")  # the attribute that holds each sub-tab's result
+HINTS = ("Type a text and press Show.", "Type a word and at least two contexts that contain it, then press Compare.",
+         "Type words and sentences that contain them, then press Map.")  # each sub-tab's figure before a result
 BUSY = ("Computing the cosines…", "Reading the word in every context…", "Placing the words…")
 HELP = (
     "Contextual vectors share a common direction (they are <i>anisotropic</i>), so even two random "
@@ -129,13 +131,12 @@ class SimilarityPanel(Panel):
                                                  continuous_update=True, layout=wide)
 
         self.sections = widgets.Tab(children=[widgets.VBox() for _ in SECTIONS], titles=list(SECTIONS))
-        # each sub-tab: how it computes (result, notes) or raises InputError, and the figure of its result
+        # each sub-tab: how it computes (result, notes) or raises InputError
         self._computes = (self._compute_tokens, self._compute_word, self._compute_map)
-        self._figures = (self._token_fig, self._word_fig, self._map_fig)
         for section in range(len(SECTIONS)):
             setattr(self, RESULTS[section], self._run(section))
         # Each FigureWidget starts from a complete figure (one filled after creation shows blank in Voilà).
-        self.boxes = [widgets.Box([SyncedFigureWidget(figure())]) for figure in self._figures]
+        self.boxes = [widgets.Box([SyncedFigureWidget(self._figure(section))]) for section in range(len(SECTIONS))]
         self.sections.children = [
             widgets.VBox([help_note(TOKENS_HELP, "760px"), self.text, widgets.HBox([self.text_button]),
                           self.token_stage, self.message, self.boxes[0]]),
@@ -148,9 +149,7 @@ class SimilarityPanel(Panel):
 
         inputs = ((self.text,), (self.word, self.contexts), (self.map_words, self.map_sentences))
         for section, (button, texts) in enumerate(zip(self._buttons(), inputs)):
-            button.on_click(lambda _, section=section: self._on_input(section))
-            for w in texts:
-                w.observe(lambda _, section=section: self._on_input(section), names="value")
+            on_input(lambda _, section=section: self._on_input(section), button, *texts)
         self.token_stage.observe(self._on_token_stage, names="value")
         self.map_stage.observe(self._on_map_stage, names="value")
         self.sections.observe(self._on_section, names="selected_index")
@@ -255,21 +254,17 @@ class SimilarityPanel(Panel):
         return self._baseline
 
     # -- drawing --------------------------------------------------------------------------
-    def _token_fig(self) -> go.Figure:
-        if self.sim is None:
-            return empty_figure("Type a text and press Show.")
-        return plot_token_similarity(self.sim, min(self.token_stage.value, self.sim.num_stages - 1))
-
-    def _word_fig(self) -> go.Figure:
-        if self.word_result is None:
-            return empty_figure("Type a word and at least two contexts that contain it, then press Compare.")
-        return plot_word_across_layers(self.word_result)
-
-    def _map_fig(self) -> go.Figure:
-        if self.proj is None:
-            return empty_figure("Type words and sentences that contain them, then press Map.")
-        return plot_word_projection(self.proj, min(self.map_stage.value, self.proj.points.shape[0] - 1))
+    def _figure(self, section: int) -> go.Figure:
+        """The figure of sub-tab `section`: its result at the chosen stage, or the hint that says how to get one."""
+        result = getattr(self, RESULTS[section])
+        if result is None:
+            return empty_figure(HINTS[section])
+        if section == 0:
+            return plot_token_similarity(result, min(self.token_stage.value, result.num_stages - 1))
+        if section == 1:
+            return plot_word_across_layers(result)
+        return plot_word_projection(result, min(self.map_stage.value, result.points.shape[0] - 1))
 
     def _redraw(self, section: int) -> None:
         """New result: show its figure in sub-tab `section` (in place when its traces are of the same kinds)."""
-        show_figure(self.boxes[section], self._figures[section]())
+        show_figure(self.boxes[section], self._figure(section))

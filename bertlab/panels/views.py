@@ -5,7 +5,7 @@ and a sub-tab's help line. (The boxes that show figures: bertlab.viz.figure_widg
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Literal
 
 import ipywidgets as widgets
@@ -33,6 +33,15 @@ class Hold:
             yield
         finally:
             self._depth -= 1
+
+
+def on_input(callback: Callable[..., None], *inputs: widgets.Widget) -> None:
+    """Call `callback` when one of `inputs` changes its value, or (a button) is clicked."""
+    for w in inputs:
+        if isinstance(w, widgets.Button):
+            w.on_click(callback)
+        else:
+            w.observe(callback, names="value")
 
 
 Count = Literal["layer", "head", "stage"]  # a layer (0 … L-1), a head (0 … H-1), a stage (0 embeddings … L)
