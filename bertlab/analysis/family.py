@@ -26,6 +26,7 @@ from torch import nn
 from bertlab.analysis.attention import attention_windows
 from bertlab.analysis.mask import MaskPrediction, fill_mask
 from bertlab.analysis.nsp import next_sentence
+from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.inputs import InputError, echo, require_text
 from bertlab.runtime import eval_mode, input_limit, max_tokens, model_device
 from bertlab.tokenizer import WORD_START_MARK, Encoding, Tokenizer
@@ -652,3 +653,83 @@ def score_terms(model: torch.nn.Module, tok: Tokenizer, text: str, layer: int | 
         _, cache = model.run_with_cache(ids, token_type_ids=types, names=list(names.values()))
     terms = {t: cache[n][0, head].to("cpu", torch.float32) for t, n in names.items() if n in cache}
     return ScoreTerms(labels=labels, layer=layer, head=head, terms=terms)
+
+
+def plays(views: Sequence[ModelView], name: str, role: str) -> bool:
+    """Whether the model `name` plays `role` ("generator", "discriminator", ...) among `views`."""
+    return any(v.name == name and v.objective is not None and v.objective.role == role for v in views)
+
+
+# -- the picked models together ---------------------------------------------------------------------
+@dataclass
+class Loaded:
+    """A model picked for the comparison, loaded: its name in the model list, the model, its tokenizer."""
+
+    name: str
+    model: nn.Module
+    tok: Tokenizer
+
+
+def attention_changes(views: Sequence[ModelView], loaded: Sequence[Loaded], text: str
+                      ) -> tuple[tuple[str, AttentionReach] | None, tuple[str, ScoreTerms] | None]:
+    """What a member changed in attention, as (model name, result) of the first model shown in `views` that
+    has it: a local band beside full attention, and the disentangled score terms of one head."""
+    shown = {v.name for v in views}
+    reach = terms = None
+    for m in loaded:
+        if m.name not in shown:
+            continue
+        if reach is None and (r := attention_reach(m.model, m.tok, text)) is not None:
+            reach = (m.name, r)
+        if terms is None and (st := score_terms(m.model, m.tok, text)) is not None:
+            terms = (m.name, st)
+    return reach, terms
+
+
+def distillations(views: Sequence[ModelView], loaded: Sequence[Loaded], text: str, word: WordChoice | None
+                  ) -> tuple[dict[str, tuple[str, Distillation]], list[tuple[str, str]]]:
+    """A distilled student (DistilBERT) beside a teacher with its vocabulary: student -> (teacher, the
+    soft-target loss on the word), and a note for each student without a teacher among `loaded`."""
+    by_name = {m.name: m for m in loaded}
+    out: dict[str, tuple[str, Distillation]] = {}
+    notes: list[tuple[str, str]] = []
+    for v in views:
+        student = by_name.get(v.name)
+        if v.objective is None or v.objective.demo != "distil" or student is None or word is None \
+                or not student.model.has_mlm:
+            continue
+        vocab = student.tok.get_vocab()
+        teachers = [m for m in loaded if m is not student and m.model.has_mlm and m.tok.get_vocab() == vocab
+                    and not plays(views, m.name, "generator")]
+        if not teachers:
+            notes.append(("info", f"{v.name} was distilled from a teacher: pick a model with its vocabulary "
+                                  "(e.g. bert-base-uncased for distilbert-base-uncased) to see the distillation "
+                                  "loss on the hidden word."))
+            continue
+        t = teachers[0]
+        out[v.name] = (t.name, distillation(student.model, student.tok, t.model, t.tok, text, word))
+    return out, notes
+
+
+def electra_demo(views: Sequence[ModelView], loaded: Sequence[Loaded], text: str, word: WordChoice | None,
+                 seed: int = 0) -> tuple[ElectraPicture | None, ReplacedTokens | None, list[tuple[str, str]]]:
+    """ELECTRA on the sentence: a generator + discriminator pair among `loaded` (the generator's replacements
+    and the discriminator's verdict), or a discriminator alone (its verdict on the sentence as typed);
+    (None, None, []) without a discriminator."""
+    gens = [m for m in loaded if plays(views, m.name, "generator")]
+    discs = [m for m in loaded if getattr(m.model, "has_rtd", False)]
+    if not discs:
+        return None, None, []
+    d = discs[0]
+    pair = next((g for g in gens if g.tok.get_vocab() == d.tok.get_vocab()), None)
+    if pair is None:
+        tip = (" The generator picked has another vocabulary: pick the one trained with this discriminator."
+               if gens else " Pick its generator too to see the generator replace pieces first.")
+        return None, replaced_tokens(d.model, d.tok, text), [(
+            "info", f"{d.name} is an ELECTRA discriminator: it says, for every word of the sentence as typed, how "
+                    f"likely it was replaced.{tip}")]
+    picture = electra_pair(pair.model, pair.tok, d.model, d.tok, text, word, seed=seed)
+    return picture, None, [("info", f"ELECTRA: {pair.name} (the generator) filled the hidden pieces with samples; "
+                                    f"{d.name} (the discriminator) says for every piece whether it was replaced. "
+                                    "Vermilion bars: really replaced; outlined: pieces that were hidden (a sample "
+                                    "may equal the original).")]

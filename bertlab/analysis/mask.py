@@ -392,3 +392,27 @@ def _word_score(
         warning=enc.warning,
         joined_guess=tok.join_pieces(tok.convert_ids_to_tokens(guesses.tolist())),
     )
+
+
+def first_words(tok: Tokenizer, text: str, n: int) -> tuple[str, bool]:
+    """(`text` cut after its first `n` words, whether it was cut)."""
+    if not text.strip():
+        return text, False
+    enc = tok.encode(text)
+    spans = enc.word_spans()
+    if len(spans) <= n:
+        return text, False
+    return text[: enc.offsets[spans[n - 1][2] - 1][1]], True
+
+
+def read_words(model: torch.nn.Module, tok: Tokenizer, text: str) -> tuple[list[str], str | None, bool]:
+    """The words of `text` as the Mask tab offers them for hiding (`text_words`; none for a blank or unusable
+    text: `fill_mask` says why), the input's warning, and whether the model reads only part of the text."""
+    try:
+        words = text_words(tok, text) if text.strip() else []
+    except InputError:
+        return [], None, False
+    if not words:
+        return [], None, False
+    enc = tok.encode(text, max_length=input_limit(model, tok))
+    return words, enc.warning, enc.truncated

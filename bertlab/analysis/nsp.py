@@ -146,6 +146,26 @@ def attention_mass(patterns: torch.Tensor, groups: Sequence[str]) -> AttentionMa
     return AttentionMass(groups=names, mass=mass, sizes=tuple(int(s) for s in sizes))
 
 
+SENTENCE_WORDS = (4, 40)  # sentences offered are this many words long (inclusive)
+
+
+def _fits(sentence: str, words: tuple[int, int] = SENTENCE_WORDS) -> bool:
+    low, high = words
+    return low <= len(sentence.split()) <= high
+
+
+def sentence_pool(documents: Iterable) -> dict[str, str]:
+    """Sentences of a sensible length (SENTENCE_WORDS) -> the title of their document (`documents`: each
+    with a `title` and its `sentences`, e.g. bertlab.training.corpora.Document)."""
+    return {s: d.title for d in documents for s in d.sentences if _fits(s)}
+
+
+def following_pairs(documents: Iterable) -> list[tuple[object, int]]:
+    """(document, i) for each i such that sentences i and i + 1 of the document are both of a sensible length."""
+    return [(d, i) for d in documents for i in range(len(d.sentences) - 1)
+            if _fits(d.sentences[i]) and _fits(d.sentences[i + 1])]
+
+
 def random_sentence(
     corpus_sentences: Sequence[str], rng: torch.Generator, exclude: Iterable[str] = ()
 ) -> str:

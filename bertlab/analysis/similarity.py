@@ -391,7 +391,7 @@ def first_similarity_tokens(sim: TokenSimilarity, n: int) -> TokenSimilarity:
 
 def parse_contexts(text: str) -> tuple[list[str] | None, list[str]]:
     """(sense labels or None, contexts) from one context per line, each optionally "label | sentence"."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = text_lines(text)
     if not lines:
         raise InputError("No contexts: type at least two sentences that contain the word, one per line.")
     split = [line.partition("|") for line in lines]
@@ -405,3 +405,13 @@ def parse_contexts(text: str) -> tuple[list[str] | None, list[str]]:
             "label every context or none."
         )
     return [label.strip() for label, _, _ in split], [sentence.strip() for _, _, sentence in split]
+
+
+def text_lines(text: str) -> list[str]:
+    """The lines of `text` that hold something, stripped."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def stage_options(num_layers: int) -> tuple[tuple[str, int], ...]:
+    """A stage slider's options: (label, stage index), stage 0 = the embeddings."""
+    return tuple((name, i) for i, name in enumerate(stage_names(num_layers)))

@@ -9,16 +9,17 @@ paper, punctuation words are left out of both (when the sentences have UPOS tags
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from bertlab.analysis.probe_data import TaggedSentence
-from bertlab.analysis.probes import Cancelled, Progress, ScalarMix, _num, word_features
+from bertlab.analysis.probe_data import TaggedSentence, read_conll2003, read_conllu, split_sentences
+from bertlab.analysis.probes import Cancelled, ProbeResult, Progress, ScalarMix, _num, probe_property, word_features
 from bertlab.inputs import InputError
 from bertlab.model import Bert
+from bertlab.settings import data_path
 from bertlab.tokenizer import Tokenizer
 
 RANK = 64
@@ -308,3 +309,38 @@ def predict_tree(model: Bert, tok: Tokenizer, probe: StructuralProbe, sentence: 
     n = f.shape[1]
     gold = gold_edges(sentence.heads[:n]) if sentence.heads is not None and n == len(sentence.words) else None
     return TreePrediction(sentence.words[:n], stage, dist, min_spanning_tree(dist), gold)
+
+
+UD_FILE = ("ud_ewt", "en_ewt-ud-dev.conllu")  # under BERTLAB_DATA: upos, deprel and the tree
+CONLL_FILES = (("conll2003", "train.txt"), ("conll2003", "dev.txt"))  # pos, chunk and ner
+UD_PROPERTIES = ("upos", "deprel", "tree")
+
+
+def probe_each(model: Bert, tok: Tokenizer, props: Sequence[str], n_train: int, n_eval: int, pool: str = "first",
+               progress: Callable[[str, int, int], None] | None = None, cancelled: Callable[[], bool] | None = None,
+               ) -> Iterator[tuple[str, ProbeResult | StructuralResult, list[TaggedSentence]]]:
+    """Probe each property of `props` in turn (the structural probe for "tree"), trained on the first `n_train`
+    training sentences and scored on the first `n_eval` held-out ones; yields (property, result, those
+    held-out sentences) as each ends. Each data file is read once, when first needed. `progress(what, done,
+    total)` hears the property's name in `what`."""
+    conll = ud = None
+    for prop in props:
+        def told(what: str, done: int, total: int, prop: str = prop) -> None:
+            if progress is not None:
+                progress(f"{prop}: {what}", done, total)
+
+        if prop in UD_PROPERTIES:
+            if ud is None:
+                tr, ev = split_sentences(read_conllu(data_path(*UD_FILE)))
+                ud = tr[:n_train], ev[:n_eval]
+            train, ev = ud
+        else:
+            if conll is None:
+                conll = (read_conll2003(data_path(*CONLL_FILES[0]))[:n_train],
+                         read_conll2003(data_path(*CONLL_FILES[1]))[:n_eval])
+            train, ev = conll
+        if prop == "tree":
+            result = probe_tree(model, tok, train, ev, pool=pool, progress=told, cancelled=cancelled)
+        else:
+            result = probe_property(model, tok, train, ev, prop, pool=pool, progress=told, cancelled=cancelled)
+        yield prop, result, ev

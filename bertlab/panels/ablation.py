@@ -17,11 +17,12 @@ from bertlab.analysis.ablation import (
     logit_lens,
     single_head_effects,
 )
-from bertlab.panels.base import Level, Panel, lacks, run_button, unknown_notes
+from bertlab.panels.base import Panel, lacks, run_button, unknown_notes
 from bertlab.panels.classroom import AnswerHold
+from bertlab.panels.views import Hold, on_input
 from bertlab.tokenizer import Tokenizer, spell_specials
-from bertlab.viz.ablation import plot_head_effects, plot_logit_lens, summary_html
-from bertlab.viz.figure_widget import SyncedFigureWidget, redraw
+from bertlab.viz.ablation import ablation_notes, plot_head_effects, plot_logit_lens, summary_html
+from bertlab.viz.figure_widget import box_figures, show_figure, shown_figure
 from bertlab.viz.theme import help_html
 
 DEFAULT_TEMPLATE = "The capital of France is {mask}."  # spelled with the model's mask token
@@ -81,14 +82,10 @@ class AblationPanel(Panel):
         self.lens: LogitLens | None = None
         self.effects: HeadEffects | None = None
         self._effects_inputs: tuple[str, str | None] | None = None  # (text, target) of `effects`
-        # Figure widgets are made from complete figures when there is a first result, then reused.
-        self.effects_figure: go.FigureWidget | None = None
-        self.lens_figure: go.FigureWidget | None = None
+        self.hold = Hold()  # set while the panel itself flips head buttons
 
         self._build_grid()
-        self.text.observe(self._on_text, names="value")
-        self.target.observe(self._on_text, names="value")
-        self.show_button.on_click(self._on_text)
+        on_input(self._on_text, self.text, self.target, self.show_button)
         self.reset_button.on_click(self._on_reset)
         self.effects_button.on_click(self._on_effects)
         self._widget = widgets.VBox(
@@ -117,7 +114,7 @@ class AblationPanel(Panel):
     def _on_head_toggle(self, change: dict) -> None:
         button = change["owner"]
         button.button_style = "danger" if button.value else ""
-        if self._quiet:
+        if self.hold:
             return
         with self.reporting():
             if self._ready():
@@ -125,13 +122,10 @@ class AblationPanel(Panel):
 
     def _on_reset(self, _=None) -> None:
         with self.reporting():
-            self._quiet = True
-            try:
+            with self.hold():
                 for row in self.head_buttons:
                     for button in row:
                         button.value = False
-            finally:
-                self._quiet = False
             if self._ready():
                 self._run_ablation()
 
@@ -170,16 +164,13 @@ class AblationPanel(Panel):
 
     def figures(self) -> dict[str, go.Figure]:
         """The head-effects heatmap (once computed) and the logit lens."""
-        out = {}
-        if self.effects_figure is not None and self.effects_box.children:
-            out["head effects"] = go.Figure(self.effects_figure)
-        if self.lens_figure is not None and self.lens_box.children:
-            out["logit lens"] = go.Figure(self.lens_figure)
-        return out
+        return box_figures({"head effects": self.effects_box, "logit lens": self.lens_box})
+
+    # the figures on show (None before a first result, or while there is none)
+    effects_figure = property(lambda self: shown_figure(self.effects_box))
+    lens_figure = property(lambda self: shown_figure(self.lens_box))
 
     # -- state ----------------------------------------------------------------------------
-    _quiet = False  # set while the panel itself flips head buttons
-
     def heads_off(self) -> list[tuple[int, int]]:
         """(layer, head) of every head switched off in the grid."""
         return [(la, h) for la, row in enumerate(self.head_buttons) for h, b in enumerate(row) if b.value]
@@ -247,12 +238,13 @@ class AblationPanel(Panel):
         self.ablation = result
         self.effects_button.disabled = False
         self.summary.value = summary_html(result)
-        self.show_messages(_notes(result, self.tok, guessed=self._target() is None))
+        unknown = unknown_notes(result.query.tokens, self.tok.id_to_token(self.tok.unk_token_id))
+        self.show_messages(ablation_notes(result, self.tok.mask_token, self._target() is None, unknown))
 
     def _run_lens(self) -> None:
         lens = logit_lens(self.model, self.tok, self.text.value, self._target(), k=TOP_K)
         self.lens = lens
-        self.lens_figure = _show(self.lens_box, self.lens_figure, plot_logit_lens(lens))
+        show_figure(self.lens_box, plot_logit_lens(lens))
 
     def _run_effects(self) -> None:
         """Every head switched off alone, with a progress bar (the button waits meanwhile)."""
@@ -266,9 +258,8 @@ class AblationPanel(Panel):
             self.effects_button.disabled = False
             self.progress.layout.visibility = "hidden"
         self.effects, self._effects_inputs = effects, self._inputs()
-        new = self.effects_figure is None
-        self.effects_figure = _show(self.effects_box, self.effects_figure, plot_head_effects(effects))
-        if new:
+        old = self.effects_figure
+        if show_figure(self.effects_box, plot_head_effects(effects)) is not old:  # a new widget: make it clickable
             self.effects_figure.data[0].on_click(self._on_effects_click)
 
     def _drop_effects(self) -> None:
@@ -282,25 +273,3 @@ class AblationPanel(Panel):
         self.progress.max, self.progress.value = total, done
         self.progress.description = f"{done}/{total}"
 
-
-def _show(box: widgets.VBox, widget: go.FigureWidget | None, fig: go.Figure) -> go.FigureWidget:
-    """Put `fig` in `box`: in the existing FigureWidget, or in a new one made from the full figure."""
-    if widget is None:
-        widget = SyncedFigureWidget(fig)
-    else:
-        redraw(widget, fig)
-    if tuple(box.children) != (widget,):
-        box.children = [widget]
-    return widget
-
-
-def _notes(result: AblationResult, tok: Tokenizer, guessed: bool = False) -> list[tuple[Level, str]]:
-    """What the student should know about this input, beyond the numbers."""
-    q = result.query
-    why = " (no target given: the model's own top guess)" if guessed else ""
-    notes: list[tuple[Level, str]] = [
-        ("info", f"{len(q.tokens)} tokens; following “{q.target}”{why} at the {tok.mask_token} (token {q.position}).")
-    ]
-    if q.warning:
-        notes.append(("warning", q.warning))
-    return notes + unknown_notes(q.tokens, tok.id_to_token(tok.unk_token_id))

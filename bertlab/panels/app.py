@@ -105,7 +105,9 @@ class App:
         self._redraw()
 
     def _redraw(self) -> None:
-        """The theme changed: the tab on show redraws now, the other built tabs when next opened."""
+        """The theme or the model changed: the tab on show redraws now, the other built tabs when next opened
+        (a plotly figure that a hidden tab creates may fail to start in the browser, and there is no need to
+        pay for redrawing tabs nobody looks at)."""
         self._stale = set(self.panels)
         self._catch_up(self.tabs_spec[self.tabs.selected_index][0])
 
@@ -156,11 +158,7 @@ class App:
         if state.model is self._shown:  # a model was only added to the list
             return
         self._shown = state.model
-        # Only the tab on show redraws now; the others when next opened. A plotly figure that a
-        # hidden tab creates may fail to start in the browser, and there is no need to pay for
-        # redrawing tabs nobody looks at.
-        self._stale = set(self.panels)
-        self._catch_up(self.tabs_spec[self.tabs.selected_index][0])
+        self._redraw()
 
     def _catch_up(self, title: str) -> None:
         panel = self.panels.get(title)

@@ -8,9 +8,6 @@ when it is on show and only if it is out of date.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
@@ -18,18 +15,21 @@ import torch
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.analysis.rollout import RolloutResult, rollout_from_attention
 from bertlab.panels.base import Level, Panel, run_button, sentence_pair, unknown_notes
+from bertlab.panels.views import CountSliders, Hold, on_input
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention import (
+    attention_notes,
     empty_heatmap,
     heatmap_marks,
     heatmap_title,
     heatmap_z,
     plot_attention_heatmap,
+    view_help,
 )
 from bertlab.viz.attention_view import AttentionView
 from bertlab.viz.figure_widget import SyncedFigureWidget, redraw
 from bertlab.viz.rollout import plot_rollout, rollout_titles, rollout_z
-from bertlab.viz.theme import FAINT, help_html
+from bertlab.viz.theme import FAINT
 
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
 MAX_TOKENS = 128  # beyond this a heatmap cell is smaller than a pixel pair; cut with a note
@@ -39,28 +39,6 @@ BERTVIZ_MODEL_VIEW_TOKENS = 48  # above this bertviz's model view draws so many 
 # The panel's sliders each view uses: the head and model views and bertviz have their own controls
 # (a second layer control beside theirs would only confuse), and rollout mixes every head.
 SLIDERS = {"Heatmap": ("layer", "head"), "Head view": (), "Model view": (), "Rollout": ("layer",), "bertviz": ()}
-HELP = {
-    "Heatmap": (
-        "Rows are the tokens that look (queries), columns the tokens they look at (keys); "
-        "each row sums to 1. Change the text and press Show, or move the sliders."
-    ),
-    "Head view": (
-        "Each line joins a token (left) to a token it attends to (right); darker = more weight. "
-        "Hover a token to see only its lines; click the coloured chips to overlay heads."
-    ),
-    "Model view": (
-        "Every head of every layer at a glance (rows = layers, columns = heads). "
-        "Click a thumbnail to open it in the head view."
-    ),
-    "Rollout": (
-        "Left: the layer's attention averaged over heads. Right: attention rollout, which follows the "
-        "attention (plus the residual connection) down through the layers to the input tokens."
-    ),
-    "bertviz": (
-        "The bertviz library's own views, with its JavaScript read from installed packages (no network). "
-        "They keep their own layer and head controls."
-    ),
-}
 
 
 class AttentionPanel(Panel):
@@ -82,11 +60,10 @@ class AttentionPanel(Panel):
     ) -> None:
         super().__init__()
         self.model, self.tok, self.max_length = model, tok, max_length
-        cfg = model.config
         self.text_a, self.text_b = sentence_pair(text, text_b)
         self.show_button = run_button()
-        self.layer = widgets.IntSlider(value=0, min=0, max=cfg.num_hidden_layers - 1, description="Layer")
-        self.head = widgets.IntSlider(value=0, min=0, max=cfg.num_attention_heads - 1, description="Head")
+        self.sliders = CountSliders(model)
+        self.layer, self.head = self.sliders("layer", "Layer"), self.sliders("head", "Head")
         self.view = widgets.ToggleButtons(
             options=VIEWS, value="Heatmap", description="View",
             tooltips=["One head as a grid", "Lines between tokens", "All layers × heads",
@@ -100,7 +77,7 @@ class AttentionPanel(Panel):
         # What each view shows now: view name -> (result version, layer, head, ...); see `_key`.
         self._version = 0
         self._drawn: dict[str, tuple] = {}
-        self._quiet = False  # set while the panel itself moves the sliders
+        self.hold = Hold()  # set while the panel itself moves the sliders
         self._rollout: tuple[int, RolloutResult] | None = None  # (version, rollout) cache
 
         # The widget is built from a full figure: what plotly changes before the browser
@@ -118,15 +95,11 @@ class AttentionPanel(Panel):
         self.bertviz_box = widgets.VBox([self.bertviz_kind, self.bertviz_frame], layout=widgets.Layout(width="100%"))
         self.placeholder = widgets.HTML(f'<div style="{FAINT};padding:1em">Type a sentence and press Show.</div>')
         self.stage = widgets.VBox([self.figure], layout=widgets.Layout(width="100%", overflow="auto"))
-        self.help = widgets.HTML(_help_html("Heatmap"))
+        self.help = widgets.HTML(view_help("Heatmap"))
 
-        self.text_a.observe(self._on_text, names="value")
-        self.text_b.observe(self._on_text, names="value")
-        self.show_button.on_click(self._on_text)
-        self.layer.observe(self._on_head, names="value")
-        self.head.observe(self._on_head, names="value")
-        self.view.observe(self._on_view, names="value")
-        self.bertviz_kind.observe(self._on_view, names="value")
+        on_input(self._on_text, self.text_a, self.text_b, self.show_button)
+        on_input(self._on_head, self.layer, self.head)
+        on_input(self._on_view, self.view, self.bertviz_kind)
         self._widget = widgets.VBox(
             [
                 self.text_a,
@@ -146,7 +119,7 @@ class AttentionPanel(Panel):
             self.update()
 
     def _on_head(self, _=None) -> None:
-        if self._quiet:
+        if self.hold:
             return
         with self.reporting():
             self._sync(self.view.value)
@@ -159,7 +132,7 @@ class AttentionPanel(Panel):
 
     def _on_view_widget(self, change: dict) -> None:
         """The student used the controls inside the head/model view: the sliders follow."""
-        if self._quiet:
+        if self.hold:
             return
         with self.reporting():
             if change["name"] == "layer":
@@ -179,10 +152,8 @@ class AttentionPanel(Panel):
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         """Show the same text through another model; the sliders take its layer and head counts."""
         self.model, self.tok = model, tok
-        cfg = model.config
-        with self._quietly():
-            self.layer.max = cfg.num_hidden_layers - 1  # IntSlider clamps its value to the new range
-            self.head.max = cfg.num_attention_heads - 1
+        with self.hold():
+            self.sliders.fit(model)
         self._set_result(self._compute())
 
     def figures(self) -> dict[str, go.Figure]:
@@ -228,14 +199,6 @@ class AttentionPanel(Panel):
             return (v, layer)
         return (v, self.bertviz_kind.value)  # bertviz has its own layer and head controls
 
-    @contextlib.contextmanager
-    def _quietly(self) -> Iterator[None]:
-        self._quiet = True
-        try:
-            yield
-        finally:
-            self._quiet = False
-
     # -- drawing --------------------------------------------------------------------------
     def _show_view(self) -> None:
         """Bring the chosen view up to date and put it on the stage (alone)."""
@@ -246,7 +209,7 @@ class AttentionPanel(Panel):
         shown = self._view_widget(name)
         if tuple(self.stage.children) != (shown,):
             self.stage.children = [shown]
-        self.help.value = _help_html(name)
+        self.help.value = view_help(name)
 
     def _view_widget(self, name: str) -> widgets.Widget:
         if name == "Heatmap":
@@ -298,7 +261,7 @@ class AttentionPanel(Panel):
         """The one AttentionView widget, updated in place (new data only for a new text)."""
         r, layer, head = self.result, self.layer.value, self.head.value
         mode = "model" if self.view.value == "Model view" else "head"
-        with self._quietly():
+        with self.hold():
             if self.attention_view is None:
                 self.attention_view = AttentionView(
                     r.patterns, r.labels, r.sentence_b_start, layer=layer, view=mode,
@@ -337,22 +300,15 @@ class AttentionPanel(Panel):
 
     def _draw_bertviz(self, old: tuple | None) -> None:
         """bertviz's page for this text, built only when this view is chosen."""
-        from bertlab.viz.bertviz_offline import (
-            OfflineLibraryError,
-            bertviz_head_view,
-            bertviz_model_view,
-        )
+        from bertlab.viz.bertviz_offline import bertviz_page
 
         r = self.result
         try:
-            if self.bertviz_kind.value == "head view":
-                frame = bertviz_head_view(r.patterns, r.labels, r.sentence_b_start, layer=self.layer.value)
-            else:
-                frame = bertviz_model_view(r.patterns, r.labels, r.sentence_b_start)
-        except (ImportError, OfflineLibraryError) as e:
+            self.bertviz_frame.value = bertviz_page(r.patterns, r.labels, r.sentence_b_start, self.bertviz_kind.value,
+                                                    layer=self.layer.value)
+        except ValueError:  # bertviz cannot be shown here: no old page under the message
             self.bertviz_frame.value = ""
-            raise ValueError(f"bertviz cannot be shown here: {e} The other views work without it.") from e
-        self.bertviz_frame.value = frame.value
+            raise
         if self.bertviz_kind.value == "model view" and len(r.tokens) > BERTVIZ_MODEL_VIEW_TOKENS:
             self.show_messages(_notes(r) + [(
                 "warning",
@@ -361,17 +317,7 @@ class AttentionPanel(Panel):
             )])
 
 
-def _help_html(view: str) -> str:
-    return help_html(HELP[view])
-
-
 def _notes(result: AttentionResult) -> list[tuple[Level, str]]:
     """What the student should know about this input, beyond the picture."""
-    n = len(result.tokens)
-    pair = " (two sentences, split by the dotted red lines)" if result.sentence_b_start is not None else ""
-    notes: list[tuple[Level, str]] = [
-        ("info", f"{n} tokens{pair}; {result.num_layers} layers × {result.num_heads} heads.")
-    ]
-    if result.warning:
-        notes.append(("warning", result.warning))
-    return notes + unknown_notes(result.tokens, result.unk_token, "the model sees them all as the same token")
+    return attention_notes(result) + unknown_notes(result.tokens, result.unk_token,
+                                                   "the model sees them all as the same token")

@@ -16,9 +16,10 @@ from bertlab.analysis.attention_check import DEFAULT_HEADS_OFF, AttentionCheck, 
 from bertlab.analysis.attribution import METHOD_NAMES, Attribution, ExplainInput, Target, attribute
 from bertlab.inputs import InputError
 from bertlab.model import MissingHeadError
-from bertlab.panels.base import Level, Panel, clear_view
+from bertlab.panels.base import Panel, clear_view
+from bertlab.panels.views import Hold, on_input
 from bertlab.tokenizer import Tokenizer
-from bertlab.viz.explain import agreement_text, heads_text, plot_attention_check
+from bertlab.viz.explain import explain_notes, plot_attention_check
 from bertlab.viz.figure_widget import show_figure
 from bertlab.viz.theme import BOX_BORDER, help_html
 
@@ -69,7 +70,7 @@ class ExplainSection(Panel):
         self.check: AttentionCheck | None = None
         self._key: tuple | None = None  # what `attribution` was computed for
         self._stale = True  # the tab's prediction changed since the section last computed
-        self._quiet = False  # set while the section fills its own dropdowns: no recompute
+        self.hold = Hold()  # set while the section fills its own dropdowns: no recompute
         self.set_choices(choices or [])
         self._fill_attention_options()
         self.body = widgets.VBox(
@@ -82,10 +83,8 @@ class ExplainSection(Panel):
         self._widget.add_class("bertlab-explain")
         self.toggle.observe(self._on_toggle, names="value")
         self.explain_button.on_click(lambda _b: self.run())
-        for w in (self.method, self.choice):
-            w.observe(lambda _c: self._on_setting(), names="value")
-        for w in (self.layer, self.head):
-            w.observe(lambda _c: self._on_view(), names="value")
+        on_input(lambda _c: self._on_setting(), self.method, self.choice)
+        on_input(lambda _c: self._on_view(), self.layer, self.head)
 
     @property
     def is_open(self) -> bool:
@@ -102,12 +101,9 @@ class ExplainSection(Panel):
         """What the tab can explain (e.g. one entry per hidden word); the dropdown hides for one or none."""
         old = [label for label, _ in self.choice.options]
         keep = old[self.choice.value] if self.choice.value is not None and self.choice.value < len(old) else None
-        self._quiet = True
-        try:
+        with self.hold():
             self.choice.options = [(label, i) for i, label in enumerate(choices)]
             self.choice.value = choices.index(keep) if keep in choices else (0 if choices else None)
-        finally:
-            self._quiet = False
         self.choice.layout.display = None if len(choices) > 1 else "none"
 
     def refresh(self) -> None:
@@ -130,7 +126,7 @@ class ExplainSection(Panel):
             self.run()
 
     def _on_setting(self) -> None:
-        if self._quiet:
+        if self.hold:
             return
         if self.is_open:
             self.run()
@@ -139,7 +135,7 @@ class ExplainSection(Panel):
 
     def _on_view(self) -> None:
         """Another attention view: the attribution stays, the check is redone (no gradients)."""
-        if self._quiet:
+        if self.hold:
             return
         if self.is_open and self.attribution is not None and not self._stale:
             self.run(reuse=True)
@@ -170,7 +166,7 @@ class ExplainSection(Panel):
                                                  heads_off=DEFAULT_HEADS_OFF, seed=self.seed)
                     self._stale = False
                     show_figure(self.figure_box, plot_attention_check(self.check, self.attribution))  # in place
-                    self.show_messages(self._notes())
+                    self.show_messages(explain_notes(self.attribution, self.check))
         self.head.disabled = self.layer.value in (None, -1)  # a head is picked within a layer
 
     def _asked(self) -> tuple[ExplainInput, Target] | None:
@@ -186,49 +182,21 @@ class ExplainSection(Panel):
             return None
 
     def _clear(self) -> None:
-        self._clear_figure()
-        self.show_messages([])
-
-    def _clear_figure(self) -> None:
         self.check = None
         clear_view(self.figure_box)
-
-    def _notes(self) -> list[tuple[Level, str]]:
-        a, c = self.attribution, self.check
-        notes: list[tuple[Level, str]] = []
-        what = f"{METHOD_NAMES[a.method]} of {a.target.name} = {100 * a.value:.1f}%"
-        if a.method == "ig":
-            what += (f": the scores add up to {100 * a.total:+.2f} points, the change from the baseline "
-                     f"({100 * a.baseline_value:.1f}%) is {100 * (a.value - a.baseline_value):+.2f} points "
-                     f"(completeness gap {100 * a.completeness_gap:.2f}%, {a.steps} steps).")
-        else:
-            what += ": the gradient at the input times the input (no baseline, no completeness)."
-        notes.append(("info", what))
-        top_attr, top_att = c.tokens[c.top_attribution], c.tokens[c.top_attention]
-        notes.append(("info", f"The attribution ranks {top_attr!r} first, the attention ({c.view}) {top_att!r}; "
-                              f"{agreement_text(c)}."))
-        if c.heads is not None:
-            notes.append(("info", heads_text(c)))
-        if a.warning:
-            notes.append(("warning", a.warning))
-        return notes
+        self.show_messages([])
 
     def _fill_attention_options(self) -> None:
-        self._quiet = True
-        try:
-            self._fill_layers_heads()
-        finally:
-            self._quiet = False
-
-    def _fill_layers_heads(self) -> None:
+        """The model's layers and heads in the attention dropdowns (the picks kept where it has them)."""
         if self.model is None:  # "Use it" before any fine-tuned model: nothing to pick yet
             return
         cfg = self.model.config
-        layer = self.layer.value if isinstance(self.layer.value, int) and self.layer.value < cfg.num_hidden_layers \
-            else -1
-        self.layer.options = [("all layers", -1)] + [(f"layer {i}", i) for i in range(cfg.num_hidden_layers)]
-        self.layer.value = layer
-        head = self.head.value if isinstance(self.head.value, int) and self.head.value < cfg.num_attention_heads \
-            else -1
-        self.head.options = [("mean of heads", -1)] + [(f"head {h}", h) for h in range(cfg.num_attention_heads)]
-        self.head.value = head
+        with self.hold():
+            layer = self.layer.value if isinstance(self.layer.value, int) \
+                and self.layer.value < cfg.num_hidden_layers else -1
+            self.layer.options = [("all layers", -1)] + [(f"layer {i}", i) for i in range(cfg.num_hidden_layers)]
+            self.layer.value = layer
+            head = self.head.value if isinstance(self.head.value, int) \
+                and self.head.value < cfg.num_attention_heads else -1
+            self.head.options = [("mean of heads", -1)] + [(f"head {h}", h) for h in range(cfg.num_attention_heads)]
+            self.head.value = head

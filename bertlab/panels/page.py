@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -56,27 +57,6 @@ class PageAddress(anywidget.AnyWidget):
     pre-heated Voila kernel ran the notebook before anyone asked for the page, so its environment
     cannot say) and the width a figure has in a tab (projector mode draws figures that wide)."""
 
-    _esm = """
-    function render({ model, el }) {
-      const tabWidth = () => {
-        const box = el.closest(".bertlab-app")?.querySelector(".bertlab-tabs .widget-tab-contents");
-        if (!box || !box.clientWidth) return Math.max(window.innerWidth - 80, 0);
-        const cs = getComputedStyle(box);
-        return Math.floor(box.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight) - 24);
-      };
-      const tell = () => {
-        const width = tabWidth();
-        if (model.get("query") === window.location.search && Math.abs(model.get("width") - width) < 40) return;
-        model.set({ query: window.location.search, width });
-        model.save_changes();
-      };
-      requestAnimationFrame(tell);
-      let timer = null;
-      const onResize = () => { clearTimeout(timer); timer = setTimeout(tell, 500); };
-      window.addEventListener("resize", onResize);
-      return () => window.removeEventListener("resize", onResize);
-    }
-    export default { render };
-    """
+    _esm = Path(theme.__file__).parent / "static" / "page_address.js"  # package data, beside the other views' code
     query = traitlets.Unicode("").tag(sync=True)
     width = traitlets.Int(0).tag(sync=True)  # px a figure may take in a tab (0: not told yet)

@@ -3,7 +3,6 @@ model made in the training tabs. Switching here updates every tab (see ModelStat
 
 from __future__ import annotations
 
-import html
 import logging
 
 import ipywidgets as widgets
@@ -13,8 +12,9 @@ from bertlab.inputs import echo
 from bertlab.panels.base import Panel, busy_html
 from bertlab.panels.runs import BackgroundRun, in_background
 from bertlab.panels.state import ModelState
+from bertlab.panels.views import Hold
 from bertlab.settings import in_hub_cache
-from bertlab.viz.picker import model_card
+from bertlab.viz.picker import hub_options, model_card, model_lacks, small_note
 from bertlab.viz.theme import BOX_BORDER, help_html
 from bertlab.workspace import Workspace
 
@@ -29,20 +29,7 @@ CLASS_HELP = (
     "Type a model name from this server's Hugging Face cache, a folder your teacher shared, or a run of "
     "yours (the folder the Fine-tuning tab names, e.g. runs/...), then press Load."
 )
-
-
 NOT_HERE = "not on this server: ask your teacher to run `bertlab download {name}` before class"
-PICK_HUB = "— recommended hub models —"
-
-
-def hub_options(confined: bool) -> list[tuple[str, str]]:
-    """(label, name) of the recommended hub models, each marked cached or not (no network)."""
-    out = [(PICK_HUB, "")]
-    for m in hub.RECOMMENDED:
-        here = in_hub_cache(m.name)
-        mark = " ✓ cached" if here else (" ✗ not on this server" if confined else "")
-        out.append((f"{m.name} · {m.about}{mark}", m.name))
-    return out
 
 
 class ModelPicker(Panel):
@@ -66,7 +53,7 @@ class ModelPicker(Panel):
         self.load_button = widgets.Button(description="Load", tooltip="Load this model and show it in every tab",
                                           layout=widgets.Layout(width="auto", flex="0 0 auto"))
         self.card = widgets.HTML(model_card(state.model, state.name))
-        self._syncing = False  # True while _on_state rewrites the dropdown (its changes are not the student's)
+        self.hold = Hold()  # set while _on_state rewrites the dropdown (its changes are not the student's)
         self.help = widgets.HTML(help_html(CLASS_HELP if self.workspace.confined else HELP))
         # Recommended hub models: size, download progress, then load (in a background thread).
         self.hub_choice = widgets.Dropdown(options=hub_options(self.workspace.confined), value="",
@@ -92,7 +79,7 @@ class ModelPicker(Panel):
         )
 
     def _on_choice(self, change) -> None:
-        if self._syncing or change["new"] == self.state.name:
+        if self.hold or change["new"] == self.state.name:
             return
         with self.reporting():
             self.show_message(f"Loading {change['new']}…")
@@ -136,10 +123,10 @@ class ModelPicker(Panel):
         if in_hub_cache(name):
             self.get_button.description = "Load"
             size = hub.human_size(hub.cached_size(name))
-            self.hub_info.value = _small(f"{name} is in this machine's cache ({size}): no download needed.")
+            self.hub_info.value = small_note(f"{name} is in this machine's cache ({size}): no download needed.")
         elif self.workspace.confined:  # class mode: students never download; the teacher fills the cache
             self.get_button.disabled = True
-            self.hub_info.value = _small(NOT_HERE.format(name=name))
+            self.hub_info.value = small_note(NOT_HERE.format(name=name))
         else:
             self.get_button.description = "Download and load"
             self.hub_info.value = busy_html(f"Asking the hub how large {name} is…")
@@ -151,7 +138,7 @@ class ModelPicker(Panel):
         except hub.HubError as e:
             text = str(e)
         if self.hub_choice.value == name and not self.download.running:
-            self.hub_info.value = _small(text)
+            self.hub_info.value = small_note(text)
 
     def _on_get(self, _=None) -> None:
         name = self.hub_choice.value
@@ -202,24 +189,8 @@ class ModelPicker(Panel):
 
     def _on_state(self, state: ModelState) -> None:
         """Another part of the app added or switched a model: list it and show its card."""
-        self._syncing = True
-        try:
+        with self.hold():
             self.choice.options = list(state.entries)
             self.choice.value = state.name
-        finally:
-            self._syncing = False
         self.card.value = model_card(state.model, state.name)
 
-
-def model_lacks(model) -> list[str]:
-    """The pre-training heads a model lacks, in words ("MLM head", "NSP or SOP head")."""
-    out = []
-    if not model.has_mlm and not getattr(model, "has_rtd", False):
-        out.append("MLM head")
-    if not model.has_nsp:
-        out.append("NSP or SOP head")
-    return out
-
-
-def _small(text: str) -> str:
-    return help_html(html.escape(text), "span")

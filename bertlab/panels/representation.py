@@ -4,19 +4,19 @@ and the token + segment + position embeddings that add up to each token's input 
 
 from __future__ import annotations
 
-import html
-
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.representation import Representation, first_tokens, input_representation
-from bertlab.panels.base import Level, Panel, lacks, run_button, sentence_pair, unknown_notes
-from bertlab.tokenizer import DEFAULT_SPECIALS, WORD_START_MARK, Tokenizer, join_wordpieces
+from bertlab.panels.base import Panel, lacks, run_button, sentence_pair, unknown_notes
+from bertlab.panels.views import on_input
+from bertlab.tokenizer import Tokenizer
 from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.representation import (
-    PART_LABELS,
+    help_text,
+    input_notes,
     plot_input_table,
     plot_part_norms,
     plot_part_projection,
@@ -27,13 +27,6 @@ DEFAULT_TEXT = "The unbelievably clueless gamer played it."
 DEFAULT_TEXT_B = "It was fine."
 MAX_SHOWN = 64  # tokens drawn; beyond this the table and the bars are unreadable. Cut with a note.
 HIDDEN_PARTS = ("normalised",)  # ~8x longer than the others: in the legend, off until clicked
-HELP = (
-    "Each token's input vector is its <b>token</b> embedding (one per vocabulary piece) + its "
-    "<b>segment</b> embedding (A or B) + its <b>position</b> embedding (0, 1, 2, …); LayerNorm then "
-    "rescales the sum. {continuation} Click a legend entry to "
-    "show or hide a part (the normalised sum starts hidden: it is much longer than the others). The map "
-    "is one shared linear projection, so each sum point is its token + segment + position points added."
-)
 
 
 class RepresentationPanel(Panel):
@@ -62,9 +55,7 @@ class RepresentationPanel(Panel):
         self.table, self.norms, self.projection = (SyncedFigureWidget(f) for f in self._figures())
         self.boxes = [widgets.Box([f], layout=widgets.Layout(overflow="auto")) for f in self._widgets()]
         self.help = widgets.HTML(self._help_html())
-        self.text_a.observe(self._on_text, names="value")
-        self.text_b.observe(self._on_text, names="value")
-        self.show_button.on_click(self._on_text)
+        on_input(self._on_text, self.text_a, self.text_b, self.show_button)
         self._widget = widgets.VBox(
             [self.text_a, widgets.HBox([self.text_b, self.show_button]), self.message, *self.boxes, self.help],
             layout=widgets.Layout(width="100%"),
@@ -103,9 +94,11 @@ class RepresentationPanel(Panel):
         with self.reporting():
             a, b = self._inputs()
             full = input_representation(self.model, self.tok, a, b)
-            self.show_messages(notes(full, self.max_shown, pair_asked=bool(self.text_b.value), tok=self.tok,
-                                     segments=lacks(self.model, "segment_embeddings"),
-                                     positions=lacks(self.model, "position_embeddings")))
+            unk = self.tok.special_tokens["unk"]
+            unknown = unknown_notes(full.tokens, unk, "they all get the same token embedding")
+            self.show_messages(input_notes(full, self.max_shown, pair_asked=bool(self.text_b.value), tok=self.tok,
+                                           segments=lacks(self.model, "segment_embeddings"),
+                                           positions=lacks(self.model, "position_embeddings"), unknown=unknown))
             return first_tokens(full, self.max_shown)
         return None
 
@@ -117,10 +110,8 @@ class RepresentationPanel(Panel):
         if self.rep is None:
             blank = empty_figure("Type a sentence and press Show.")
             return blank, go.Figure(blank), go.Figure(blank)
-        norms = plot_part_norms(self.rep)
-        for part in HIDDEN_PARTS:
-            norms.update_traces(visible="legendonly", selector={"name": PART_LABELS[part]})
-        return plot_input_table(self.rep), norms, plot_part_projection(self.rep)
+        return (plot_input_table(self.rep), plot_part_norms(self.rep, hidden=HIDDEN_PARTS),
+                plot_part_projection(self.rep))
 
     def _widgets(self) -> tuple[go.FigureWidget, go.FigureWidget, go.FigureWidget]:
         return self.table, self.norms, self.projection
@@ -130,65 +121,3 @@ class RepresentationPanel(Panel):
         self.table, self.norms, self.projection = (
             show_figure(box, new) for box, new in zip(self.boxes, self._figures())
         )
-
-
-def help_text(tok: Tokenizer, kind: str = "") -> str:
-    """HELP with the tokenizer's kind (`kind`, as the family names it) and how its pieces are marked:
-    WordPiece marks a piece that continues a word ("##"); byte-level BPE and SentencePiece mark a piece
-    that starts one (stored as "Ġ" / "▁", drawn as WORD_START_MARK)."""
-    prefix = tok.continuing_prefix
-    if prefix:
-        how = f"“{html.escape(prefix)}” marks a piece that continues the word before it."
-    else:
-        how = (f"“{WORD_START_MARK}” marks a piece that starts a word (a space before it; the tokenizer stores "
-               "the mark as Ġ or ▁); a piece without it continues the word before it, except at the start of "
-               "the text, where the table's word row says which word each piece belongs to.")
-    named = f"This model's tokenizer is {html.escape(kind)}. " if kind else ""
-    return HELP.format(continuation=named + how)
-
-
-def split_words(rep: Representation, tok: Tokenizer | None = None) -> list[str]:
-    """Words cut into several pieces, as "word → piece piece …" (e.g. "clueless → clue ##less",
-    "clueless → ␣clue less"): pieces as drawn; `tok` joins the stored pieces (default: WordPiece's rule)."""
-    join = tok.join_pieces if tok is not None else join_wordpieces
-    groups: dict[tuple[int, int], list[tuple[str, str]]] = {}
-    for piece, shown, segment, word in zip(rep.tokens, rep.labels, rep.segment_ids, rep.word_ids):
-        if word is not None:
-            groups.setdefault((segment, word), []).append((piece, shown))
-    return [
-        join([p for p, _ in pieces]) + " → " + " ".join(s for _, s in pieces)
-        for pieces in groups.values() if len(pieces) > 1
-    ]
-
-
-def notes(rep: Representation, max_shown: int = MAX_SHOWN, pair_asked: bool = False,
-          tok: Tokenizer | None = None, segments: str | None = None,
-          positions: str | None = None) -> list[tuple[Level, str]]:
-    """What the student should know about this input, beyond the pictures (special tokens as `tok`
-    spells them; default: WordPiece's). `segments`, `positions`: what the model lacks there
-    (`lacks(model, "segment_embeddings")`, `lacks(model, "position_embeddings")`), None when it has those embeddings."""
-    specials = tok.special_tokens if tok is not None else DEFAULT_SPECIALS
-    n = len(rep.tokens)
-    pair = "two sentences: A is segment 0 (blue), B is segment 1 (orange)" if rep.text_b else "one sentence"
-    if rep.text_b and segments:
-        pair = "two sentences"
-    out: list[tuple[Level, str]] = [("info", f"{n} tokens, {pair}.")]
-    if segments and (rep.text_b or pair_asked):
-        out.append(("info", segments))
-    if positions:
-        out.append(("info", positions))
-    split = split_words(rep, tok)
-    if split:
-        shown = "; ".join(split[:6]) + ("; …" if len(split) > 6 else "")
-        kind = f"{rep.tokenizer} " if rep.tokenizer else ""
-        out.append(("info", f"{len(split)} word(s) became several {kind}pieces: {shown}."))
-    if pair_asked and rep.text_b is None:
-        out.append(("info", "Sentence B is blank, so only sentence A is read (all segment 0)."))
-    if specials["mask"] in rep.tokens:
-        out.append(("info", f"{specials['mask']} is an ordinary vocabulary piece here, with its own token embedding."))
-    out += unknown_notes(rep.tokens, specials["unk"], "they all get the same token embedding")
-    if rep.warning:
-        out.append(("warning", rep.warning))
-    if n > max_shown:
-        out.append(("warning", f"The pictures show the first {max_shown} of the {n} tokens."))
-    return out

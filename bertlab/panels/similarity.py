@@ -6,9 +6,6 @@ Three sub-tabs, each with its own inputs; the stage sliders redraw from cached r
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
-
 import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
@@ -21,22 +18,25 @@ from bertlab.analysis.similarity import (
     anisotropy_baseline,
     first_similarity_tokens,
     parse_contexts,
-    stage_names,
+    stage_options,
+    text_lines,
     token_similarity,
     word_in_contexts,
     word_projection,
 )
 from bertlab.panels.base import Level, Panel, run_button, unknown_notes
-from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
+from bertlab.panels.views import Hold, help_note, on_input
+from bertlab.tokenizer import Tokenizer
 from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.similarity import (
+    map_notes,
     plot_token_similarity,
     plot_word_across_layers,
     plot_word_projection,
-    word_lines,
+    token_notes,
+    word_notes,
 )
-from bertlab.viz.theme import help_html
 
 DEFAULT_TEXT = "I went to the bank to deposit money, then sat on the river bank."
 DEFAULT_WORD = "bank"
@@ -59,7 +59,10 @@ He saved money for a new bike.
 She lent me some money for lunch."""
 MAX_SHOWN = 128  # tokens in the cosine matrix; beyond this a cell is smaller than a pixel pair
 SECTIONS = ("Tokens", "One word", "Word map")
-_FIGURE_ATTRS = ("token_figure", "word_figure", "map_figure")  # the figure widget of each sub-tab
+RESULTS = ("sim", "word_result", "proj")  # the attribute that holds each sub-tab's result
+HINTS = ("Type a text and press Show.", "Type a word and at least two contexts that contain it, then press Compare.",
+         "Type words and sentences that contain them, then press Map.")  # each sub-tab's figure before a result
+BUSY = ("Computing the cosines…", "Reading the word in every context…", "Placing the words…")
 HELP = (
     "Contextual vectors share a common direction (they are <i>anisotropic</i>), so even two random "
     "tokens have a clearly positive cosine: the grey dashed line in “One word” measures "
@@ -99,108 +102,92 @@ class SimilarityPanel(Panel):
         super().__init__()
         self.model, self.tok, self.max_shown = model, tok, max_shown
         self._baseline: Anisotropy | None = None  # per model; computed on first use
-        self._holding = False  # True while slider options are replaced (no redraw then)
+        self.hold = Hold()  # set while slider options are replaced (no redraw then)
         self.notes: list[list[tuple[Level, str]]] = [[] for _ in SECTIONS]  # each sub-tab's messages
         wide = widgets.Layout(width="min(100%, 720px)")
         box = widgets.Layout(width="min(100%, 720px)", height="10em")
-        stages = _stage_options(model.config.num_hidden_layers)
-        last = len(stages) - 1
+        stages = stage_options(model.config.num_hidden_layers)
 
         # 1. token x token
         self.text = widgets.Textarea(value=text, description="Text", continuous_update=False,
                                      placeholder="Type a sentence, then press Show",
                                      layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"))
         self.text_button = run_button()
-        self.token_stage = widgets.SelectionSlider(options=stages, value=last, description="Stage",
+        self.token_stage = widgets.SelectionSlider(options=stages, value=len(stages) - 1, description="Stage",
                                                    continuous_update=True, layout=wide)
         # 2. one word across contexts
         self.word = widgets.Text(value=word, description="Word", continuous_update=False,
                                  placeholder="a word in every context")
         self.contexts = widgets.Textarea(value=contexts, description="Contexts", continuous_update=False,
                                          placeholder="one sentence per line", layout=box)
-        self.word_button = widgets.Button(description="Compare", button_style="primary", tooltip="Run the model")
+        self.word_button = run_button("Compare")
         # 3. map of words
         self.map_words = widgets.Text(value=map_words, description="Words", continuous_update=False,
                                       placeholder="bank, river, money", layout=wide)
         self.map_sentences = widgets.Textarea(value=map_sentences, description="Sentences", continuous_update=False,
                                               placeholder="one sentence per line", layout=box)
-        self.map_button = widgets.Button(description="Map", button_style="primary", tooltip="Run the model")
-        self.map_stage = widgets.SelectionSlider(options=stages, value=last, description="Stage",
+        self.map_button = run_button("Map")
+        self.map_stage = widgets.SelectionSlider(options=stages, value=len(stages) - 1, description="Stage",
                                                  continuous_update=True, layout=wide)
 
         self.sections = widgets.Tab(children=[widgets.VBox() for _ in SECTIONS], titles=list(SECTIONS))
-        self.sim = self._run(0, self._compute_tokens)
-        self.word_result = self._run(1, self._compute_word)
-        self.proj = self._run(2, self._compute_map)
+        # each sub-tab: how it computes (result, notes) or raises InputError
+        self._computes = (self._compute_tokens, self._compute_word, self._compute_map)
+        for section in range(len(SECTIONS)):
+            setattr(self, RESULTS[section], self._run(section))
         # Each FigureWidget starts from a complete figure (one filled after creation shows blank in Voilà).
-        self.token_figure = SyncedFigureWidget(self._token_fig())
-        self.word_figure = SyncedFigureWidget(self._word_fig())
-        self.map_figure = SyncedFigureWidget(self._map_fig())
-        self.boxes = [widgets.Box([f]) for f in self._widgets()]
+        self.boxes = [widgets.Box([SyncedFigureWidget(self._figure(section))]) for section in range(len(SECTIONS))]
         self.sections.children = [
-            widgets.VBox([_help(TOKENS_HELP), self.text, widgets.HBox([self.text_button]), self.token_stage,
-                          self.message, self.boxes[0]]),
-            widgets.VBox([_help(CONTEXTS_HELP), self.word, self.contexts, self.word_button, self.message,
+            widgets.VBox([help_note(TOKENS_HELP, "760px"), self.text, widgets.HBox([self.text_button]),
+                          self.token_stage, self.message, self.boxes[0]]),
+            widgets.VBox([help_note(CONTEXTS_HELP, "760px"), self.word, self.contexts, self.word_button, self.message,
                           self.boxes[1]]),
-            widgets.VBox([_help(MAP_HELP), self.map_words, self.map_sentences, self.map_button, self.map_stage,
-                          self.message, self.boxes[2]]),
+            widgets.VBox([help_note(MAP_HELP, "760px"), self.map_words, self.map_sentences, self.map_button,
+                          self.map_stage, self.message, self.boxes[2]]),
         ]  # one message line, shown in every sub-tab, holding the open sub-tab's notes
         self.show_messages(self.notes[0])
 
-        self.text.observe(self._on_text, names="value")
-        self.text_button.on_click(self._on_text)
+        inputs = ((self.text,), (self.word, self.contexts), (self.map_words, self.map_sentences))
+        for section, (button, texts) in enumerate(zip(self._buttons(), inputs)):
+            on_input(lambda _, section=section: self._on_input(section), button, *texts)
         self.token_stage.observe(self._on_token_stage, names="value")
-        self.word.observe(self._on_word, names="value")
-        self.contexts.observe(self._on_word, names="value")
-        self.word_button.on_click(self._on_word)
-        self.map_words.observe(self._on_map, names="value")
-        self.map_sentences.observe(self._on_map, names="value")
-        self.map_button.on_click(self._on_map)
         self.map_stage.observe(self._on_map_stage, names="value")
         self.sections.observe(self._on_section, names="selected_index")
-        self._widget = widgets.VBox([self.sections, _help(HELP)], layout=widgets.Layout(width="100%"))
+        self._widget = widgets.VBox([self.sections, help_note(HELP, "760px")], layout=widgets.Layout(width="100%"))
+
+    # the figure on show in each sub-tab
+    token_figure = property(lambda self: self.boxes[0].children[0])
+    word_figure = property(lambda self: self.boxes[1].children[0])
+    map_figure = property(lambda self: self.boxes[2].children[0])
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         self.model, self.tok, self._baseline = model, tok, None
-        self.sim = self._run(0, self._compute_tokens)
-        self.word_result = self._run(1, self._compute_word)
-        self.proj = self._run(2, self._compute_map)
-        stages = _stage_options(model.config.num_hidden_layers)
+        for section in range(len(SECTIONS)):
+            setattr(self, RESULTS[section], self._run(section))
+        stages = stage_options(model.config.num_hidden_layers)
         for slider in (self.token_stage, self.map_stage):
             if slider.options != stages:  # another depth: keep the same stage where it exists
                 value = min(slider.value, len(stages) - 1)
-                with self.hold_sliders():
+                with self.hold():
                     slider.options, slider.value = stages, value
-        self._redraw(0, self._token_fig())
-        self._redraw(1, self._word_fig())
-        self._redraw(2, self._map_fig())
+        for section in range(len(SECTIONS)):
+            self._redraw(section)
 
     def figures(self) -> dict[str, go.Figure]:
-        shown = zip(("token cosine", "word across stages", "word map"), (self.sim, self.word_result, self.proj),
-                    self._widgets())
-        return {name: go.Figure(fig) for name, result, fig in shown if result is not None}
+        shown = zip(("token cosine", "word across stages", "word map"), RESULTS, self.boxes)
+        return {name: go.Figure(box.children[0]) for name, result, box in shown if getattr(self, result) is not None}
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
-    # On bad input a sub-tab's old figure goes too (its message says why): never an old result
-    # under a new error.
-    def _on_text(self, _=None) -> None:
-        with self.busy(self.text_button, text="Computing the cosines…"):
-            self.sim = self._run(0, self._compute_tokens)
-            self._redraw(0, self._token_fig())
-
-    def _on_word(self, _=None) -> None:
-        with self.busy(self.word_button, text="Reading the word in every context…"):
-            self.word_result = self._run(1, self._compute_word)
-            self._redraw(1, self._word_fig())
-
-    def _on_map(self, _=None) -> None:
-        with self.busy(self.map_button, text="Placing the words…"):
-            self.proj = self._run(2, self._compute_map)
-            self._redraw(2, self._map_fig())
+    def _on_input(self, section: int) -> None:
+        """New input in sub-tab `section`: compute and redraw it. On bad input its old figure goes too
+        (its message says why): never an old result under a new error."""
+        with self.busy(self._buttons()[section], text=BUSY[section]):
+            setattr(self, RESULTS[section], self._run(section))
+            self._redraw(section)
 
     def _on_token_stage(self, _=None) -> None:
         """Another stage of the same text: only the cosines and the title change."""
-        if self.sim is None or self._holding:
+        if self.sim is None or self.hold:
             return
         with self.reporting():
             new = plot_token_similarity(self.sim, self.token_stage.value)
@@ -210,7 +197,7 @@ class SimilarityPanel(Panel):
 
     def _on_map_stage(self, _=None) -> None:
         """Another stage of the same points: only their places, the axes and the title change."""
-        if self.proj is None or self._holding:
+        if self.proj is None or self.hold:
             return
         with self.reporting():
             new = plot_word_projection(self.proj, self.map_stage.value)
@@ -230,21 +217,15 @@ class SimilarityPanel(Panel):
         # widget while its view, just shown, still talked to the kernel: "No such comm".)
         self.show_messages(self.notes[section])
 
-    @contextlib.contextmanager
-    def hold_sliders(self) -> Iterator[None]:
-        """Slider changes inside do not redraw (their options are being replaced)."""
-        self._holding = True
-        try:
-            yield
-        finally:
-            self._holding = False
+    def _buttons(self) -> tuple[widgets.Button, widgets.Button, widgets.Button]:
+        return self.text_button, self.word_button, self.map_button
 
     # -- computations: each returns (result, notes) or raises InputError --------------------
-    def _run(self, section: int, compute: Callable[[], tuple[object, list[tuple[Level, str]]]]):
+    def _run(self, section: int):
         """Run one sub-tab's computation; its notes, or the error, become that sub-tab's messages."""
         result = None
         with self.reporting():
-            result, notes = compute()
+            result, notes = self._computes[section]()
             self.show_messages(notes)
         self.notes[section] = list(self.messages)
         self.show_messages(self.notes[self.sections.selected_index or 0])
@@ -252,7 +233,8 @@ class SimilarityPanel(Panel):
 
     def _compute_tokens(self) -> tuple[TokenSimilarity, list[tuple[Level, str]]]:
         sim = token_similarity(self.model, self.tok, self.text.value)
-        return first_similarity_tokens(sim, self.max_shown), token_notes(sim, self.max_shown, self.tok.unk_token)
+        unknown = unknown_notes(sim.tokens, self.tok.unk_token, "they share one embedding")
+        return first_similarity_tokens(sim, self.max_shown), token_notes(sim, self.max_shown, unknown)
 
     def _compute_word(self) -> tuple[WordAcrossContexts, list[tuple[Level, str]]]:
         senses, contexts = parse_contexts(self.contexts.value)
@@ -262,7 +244,7 @@ class SimilarityPanel(Panel):
 
     def _compute_map(self) -> tuple[WordProjection, list[tuple[Level, str]]]:
         words = [w for w in self.map_words.value.split(",") if w.strip()]
-        proj = word_projection(self.model, self.tok, words, _lines(self.map_sentences.value))
+        proj = word_projection(self.model, self.tok, words, text_lines(self.map_sentences.value))
         return proj, map_notes(proj)
 
     def baseline(self) -> Anisotropy:
@@ -272,81 +254,17 @@ class SimilarityPanel(Panel):
         return self._baseline
 
     # -- drawing --------------------------------------------------------------------------
-    def _token_fig(self) -> go.Figure:
-        if self.sim is None:
-            return empty_figure("Type a text and press Show.")
-        return plot_token_similarity(self.sim, min(self.token_stage.value, self.sim.num_stages - 1))
+    def _figure(self, section: int) -> go.Figure:
+        """The figure of sub-tab `section`: its result at the chosen stage, or the hint that says how to get one."""
+        result = getattr(self, RESULTS[section])
+        if result is None:
+            return empty_figure(HINTS[section])
+        if section == 0:
+            return plot_token_similarity(result, min(self.token_stage.value, result.num_stages - 1))
+        if section == 1:
+            return plot_word_across_layers(result)
+        return plot_word_projection(result, min(self.map_stage.value, result.points.shape[0] - 1))
 
-    def _word_fig(self) -> go.Figure:
-        if self.word_result is None:
-            return empty_figure("Type a word and at least two contexts that contain it, then press Compare.")
-        return plot_word_across_layers(self.word_result)
-
-    def _map_fig(self) -> go.Figure:
-        if self.proj is None:
-            return empty_figure("Type words and sentences that contain them, then press Map.")
-        return plot_word_projection(self.proj, min(self.map_stage.value, self.proj.points.shape[0] - 1))
-
-    def _widgets(self) -> tuple[go.FigureWidget, go.FigureWidget, go.FigureWidget]:
-        return self.token_figure, self.word_figure, self.map_figure
-
-    def _redraw(self, section: int, fig: go.Figure) -> None:
-        """New result: show `fig` in sub-tab `section` (in place when its traces are of the same kinds)."""
-        setattr(self, _FIGURE_ATTRS[section], show_figure(self.boxes[section], fig))
-
-
-# -- pure helpers ---------------------------------------------------------------------------
-def _stage_options(num_layers: int) -> tuple[tuple[str, int], ...]:
-    """Slider options: (label, stage index), stage 0 = the embeddings."""
-    return tuple((name, i) for i, name in enumerate(stage_names(num_layers)))
-
-
-def _lines(text: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if line.strip()]
-
-
-def _help(text: str) -> widgets.HTML:
-    return widgets.HTML(help_html(text, extra=";max-width:760px"))
-
-
-def token_notes(sim: TokenSimilarity, max_shown: int = MAX_SHOWN, unk_token: str = DEFAULT_SPECIALS["unk"]
-                ) -> list[tuple[Level, str]]:
-    """What the student should know about the token × token matrix (`unk_token`: the tokenizer's)."""
-    n = len(sim.tokens)  # >= 3: [CLS] ... [SEP]
-    off_diagonal = ~torch.eye(n, dtype=torch.bool)
-    first, last = (float(sim.matrices[s][off_diagonal].mean()) for s in (0, -1))
-    out: list[tuple[Level, str]] = [
-        ("info", (f"{n} tokens. Mean cosine between two different tokens: {first:.2f} at the embeddings, "
-                  f"{last:.2f} after the last layer.")),
-    ]
-    out += unknown_notes(sim.tokens, unk_token, "they share one embedding")
-    if sim.warning:
-        out.append(("warning", sim.warning))
-    if n > max_shown:
-        out.append(("warning", (f"The matrix shows the first {max_shown} of the {n} tokens (each computed "
-                                "with the whole text as context).")))
-    return out
-
-
-def word_notes(result: WordAcrossContexts) -> list[tuple[Level, str]]:
-    """The word's pieces, the numbers after the last layer, and notes from the analysis."""
-    pieces = " ".join(result.pieces)
-    how = "" if len(result.pieces) == 1 else f" It is {len(result.pieces)} pieces ({pieces}): its vector is their mean."
-    last = {name: round(float(v[-1]), 2) for name, v in word_lines(result).items()}
-    numbers = ", ".join(f"{name} {v:.2f}" for name, v in last.items())
-    out: list[tuple[Level, str]] = [
-        ("info", f"“{result.word}” in {len(result.contexts)} contexts.{how} After the last layer: {numbers}."),
-    ]
-    out.extend(("info", note) for note in result.notes)
-    return out
-
-
-def map_notes(proj: WordProjection) -> list[tuple[Level, str]]:
-    """How many points each word gave."""
-    counts = {w: proj.words.count(w) for w in dict.fromkeys(proj.words)}
-    found = ", ".join(f"“{w}” {c}×" for w, c in counts.items())
-    out: list[tuple[Level, str]] = [("info", f"{len(proj.words)} points: {found}. The map is refitted at each stage.")]
-    if len(proj.words) < 3:
-        out.append(("warning", "Two points always lie on one line: add sentences for a more telling map."))
-    return out
-
+    def _redraw(self, section: int) -> None:
+        """New result: show its figure in sub-tab `section` (in place when its traces are of the same kinds)."""
+        show_figure(self.boxes[section], self._figure(section))

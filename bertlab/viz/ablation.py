@@ -120,3 +120,17 @@ def summary_html(result: AblationResult) -> str:
 def top_html(title: str, top: list[tuple[str, float]]) -> str:
     rows = "".join(f"<li>{html.escape(piece)} <span style='{FAINT}'>{p:.3f}</span></li>" for piece, p in top)
     return f'<div><i>{html.escape(title)}</i><ol style="margin:2px 0">{rows}</ol></div>'
+
+
+def ablation_notes(result: AblationResult, mask_token: str, guessed: bool = False,
+                   unknown: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """What the student should know about this input, beyond the numbers (`guessed`: no target was
+    given; `unknown`: the panel's note on pieces outside the vocabulary, bertlab.panels.base.unknown_notes)."""
+    q = result.query
+    why = " (no target given: the model's own top guess)" if guessed else ""
+    notes: list[tuple[str, str]] = [
+        ("info", f"{len(q.tokens)} tokens; following “{q.target}”{why} at the {mask_token} (token {q.position}).")
+    ]
+    if q.warning:
+        notes.append(("warning", q.warning))
+    return notes + (unknown or [])

@@ -6,7 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from bertlab.analysis.attention import AttentionResult
-from bertlab.viz.theme import Theme, current, finish, matrix_ticks
+from bertlab.viz.theme import Theme, current, finish, help_html, matrix_ticks
 
 BAND_COLOR = "#D55E00"  # Okabe & Ito's vermillion: the local band's outline and note, on blue or on Cividis
 HOVER = (
@@ -151,3 +151,46 @@ def _labels(tokens: list[str]) -> list[str]:
     """Tick labels: the tokens themselves (plotly keeps repeats apart because the
     coordinates are positions)."""
     return [t if t.strip() else repr(t) for t in tokens]
+
+
+def attention_notes(result: AttentionResult) -> list[tuple[str, str]]:
+    """What the student should know about this input, beyond the picture (the panel adds the note on
+    pieces outside the vocabulary)."""
+    n = len(result.tokens)
+    pair = " (two sentences, split by the dotted red lines)" if result.sentence_b_start is not None else ""
+    notes: list[tuple[str, str]] = [
+        ("info", f"{n} tokens{pair}; {result.num_layers} layers × {result.num_heads} heads.")
+    ]
+    if result.warning:
+        notes.append(("warning", result.warning))
+    return notes
+
+
+# What each view of the Attention tab shows, and how to read it (its help line).
+VIEW_HELP = {
+    "Heatmap": (
+        "Rows are the tokens that look (queries), columns the tokens they look at (keys); "
+        "each row sums to 1. Change the text and press Show, or move the sliders."
+    ),
+    "Head view": (
+        "Each line joins a token (left) to a token it attends to (right); darker = more weight. "
+        "Hover a token to see only its lines; click the coloured chips to overlay heads."
+    ),
+    "Model view": (
+        "Every head of every layer at a glance (rows = layers, columns = heads). "
+        "Click a thumbnail to open it in the head view."
+    ),
+    "Rollout": (
+        "Left: the layer's attention averaged over heads. Right: attention rollout, which follows the "
+        "attention (plus the residual connection) down through the layers to the input tokens."
+    ),
+    "bertviz": (
+        "The bertviz library's own views, with its JavaScript read from installed packages (no network). "
+        "They keep their own layer and head controls."
+    ),
+}
+
+
+def view_help(view: str) -> str:
+    """The help line (HTML) under the Attention tab's `view` ("Heatmap", "Head view", ...)."""
+    return help_html(VIEW_HELP[view])

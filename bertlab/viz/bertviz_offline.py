@@ -263,3 +263,15 @@ def bertviz_model_view(
         include_heads=None if include_heads is None else list(include_heads),
     )
     return iframe_widget(page, height=80 + 90 * n_layers)
+
+
+def bertviz_page(attention: AttentionLike, tokens: Sequence[str], sentence_b_start: int | None = None,
+                 kind: str = "head view", layer: int | None = None) -> str:
+    """The frame (HTML) of bertviz's "head view" (opening at `layer`) or "model view"; ValueError, with a
+    sentence the student can act on, when bertviz cannot be shown here."""
+    try:
+        if kind == "head view":
+            return bertviz_head_view(attention, tokens, sentence_b_start, layer=layer).value
+        return bertviz_model_view(attention, tokens, sentence_b_start).value
+    except (ImportError, OfflineLibraryError) as e:
+        raise ValueError(f"bertviz cannot be shown here: {e} The other views work without it.") from e

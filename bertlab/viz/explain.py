@@ -91,3 +91,25 @@ def plot_attention_check(check: AttentionCheck, attribution: Attribution, style:
         margin=dict(l=170, r=40, t=80, b=40),
     )
     return finish(fig, t, wide=True)
+
+
+def explain_notes(a: Attribution, c: AttentionCheck) -> list[tuple[str, str]]:
+    """What the student should know about an attribution and its check against the attention."""
+    what = f"{METHOD_NAMES[a.method]} of {a.target.name} = {100 * a.value:.1f}%"
+    if a.method == "ig":
+        what += (f": the scores add up to {100 * a.total:+.2f} points, the change from the baseline "
+                 f"({100 * a.baseline_value:.1f}%) is {100 * (a.value - a.baseline_value):+.2f} points "
+                 f"(completeness gap {100 * a.completeness_gap:.2f}%, {a.steps} steps).")
+    else:
+        what += ": the gradient at the input times the input (no baseline, no completeness)."
+    top_attr, top_att = c.tokens[c.top_attribution], c.tokens[c.top_attention]
+    notes: list[tuple[str, str]] = [
+        ("info", what),
+        ("info", f"The attribution ranks {top_attr!r} first, the attention ({c.view}) {top_att!r}; "
+                 f"{agreement_text(c)}."),
+    ]
+    if c.heads is not None:
+        notes.append(("info", heads_text(c)))
+    if a.warning:
+        notes.append(("warning", a.warning))
+    return notes

@@ -5,6 +5,7 @@ attention (ModernBERT's local band beside full attention, DeBERTa's score terms 
 
 from __future__ import annotations
 
+import html
 from typing import Sequence
 
 import plotly.graph_objects as go
@@ -21,8 +22,9 @@ from bertlab.analysis.family import (
     ScoreTerms,
     TokenCut,
 )
+from bertlab.viz.pretrain import dynamic_html
 from bertlab.viz.text import plain_text
-from bertlab.viz.theme import MUTED, NEUTRAL, OKABE_ITO, Theme, current, finish
+from bertlab.viz.theme import HELP_STYLE, MUTED, NEUTRAL, OKABE_ITO, Theme, current, finish
 
 WORD_FILL = ("#dbe9f6", "#c6dbef")  # one-piece words, alternating (light blues)
 SPLIT_FILL = ("#fdd9b5", "#f9c08b")  # words cut into several pieces, alternating (light oranges)
@@ -347,3 +349,46 @@ def plot_score_terms(name: str, st: ScoreTerms, style: Theme | None = None) -> g
                       height=int(min(560, max(340, 160 + 12 * n))), width=900, plot_bgcolor="white",
                       margin=dict(l=90, r=30, t=90, b=90))
     return finish(fig, t)
+
+
+def card_extra(view: ModelView, draws: Sequence | str | None = None,
+               distilled: tuple[str, Distillation] | None = None) -> str:
+    """What a model's objective card adds (HTML): RoBERTa's dynamic masks (`draws`: the sentence masked in
+    three epochs, bertlab.training.preview.dynamic_draws, or why it could not be), DistilBERT's depth and its
+    distillation loss (`distilled`: its teacher's name and the loss), a note for the others."""
+    o = view.objective
+    if o is None:
+        return ""
+    if o.demo == "dynamic":
+        if isinstance(draws, str):
+            return f'<div style="{MUTED}">{html.escape(draws)}</div>'
+        return ('<div style="margin-top:4px">The same sentence in three epochs, each with a new mask:</div>'
+                + dynamic_html(draws))
+    if o.demo == "rtd":
+        return ('<div style="margin-top:4px">'
+                + ("The generator: a small MLM that proposes replacements." if o.role == "generator"
+                   else "The discriminator: see its verdict per piece below.") + "</div>")
+    if o.demo == "distil":
+        depth = (f'<div style="margin-top:4px">{view.params.layers} layers: half of its teacher\'s depth (BERT '
+                 "base has 12).</div>")
+        if distilled is not None:
+            teacher, d = distilled
+            return depth + distillation_html(d, teacher)
+        return depth
+    if o.pair_task is None and o.demo == "pair":
+        return f'<div style="{MUTED}">This checkpoint has no sentence-pair head to show.</div>'
+    return ""
+
+
+def kinds_html(kinds: dict[str, str]) -> str:
+    """One line per tokenizer kind on show: its name and what it does."""
+    return "".join(f'<div style="{HELP_STYLE}"><b>{html.escape(k)}</b>: {html.escape(note)}.</div>'
+                   for k, note in kinds.items())
+
+
+def followed_text(picked: str, before: str, kept: Sequence[int]) -> str:
+    """What the Family tab says when Model 1 followed the picker from `before` to `picked` (`kept`: the
+    other slots, numbered from 1, that still show `before`)."""
+    where = (f"it is still Model {kept[0]}" if kept else
+             "pick it as Model 2, 3 or 4 to keep it in the comparison")
+    return f"Model 1 now shows {picked}, the model picked above; it showed {before} before: {where}."

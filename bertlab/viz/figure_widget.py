@@ -1,6 +1,6 @@
 """Figures in widgets: a plotly FigureWidget whose browser views stay current (`SyncedFigureWidget`),
-an in-place redraw (`redraw`), and the swap of a box's figure (`show_figure`, `close_later`). Every
-panel shows its figures through these."""
+an in-place redraw (`redraw`), the swap of a box's figure (`show_figure`, `close_later`), and what a box
+shows (`shown_figure`, `box_figures` for the Export tab). Every panel shows its figures through these."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import functools
 import hashlib
 import json
 import weakref
+from collections.abc import Mapping
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from bertlab.settings import plotly_bundle_path
+from bertlab.viz.mask import empty_figure
 
 # The ES module of every figure widget: plotly's widget code, with one flaw of it mended. plotly's
 # FigureView registers its listeners on the figure's model and never removes them, so once a view
@@ -174,6 +176,33 @@ def show_figure(box: widgets.Box, fig: go.Figure) -> go.FigureWidget:
     if old is not None:
         close_later(box, old)
     return widget
+
+
+
+def show_or_clear(box: widgets.Box, fig: go.Figure | None) -> None:
+    """`show_figure(box, fig)`, or an empty box when there is no figure (None)."""
+    if fig is None:
+        box.children = ()
+    else:
+        show_figure(box, fig)
+
+
+def shown_figure(box: widgets.Box) -> go.FigureWidget | None:
+    """The figure widget `box` shows (see `show_figure`), None when it shows none."""
+    fig = box.children[0] if box.children else None
+    return fig if isinstance(fig, go.FigureWidget) else None
+
+
+def box_figures(boxes: Mapping[str, widgets.Box]) -> dict[str, go.Figure]:
+    """Name -> a copy of the figure each box shows, for the boxes that show one with traces (a hint
+    figure has none)."""
+    shown = {name: shown_figure(box) for name, box in boxes.items()}
+    return {name: go.Figure(fig) for name, fig in shown.items() if fig is not None and fig.data}
+
+
+def figure_box(hint: str) -> widgets.Box:
+    """A box that shows a figure, holding the hint that says how to get one."""
+    return widgets.Box([SyncedFigureWidget(empty_figure(hint))])
 
 
 _left_boxes: weakref.WeakKeyDictionary[widgets.Box, widgets.Widget] = weakref.WeakKeyDictionary()

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bertlab.analysis.mask import MaskPrediction, WordScore
+from bertlab.inputs import echo
 from bertlab.tokenizer import DEFAULT_SPECIALS, WORDPIECE_PREFIX, Tokenizer, join_wordpieces
 from bertlab.viz.text import plain_text
 from bertlab.viz.theme import HIDDEN_MARK, OKABE_ITO, Theme, current, finish
@@ -26,6 +27,13 @@ SKIPPED_WHY = {
 }
 Scale = Literal["probability", "log10"]
 LOG10_FLOOR = -6.0  # log10 probabilities below this get the reddest colour
+HELP = (  # {mask} and {pieces} are spelled by the model's tokenizer (`help_text`)
+    "Click words to hide them (click again to show them), or type {mask} in the text and press Predict. "
+    "Each chart lists the model's top guesses for one hidden piece; green is the piece that was really "
+    "there. A word split into pieces ({pieces}) has only its first piece hidden unless "
+    "whole-word masking is on. 'Mask each word in turn' hides every word once and colours it by how "
+    "likely the model finds the true word (green: easy to guess back, red: hard)."
+)
 
 
 def plot_fill_mask(predictions: Sequence[MaskPrediction], style: Theme | None = None,
@@ -206,3 +214,73 @@ def reads_html(tokens: list[str], tok: Tokenizer | None = None) -> str:
         else:
             words.append(piece)
     return f'<div style="font-size:0.95em;margin:4px 0"><b>The model reads:</b> {" ".join(words)}</div>'
+
+
+def help_text(tok: Tokenizer) -> str:
+    """HELP spelled with `tok`: its mask token, and how it cuts a long word into pieces."""
+    return HELP.format(mask=tok.mask_token, pieces=" ".join(tok.tokenize("tokenization")))
+
+
+def score_notes(scores: list[WordScore], tok: Tokenizer) -> list[tuple[str, str]]:
+    """What "mask each word in turn" found, and which words it could not score (and why)."""
+    scored = [s for s in scores if s.scored]
+    right = sum(s.correct for s in scored)
+    notes: list[tuple[str, str]] = [(
+        "info",
+        (f"Each of the {len(scored)} words was hidden once (all of its pieces); the model's top guess "
+         f"was the true word for {right} of them. Hover over a word to see its probability and the guess."),
+    )]
+    unknown = [s.word for s in scores if s.skipped == "unknown"]
+    if unknown:
+        shown = ", ".join(echo(w, 20) for w in unknown[:5]) + (", …" if len(unknown) > 5 else "")
+        notes.append((
+            "warning",
+            (f"{len(unknown)} word(s) are not in this model's vocabulary ({shown}): the model reads each as "
+             f"{tok.id_to_token(tok.unk_token_id)}, so they are unknown, not scored (grey)."),
+        ))
+    special = [s.word for s in scores if s.skipped == "special"]
+    if special:
+        notes.append((
+            "info",
+            (f"{', '.join(dict.fromkeys(special))} typed in the text are special tokens, not words: the model reads "
+             "them as such, and they are not scored (grey)."),
+        ))
+    return notes
+
+
+def guess_notes(predictions: Sequence[MaskPrediction], words: Sequence[str], hidden: set[int], whole_word: bool,
+                tok: Tokenizer, unknown: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """What the student should know about these guesses, beyond the bars: `words` of the text, the
+    `hidden` ones (by index), whether `whole_word` masking is on; `unknown`: the panel's note on pieces
+    outside the vocabulary (bertlab.panels.base.unknown_notes)."""
+    n = len(predictions)
+    notes: list[tuple[str, str]] = [(
+        "info",
+        f"{n} hidden piece{'s' if n > 1 else ''}. "
+        + ("They are guessed all at once, each without knowing the others' guesses. " if n > 1 else "")
+        + "Green bars are the pieces that were really there.",
+    )]
+    if not whole_word:
+        split = [w for w in sorted(hidden) if len(tok.tokenize(words[w])) > 1]
+        if split:
+            pieces = " ".join(tok.tokenize(words[split[0]]))
+            notes.append((
+                "info",
+                (f"'{words[split[0]]}' is several pieces ({pieces}): only the first is hidden, so the "
+                 "model still sees the rest. Tick whole-word masking to hide them all."),
+            ))
+    return notes + list(unknown)
+
+
+def word_tip(tok: Tokenizer, word: str) -> tuple[str, bool]:
+    """The tooltip of a word's button in the Mask tab, and whether the button is fixed (nothing to hide:
+    the mask token typed in the text, a special token, a word outside the vocabulary)."""
+    typed = word == tok.mask_token
+    special = not typed and tok.token_to_id(word) in tok.special_ids  # e.g. [CLS] typed in the text
+    unknown = not (typed or special) and tok.unk_token_id in tok.encode_ids([word])[0]
+    tip = ("typed in the text: edit the text to remove it" if typed
+           else f"{word} is a special token typed in the text, not a word: it cannot be hidden" if special
+           else (f"not in this model's vocabulary (it reads as {tok.id_to_token(tok.unk_token_id)}): "
+                 "the model cannot guess it") if unknown
+           else f"hide or show '{word}'")
+    return tip, typed or special or unknown

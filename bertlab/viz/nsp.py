@@ -94,3 +94,33 @@ def plot_attention_mass(mass: AttentionMass, sources: Sequence[str] = (A, B, CLS
         margin=dict(l=60, r=20, t=70, b=50),
     )
     return finish(fig, t)
+
+
+SOP_NOTE = ("This model's pair head is ALBERT's sentence order (SOP): it was trained on two sentences that follow "
+            "each other, given in order or swapped, and says whether A comes before B; not whether B is a random "
+            "sentence. Try Swap A ↔ B.")
+
+
+def pair_notes(mass: AttentionMass, cls_token: str, sep_token: str, no_pair_head: str | None = None,
+               sop: bool = False, no_segments: str | None = None, warning: str | None = None,
+               unknown: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """What the student should know about a sentence pair, beyond the pictures: what the model lacks
+    (`no_pair_head`, `no_segments`: bertlab.panels.base.lacks), whether its pair head is ALBERT's sentence
+    order (`sop`), the attention between A and B, the input's `warning`, and `unknown` (the panel's note
+    on pieces outside the vocabulary)."""
+    a_to_b, a_to_a = float(mass.share(A, B).mean()), float(mass.share(A, A).mean())
+    b_to_a, b_to_b = float(mass.share(B, A).mean()), float(mass.share(B, B).mean())
+    notes: list[tuple[str, str]] = [("warning", no_pair_head)] if no_pair_head else []
+    if sop:
+        notes.append(("info", SOP_NOTE))
+    if no_segments:
+        notes.append(("info", no_segments))
+    notes.append((
+        "info",
+        (f"Averaged over the {mass.num_layers} layers, sentence A puts {a_to_b:.0%} of its attention on B "
+         f"and {a_to_a:.0%} on itself; B puts {b_to_a:.0%} on A and {b_to_b:.0%} on itself "
+         f"(the rest goes to {cls_token} and {sep_token})."),
+    ))
+    if warning:
+        notes.append(("warning", warning))
+    return notes + list(unknown)

@@ -6,7 +6,9 @@ import html
 
 import torch
 
-from bertlab.viz.theme import OFF_TEXT, OK_TEXT
+from bertlab import hub
+from bertlab.settings import in_hub_cache
+from bertlab.viz.theme import OFF_TEXT, OK_TEXT, help_html
 
 
 def model_card(model: torch.nn.Module, name: str) -> str:
@@ -32,3 +34,31 @@ def model_card(model: torch.nn.Module, name: str) -> str:
         f"{c.hidden_size} wide · {c.num_attention_heads} heads · {n:.1f} M parameters · "
         f"vocabulary {c.vocab_size:,} · up to {c.max_position_embeddings} tokens<br>{heads}</div>"
     )
+
+
+PICK_HUB = "— recommended hub models —"
+
+
+def hub_options(confined: bool) -> list[tuple[str, str]]:
+    """(label, name) of the recommended hub models, each marked cached or not (no network)."""
+    out = [(PICK_HUB, "")]
+    for m in hub.RECOMMENDED:
+        here = in_hub_cache(m.name)
+        mark = " ✓ cached" if here else (" ✗ not on this server" if confined else "")
+        out.append((f"{m.name} · {m.about}{mark}", m.name))
+    return out
+
+
+def model_lacks(model: torch.nn.Module) -> list[str]:
+    """The pre-training heads a model lacks, in words ("MLM head", "NSP or SOP head")."""
+    out = []
+    if not model.has_mlm and not getattr(model, "has_rtd", False):
+        out.append("MLM head")
+    if not model.has_nsp:
+        out.append("NSP or SOP head")
+    return out
+
+
+def small_note(text: str) -> str:
+    """A short line of plain text in the help style, inline."""
+    return help_html(html.escape(text), "span")

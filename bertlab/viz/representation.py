@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import html
 from typing import Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 
 from bertlab.analysis.representation import Representation
+from bertlab.tokenizer import DEFAULT_SPECIALS, WORD_START_MARK, Tokenizer, join_wordpieces
 from bertlab.viz.theme import (
     NEUTRAL,
     OKABE_ITO,
@@ -33,6 +35,13 @@ PART_LABELS: dict[str, str] = {
     "sum": "sum (before LayerNorm)",
     "normalised": "normalised sum (after LayerNorm)",
 }
+HELP = (
+    "Each token's input vector is its <b>token</b> embedding (one per vocabulary piece) + its "
+    "<b>segment</b> embedding (A or B) + its <b>position</b> embedding (0, 1, 2, …); LayerNorm then "
+    "rescales the sum. {continuation} Click a legend entry to "
+    "show or hide a part (the normalised sum starts hidden: it is much longer than the others). The map "
+    "is one shared linear projection, so each sum point is its token + segment + position points added."
+)
 DECIMALS = 4
 PROJECTION_SIZE = (720, 560)  # px on the normal page: the 2-D map of the parts
 PROJECTION_MARGIN = dict(l=60, r=20, t=80, b=60)
@@ -84,9 +93,11 @@ def plot_input_table(rep: Representation, style: Theme | None = None) -> go.Figu
     return finish(fig, t, wide=True)
 
 
-def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, style: Theme | None = None) -> go.Figure:
-    """Grouped bars: the L2 norm of each part for each token (x = tokens, one colour per part).
-    As wide as its tokens (at least the tab's width in projector mode): its box scrolls."""
+def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, style: Theme | None = None,
+                    hidden: Sequence[str] = ()) -> go.Figure:
+    """Grouped bars: the L2 norm of each part for each token (x = tokens, one colour per part); the parts
+    of `hidden` are in the legend, off until clicked. As wide as its tokens (at least the tab's width in
+    projector mode): its box scrolls."""
     t = style or current()
     parts = list(parts or rep.norms)
     for p in parts:
@@ -101,6 +112,7 @@ def plot_part_norms(rep: Representation, parts: Sequence[str] | None = None, sty
                 y=np.round(rep.norms[p].numpy(), DECIMALS),
                 marker_color=PART_COLORS.get(p),
                 hovertemplate="%{x}<br>" + PART_LABELS.get(p, p) + ": norm %{y:.3f}<extra></extra>",
+                **({"visible": "legendonly"} if p in hidden else {}),
             )
             for p in parts
         ]
@@ -164,3 +176,66 @@ def plot_part_projection(rep: Representation, style: Theme | None = None) -> go.
         margin=PROJECTION_MARGIN,
     )
     return finish(fig, t)
+
+
+def help_text(tok: Tokenizer, kind: str = "") -> str:
+    """HELP with the tokenizer's kind (`kind`, as the family names it) and how its pieces are marked:
+    WordPiece marks a piece that continues a word ("##"); byte-level BPE and SentencePiece mark a piece
+    that starts one (stored as "Ġ" / "▁", drawn as WORD_START_MARK)."""
+    prefix = tok.continuing_prefix
+    if prefix:
+        how = f"“{html.escape(prefix)}” marks a piece that continues the word before it."
+    else:
+        how = (f"“{WORD_START_MARK}” marks a piece that starts a word (a space before it; the tokenizer stores "
+               "the mark as Ġ or ▁); a piece without it continues the word before it, except at the start of "
+               "the text, where the table's word row says which word each piece belongs to.")
+    named = f"This model's tokenizer is {html.escape(kind)}. " if kind else ""
+    return HELP.format(continuation=named + how)
+
+
+def split_words(rep: Representation, tok: Tokenizer | None = None) -> list[str]:
+    """Words cut into several pieces, as "word → piece piece …" (e.g. "clueless → clue ##less",
+    "clueless → ␣clue less"): pieces as drawn; `tok` joins the stored pieces (default: WordPiece's rule)."""
+    join = tok.join_pieces if tok is not None else join_wordpieces
+    groups: dict[tuple[int, int], list[tuple[str, str]]] = {}
+    for piece, shown, segment, word in zip(rep.tokens, rep.labels, rep.segment_ids, rep.word_ids):
+        if word is not None:
+            groups.setdefault((segment, word), []).append((piece, shown))
+    return [
+        join([p for p, _ in pieces]) + " → " + " ".join(s for _, s in pieces)
+        for pieces in groups.values() if len(pieces) > 1
+    ]
+
+
+def input_notes(rep: Representation, max_shown: int, pair_asked: bool = False,
+                tok: Tokenizer | None = None, segments: str | None = None,
+                positions: str | None = None, unknown: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """What the student should know about this input, beyond the pictures (special tokens as `tok`
+    spells them; default: WordPiece's). `segments`, `positions`: what the model lacks there
+    (`lacks(model, "segment_embeddings")`, `lacks(model, "position_embeddings")`), None when it has those embeddings;
+    `unknown`: the panel's note on pieces outside the vocabulary (bertlab.panels.base.unknown_notes)."""
+    specials = tok.special_tokens if tok is not None else DEFAULT_SPECIALS
+    n = len(rep.tokens)
+    pair = "two sentences: A is segment 0 (blue), B is segment 1 (orange)" if rep.text_b else "one sentence"
+    if rep.text_b and segments:
+        pair = "two sentences"
+    out: list[tuple[str, str]] = [("info", f"{n} tokens, {pair}.")]
+    if segments and (rep.text_b or pair_asked):
+        out.append(("info", segments))
+    if positions:
+        out.append(("info", positions))
+    split = split_words(rep, tok)
+    if split:
+        shown = "; ".join(split[:6]) + ("; …" if len(split) > 6 else "")
+        kind = f"{rep.tokenizer} " if rep.tokenizer else ""
+        out.append(("info", f"{len(split)} word(s) became several {kind}pieces: {shown}."))
+    if pair_asked and rep.text_b is None:
+        out.append(("info", "Sentence B is blank, so only sentence A is read (all segment 0)."))
+    if specials["mask"] in rep.tokens:
+        out.append(("info", f"{specials['mask']} is an ordinary vocabulary piece here, with its own token embedding."))
+    out += unknown
+    if rep.warning:
+        out.append(("warning", rep.warning))
+    if n > max_shown:
+        out.append(("warning", f"The pictures show the first {max_shown} of the {n} tokens."))
+    return out

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 import plotly.graph_objects as go
+import torch
 
 from bertlab.analysis.similarity import TokenSimilarity, WordAcrossContexts, WordProjection
 from bertlab.viz.text import plain_text
@@ -142,3 +145,47 @@ def _stage_title(names: list[str], stage: int) -> str:
 def _short(text: str, n: int = 90) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def token_notes(sim: TokenSimilarity, max_shown: int, unknown: Sequence[tuple[str, str]] = ()
+                ) -> list[tuple[str, str]]:
+    """What the student should know about the token × token matrix (`unknown`: the panel's note on pieces
+    outside the vocabulary, bertlab.panels.base.unknown_notes)."""
+    n = len(sim.tokens)  # >= 3: [CLS] ... [SEP]
+    off_diagonal = ~torch.eye(n, dtype=torch.bool)
+    first, last = (float(sim.matrices[s][off_diagonal].mean()) for s in (0, -1))
+    out: list[tuple[str, str]] = [
+        ("info", (f"{n} tokens. Mean cosine between two different tokens: {first:.2f} at the embeddings, "
+                  f"{last:.2f} after the last layer.")),
+    ]
+    out += unknown
+    if sim.warning:
+        out.append(("warning", sim.warning))
+    if n > max_shown:
+        out.append(("warning", (f"The matrix shows the first {max_shown} of the {n} tokens (each computed "
+                                "with the whole text as context).")))
+    return out
+
+
+def word_notes(result: WordAcrossContexts) -> list[tuple[str, str]]:
+    """The word's pieces, the numbers after the last layer, and notes from the analysis."""
+    pieces = " ".join(result.pieces)
+    how = "" if len(result.pieces) == 1 else f" It is {len(result.pieces)} pieces ({pieces}): its vector is their mean."
+    last = {name: round(float(v[-1]), 2) for name, v in word_lines(result).items()}
+    numbers = ", ".join(f"{name} {v:.2f}" for name, v in last.items())
+    out: list[tuple[str, str]] = [
+        ("info", f"“{result.word}” in {len(result.contexts)} contexts.{how} After the last layer: {numbers}."),
+    ]
+    out.extend(("info", note) for note in result.notes)
+    return out
+
+
+def map_notes(proj: WordProjection) -> list[tuple[str, str]]:
+    """How many points each word gave."""
+    counts = {w: proj.words.count(w) for w in dict.fromkeys(proj.words)}
+    found = ", ".join(f"“{w}” {c}×" for w, c in counts.items())
+    out: list[tuple[str, str]] = [("info", f"{len(proj.words)} points: {found}. The map is refitted at each stage.")]
+    if len(proj.words) < 3:
+        out.append(("warning", "Two points always lie on one line: add sentences for a more telling map."))
+    return out
+
