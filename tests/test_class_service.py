@@ -448,3 +448,99 @@ def test_the_bench_script_measures_a_small_class(tmp_path):
     assert result["students"] == 4 and 0 < run["push_reach_s"]["median"] <= run["push_reach_s"]["max"] < 10
     assert run["answer_ms"]["median"] > 0 and run["poll_ms"]["p95"] >= run["poll_ms"]["median"] > 0
     assert 0 < run["service_memory"]["pss_mb"] < 500 and run["service_cpu_share"] >= 0
+
+
+# -- a hostile student, with their own server's token and curl ------------------------------------------
+def _raw(loopback: Loopback, method: str, path: str, body: bytes | None = None,
+         token: str = "t-bob") -> tuple[int, dict]:
+    """One request as curl would send it: any path, any body; (status, the JSON reply)."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(loopback.url + path, data=body, method=method,
+                                 headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read() or b"{}")
+
+
+@pytest.mark.parametrize("path", [
+    "api/questions/99999999999999999999999999/answers",
+    "api/queue/99999999999999999999999999",
+    "api/queue/99999999999999999999999999/start",
+    "api/queue/99999999999999999999999999/beat",
+])
+def test_an_id_too_large_for_the_database_is_not_found_not_a_server_error(loopback, path):
+    for method, body in (("GET", None), ("POST", b"{}"), ("DELETE", None)):
+        status, reply = _raw(loopback, method, path, body)
+        assert status in (404, 405), (method, status, reply)
+        if status == 404:
+            assert reply.get("message"), reply
+
+
+@pytest.mark.parametrize("body", [
+    {"pid": 10 ** 30}, {"pid": [1]}, {"label": {"a": 1}}, {"host": ["x"] * 3}, {"started": 10 ** 400},
+])
+def test_a_queue_entry_with_values_of_the_wrong_kind_is_refused_in_a_sentence(loopback, body):
+    status, reply = _raw(loopback, "POST", "api/queue", json.dumps(body).encode())
+    assert status == 400 and reply["error"] == "invalid" and len(reply["message"]) < 200, (status, reply)
+
+
+@pytest.mark.parametrize("body", [
+    {"kind": 5, "text": "x"}, {"kind": "mask", "text": ["a"]}, {"kind": "mask", "text": "The [MASK].", "model": "mat"},
+    {"kind": "mask", "text": "The [MASK].", "model": [[1, 2, 3]]}, {"kind": "mask", "text": "x" * 100_000},
+])
+def test_a_malformed_question_from_the_teacher_is_refused_not_a_server_error(loopback, body):
+    status, reply = _raw(loopback, "POST", "api/questions", json.dumps(body).encode(), token="t-tess")
+    assert status in (400, 413) and reply.get("message"), (status, reply)
+
+
+def test_a_body_larger_than_the_service_takes_is_refused(loopback):
+    status, reply = _raw(loopback, "POST", "api/queue", b'{"label": "' + b"x" * (1 << 20) + b'"}')
+    assert status == 413 and reply.get("message"), (status, reply)
+
+
+def test_one_student_cannot_fill_the_queue_ahead_of_the_class(loopback):
+    """Entries are the student's own, but a loop of POSTs would put every later run behind theirs:
+    a student holds a few entries at most, and the others still join."""
+    from bertlab.hubservice.app import MAX_ENTRIES_PER_USER
+
+    taken = [_raw(loopback, "POST", "api/queue", json.dumps({"label": f"run {i}"}).encode()) for i in range(12)]
+    assert [s for s, _ in taken].count(200) == MAX_ENTRIES_PER_USER
+    status, reply = taken[-1]
+    assert status == 429 and reply["error"] == "busy" and "queue" in reply["message"], reply
+    assert _raw(loopback, "POST", "api/queue", b'{"label": "alice run"}', token="t-alice")[0] == 200
+    first = taken[0][1]["id"]  # leaving one makes room for another
+    assert _raw(loopback, "DELETE", f"api/queue/{first}")[0] == 200
+    assert _raw(loopback, "POST", "api/queue", b'{"label": "again"}')[0] == 200
+
+
+@pytest.mark.parametrize("backend", ["service", "sqlite"])
+def test_two_students_pressing_start_in_the_same_instant_get_one_slot_between_them(loopback, tmp_path, backend):
+    """One slot, two students whose Start reaches the queue at the same moment (released together by a
+    barrier, many times over): exactly one run starts, the other is told it is behind one."""
+    if backend == "service":
+        queues = [loopback.queue("alice"), loopback.queue("bob")]
+    else:
+        queues = [ClassQueue(tmp_path / "queue.sqlite", slots=1), ClassQueue(tmp_path / "queue.sqlite", slots=1)]
+    for _ in range(15):
+        ids = [q.enter(f"run {i}") for i, q in enumerate(queues)]
+        barrier, answers = threading.Barrier(2), [None, None]
+
+        def press(i: int) -> None:
+            barrier.wait()
+            answers[i] = queues[i].try_start(ids[i])
+
+        threads = [threading.Thread(target=press, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert sorted(answers) == [0, 1], answers  # one runs, one waits behind it
+        states = sorted(state for _, _, state in queues[0].entries())
+        assert states == ["running", "waiting"]
+        for q, rid in zip(queues, ids):
+            q.leave(rid)
+        assert queues[0].entries() == []

@@ -192,3 +192,28 @@ def test_the_tab_bar_css_sizes_titles_to_the_window():
     assert f"/ {TAB_CHAR_EM * 22:.1f})" in page  # 22 characters in all
     assert f"{PROJECTOR.px(13)}px); }}" in page  # projector mode may grow them further
     assert "calc((100vw" not in css()  # a page without tabs (the teacher's view) keeps its titles
+
+
+def test_a_legend_above_the_plot_hangs_below_the_title_whatever_its_rows():
+    """A horizontal legend above the plot wraps as the figure narrows; hung from just below the
+    title in container coordinates, plotly pushes the plot down for each row (the browser check of
+    the same: tests/browser/test_layout.py, no legend entry on a figure's title)."""
+    import plotly.graph_objects as go
+
+    def figure(style) -> go.Figure:
+        fig = go.Figure([go.Bar(name=f"a rather long legend entry {i}", x=[0], y=[i]) for i in range(5)])
+        fig.update_layout(title=dict(text="A title", font=dict(size=14)), width=500, height=400,
+                          legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0),
+                          margin=dict(l=60, r=20, t=40, b=60))
+        return finish(fig, style)
+
+    for style in (NORMAL, PROJECTOR):
+        fig = figure(style)
+        layout = fig.layout
+        assert (layout.title.yref, layout.title.y, layout.title.yanchor) == ("container", 1.0, "top")
+        assert (layout.legend.yref, layout.legend.yanchor) == ("container", "top")
+        title_bottom = layout.title.pad.t + 1.4 * layout.title.font.size  # px from the top, plotly's line height
+        assert (1 - layout.legend.y) * layout.height > title_bottom
+    untitled = go.Figure([go.Bar(name="x", x=[0], y=[1]), go.Bar(name="y", x=[0], y=[2])])
+    untitled.update_layout(legend=dict(orientation="h", y=1.02), margin=dict(t=30))
+    assert finish(untitled, NORMAL).layout.legend.yref is None  # no title: nothing to keep apart

@@ -33,6 +33,8 @@ from typing import Any, Literal, Protocol
 Kind = Literal["mask", "nsp"]
 KINDS: tuple[Kind, ...] = ("mask", "nsp")
 MAX_GUESS_CHARS = 40
+MAX_QUESTION_CHARS = 5000  # a sentence pair of the longest input a model takes, with room to spare
+MAX_MODEL_ANSWERS, MAX_ANSWER_CHARS = 100, 100  # the top-k words shown beside a question
 BUSY_TIMEOUT_MS = 10_000  # a writer waits this long for another's commit (commits take milliseconds)
 
 _SCHEMA = """
@@ -160,7 +162,14 @@ class ClassStore:
     def push(self, question: Question) -> Question:
         """Make `question` the live one (ending any other); returns it with its id."""
         if question.kind not in KINDS:
-            raise ValueError(f"question kind {question.kind!r}: use one of {', '.join(KINDS)}.")
+            raise ValueError(f"question kind {str(question.kind)[:20]!r}: use one of {', '.join(KINDS)}.")
+        size = len(question.text) + len(question.text_b or "")
+        if size > MAX_QUESTION_CHARS:
+            raise ValueError(f"a class question is at most {MAX_QUESTION_CHARS:,} characters of text; this one has "
+                             f"{size:,}: push a shorter sentence.")
+        if len(question.model) > MAX_MODEL_ANSWERS or any(len(a) > MAX_ANSWER_CHARS for a, _ in question.model):
+            raise ValueError(f"a class question carries at most {MAX_MODEL_ANSWERS} of the model's answers, each at "
+                             f"most {MAX_ANSWER_CHARS} characters.")
         now = time.time()
         with self._write() as db:
             db.execute("UPDATE questions SET ended = ? WHERE ended IS NULL", (now,))

@@ -9,6 +9,10 @@ are in):
 - the teacher (a member of one of `teacher_groups`, or a hub admin when `admins_teach`): push, reveal
   and end questions, read the guesses before the reveal, cancel anyone's run, let a waiting run go first.
 
+A student holds at most `MAX_ENTRIES_PER_USER` live queue entries (429 past that); ids, bodies and
+values are checked before they reach the database, so a request curl can send gets a 4xx sentence,
+never a server error.
+
 Guesses are anonymous to everyone: the answers come back under numbers, not user names. The model's
 answer reaches a student only with the reveal (a student's own server could ask the service directly).
 
@@ -58,6 +62,9 @@ log = logging.getLogger(__name__)
 
 ADMIN_CACHE_S = 60.0  # how long a looked-up admin flag is trusted
 MAX_BODY_BYTES = 64 * 1024  # a question with its top-k answers is a few kB
+MAX_ENTRIES_PER_USER = 3  # live queue entries one hub user may hold (a run per training panel)
+MAX_ID = 2 ** 63 - 1  # SQLite's largest row id
+MAX_PID = 2 ** 22  # Linux's largest process id (pid_max)
 
 
 class ClassService:
@@ -150,7 +157,18 @@ class ServiceHandler(HubAuthenticated, web.RequestHandler):
                                             f"teachers' group ({', '.join(sorted(self.service.teacher_groups))})"
                                             f"{admins}.")
 
+    @staticmethod
+    def row_id(text: str, what: str) -> int:
+        """A path's id as a row id; one the database could not hold names nothing there (404)."""
+        number = int(text)
+        if number > MAX_ID:
+            raise Refused(404, "not_found", f"There is no {what} {text[:20]}….")
+        return number
+
     def body(self) -> dict[str, Any]:
+        if len(self.request.body or b"") > MAX_BODY_BYTES:  # the HTTP server refuses these first (__main__)
+            raise Refused(413, "too_large", f"The request's body is over {MAX_BODY_BYTES // 1024} kB: "
+                                            "the class service takes questions, guesses and queue entries only.")
         try:
             data = json.loads(self.request.body or b"{}")
         except ValueError:
@@ -223,27 +241,29 @@ class PushHandler(ServiceHandler):
 class QuestionActionHandler(ServiceHandler):
     def post(self, qid: str, action: str) -> None:
         self.require_teacher(f"{action} a question")
-        (self.service.store.reveal if action == "reveal" else self.service.store.end)(int(qid))
+        (self.service.store.reveal if action == "reveal" else self.service.store.end)(self.row_id(qid, "question"))
         self.service.questions_version += 1
         self.reply({})
 
 
 class AnswersHandler(ServiceHandler):
     def get(self, qid: str) -> None:
+        qid = self.row_id(qid, "question")
         if not self.teacher:
             q = self.service.store.current()
-            if q is None or q.id != int(qid) or not q.revealed:
+            if q is None or q.id != qid or not q.revealed:
                 raise Refused(403, "forbidden", "The class's guesses are shown once the teacher reveals the answer.")
-        guesses = self.service.store.answers(int(qid)).values()
+        guesses = self.service.store.answers(qid).values()
         self.reply({"answers": {str(n): guess for n, guess in enumerate(guesses, start=1)}})  # anonymous
 
     def post(self, qid: str) -> None:
+        qid = self.row_id(qid, "question")
         data = self.body()
         student = data.get("student", self.name)
         if student != self.name:
             raise Refused(403, "forbidden", f"{self.name} can only answer as themselves, not as {str(student)[:40]!r}.")
         try:
-            guess = self.service.store.answer(int(qid), self.name, str(data.get("guess", "")))
+            guess = self.service.store.answer(qid, self.name, str(data.get("guess", "")))
         except QuestionClosedError as e:
             raise Refused(409, "closed", str(e)) from None
         except GuessError as e:
@@ -268,43 +288,53 @@ class QueueHandler(ServiceHandler):
         owner = data.get("owner", self.name)
         if owner != self.name:
             raise Refused(403, "forbidden", f"{self.name} can only queue runs of their own, not {str(owner)[:40]!r}'s.")
-        try:
-            pid, host, started = int(data.get("pid", 0)), str(data.get("host", "")), str(data.get("started", ""))
-        except (TypeError, ValueError):
-            raise Refused(400, "invalid", "pid must be a whole number.") from None
-        label = str(data.get("label") or "a training run")
-        rid = self.service.queue.enter(label, owner=self.name, host=host or "?", pid=pid, started=started)
+        pid, host, started = data.get("pid", 0), data.get("host", ""), data.get("started", "")
+        label = data.get("label") or "a training run"
+        if type(pid) is not int or not 0 <= pid <= MAX_PID:
+            raise Refused(400, "invalid", f"pid must be a process id, a whole number from 0 to {MAX_PID}.")
+        if not all(isinstance(v, str) for v in (label, host, started)):
+            raise Refused(400, "invalid", "label, host and started must be text.")
+        queue = self.service.queue
+        owners = queue.owners()
+        if sum(1 for rid, _, _ in queue.entries() if owners.get(rid) == self.name) >= MAX_ENTRIES_PER_USER:
+            raise Refused(429, "busy", f"{self.name} already has {MAX_ENTRIES_PER_USER} runs in the class queue: "
+                                       "let one finish, or cancel one, before starting another.")
+        rid = queue.enter(label, owner=self.name, host=host or "?", pid=pid, started=started)
         self.reply({"id": rid})
 
 
 class EntryHandler(ServiceHandler):
     def _entry(self, rid: str, teacher_may: bool = False) -> int:
-        owner = self.service.queue.owner(int(rid))
+        owner = self.service.queue.owner(self.row_id(rid, "run"))
         if owner is None:
             raise Refused(404, "not_found", f"There is no run {rid} in the class queue (it ended, or was dropped).")
         if owner != self.name and not (teacher_may and self.teacher):
             raise Refused(403, "forbidden", f"Run {rid} in the class queue is not {self.name}'s.")
         return int(rid)
 
-    def post(self, rid: str, action: str) -> None:
+    def post(self, rid: str, action: str | None = None) -> None:
         queue = self.service.queue
+        if action is None:
+            raise Refused(405, "method", "POST start, beat, cancel or first to a run; DELETE it to leave the queue.")
         if action in ("cancel", "first"):
             self.require_teacher("cancel or move another's run" if action == "cancel" else "move a run to the front")
             done = (queue.cancel if action == "cancel" else queue.first)(self._entry(rid, teacher_may=True))
             self.reply({"done": done})
         elif action == "start":
-            if queue.owner(int(rid)) is None:  # gone (expired): the place joins again, as on one machine
+            if queue.owner(self.row_id(rid, "run")) is None:  # gone (expired): the place joins again, as on one machine
                 self.reply({"ahead": -1})
                 return
             self.reply({"ahead": queue.try_start(self._entry(rid))})
         else:
-            if queue.owner(int(rid)) is None:
+            if queue.owner(self.row_id(rid, "run")) is None:
                 self.reply({"alive": False})
                 return
             self.reply({"alive": queue.beat(self._entry(rid))})
 
-    def delete(self, rid: str) -> None:
-        if self.service.queue.owner(int(rid)) is not None:
+    def delete(self, rid: str, action: str | None = None) -> None:
+        if action is not None:
+            raise Refused(405, "method", f"DELETE the run itself (api/queue/{rid[:20]}), not its {action}.")
+        if self.service.queue.owner(self.row_id(rid, "run")) is not None:
             self.service.queue.leave(self._entry(rid, teacher_may=True))
         self.reply({})
 

@@ -35,6 +35,7 @@ PROJECTOR_CLASS = "bertlab-projector"
 BASE_FONT = 12  # plotly's default text size, px, on the normal page
 HOVER_FONT = 13
 MIN_PAGE_WIDTH = 320  # px: a figure is never drawn narrower than this, however narrow the page
+DEFAULT_HEIGHT = 450  # px: plotly's height for a figure that sets none
 MAX_HEIGHT = 1000  # px: projector mode grows a figure's height ×scale up to this (never shrinks one)
 MUTED = "color:#555"  # help lines and notes (projector mode darkens it, see `css`)
 HELP_STYLE = MUTED + ";font-size:0.9em"  # a tab's help line, a setting's note
@@ -162,13 +163,28 @@ def finish(fig: go.Figure, theme: Theme | None = None, *, wide: bool = False, ma
         layout.update(sized)
         for trace in fig.data:
             _scale_trace(trace, k)
-        if layout.title.text and layout.legend.orientation == "h" and (layout.legend.y or 0) >= 1:
-            # a legend above the plot grows into rows with larger text: title at the very top
-            layout.title.update(y=1.0, yref="container", yanchor="top", pad=dict(t=round(8 * k)))
-            layout.margin.t = (layout.margin.t or 80) + round(20 * k)
     if t.full_width:
         layout.width = max(layout.width or 0, t.page_width) if wide else t.page_width
+    _room_for_legend(fig)
     return fig
+
+
+def _room_for_legend(fig: go.Figure) -> None:
+    """A horizontal legend above the plot grows a row at a time as the figure narrows, upwards into
+    the title. Pin the title to the figure's top edge and hang the legend from just below it
+    (container coordinates): plotly then pushes the plot down to make room for every row the legend
+    takes, so title, legend and plot never cover each other, however many rows (in place)."""
+    layout = fig.layout
+    if not (layout.title.text and layout.legend.orientation == "h" and (layout.legend.y or 0) >= 1):
+        return
+    font = layout.font.size or BASE_FONT
+    title_font = layout.title.font.size or round(font * 17 / 12)  # plotly's title: 1.4x the base font
+    pad = round(8 * font / BASE_FONT)
+    if layout.height is None:
+        layout.height = DEFAULT_HEIGHT
+    below_title = pad + round(1.5 * title_font) + pad
+    layout.title.update(y=1.0, yref="container", yanchor="top", pad=dict(t=pad))
+    layout.legend.update(y=1 - below_title / layout.height, yref="container", yanchor="top")
 
 
 def _scaled_fonts(node: object, k: float, parent: str = "") -> dict:

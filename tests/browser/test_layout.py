@@ -19,7 +19,7 @@ In each tab, measured facts (every problem of a page is collected, then reported
 - a row of toggle buttons keeps its description beside it (not on a line of its own above);
 - a drop-down is wide enough for its longest option (measured in its own font, with room for the arrow);
 - a figure's legend and its point labels stay inside the figure (a legend also inside the box that
-  scrolls a wide figure), point labels of a 2-D map do not
+  scrolls a wide figure), no legend entry on the figure's title, point labels of a 2-D map do not
   sit on each other, and no axis shows the same tick label twice in a row or a "μ" unit;
 - table headers have room between them (padding on both sides).
 
@@ -140,11 +140,16 @@ TAB_JS = """(sel) => {
     const title = (plot._fullLayout.title && plot._fullLayout.title.text || '').slice(0, 40);
     const box = plot.querySelector('.main-svg').getBoundingClientRect();
     const view = plot.parentElement.getBoundingClientRect();  // a figure wider than its tab scrolls in this box
+    const heading = plot.querySelector('.gtitle');
+    const top = heading && heading.textContent.trim() ? heading.getBoundingClientRect() : null;
     for (const entry of plot.querySelectorAll('.legend .traces')) {
       const r = entry.getBoundingClientRect();
       const right = Math.min(box.right, view.right);
       if (r.width > 0 && (r.right > right + 1 || r.bottom > box.bottom + 1 || r.left < box.left - 1))
         out.push(`figure "${title}": legend entry "${name(entry)}" cut by the edge of the figure or its box`);
+      if (top && r.width > 0 && Math.min(r.right, top.right) - Math.max(r.left, top.left) > 2
+          && Math.min(r.bottom, top.bottom) - Math.max(r.top, top.top) > 2)
+        out.push(`figure "${title}": legend entry "${name(entry)}" drawn on the figure's title`);
     }
     const points = Array.from(plot.querySelectorAll('.scatterlayer .textpoint text')).filter(t => t.textContent.trim())
       .map(t => [t.textContent, t.getBoundingClientRect()]).filter(([, r]) => r.width > 0);
