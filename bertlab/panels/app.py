@@ -17,8 +17,7 @@ import ipywidgets as widgets
 from bertlab.panels.base import Panel, busy_html, note_html
 from bertlab.panels.page import (  # noqa: F401 (PROJECTOR_PARAM, projector_requested: imported from here too)
     PROJECTOR_PARAM,
-    PageAddress,
-    follow_page,
+    ProjectorSwitch,
     projector_in_query,
     projector_requested,
 )
@@ -74,35 +73,19 @@ class App:
         self._shown = state.model  # the model the picker shows
         self._stale: set[str] = set()  # built tabs still showing an earlier model
         state.observe(self._on_model)
-        self.projector = widgets.ToggleButton(
-            value=projector, description="Projector mode", tooltip="Larger text and figures for a lecture hall "
-            "(also: ?projector=1 in the address, or bertlab serve --projector)",
-            layout=widgets.Layout(width="auto", flex="0 0 auto", margin="4px 0 4px 8px"),
-        )
-        self.projector.observe(lambda change: self.set_projector(change["new"]), names="value")
-        self.page = PageAddress()
-        self.page.observe(self._on_page, names=["query", "width"])
+        self.switch = ProjectorSwitch(projector, self._redraw, flex="0 0 auto", margin="4px 0 4px 8px")
+        self.projector, self.page = self.switch.toggle, self.switch.page
         style = widgets.HTML(theme.css([title for title, _ in tabs]), layout=widgets.Layout(display="none"))
         self.picker.widget.layout.flex, self.picker.widget.layout.width = "1 1 0%", "auto"
         top = widgets.HBox([self.picker.widget, self.projector], layout=widgets.Layout(width="100%"))
         self.widget = widgets.VBox([style, self.page, top, self.tabs], layout=widgets.Layout(width="100%"))
-        self.widget.add_class(theme.ROOT_CLASS)
-        if projector:
-            self.widget.add_class(theme.PROJECTOR_CLASS)
+        self.switch.attach(self.widget)
 
     # -- projector mode ---------------------------------------------------------------------
     def set_projector(self, on: bool) -> None:
         """Switch projector mode: widget text at once (CSS), the tab on show redrawn now and the
         other built tabs when next opened (training curves at their next update)."""
-        on = bool(on)
-        if self.projector.value != on:
-            self.projector.value = on  # its observer comes back here
-            return
-        if theme.is_projector() == on:
-            return
-        theme.use(on, page_width=self.page.width or None)
-        (self.widget.add_class if on else self.widget.remove_class)(theme.PROJECTOR_CLASS)
-        self._redraw()
+        self.switch.set(on)
 
     def _redraw(self) -> None:
         """The theme or the model changed: the tab on show redraws now, the other built tabs when next opened
@@ -110,9 +93,6 @@ class App:
         pay for redrawing tabs nobody looks at)."""
         self._stale = set(self.panels)
         self._catch_up(self.tabs_spec[self.tabs.selected_index][0])
-
-    def _on_page(self, change) -> None:
-        follow_page(change, self.set_projector, self._redraw)
 
     # -- tabs -------------------------------------------------------------------------------
     def open(self, index: int) -> Panel | None:

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import anywidget
+import ipywidgets as widgets
 import traitlets
 
 from bertlab.viz import theme
@@ -60,3 +61,42 @@ class PageAddress(anywidget.AnyWidget):
     _esm = Path(theme.__file__).parent / "static" / "page_address.js"  # package data, beside the other views' code
     query = traitlets.Unicode("").tag(sync=True)
     width = traitlets.Int(0).tag(sync=True)  # px a figure may take in a tab (0: not told yet)
+
+
+class ProjectorSwitch:
+    """Projector mode for one page (the dashboard, the teacher's page): the toggle, the page's
+    address and width (`PageAddress`), and the page's root widget whose CSS class follows the mode.
+    `redraw` is called after every switch and when a projected page is resized."""
+
+    def __init__(self, on: bool, redraw: Callable[[], None], **toggle_layout: str) -> None:
+        self.redraw = redraw
+        self.root: widgets.Widget | None = None  # the page's root (`attach`), whose class follows the mode
+        self.toggle = widgets.ToggleButton(
+            value=on, description="Projector mode", tooltip="Larger text and figures for a lecture hall "
+            "(also: ?projector=1 in the address, or bertlab serve --projector)",
+            layout=widgets.Layout(width="auto", **toggle_layout),
+        )
+        self.page = PageAddress()
+        self.toggle.observe(lambda change: self.set(change["new"]), names="value")
+        self.page.observe(lambda change: follow_page(change, self.set, self.redraw), names=["query", "width"])
+
+    def attach(self, root: widgets.Widget) -> None:
+        """Make `root` the page's root widget: the app's class, and projector mode's when the toggle is on
+        (the page draws in the theme `theme.use` set before it was built: nothing is redrawn)."""
+        self.root = root
+        root.add_class(theme.ROOT_CLASS)
+        if self.toggle.value:
+            root.add_class(theme.PROJECTOR_CLASS)
+
+    def set(self, on: bool) -> None:
+        """Switch projector mode: widget text at once (CSS), then `redraw`."""
+        on = bool(on)
+        if self.toggle.value != on:
+            self.toggle.value = on  # its observer comes back here
+            return
+        if theme.is_projector() == on:
+            return
+        theme.use(on, page_width=self.page.width or None)
+        if self.root is not None:
+            (self.root.add_class if on else self.root.remove_class)(theme.PROJECTOR_CLASS)
+        self.redraw()

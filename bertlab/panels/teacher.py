@@ -22,7 +22,7 @@ from bertlab.classroom.store import Question, QuestionStore
 from bertlab.panels.base import Panel, note_html
 from bertlab.panels.class_queue import ClassQueueView
 from bertlab.panels.classroom import POLL_LIVE_S, TAB_OF
-from bertlab.panels.page import PageAddress, follow_page, projector_requested
+from bertlab.panels.page import ProjectorSwitch, projector_requested
 from bertlab.panels.runs import BackgroundRun
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.queue import ClassQueue
@@ -198,34 +198,19 @@ class TeacherPage:
     def __init__(self, panel: TeacherPanel, projector: bool = False, queue: ClassQueueView | None = None) -> None:
         """`queue`: the class training queue's view, under the panel (None: the class has no queue)."""
         self.panel, self.queue = panel, queue
-        self.projector = widgets.ToggleButton(
-            value=projector, description="Projector mode", tooltip="Larger text and figures for a lecture hall "
-            "(also: ?projector=1 in the address, or bertlab serve --projector)", layout=widgets.Layout(width="auto"),
-        )
-        self.page = PageAddress()
+        theme.use(projector)
+        self.switch = ProjectorSwitch(projector, panel.redraw)
+        self.projector, self.page = self.switch.toggle, self.switch.page
         style = widgets.HTML(theme.css(), layout=widgets.Layout(display="none"))
         top = widgets.HBox([self.projector], layout=widgets.Layout(width="100%", justify_content="flex-end"))
         parts = [style, self.page, top, panel.widget] + ([queue.widget] if queue is not None else [])
         self.widget = widgets.VBox(parts, layout=widgets.Layout(width="100%"))
-        self.widget.add_class(theme.ROOT_CLASS)
-        self.projector.observe(lambda change: self.set_projector(change["new"]), names="value")
-        self.page.observe(self._on_page, names=["query", "width"])
-        self.set_projector(projector, force=True)
+        self.switch.attach(self.widget)
+        panel.redraw()
 
-    def set_projector(self, on: bool, force: bool = False) -> None:
+    def set_projector(self, on: bool) -> None:
         """Switch projector mode: the page's text at once (CSS), the histogram redrawn."""
-        on = bool(on)
-        if self.projector.value != on:
-            self.projector.value = on  # its observer comes back here
-            return
-        if theme.is_projector() == on and not force:
-            return
-        theme.use(on, page_width=self.page.width or None)
-        (self.widget.add_class if on else self.widget.remove_class)(theme.PROJECTOR_CLASS)
-        self.panel.redraw()
-
-    def _on_page(self, change) -> None:
-        follow_page(change, self.set_projector, self.panel.redraw)
+        self.switch.set(on)
 
 
 def teacher_view(source: str | None = None, projector: bool | None = None) -> widgets.Widget:
