@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -15,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from servers import free_port as _free_port
+from servers import stop as _stop
 
 SERVER_START_S = 180  # Voila + a kernel that loads MiniLM, on 2 busy cores
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -52,10 +53,6 @@ def chromium_browser(chromium_path: str) -> Iterator[object]:
         b.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_for_port(proc: subprocess.Popen, port: int, log: Path) -> None:
@@ -90,23 +87,6 @@ def dashboard_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         _stop(proc)
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """SIGTERM the server's process group (the CLI passes it on to Voila, which stops its
-    kernels); SIGKILL whatever is left of the group after 30 s."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        proc.poll()
-        try:
-            os.killpg(proc.pid, 0)  # anyone of the group still alive?
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(timeout=10)
 
 
 @pytest.fixture

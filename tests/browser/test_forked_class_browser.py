@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +18,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from servers import free_port as _free_port
+from servers import stop as _stop
 
 from bertlab.serving import STATUS_PATH
 from bertlab.serving.kernels import ClassKernels
@@ -62,21 +62,8 @@ def forked_class() -> Iterator[str]:
         _stop(proc)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
-    except ProcessLookupError:
-        return
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
 
 
 def _status(url: str) -> dict | None:

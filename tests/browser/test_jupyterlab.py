@@ -20,7 +20,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -30,6 +29,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from servers import free_port as _free_port
+from servers import stop as _stop
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -63,10 +64,6 @@ ALL_RUN = """() => {
 }"""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -112,14 +109,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
                 time.sleep(0.5)
         yield f"http://127.0.0.1:{port}/", token
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)  # the server stops its kernels
-            proc.wait(timeout=30)
-        except ProcessLookupError:
-            pass
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        _stop(proc)  # the server stops its kernels
 
 
 class Notebook:
