@@ -27,6 +27,7 @@ from requests.adapters import HTTPAdapter
 from bertlab import cli
 from bertlab.serving import PASSWORD_HASH_ENV, STATUS_PATH, TOKEN_ENV
 from bertlab.serving.guard import HostGuard, is_loopback, known_names
+from bertlab.serving.handlers import KERNEL_COOKIE
 from bertlab.serving.kernels import ClassKernels
 from bertlab.serving.plan import class_cap, make_plan
 
@@ -245,6 +246,13 @@ class Server:
     def status(self) -> dict:
         return self.session().get(self.base + STATUS_PATH, timeout=30).json()
 
+    @staticmethod
+    def ws_headers(client, kernel_id: str) -> dict[str, str]:
+        """Headers of `client`'s websocket to `kernel_id`, as its page sends them: the login token and the
+        kernel's owner cookie (the server refuses the websocket to anyone but the page that holds it)."""
+        cookie = next((c.value for c in client.cookies if c.name == KERNEL_COOKIE and c.path.endswith(kernel_id)), "")
+        return {"Authorization": f"token {TOKEN}", "Cookie": f"{KERNEL_COOKIE}={cookie}"}
+
     def wait(self, what: str, check, timeout: float) -> float:
         """Seconds until `check()` holds; fails with the server log after `timeout`."""
         start = time.monotonic()
@@ -381,6 +389,13 @@ def test_bare_requests_cannot_take_the_class_nor_end_a_students_kernel(server):
     mine = student.get(server.base + "/", timeout=120)
     assert mine.status_code == 200, "a real student was kept out by bare requests"
     kernel = _kernel_id(mine.text)
+    # The attacker cannot keep a seat it holds no page for by saying another page's "I run", nor open
+    # the student's kernel websocket (it would read and drive the student's widgets).
+    stranger = attacker.post(f"{server.base}/bertlab/api/seat/{kernel}",
+                             headers={"X-XSRFToken": attacker.cookies["_xsrf"]}, timeout=60)
+    assert stranger.status_code == 403
+    with pytest.raises(Exception, match="403"):
+        _hold_websocket(server, attacker, kernel)
     for client, kid in ((attacker, taken), (student, kernel)):  # both pages run, so both keep their kernels
         _page_runs(server, client, kid)
     # The attacker, logged in with its own cookies, cannot end the student's kernel (tab-close route, REST).
@@ -404,16 +419,21 @@ def _page_runs(server: Server, client, kernel_id: str) -> None:
     assert said.status_code == 204
 
 
-def _hold_websocket(server: Server, kernel_id: str) -> threading.Event:
-    """Connect to the kernel as an open page does; the connection lasts until the event is set."""
+def _hold_websocket(server: Server, client, kernel_id: str) -> threading.Event:
+    """Connect to the kernel as `client`'s open page does; the connection lasts until the event is set."""
     from tornado.httpclient import HTTPRequest
     from tornado.websocket import websocket_connect
 
-    stop, connected = threading.Event(), threading.Event()
+    stop, connected, failed = threading.Event(), threading.Event(), []
 
     async def hold():
         url = f"ws://127.0.0.1:{server.port}/api/kernels/{kernel_id}/channels?session_id=test-open-page"
-        conn = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {TOKEN}"}))
+        try:
+            conn = await websocket_connect(HTTPRequest(url, headers=server.ws_headers(client, kernel_id)))
+        except Exception as e:  # noqa: BLE001  handed to the caller
+            failed.append(e)
+            connected.set()
+            return
         connected.set()
         while not stop.is_set():
             await asyncio.sleep(0.2)
@@ -421,6 +441,8 @@ def _hold_websocket(server: Server, kernel_id: str) -> threading.Event:
 
     threading.Thread(target=asyncio.run, args=(hold(),), daemon=True).start()
     assert connected.wait(30)
+    if failed:
+        raise failed[0]
     return stop
 
 
@@ -428,9 +450,9 @@ def _hold_websocket(server: Server, kernel_id: str) -> threading.Event:
 def test_kernels_of_gone_pages_are_culled_open_page_kept_and_a_full_class_gets_503(server):
     open_page, closed_tab, plain_get = (server.session(f"127.0.0.{i}") for i in (11, 12, 13))
     kept = _kernel_id(open_page.get(server.base + "/", timeout=120).text)
-    stop_kept = _hold_websocket(server, kept)
+    stop_kept = _hold_websocket(server, open_page, kept)
     lost = _kernel_id(closed_tab.get(server.base + "/", timeout=120).text)
-    _hold_websocket(server, lost).set()  # a tab that connected, then vanished without its beacon
+    _hold_websocket(server, closed_tab, lost).set()  # a tab that connected, then vanished without its beacon
     closed_at = time.monotonic()
     never = _kernel_id(plain_get.get(server.base + "/", timeout=120).text)  # like `curl /`: never connects
     got_at = time.monotonic()
@@ -468,7 +490,7 @@ def test_a_page_that_runs_keeps_its_kernel_however_late_it_connects(server):
     _page_runs(server, slow, kernel)
     time.sleep(ClassKernels.UNSEEN_GRACE_S + 5)
     assert server.alive(kernel), "a page that runs lost its kernel before it connected"
-    _hold_websocket(server, kernel).set()  # it connects, late, and the kernel answers (a page's own socket)
+    _hold_websocket(server, slow, kernel).set()  # it connects, late, and the kernel answers (a page's own socket)
     assert server.alive(kernel)
     ended = slow.post(f"{server.base}/voila/api/shutdown/{kernel}", files={"_xsrf": (None, slow.cookies["_xsrf"])},
                       timeout=60)

@@ -116,7 +116,7 @@ def _fork_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         _stop(proc)
 
 
-def _ask(server: Server, kernel_id: str, msg_type: str, content: dict, timeout: float = 60) -> dict:
+def _ask(server: Server, client, kernel_id: str, msg_type: str, content: dict, timeout: float = 60) -> dict:
     """Send a shell request over the kernel's websocket, as a page does (Voila lets through only comm and
     kernel-info messages); returns the reply's content."""
     from tornado.httpclient import HTTPRequest
@@ -124,7 +124,7 @@ def _ask(server: Server, kernel_id: str, msg_type: str, content: dict, timeout: 
 
     async def run() -> dict:
         url = f"ws://127.0.0.1:{server.port}/api/kernels/{kernel_id}/channels?session_id=test-fork"
-        conn = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {TOKEN}"}))
+        conn = await websocket_connect(HTTPRequest(url, headers=server.ws_headers(client, kernel_id)))
         msg_id = uuid.uuid4().hex
         conn.write_message(json.dumps({
             "header": {"msg_id": msg_id, "msg_type": msg_type, "username": "test", "session": "test-fork",
@@ -200,7 +200,7 @@ def _frame(raw: str | bytes) -> dict:
     return json.loads(raw[offsets[0]:offsets[1] if n > 1 else len(raw)])
 
 
-def _control_comm(server: Server, kernel_id: str, timeout: float = 120) -> dict:
+def _control_comm(server: Server, client, kernel_id: str, timeout: float = 120) -> dict:
     """What a page's widget manager does first: open a `jupyter.widget.control` comm and ask it for every
     widget's state at once. Returns the kernel's first word on that comm (its reply, or its comm_close)."""
     from tornado.httpclient import HTTPRequest
@@ -216,7 +216,7 @@ def _control_comm(server: Server, kernel_id: str, timeout: float = 120) -> dict:
 
     async def run() -> dict:
         url = f"ws://127.0.0.1:{server.port}/api/kernels/{kernel_id}/channels?session_id=test-ctl"
-        conn = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {TOKEN}"}),
+        conn = await websocket_connect(HTTPRequest(url, headers=server.ws_headers(client, kernel_id)),
                                        max_message_size=256 * 2**20)
         conn.write_message(msg("comm_open", {"comm_id": comm_id, "target_name": "jupyter.widget.control",
                                              "data": {}}, {"version": "1.0.0"}))
@@ -241,10 +241,11 @@ def test_a_forked_kernel_hands_a_page_every_widget_state_at_once(fork_server):
     any kernel exists, so a forked kernel must register it itself, or it closes the page's comm (the page then
     asks each widget in turn; in the rush bench no Chromium page then showed the Mask tab).
     Runs before the test below, which stops the module's server."""
-    page = fork_server.session().get(fork_server.base + "/", timeout=120)
+    client = fork_server.session()
+    page = client.get(fork_server.base + "/", timeout=120)
     assert page.status_code == 200
     kernel = _kernel_id(page.text)
-    reply = _control_comm(fork_server, kernel)
+    reply = _control_comm(fork_server, client, kernel)
     assert reply["msg_type"] == "comm_msg", f"the kernel closed the control comm: {reply['content']}"
     data = reply["content"]["data"]
     assert data["method"] == "update_states"
@@ -254,11 +255,12 @@ def test_a_forked_kernel_hands_a_page_every_widget_state_at_once(fork_server):
 
 @pytest.mark.slow
 def test_a_page_gets_a_forked_kernel_that_works_and_shares_the_warm_parents_memory(fork_server):
-    page = fork_server.session().get(fork_server.base + "/", timeout=120)
+    client = fork_server.session()
+    page = client.get(fork_server.base + "/", timeout=120)
     assert page.status_code == 200
     kernel = _kernel_id(page.text)
-    assert _ask(fork_server, kernel, "kernel_info_request", {})["status"] == "ok"  # it answers
-    comms = _ask(fork_server, kernel, "comm_info_request", {"target_name": "jupyter.widget"})["comms"]
+    assert _ask(fork_server, client, kernel, "kernel_info_request", {})["status"] == "ok"  # it answers
+    comms = _ask(fork_server, client, kernel, "comm_info_request", {"target_name": "jupyter.widget"})["comms"]
     assert len(comms) > 10  # the notebook ran in it: the dashboard's widgets are there
     pid = _kernel_pid(kernel)
     ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
@@ -312,7 +314,7 @@ def test_a_dead_zygote_is_replaced_and_students_still_get_a_seat(lone_fork_serve
     assert page.status_code == 200
     kernel = _kernel_id(page.text)
     assert kernel not in first
-    assert _ask(srv, kernel, "comm_info_request", {"target_name": "jupyter.widget"})["status"] == "ok"
+    assert _ask(srv, session, kernel, "comm_info_request", {"target_name": "jupyter.widget"})["status"] == "ok"
     ppid = int(Path(f"/proc/{_kernel_pid(kernel)}/stat").read_text().rsplit(")", 1)[1].split()[1])
     assert ppid != old  # started after the zygote died
     new = _zygotes(srv)

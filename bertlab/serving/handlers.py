@@ -20,6 +20,7 @@ from voila.static_file_handler import TemplateStaticFileHandler
 from voila.tornado.handler import TornadoVoilaHandler
 from voila.tornado.kernel_websocket_handler import VoilaKernelWebsocketHandler
 
+from bertlab.serving import SEAT_PATH
 from bertlab.serving.kernels import PAGE_REQUEST, ClassFullError, PageRequest
 
 RETRY_AFTER_S = 60
@@ -54,9 +55,9 @@ you do not use (its seat frees at once), then reload this page; it also tries ag
 proxy), allow more pages per address with <code>bertlab serve --per-client N</code> (0: no limit).</p>
 </body></html>
 """
-# The page's proof that it owns its kernel: one cookie per route that can end the kernel, each scoped
-# to that kernel's path (a browser sends it there only; a reload's new kernel gets its own).
-CLOSE_COOKIE, KERNEL_COOKIE = "bertlab_seat_close", "bertlab_seat"
+# The page's proof that it owns its kernel: one cookie per route that can end, reach or keep the kernel,
+# each scoped to that kernel's path (a browser sends it there only; a reload's new kernel gets its own).
+CLOSE_COOKIE, KERNEL_COOKIE, HELLO_COOKIE = "bertlab_seat_close", "bertlab_seat", "bertlab_seat_hello"
 
 
 class ClassPageHandler(TornadoVoilaHandler):
@@ -118,10 +119,11 @@ class ClassPageHandler(TornadoVoilaHandler):
 
 
 def owner_cookies(base_url: str, kernel_id: str) -> tuple[tuple[str, str], ...]:
-    """(name, path) of a kernel's owner cookies: the page's tab-closing request and the kernel's REST
-    path (its websocket lies under it)."""
+    """(name, path) of a kernel's owner cookies: the page's tab-closing request, the kernel's REST
+    path (its websocket lies under it) and the page's "I run" request (seat_hello.js)."""
     return ((CLOSE_COOKIE, url_path_join(base_url, "voila/api/shutdown", kernel_id)),
-            (KERNEL_COOKIE, url_path_join(base_url, "api/kernels", kernel_id)))
+            (KERNEL_COOKIE, url_path_join(base_url, "api/kernels", kernel_id)),
+            (HELLO_COOKIE, url_path_join(base_url, SEAT_PATH, kernel_id)))
 
 
 class OwnerOnly:
@@ -163,20 +165,32 @@ class OwnerKernelHandler(OwnerOnly, KernelHandler):
 class SeatHandler(APIHandler):
     """POST /bertlab/api/seat/<kernel id>: the page's first script says it runs in a browser, so its
     kernel is kept while the rest of the page loads (a plain request that never runs it loses the kernel
-    within seconds: `ClassKernels.page_sent`). Answers 204, also for a kernel that is gone."""
+    within seconds: `ClassKernels.page_sent`). Only the page the kernel was handed to may say so (its
+    owner cookie for this path); anyone else gets 403 and changes nothing. Answers 204, also for a
+    kernel that is gone."""
 
     @tornado.web.authenticated
     def post(self, kernel_id: str) -> None:
+        if self.kernel_manager.seated(kernel_id) and not self.kernel_manager.owns(
+                kernel_id, self.get_cookie(HELLO_COOKIE)):
+            self.log.warning("refused to keep kernel %s: the request is not from the page that holds it", kernel_id)
+            raise tornado.web.HTTPError(403, "only the page that opened this kernel can keep it")
         self.kernel_manager.page_seen(kernel_id)
         self.set_status(204)
         self.finish()
 
 
 class SeenKernelWebsocketHandler(VoilaKernelWebsocketHandler):
-    """The kernel's websocket (Voila's handler): a page opening it runs, even if its kernel is slow to
-    answer the connection's first request on a busy server."""
+    """The kernel's websocket (Voila's handler), for the page that holds the kernel only (its owner
+    cookie; a kernel no page holds, e.g. one started through the REST API, is open as in Voila). A page
+    opening it runs, even if its kernel is slow to answer the connection's first request on a busy
+    server."""
 
     async def pre_get(self) -> None:
+        if self.kernel_manager.seated(self.kernel_id) and not self.kernel_manager.owns(
+                self.kernel_id, self.get_cookie(KERNEL_COOKIE)):
+            self.log.warning("refused a websocket to kernel %s: not from the page that holds it", self.kernel_id)
+            raise tornado.web.HTTPError(403, "only the page that opened this kernel can connect to it")
         self.kernel_manager.page_seen(self.kernel_id)
         await super().pre_get()
 

@@ -77,6 +77,9 @@ class Seats:
         """Kernels among `alive` that pages from `client` hold."""
         return sum(1 for kid, (who, _) in self._seats.items() if who == client and kid in alive)
 
+    def __contains__(self, kernel_id: str) -> bool:
+        return kernel_id in self._seats
+
     def owns(self, kernel_id: str, secret: str | None) -> bool:
         """Whether `secret` (from the request's cookie) is the one handed out with `kernel_id`."""
         seat = self._seats.get(kernel_id)
@@ -123,6 +126,10 @@ class ClassKernels:
         if self.max_per_client is None:
             return False
         return self.seats().held_by(client, self.kernels_alive()) >= self.max_per_client
+
+    def seated(self, kernel_id: str) -> bool:
+        """Whether `kernel_id` was handed to a page (and so has an owner)."""
+        return kernel_id in self.seats()
 
     def owns(self, kernel_id: str, secret: str | None) -> bool:
         """Whether a request carrying `secret` comes from the page that holds `kernel_id`."""
