@@ -44,6 +44,7 @@ import argparse
 import copy
 import json
 import logging
+import os
 import platform
 import statistics
 import time
@@ -364,6 +365,7 @@ def main() -> None:
             raise SystemExit(f"the bf16 peak of {gpu!r} is not in PEAK_BF16_TFLOPS: give it with --peak-tflops "
                              f"(dense, no sparsity, from the data sheet).")
     print(HEADER)
+    load_start = [round(x, 2) for x in os.getloadavg()]
     from bertlab.training.loop import resolve_precision
 
     precisions = list(dict.fromkeys(resolve_precision(p, device) for p in a.precision))
@@ -371,7 +373,10 @@ def main() -> None:
     meta = {"torch": torch.__version__, "transformers": transformers.__version__, "device": a.device,
             "gpu": gpu, "cpu": platform.processor() or platform.machine(), "threads": a.threads,
             "precision": " and ".join("bf16 autocast" if p == "bf16" else p for p in precisions), "steps": a.steps,
-            "warmup": a.warmup, "compile": a.compile, "peak_tflops": a.peak_tflops if a.device == "cuda" else None}
+            "warmup": a.warmup, "compile": a.compile,
+            "load_avg_start": load_start, "load_avg_end": [round(x, 2) for x in os.getloadavg()],
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "peak_tflops": a.peak_tflops if a.device == "cuda" else None}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     print(f"\nwritten to {a.out}")
