@@ -158,8 +158,9 @@ def class_load() -> str:
 TASK_NAMES = {"sst2": "SST-2 sentences", "sick": "SICK sentence pairs"}
 
 
-def _finetune_table(d: dict) -> list[str]:
+def _finetune_table(name: str) -> list[str]:
     """One bench_finetune.py result: a row per variant, its speed-ups over each HF baseline it ran against."""
+    d = _load(name)
     m = d["meta"]
     load = m["load_avg_start"][0], m["load_avg_end"][0]
     rows = [f"| variant ({TASK_NAMES.get(m['task'], m['task'])}, one epoch of the same {m['examples']}, "
@@ -170,8 +171,14 @@ def _finetune_table(d: dict) -> list[str]:
         ratios = " | ".join(_num(r.get(f"speedup_vs_{b}"), 2) for b in ("hf", "hf_grouped", "hf_grouped_bf16"))
         rows.append(f"| {r['variant']} ({r['preset']}) | {r.get('precision', 'fp32')} | {_num(r['examples_per_s'])} "
                     f"| {_num(r['tokens_per_s'], 0)} | {r['padding']:.1%} | {ratios} | {r['peak_rss_mb']} |")
-    task = "" if m["task"] == "sst2" else f" --task {m['task']}"
-    rows += ["", f"(`python bench/bench_finetune.py --device cpu --threads 1{task}`, {m['rounds']} round(s), "
+    args = "" if m["task"] == "sst2" else f" --task {m['task']}"
+    if m["examples_asked"] != 768:  # the CPU default
+        args += f" --examples {m['examples_asked']} --rounds {m['rounds']}"
+    args += " --variants " + " ".join(r["variant"] for r in d["rows"])
+    if name != ("finetune" if m["task"] == "sst2" else f"finetune_{m['task']}"):  # not the task's default file
+        args += f" --out bench/results/{name}.json"
+    rows += ["", f"(`python bench/bench_finetune.py --device {m['device']} --threads {m['threads']}{args}`, "
+             f"{m['rounds']} round(s), "
              f"load average {load[0]} at the start and {load[1]} at the end, {m['when']})"]
     return rows
 
@@ -190,10 +197,10 @@ def _like_for_like(name: str, variant: str, base: str) -> str | None:
 
 def finetune() -> str:
     """The fine-tuning speed tables (bench/bench_finetune.py): SST-2, SICK pairs, and bf16 like for like."""
-    rows = _finetune_table(_load("finetune"))
+    rows = _finetune_table("finetune")
     for name in ("finetune_sick", "finetune_bf16"):
         if (RESULTS / f"{name}.json").exists():
-            rows += [""] + _finetune_table(_load(name))
+            rows += [""] + _finetune_table(name)
     cells = [("SST-2, fp32", _like_for_like("finetune", "bertlab-fp32", "hf-grouped")),
              ("SICK pairs, fp32", _like_for_like("finetune_sick", "bertlab-fp32", "hf-grouped")),
              ("SST-2, bf16", _like_for_like("finetune_bf16", "bertlab-bf16", "hf-grouped-bf16"))]
