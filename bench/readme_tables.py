@@ -526,7 +526,12 @@ def loss_curves() -> str:
                     f"| {100 * g['dev_accuracy']:+.1f} points |")
     accs = ", ".join(f"{n} {100 * r['dev_accuracy']:.1f} %" for n, r in d["runs"].items())
     verdict = "agree within" if d["agree_within_noise"] else "do **not** agree within"
-    rows += ["", f"Packed and padded {verdict} the seed-to-seed noise. Dev accuracy on the first "
+    gaps = d["gaps"]
+    noise = max(gaps["padded vs padded-seed2"]["moving_average"], gaps["packed vs packed-seed2"]["moving_average"])
+    ratio = gaps["padded vs packed"]["moving_average"] / noise
+    rows += ["", f"Packed and padded {verdict} the seed-to-seed noise: their moving averages differ by "
+             f"{ratio:.2f}× the larger gap between two dropout seeds of one path (one pair of seeds measures that "
+             f"noise). Dev accuracy on the first "
              f"{m['dev_sentences']} SST-2 dev sentences after {m['steps']} steps of batch {m['batch']}: {accs}. "
              f"({m['model']}, fp32, moving average over {m['window']} steps, {m['threads']} thread, load average "
              f"{m['load_avg_start'][0]} at the start and {m['load_avg_end'][0]} at the end; "
