@@ -1,6 +1,7 @@
-"""Fine-tuning speed and peak memory of bertlab's loop against the Hugging Face Trainer: one epoch of SST-2.
+"""Fine-tuning speed and peak memory of bertlab's loop against the Hugging Face Trainer: one epoch of SST-2
+(single sentences) or of SICK (sentence pairs, `--task sick`: A and B as segments 0 and 1, three NLI labels).
 
-Every variant trains one epoch over the **same** SST-2 sentences: a seeded sample of `--examples` from the
+Every variant trains one epoch over the **same** examples: a seeded sample of `--examples` from the task's
 train file in BERTLAB_DATA (0 = all; rounded down to a whole number of batches, since bertlab's default
 order skips a partial last batch), tokenized once by bertlab's tokenizer (`featurize_classification`, the
 same max length). The variants differ only in how they cut that epoch into batches and in the code that
@@ -12,11 +13,14 @@ autocast where the device multiplies bf16 natively (a GPU; a CPU with AVX-512 BF
 `Trainer` defaults to fp32 (the GPU runs give it bf16=True, as before). Variants:
 
   bertlab           `training.loop.train` with `BucketBatchSampler` (batches of similar lengths, padded to
-                    their longest) and `tasks.collate`; loss = cross-entropy of `Bert`'s classifier logits.
+                    their longest) and `tasks.collate`; the lab's loss (`training.finetune.sequence_loss`:
+                    the logits alone are read, so the last layer runs for [CLS] alone, as HF's does not).
                     Its buckets hold as many batches as HF's mega-batches (see `bucket_batches`: its default
                     50 from 6,400 sentences up), so on a sample both bucketing samplers pad alike. Precision
                     "auto", what `bertlab finetune` runs
   bertlab-fp32      the same in fp32: like for like with `hf-grouped` on a CPU
+  bertlab-bf16      the same in bf16 autocast whatever the device: like for like with `hf-grouped-bf16` (on a
+                    CPU without native bf16, "auto" is fp32, so `bertlab` alone would not give this pair)
   bertlab-shuffled  the same loop (precision "auto") with its default seeded shuffle (no bucketing)
   bertlab-padded    `bertlab` with the encoder's packing off (`model.bert.packing = False`): every padded
                     position computed, as before training packed the real tokens
@@ -63,7 +67,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 # name -> (layers, hidden, heads, intermediate); the vocabulary is the offline default's.
@@ -72,8 +75,11 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "minilm": (6, 384, 12, 1536),  # the offline default's shape (all-MiniLM-L6-v2)
     "base": (12, 768, 12, 3072),  # BERT-base
 }
-VARIANTS = ("bertlab", "bertlab-fp32", "bertlab-shuffled", "bertlab-padded", "hf", "hf-grouped", "hf-grouped-bf16")
+VARIANTS = ("bertlab", "bertlab-fp32", "bertlab-bf16", "bertlab-shuffled", "bertlab-padded", "hf", "hf-grouped",
+            "hf-grouped-bf16")
 BASELINES = ("hf", "hf-grouped", "hf-grouped-bf16")  # the speed-ups are over these
+BUCKETED = ("bertlab", "bertlab-fp32", "bertlab-bf16", "bertlab-padded")  # with BucketBatchSampler
+TASKS = ("sst2", "sick")  # one sentence, sentence pairs
 LR = 2e-5
 RESULT = "RESULT "  # prefix of the worker's JSON line
 
@@ -99,14 +105,21 @@ def bucket_batches(examples: int, batch: int) -> int:
     return max(1, min(examples // (4 * batch), 50))
 
 
+def task_data(task: str) -> tuple[list, Mapping[int, str]]:
+    """(train examples, label names) of a task: SST-2's sentences or SICK's TRAIN pairs."""
+    from bertlab.tasks import NLI_LABELS, SST2_LABELS, read_sick, read_sst2
+
+    return (read_sst2("train"), SST2_LABELS) if task == "sst2" else (read_sick("train"), NLI_LABELS)
+
+
 def load_features(spec: Mapping[str, Any]) -> tuple[list, list, Any]:
-    """(timed features, warm-up features, bertlab's tokenizer of the offline default) from SST-2 train."""
+    """(timed features, warm-up features, bertlab's tokenizer of the offline default) from the task's train set."""
     from bertlab.loading import default_model_folder
-    from bertlab.tasks import featurize_classification, read_sst2
+    from bertlab.tasks import featurize_classification
     from bertlab.tokenizer import Tokenizer
 
     tok = Tokenizer.from_folder(default_model_folder())
-    data = read_sst2("train")
+    data, _ = task_data(spec["task"])
     timed, warm = pick_sentences(len(data), spec["examples"], spec["batch"], spec["warmup"] * spec["batch"],
                                  spec["seed"])
     feats = functools.partial(featurize_classification, tokenizer=tok, max_length=spec["max_length"])
@@ -162,10 +175,13 @@ def _load() -> list[float]:
 
 
 # -- the two trainers ----------------------------------------------------------------------------
-def classification_loss(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """Cross-entropy of the classifier logits [batch, labels] against labels [batch]."""
-    out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
-    return F.cross_entropy(out.logits.float(), batch["labels"])
+def classification_loss(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+    """The lab's sentence-classification loss, what `bertlab finetune` trains with
+    (`training.finetune.sequence_loss`: cross-entropy of the logits [batch, labels], the last layer for [CLS]
+    alone since only the logits are read)."""
+    from bertlab.training.finetune import sequence_loss
+
+    return sequence_loss(model, batch)
 
 
 Run = Callable[[list, int | None], None]  # run(features, steps): `steps` optimizer steps, or one epoch for None
@@ -175,14 +191,14 @@ def prepare_bertlab(spec: Mapping[str, Any], tok: Any, counting: CountingCollate
     """A bertlab variant's model; the returned callable trains it with the lab's loop."""
     from bertlab.config import BertConfig
     from bertlab.model import Bert
-    from bertlab.tasks import SST2_LABELS, BucketBatchSampler, collate
+    from bertlab.tasks import BucketBatchSampler, collate
     from bertlab.training.loop import TrainConfig, train
 
     layers, hidden, heads, inter = PRESETS[spec["preset"]]
     torch.manual_seed(spec["seed"])
     model = Bert(BertConfig(vocab_size=tok.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
                             num_attention_heads=heads, intermediate_size=inter, pad_token_id=tok.pad_token_id,
-                            task="sequence_classification", id2label=SST2_LABELS))
+                            task="sequence_classification", id2label=dict(task_data(spec["task"])[1])))
     counting.fn = functools.partial(collate, pad_token_id=tok.pad_token_id)
     model.bert.packing = spec["variant"] != "bertlab-padded"
 
@@ -190,7 +206,7 @@ def prepare_bertlab(spec: Mapping[str, Any], tok: Any, counting: CountingCollate
 
     def run(features: list, steps: int | None) -> None:
         sampler = None
-        if spec["variant"] in ("bertlab", "bertlab-fp32", "bertlab-padded"):
+        if spec["variant"] in BUCKETED:
             sampler = BucketBatchSampler([len(f) for f in features], spec["batch"],
                                          bucket_batches=bucket_batches(len(features), spec["batch"]), seed=spec["seed"])
         epoch_steps = len(features) // spec["batch"]
@@ -210,7 +226,8 @@ def prepare_hf(spec: Mapping[str, Any], tok: Any, counting: CountingCollate) -> 
 
     layers, hidden, heads, inter = PRESETS[spec["preset"]]
     cfg = transformers.BertConfig(vocab_size=tok.vocab_size, hidden_size=hidden, num_hidden_layers=layers,
-                                  num_attention_heads=heads, intermediate_size=inter, num_labels=2,
+                                  num_attention_heads=heads, intermediate_size=inter,
+                                  num_labels=len(task_data(spec["task"])[1]),
                                   pad_token_id=tok.pad_token_id, attn_implementation="sdpa")
     torch.manual_seed(spec["seed"])
     model = transformers.BertForSequenceClassification(cfg)
@@ -257,7 +274,7 @@ def variant_precision(variant: str, device: torch.device) -> str:
 
     if variant.startswith("hf"):
         return "bf16" if device.type == "cuda" or variant == "hf-grouped-bf16" else "fp32"
-    return resolve_precision("fp32" if variant == "bertlab-fp32" else "auto", device)
+    return resolve_precision({"bertlab-fp32": "fp32", "bertlab-bf16": "bf16"}.get(variant, "auto"), device)
 
 
 def worker(spec: Mapping[str, Any]) -> dict:
@@ -289,7 +306,8 @@ def worker(spec: Mapping[str, Any]) -> dict:
     if examples != len(timed):
         raise RuntimeError(f"{spec['variant']} trained on {examples} sentences, not the {len(timed)} asked for.")
     out = {
-        "preset": spec["preset"], "variant": spec["variant"], "precision": variant_precision(spec["variant"], device),
+        "task": spec["task"], "preset": spec["preset"], "variant": spec["variant"],
+        "precision": variant_precision(spec["variant"], device),
         "batch": spec["batch"], "examples": examples,
         "tokens": tokens, "positions": positions, "steps": len(counting.batches), "seconds": round(sec, 3),
         "setup_s": round(counting.first_call - t0, 3),
@@ -369,12 +387,14 @@ def fmt_row(r: dict) -> str:
 def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--task", choices=TASKS, default="sst2",
+                   help="sst2: single sentences; sick: sentence pairs (SICK's TRAIN part, three labels)")
     p.add_argument("--presets", nargs="+", choices=tuple(PRESETS), default=None,
                    help="model shapes (default minilm base on cuda, minilm on cpu)")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--examples", type=int, default=None,
-                   help="sentences in the timed epoch, a seeded sample of SST-2 train (0 = all 60k; "
+                   help="examples in the timed epoch, a seeded sample of the task's train set (0 = all; "
                         "default all on cuda, 768 on cpu)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps on other sentences first (default 30 / 3)")
     p.add_argument("--rounds", type=int, default=None,
@@ -385,10 +405,12 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true",
                    help="MiniLM shape, bertlab against hf and hf-grouped, 128 sentences, 1 warm-up step")
-    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "finetune.json"))
+    p.add_argument("--out", default=None, help="default bench/results/finetune.json (sst2), finetune_sick.json")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one variant (JSON spec)
     a = p.parse_args()
     gpu = a.device == "cuda"
+    a.out = a.out or str(Path(__file__).parent / "results" / ("finetune.json" if a.task == "sst2" else
+                                                                 f"finetune_{a.task}.json"))
     a.presets = a.presets or (["minilm", "base"] if gpu else ["minilm"])
     a.examples = a.examples if a.examples is not None else (0 if gpu else 768)
     a.rounds = a.rounds or (1 if gpu else 2)
@@ -412,12 +434,12 @@ def main() -> None:
         return
     if a.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked for but CUDA is not available here; use --device cpu.")
-    from bertlab.settings import DataNotFoundError, data_path
+    from bertlab.settings import DataNotFoundError
 
     try:
-        data_path("sst2", "train.tsv")
+        task_data(a.task)
     except DataNotFoundError as e:
-        raise SystemExit(f"SST-2 is needed: {e}") from None
+        raise SystemExit(f"the {a.task} train set is needed: {e}") from None
     load_start, t_start = _load(), time.perf_counter()
     print(HEADER)
     rows = []
@@ -425,7 +447,7 @@ def main() -> None:
         runs: dict[str, list[dict]] = {v: [] for v in a.variants}
         for i in range(a.rounds):  # every other round in reverse order, so a drift in load hits all alike
             for variant in a.variants if i % 2 == 0 else a.variants[::-1]:
-                spec = {"preset": preset, "variant": variant, "batch": a.batch, "examples": a.examples,
+                spec = {"preset": preset, "variant": variant, "batch": a.batch, "examples": a.examples, "task": a.task,
                         "warmup": a.warmup, "max_length": a.max_length, "threads": a.threads, "seed": a.seed,
                         "device": a.device}
                 runs[variant].append(run_in_subprocess(spec))
@@ -442,7 +464,7 @@ def main() -> None:
             "sample_seed": a.seed, "warmup_steps": a.warmup, "rounds": a.rounds,
             "bucket_batches": bucket_batches(rows[0]["examples"], a.batch) if rows else None, "batch": a.batch,
             "max_length": a.max_length, "lr": LR,
-            "task": "sst2", "load_avg_start": load_start, "load_avg_end": _load(),
+            "task": a.task, "load_avg_start": load_start, "load_avg_end": _load(),
             "wall_s": round(time.perf_counter() - t_start, 1),
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,9 @@ Both models take the same masked batches (bertlab's `MLMCollator`, 15 % of the t
 of full-length random-token sequences, start from the same weights (HF's initialisation copied into
 bertlab with its strict loader, and checked: both give the same loss before training), and train with
 the same AdamW (`training.loop.make_optimizer`: fused on CUDA, no decay on biases/LayerNorm), global
-gradient clipping at 1.0, and bf16 autocast on CUDA (fp32 on CPU). Variants:
+gradient clipping at 1.0, and the same precision: `--precision` fp32, bf16 (autocast around both models'
+forward, as HF's `Trainer` does with bf16=True) or auto (bf16 on CUDA and on CPUs with native bf16, else
+fp32); several precisions give one set of rows each, HF against bertlab within a precision. Variants:
 
   hf                 `BertForMaskedLM` (attn_implementation="sdpa"), `labels` with -100 off the masked
                      positions: its vocabulary projection runs on ALL positions
@@ -42,6 +44,7 @@ import argparse
 import copy
 import json
 import logging
+import os
 import platform
 import statistics
 import time
@@ -176,10 +179,10 @@ def _sync(device: torch.device) -> None:
 class VariantRun:
     """One variant's model, optimizer and step; `step()` trains on the next batch and returns its seconds."""
 
-    def __init__(self, variant: str, model: nn.Module, setup: Setup, compile_model: bool) -> None:
+    def __init__(self, variant: str, model: nn.Module, setup: Setup, compile_model: bool, precision: str) -> None:
         from bertlab.training.loop import TrainConfig, make_optimizer
 
-        self.variant, self.setup, self.device = variant, setup, setup.device
+        self.variant, self.setup, self.device, self.precision = variant, setup, setup.device, precision
         self.model = model.to(self.device).train()
         self.optimizer = make_optimizer(self.model, TrainConfig(lr=1e-4), self.device)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -198,7 +201,7 @@ class VariantRun:
             before = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         t = time.perf_counter()
-        with autocast_context("auto", self.device):
+        with autocast_context(self.precision, self.device):
             loss = self.loss_fn(self.runner, self.setup.batches[self.done % len(self.setup.batches)])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
@@ -259,7 +262,8 @@ def known_peak_tflops(name: str) -> float | None:
 
 
 # -- one preset --------------------------------------------------------------------------------
-def run_preset(preset: str, a: argparse.Namespace, device: torch.device) -> list[dict]:
+def run_preset(preset: str, a: argparse.Namespace, device: torch.device, precision: str) -> list[dict]:
+    """The rows of one shape in one precision ("fp32" or "bf16"): every variant on the same batches."""
     batches = make_batches(a.batches, a.batch, a.seq, a.seed, device)
     vocab = VOCAB_SIZE
     setup = Setup(device, batches, vocab, preset, a.batch, a.seq)
@@ -270,7 +274,7 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device) -> list
     tokens = a.batch * a.seq
     masked = statistics.mean(int((b.labels != -100).sum()) for b in batches)
     needed = flops_per_step(n_enc, layers, hidden, vocab, a.seq, tokens, masked)
-    runs = [VariantRun(v, copy.deepcopy(hf if v == "hf" else ours), setup, a.compile)  # same start weights
+    runs = [VariantRun(v, copy.deepcopy(hf if v == "hf" else ours), setup, a.compile, precision)  # same weights
             for v in a.variants]
     time_variants(runs, a.warmup, a.steps)
     peak = a.peak_tflops * 1e12 if device.type == "cuda" else None
@@ -281,7 +285,7 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device) -> list
         head_positions = tokens if run.variant in ("hf", "bertlab-full-head") else masked
         done = flops_per_step(n_enc, layers, hidden, vocab, a.seq, tokens, head_positions)
         row = {
-            "preset": preset, "variant": run.variant, "batch": a.batch, "seq": a.seq,
+            "preset": preset, "variant": run.variant, "precision": precision, "batch": a.batch, "seq": a.seq,
             "masked_per_step": round(masked, 1), "ms_per_step": round(sec * 1000, 2),
             "ms_per_step_min": round(min(run.times) * 1000, 2), "tokens_per_s": round(tokens / sec, 1),
             "speedup_vs_hf": round(medians["hf"] / sec, 3) if "hf" in medians else None,
@@ -297,8 +301,8 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device) -> list
     return rows
 
 
-HEADER = ("| preset | variant | batch | seq | ms/step | tokens/s | speed-up vs HF | MFU | HFU | peak MiB |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| preset | variant | precision | batch | seq | ms/step | tokens/s | speed-up vs HF | MFU | HFU "
+          "| peak MiB |\n" + "|---" * 11 + "|")
 
 
 def _pct(x: float | None) -> str:
@@ -306,7 +310,7 @@ def _pct(x: float | None) -> str:
 
 
 def _fmt(r: dict) -> str:
-    return (f"| {r['preset']} | {r['variant']} | {r['batch']} | {r['seq']} | {r['ms_per_step']} | "
+    return (f"| {r['preset']} | {r['variant']} | {r['precision']} | {r['batch']} | {r['seq']} | {r['ms_per_step']} | "
             f"{r['tokens_per_s']:.0f} | {r['speedup_vs_hf'] if r['speedup_vs_hf'] is not None else '-'} | "
             f"{_pct(r['mfu'])} | {_pct(r['hfu'])} | {r['peak_mem_mb'] if r['peak_mem_mb'] is not None else '-'} |")
 
@@ -322,6 +326,9 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 10 on cuda, 2 on cpu)")
     p.add_argument("--batches", type=int, default=4, help="distinct masked batches, cycled")
     p.add_argument("--compile", action="store_true", help="torch.compile both models")
+    p.add_argument("--precision", nargs="+", choices=("auto", "fp32", "bf16"), default=["auto"],
+                   help="what both models' products run in (one set of rows each); auto: bf16 on CUDA and on "
+                        "CPUs with native bf16, else fp32")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="peak dense bf16 TFLOP/s for MFU (default: the GPU's, by its name; see PEAK_BF16_TFLOPS)")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
@@ -358,11 +365,18 @@ def main() -> None:
             raise SystemExit(f"the bf16 peak of {gpu!r} is not in PEAK_BF16_TFLOPS: give it with --peak-tflops "
                              f"(dense, no sparsity, from the data sheet).")
     print(HEADER)
-    rows = [row for preset in a.presets for row in run_preset(preset, a, device)]
+    load_start = [round(x, 2) for x in os.getloadavg()]
+    from bertlab.training.loop import resolve_precision
+
+    precisions = list(dict.fromkeys(resolve_precision(p, device) for p in a.precision))
+    rows = [row for prec in precisions for preset in a.presets for row in run_preset(preset, a, device, prec)]
     meta = {"torch": torch.__version__, "transformers": transformers.__version__, "device": a.device,
             "gpu": gpu, "cpu": platform.processor() or platform.machine(), "threads": a.threads,
-            "precision": "bf16 autocast" if a.device == "cuda" else "fp32", "steps": a.steps,
-            "warmup": a.warmup, "compile": a.compile, "peak_tflops": a.peak_tflops if a.device == "cuda" else None}
+            "precision": " and ".join("bf16 autocast" if p == "bf16" else p for p in precisions), "steps": a.steps,
+            "warmup": a.warmup, "compile": a.compile,
+            "load_avg_start": load_start, "load_avg_end": [round(x, 2) for x in os.getloadavg()],
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "peak_tflops": a.peak_tflops if a.device == "cuda" else None}
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     print(f"\nwritten to {a.out}")

@@ -155,27 +155,57 @@ def class_load() -> str:
     return "\n".join(rows)
 
 
-def finetune() -> str:
-    d = _load("finetune")
+TASK_NAMES = {"sst2": "SST-2 sentences", "sick": "SICK sentence pairs"}
+
+
+def _finetune_table(name: str) -> list[str]:
+    """One bench_finetune.py result: a row per variant, its speed-ups over each HF baseline it ran against."""
+    d = _load(name)
     m = d["meta"]
-    rows = [f"| variant ({m['task']}, one epoch of the same {m['examples']} sentences, {m['device']}, "
-            f"{m['threads']} thread) | precision | examples/s | real tokens/s | padding | vs HF `Trainer` "
-            "| vs HF + `group_by_length` | vs HF + `group_by_length` + bf16 | peak RSS MiB |",
+    load = m["load_avg_start"][0], m["load_avg_end"][0]
+    rows = [f"| variant ({TASK_NAMES.get(m['task'], m['task'])}, one epoch of the same {m['examples']}, "
+            f"{m['device']}, {m['threads']} thread) | precision | examples/s | real tokens/s | padding "
+            "| vs HF `Trainer` | vs HF + `group_by_length` | vs HF + `group_by_length` + bf16 | peak RSS MiB |",
             "|---|---|---|---|---|---|---|---|---|"]
     for r in d["rows"]:
         ratios = " | ".join(_num(r.get(f"speedup_vs_{b}"), 2) for b in ("hf", "hf_grouped", "hf_grouped_bf16"))
         rows.append(f"| {r['variant']} ({r['preset']}) | {r.get('precision', 'fp32')} | {_num(r['examples_per_s'])} "
                     f"| {_num(r['tokens_per_s'], 0)} | {r['padding']:.1%} | {ratios} | {r['peak_rss_mb']} |")
-    by = {r["variant"]: r for r in d["rows"]}
-    if {"bertlab", "bertlab-fp32", "hf-grouped", "hf-grouped-bf16"} <= set(by):  # the aim, read off the rows
-        b, b32 = by["bertlab"], by["bertlab-fp32"]
-        rows.append("")
-        rows.append(f"Against HF's `Trainer` with `group_by_length`, each as it comes (bertlab {b['precision']}, HF "
-                    f"{by['hf-grouped']['precision']}): **{b['speedup_vs_hf_grouped']:.2f}×** (aim ≥ 1.5×). In the "
-                    f"same arithmetic: {b32['speedup_vs_hf_grouped']:.2f}× in fp32, "
-                    f"{b['speedup_vs_hf_grouped_bf16']:.2f}× with both in bf16.")
-    rows.append("")
-    rows.append(f"(`python bench/bench_finetune.py --device cpu --threads 1`, {m['rounds']} rounds, {m['when']})")
+    args = "" if m["task"] == "sst2" else f" --task {m['task']}"
+    if m["examples_asked"] != 768:  # the CPU default
+        args += f" --examples {m['examples_asked']} --rounds {m['rounds']}"
+    args += " --variants " + " ".join(r["variant"] for r in d["rows"])
+    if name != ("finetune" if m["task"] == "sst2" else f"finetune_{m['task']}"):  # not the task's default file
+        args += f" --out bench/results/{name}.json"
+    rows += ["", f"(`python bench/bench_finetune.py --device {m['device']} --threads {m['threads']}{args}`, "
+             f"{m['rounds']} round(s), "
+             f"load average {load[0]} at the start and {load[1]} at the end, {m['when']})"]
+    return rows
+
+
+def _like_for_like(name: str, variant: str, base: str) -> str | None:
+    """'N.NN×' of `variant` over `base` in results file `name`, or None when it is not there."""
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        return None
+    by = {r["variant"]: r for r in _load(name)["rows"]}
+    if variant not in by or base not in by:
+        return None
+    key = "speedup_vs_" + base.replace("-", "_")
+    return f"{by[variant][key]:.2f}×"
+
+
+def finetune() -> str:
+    """The fine-tuning speed tables (bench/bench_finetune.py): SST-2, SICK pairs, and bf16 like for like."""
+    rows = _finetune_table("finetune")
+    for name in ("finetune_sick", "finetune_bf16"):
+        if (RESULTS / f"{name}.json").exists():
+            rows += [""] + _finetune_table(name)
+    cells = [("SST-2, fp32", _like_for_like("finetune", "bertlab-fp32", "hf-grouped")),
+             ("SICK pairs, fp32", _like_for_like("finetune_sick", "bertlab-fp32", "hf-grouped")),
+             ("SST-2, bf16", _like_for_like("finetune_bf16", "bertlab-bf16", "hf-grouped-bf16"))]
+    said = "; ".join(f"{where} **{ratio}**" for where, ratio in cells if ratio is not None)
+    rows += ["", f"Against HF's `Trainer` with `group_by_length` in the same arithmetic (aim ≥ 1.5×): {said}."]
     return "\n".join(rows)
 
 
@@ -463,16 +493,49 @@ def dashboard() -> str:
 
 
 def pretrain() -> str:
-    """MLM pre-training tokens/s against HF's BertForMaskedLM (bench/bench_pretrain.py)."""
-    d = _load("pretrain")
-    rows = ["| shape | variant | batch × seq | ms per step | tokens/s | vs HF |", "|---|---|---|---|---|---|"]
-    for r in d["rows"]:
-        rows.append(f"| {r['preset']} | {r['variant']} | {r['batch']} × {r['seq']} | {_num(r['ms_per_step'])} "
-                    f"| {_num(r['tokens_per_s'])} | {r['speedup_vs_hf']:.2f} |")
+    """MLM pre-training tokens/s against HF's BertForMaskedLM (bench/bench_pretrain.py), fp32 and bf16."""
+    rows = ["| shape | variant | precision | batch × seq | ms per step | tokens/s | vs HF |",
+            "|---|---|---|---|---|---|---|"]
+    notes = []
+    for name in ("pretrain", "pretrain_bf16"):
+        if not (RESULTS / f"{name}.json").exists():
+            continue
+        d = _load(name)
+        m = d["meta"]
+        for r in d["rows"]:
+            rows.append(f"| {r['preset']} | {r['variant']} | {r.get('precision', m['precision'])} "
+                        f"| {r['batch']} × {r['seq']} | {_num(r['ms_per_step'])} | {_num(r['tokens_per_s'])} "
+                        f"| {r['speedup_vs_hf']:.2f} |")
+        load = (f", load average {m['load_avg_start'][0]} at the start and {m['load_avg_end'][0]} at the end"
+                if m.get("load_avg_start") else "")
+        notes.append(f"{m['precision']}: {m['steps']} steps after {m['warmup']} warm-up, median{load}")
+    rows += ["", f"(`python bench/bench_pretrain.py --precision …`, {m['device']}, {m['threads']} thread(s); "
+             + "; ".join(notes) + ")"]
+    return "\n".join(rows)
+
+
+def loss_curves() -> str:
+    """Packed against padded training on a real short fine-tune, next to seed-to-seed noise
+    (bench/bench_loss_curves.py)."""
+    d = _load("loss_curves")
     m = d["meta"]
-    rows.append("")
-    rows.append(f"(`python bench/bench_pretrain.py`, {m['device']}, {m['threads']} thread(s), {m['precision']}, "
-                f"{m['steps']} steps after {m['warmup']} warm-up)")
+    rows = ["| runs compared | mean loss gap per step | gap of the moving averages | dev accuracy difference |",
+            "|---|---|---|---|"]
+    for name, g in d["gaps"].items():
+        rows.append(f"| {name} | {g['per_step']:.4f} | {g['moving_average']:.4f} "
+                    f"| {100 * g['dev_accuracy']:+.1f} points |")
+    accs = ", ".join(f"{n} {100 * r['dev_accuracy']:.1f} %" for n, r in d["runs"].items())
+    verdict = "agree within" if d["agree_within_noise"] else "do **not** agree within"
+    gaps = d["gaps"]
+    noise = max(gaps["padded vs padded-seed2"]["moving_average"], gaps["packed vs packed-seed2"]["moving_average"])
+    ratio = gaps["padded vs packed"]["moving_average"] / noise
+    rows += ["", f"Packed and padded {verdict} the seed-to-seed noise: their moving averages differ by "
+             f"{ratio:.2f}× the larger gap between two dropout seeds of one path (one pair of seeds measures that "
+             f"noise). Dev accuracy on the first "
+             f"{m['dev_sentences']} SST-2 dev sentences after {m['steps']} steps of batch {m['batch']}: {accs}. "
+             f"({m['model']}, fp32, moving average over {m['window']} steps, {m['threads']} thread, load average "
+             f"{m['load_avg_start'][0]} at the start and {m['load_avg_end'][0]} at the end; "
+             f"`python bench/bench_loss_curves.py`, {m['when']})"]
     return "\n".join(rows)
 
 
@@ -761,6 +824,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "gpu": gpu,
     "cls-only": cls_only,
     "packing": packing,
+    "loss-curves": loss_curves,
     "probes": probes,
     "dashboard": dashboard,
     "pretrain": pretrain,

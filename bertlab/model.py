@@ -48,6 +48,47 @@ def _activation(name: str):
 # ---------------------------------------------------------------------------------------------
 # Embeddings: token + segment + position, summed, normalised.
 # ---------------------------------------------------------------------------------------------
+class _LookupIntoGrad(torch.autograd.Function):
+    """`F.embedding` whose backward adds the looked-up rows' gradients into the table's `.grad` in place (set to
+    `buffer`, zeroed, when it is None) instead of returning a fresh [vocab, d] gradient: on a CPU a fresh table
+    of gradients is new memory every step, mapped page by page. The same sums as the ordinary backward."""
+
+    @staticmethod
+    def forward(ctx, ids: torch.Tensor, weight: torch.Tensor, padding_idx: int | None,  # type: ignore[override]
+                buffer: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(ids)
+        ctx.weight, ctx.padding_idx, ctx.buffer = weight, padding_idx, buffer
+        return F.embedding(ids, weight, padding_idx)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        (ids,) = ctx.saved_tensors
+        weight, flat = ctx.weight, ids.reshape(-1)
+        rows = grad.reshape(flat.shape[0], -1)  # [tokens, d]
+        if ctx.padding_idx is not None:  # the padding row gets no gradient, as F.embedding's backward
+            rows = rows * (flat != ctx.padding_idx).unsqueeze(1).to(rows.dtype)
+        if weight.grad is None:
+            weight.grad = ctx.buffer.zero_()
+        weight.grad.index_add_(0, flat, rows.to(weight.grad.dtype))
+        return None, None, None, None
+
+
+def lookup(table: nn.Embedding, ids: torch.Tensor, owner: nn.Module) -> torch.Tensor:
+    """`table(ids)`; while `owner` trains a table on the CPU, the backward accumulates into one gradient buffer
+    kept between steps (`_LookupIntoGrad`), dropped when `owner` goes to evaluation."""
+    w = table.weight
+    plain = table.max_norm is None and not table.sparse and not table.scale_grad_by_freq
+    busy = w.grad is not None and (w.grad.shape != w.shape or w.grad.dtype != w.dtype or w.grad.is_sparse)
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if not (owner.training and torch.is_grad_enabled() and w.requires_grad and w.device.type == "cpu" and plain
+            and not busy and not distributed):
+        return table(ids)
+    buffer = getattr(owner, "_grad_buffer", None)
+    if buffer is None or buffer.shape != w.shape or buffer.dtype != w.dtype:
+        buffer = owner._grad_buffer = torch.zeros_like(w)
+    return _LookupIntoGrad.apply(ids, w, table.padding_idx, buffer)
+
+
 class BertEmbeddings(nn.Module):
     def __init__(self, cfg: BertConfig):
         super().__init__()
@@ -64,13 +105,19 @@ class BertEmbeddings(nn.Module):
         self.hook_position = HookPoint()  # [batch, seq, d_model]
         self.hook_sum = HookPoint()  # [batch, seq, d_model] before LayerNorm
         self.hook_out = HookPoint()  # [batch, seq, d_model] normalised sum
+        self._grad_buffer: torch.Tensor | None = None  # the word table's gradient while training (`lookup`)
+
+    def train(self, mode: bool = True) -> BertEmbeddings:
+        if not mode:
+            self._grad_buffer = None  # evaluation: the training buffer's memory goes back
+        return super().train(mode)
 
     def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
         """[seq] (or [batch, seq]) position of each token; families override (RoBERTa counts non-padding)."""
         return torch.arange(input_ids.shape[1], device=input_ids.device) + self.position_offset
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
-        word = self.hook_word(self.word_embeddings(input_ids))
+        word = self.hook_word(lookup(self.word_embeddings, input_ids, self))
         position = self.hook_position(self.position_embeddings(self.position_ids(input_ids)).expand_as(word))
         total = word + position
         if self.token_type_embeddings is not None:
@@ -164,15 +211,21 @@ def attend(
     def split(t: torch.Tensor) -> torch.Tensor:
         return t.view(*t.shape[:2], hp.n_heads, hp.d_head)  # [batch, seq, head, d_head]
 
+    sizes = [query.out_features, key.out_features, value.out_features]
     fused = _one_projection(query, key, value)
     if fused is not None:  # q, k and v are rows of one Linear (an int8 model's): one matmul for the three
-        qx, kx, vx = fused(x).split([query.out_features, key.out_features, value.out_features], dim=-1)
-        qx = qx if x_query is None else query(x_query)
+        qx, kx, vx = (padded(t) for t in fused(x).split(sizes, dim=-1))
+        qx = qx if x_query is None else padded(query(x_query))
+    elif packing is not None and x_query is None and _plain_linears(query, key, value):
+        # packed training: q, k and v from one matmul of the stacked weights, padded back in one copy
+        weight = torch.cat([query.weight, key.weight, value.weight])  # [3 * d_model, d_model]
+        bias = torch.cat([query.bias, key.bias, value.bias])
+        qx, kx, vx = padded(F.linear(x, weight, bias)).split(sizes, dim=-1)
     else:
-        qx, kx, vx = query(x if x_query is None else x_query), key(x), value(x)
-    q = hp.hook_q(split(padded(qx))).transpose(1, 2)  # [batch, head, seq, d_head]
-    k = hp.hook_k(split(padded(kx))).transpose(1, 2)
-    v = hp.hook_v(split(padded(vx))).transpose(1, 2)
+        qx, kx, vx = (padded(t) for t in (query(x if x_query is None else x_query), key(x), value(x)))
+    q = hp.hook_q(split(qx)).transpose(1, 2)  # [batch, head, seq, d_head]
+    k = hp.hook_k(split(kx)).transpose(1, 2)
+    v = hp.hook_v(split(vx)).transpose(1, 2)
     if hp.uses_eager():
         scores = (q * hp.d_head**-0.5) @ k.transpose(-1, -2)  # scale the small tensor, not [q, k]
         if mask is not None:
@@ -201,6 +254,11 @@ def _one_projection(query: nn.Module, key: nn.Module, value: nn.Module) -> nn.Mo
     if fused is None or getattr(key, "fused", None) is not fused or getattr(value, "fused", None) is not fused:
         return None
     return fused
+
+
+def _plain_linears(*modules: nn.Module) -> bool:
+    """Whether every module is a plain `nn.Linear` with a bias (its weights can be stacked into one matmul)."""
+    return all(type(m) is nn.Linear and m.bias is not None for m in modules)
 
 
 def write_heads(z: torch.Tensor, dense: nn.Linear, hook_result: HookPoint, n_heads: int) -> torch.Tensor:

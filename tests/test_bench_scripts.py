@@ -181,6 +181,27 @@ def test_counting_collate_counts_examples_tokens_and_padding():
     assert counting.batches == [] and counting.first_call is None
 
 
+def test_finetune_pairs_task_reads_sick_pairs_with_three_labels(shared_data, monkeypatch):
+    monkeypatch.setenv("BERTLAB_DATA", str(shared_data))
+    bf = _module("bench_finetune")
+    pairs, labels = bf.task_data("sick")
+    sentences, two = bf.task_data("sst2")
+    assert len(labels) == 3 and len(two) == 2
+    assert all(ex.text_b for ex in pairs[:50]) and not any(ex.text_b for ex in sentences[:50])
+    # bf16 like for like on any device: bertlab-bf16 is bf16 even where "auto" means fp32
+    assert bf.variant_precision("bertlab-bf16", torch.device("cpu")) == "bf16"
+    assert bf.variant_precision("bertlab-fp32", torch.device("cpu")) == "fp32"
+
+
+def test_loss_curve_gaps_are_means_over_steps_and_windows(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))  # its helpers module (turns.py) sits beside it
+    lc = _module("bench_loss_curves")
+    assert lc.moving_average([1.0, 2.0, 3.0, 6.0], 2) == [1.5, 2.5, 4.5]
+    assert lc.mean_gap([1.0, 2.0], [2.0, 0.0]) == 1.5
+    with pytest.raises(ValueError, match="different lengths"):
+        lc.mean_gap([1.0], [1.0, 2.0])
+
+
 def test_finetune_asks_for_the_data_folder(tmp_path):
     cmd = [sys.executable, str(BENCH / "bench_finetune.py"), "--device", "cpu", "--presets", "tiny", "--examples", "64",
            "--warmup", "1", "--out", str(tmp_path / "x.json")]

@@ -111,3 +111,39 @@ def test_evaluation_packs_when_asked_and_keeps_the_outputs(task, packings):
     with torch.no_grad():
         model(ids, types, torch.ones_like(mask))
     assert len(packings) == 1  # nothing padded: nothing to pack
+
+
+@pytest.mark.parametrize("task", ["sequence_classification", None], ids=["classifier", "tied-mlm-decoder"])
+def test_the_word_table_gradient_accumulates_in_place_as_embedding_backward_does(task, monkeypatch):
+    model = (_model(task) if task else _model(None).with_heads(("mlm",))).train()
+    assert task or model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    ref = copy.deepcopy(model).train()
+    ids, types, mask = _batch()
+    ids[mask == 0] = model.config.pad_token_id  # padding rows get no gradient
+    ids[0, :4] = ids[1, 0]  # a repeated token: its rows add up
+
+    def two_micro_batches(m):
+        for _ in range(2):  # gradients accumulate over micro-batches
+            out = m(ids, types, mask)
+            (out.logits if task else out.mlm_logits).square().sum().backward()
+
+    two_micro_batches(model)
+    with monkeypatch.context() as mp:
+        mp.setattr(core, "lookup", lambda table, ids, owner: table(ids))  # torch's own embedding backward
+        two_micro_batches(ref)
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+    emb = model.bert.embeddings
+    table = emb.word_embeddings.weight
+    assert float(table.grad[model.config.pad_token_id].abs().max()) == 0.0
+    if task:  # nothing else writes the table's gradient: it is the kept buffer, reused the next step
+        assert table.grad is emb._grad_buffer
+        model.zero_grad(set_to_none=True)
+        two_micro_batches(model)
+        assert table.grad is emb._grad_buffer
+        torch.testing.assert_close(table.grad, ref.bert.embeddings.word_embeddings.weight.grad)
+    model.eval()
+    assert emb._grad_buffer is None  # evaluation gives the memory back
+    with torch.no_grad():
+        model(ids, types, mask)  # and evaluation takes torch's own lookup
+    assert emb._grad_buffer is None

@@ -1,0 +1,128 @@
+"""Loss curves of a real short fine-tune with the encoder packing the real tokens (what training does) against
+the padded path, next to the run-to-run noise of the padded path itself.
+
+The offline default (all-MiniLM-L6-v2) with one fresh SST-2 head (the same start weights in every run) trains
+`--steps` steps on the same SST-2 batches (`BucketBatchSampler` with one seed: the same sentences in the same
+batches, in the same order, for every run), with the lab's loss (`training.finetune.sequence_loss`) and loop
+(`training.loop.train`: the SST-2 recipe's learning rate and warm-up, AdamW, clipping at 1.0), in fp32. Runs:
+
+  padded         `model.bert.packing = False`, dropout seeded with `--seed`
+  packed         packing on (the default), the same dropout seed
+  padded-seed2   padded again with another dropout seed: the run-to-run noise of one path (dropout draws)
+  packed-seed2   packed with that other seed: the same noise measured on the packed path
+
+Packed and padded draw dropout masks over tensors of different shapes ([tokens, d] against [batch, seq, d]),
+so their masks differ as two seeds' do: the packed-padded gap is compared with the padded-padded gap of two
+seeds. Reported: the per-step losses, the mean absolute gap between two runs' losses (per step and on a
+moving average of `--window` steps), the last window's mean loss and the held-out accuracy on `--dev`
+sentences of SST-2's dev file; "agree" when the packed-padded gap of the moving averages (first seed) is no
+larger than the larger of the two paths' seed-to-seed gaps. Writes bench/results/loss_curves.json.
+
+    BERTLAB_DATA=../shared/data python bench/bench_loss_curves.py [--steps 200] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import logging
+import time
+from pathlib import Path
+
+import torch
+from turns import load_average, meta
+
+
+def moving_average(xs: list[float], window: int) -> list[float]:
+    """Means of each `window` consecutive values (len(xs) - window + 1 of them)."""
+    return [sum(xs[i:i + window]) / window for i in range(len(xs) - window + 1)]
+
+
+def mean_gap(a: list[float], b: list[float]) -> float:
+    """Mean absolute difference of two curves of the same length."""
+    if len(a) != len(b) or not a:
+        raise ValueError(f"curves of different lengths ({len(a)} and {len(b)}) cannot be compared.")
+    return sum(abs(x - y) for x, y in zip(a, b)) / len(a)
+
+
+def main() -> None:
+    from bertlab.loading import load
+    from bertlab.tasks import SST2_LABELS, BucketBatchSampler, collate, featurize_classification, get_task, read_sst2
+    from bertlab.training.finetune import evaluate, sequence_loss, with_task_head
+    from bertlab.training.finetune_defaults import recipe
+    from bertlab.training.loop import TrainConfig, train
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--dev", type=int, default=1000, help="held-out sentences (the first of SST-2's dev file)")
+    p.add_argument("--window", type=int, default=20, help="steps in the moving average")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "loss_curves.json"))
+    a = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    load_start, t_start = load_average(), time.perf_counter()
+    rec = recipe("sst2", "full")
+    base, tok = load()
+    torch.manual_seed(a.seed)
+    start = with_task_head(base, get_task("sst2"), SST2_LABELS)  # the same fresh head for every run
+    train_examples = read_sst2("train")
+    order = torch.randperm(len(train_examples), generator=torch.Generator().manual_seed(a.seed)).tolist()
+    feats = featurize_classification([train_examples[i] for i in order[:a.steps * a.batch]], tok, rec.max_length)
+    dev = read_sst2("dev")[:a.dev]
+    runs = {"padded": (False, a.seed), "packed": (True, a.seed), "padded-seed2": (False, a.seed + 1),
+            "packed-seed2": (True, a.seed + 1)}
+    torch.set_num_threads(a.threads)
+    rows = {}
+    for name, (packing, seed) in runs.items():
+        model = copy.deepcopy(start)
+        model.bert.packing = packing
+        losses: list[torch.Tensor] = []
+
+        def loss_fn(m: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, dict]:
+            loss, metrics = sequence_loss(m, batch)
+            losses.append(loss.detach())
+            return loss, metrics
+
+        sampler = BucketBatchSampler([len(f) for f in feats], a.batch, seed=a.seed)
+        cfg = TrainConfig(lr=rec.lr, max_steps=a.steps, epochs=1, batch_size=a.batch, seed=seed, device="cpu",
+                          precision="fp32", warmup_ratio=rec.warmup_ratio, max_grad_norm=1.0, log_every=a.steps)
+        t = time.perf_counter()
+        train(model, loss_fn, feats, cfg, collate=lambda fs: collate(fs, tok.pad_token_id),
+              batch_sampler=sampler).raise_for_status()
+        train_s = time.perf_counter() - t
+        model.eval()
+        acc = evaluate(model, tok, "sst2", dev)["accuracy"]
+        curve = [round(float(x), 5) for x in losses]
+        rows[name] = {"packing": packing, "dropout_seed": seed, "losses": curve,
+                      "last_window_loss": round(sum(curve[-a.window:]) / a.window, 4),
+                      "dev_accuracy": round(acc, 4), "train_s": round(train_s, 1)}
+        print(f"{name}: last {a.window} steps' loss {rows[name]['last_window_loss']}, dev accuracy {acc:.4f}",
+              flush=True)
+    gaps = {}
+    for first, second in (("padded", "packed"), ("padded", "padded-seed2"), ("packed", "packed-seed2")):
+        x, y = rows[first]["losses"], rows[second]["losses"]
+        gaps[f"{first} vs {second}"] = {
+            "per_step": round(mean_gap(x, y), 4),
+            "moving_average": round(mean_gap(moving_average(x, a.window), moving_average(y, a.window)), 4),
+            "dev_accuracy": round(rows[second]["dev_accuracy"] - rows[first]["dev_accuracy"], 4)}
+    noise = max(gaps["padded vs padded-seed2"]["moving_average"], gaps["packed vs packed-seed2"]["moving_average"])
+    agree = gaps["padded vs packed"]["moving_average"] <= noise
+    out = {"meta": {**meta(a.threads, a.steps, load_start), "model": "offline default (all-MiniLM-L6-v2)",
+                    "task": "sst2", "batch": a.batch, "lr": rec.lr, "warmup_ratio": rec.warmup_ratio,
+                    "precision": "fp32", "dev_sentences": len(dev), "window": a.window,
+                    "wall_s": round(time.perf_counter() - t_start, 1),
+                    "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+           "gaps": gaps, "agree_within_noise": agree, "runs": rows}
+    for k, v in gaps.items():
+        print(k, v)
+    print("packed and padded agree within the seed-to-seed noise:", agree)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"written to {a.out}")
+
+
+if __name__ == "__main__":
+    main()
