@@ -237,19 +237,24 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+ZYGOTE = b"bertlab.serving.forking"  # the warm parent's command line (bertlab/serving/forking.py)
+
+
 def kernel_pids(root: int) -> list[int]:
-    """The ipykernel processes under `root` (the server)."""
-    kids, out, todo = _children(), [], [root]
+    """The kernels under `root` (the server): ipykernel processes, and the children of the kernel zygote
+    (`bertlab serve --class N` forks its kernels from it; they keep its command line, so they are told
+    from the server's helpers by their parent, not by their name). The zygote itself is the server's."""
+    kids, out, todo = _children(), [], [(root, False)]
     while todo:
-        pid = todo.pop()
+        pid, under_zygote = todo.pop()
         for c in kids.get(pid, []):
-            todo.append(c)
             try:
                 cmd = Path(f"/proc/{c}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"ipykernel" in cmd:
+            if b"ipykernel" in cmd or under_zygote:
                 out.append(c)
+            todo.append((c, ZYGOTE in cmd and not under_zygote))
     return sorted(out)
 
 

@@ -4,6 +4,7 @@ run (a server, N kernels, Chromium) takes minutes, so it is not run here: see be
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import subprocess
 import sys
@@ -51,3 +52,40 @@ def test_kernels_are_found_under_the_server_with_their_memory():
     finally:
         child.kill()
         child.wait()
+
+
+ZYGOTE = """
+import os, sys, time
+if os.fork() == 0:  # a forked kernel: the zygote's command line, the zygote as its parent
+    time.sleep(30)
+    os._exit(0)
+time.sleep(30)
+"""
+
+
+def test_kernels_forked_by_the_zygote_count_as_kernels_and_the_zygote_as_the_server():
+    """`bertlab serve --class N` forks its kernels from a zygote (bertlab/serving/forking.py): they keep
+    the zygote's command line, with no "ipykernel" in it; their CPU is the kernels', not the server's."""
+    import os
+    import time
+
+    bc = _module()
+    zygote = subprocess.Popen([sys.executable, "-c", ZYGOTE, "-m", "bertlab.serving.forking", "socket"])
+    try:
+        end = time.monotonic() + 10
+        while not (forked := bc._children().get(zygote.pid)) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert forked, "the zygote did not fork"
+        me = os.getpid()
+        assert set(forked) <= set(bc.kernel_pids(me))
+        assert zygote.pid not in bc.kernel_pids(me)
+        server = bc.server_pids(me)
+        assert zygote.pid in server and not set(forked) & set(server)
+        before = bc.cpu_by_part(me)
+        assert set(before) == {"kernels", "server", "browsers"}
+    finally:
+        zygote.kill()
+        zygote.wait()
+        for pid in forked or []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)

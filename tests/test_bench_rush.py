@@ -62,6 +62,26 @@ def test_binary_frames_are_read_as_the_server_writes_them():
     assert br.decode(json.dumps({"msg_type": "status"}))["msg_type"] == "status"
 
 
+def test_v1_frames_are_written_and_read_as_jupyter_server_does():
+    from jupyter_server.services.kernels.connection.base import (
+        deserialize_msg_from_ws_v1,
+        serialize_msg_to_ws_v1,
+    )
+
+    br = _module()
+    frame = br.message_v1("comm_open", {"target_name": br.CONTROL_TARGET}, "s", version=br.CONTROL_PROTOCOL)
+    channel, parts = deserialize_msg_from_ws_v1(frame)
+    assert channel == "shell"
+    assert json.loads(parts[0])["msg_type"] == "comm_open"
+    assert json.loads(parts[2]) == {"version": br.CONTROL_PROTOCOL}  # else the kernel closes the control comm
+    assert json.loads(parts[3]) == {"target_name": "jupyter.widget.control"}
+    header = json.dumps({"msg_type": "comm_msg"}).encode()
+    content = json.dumps({"data": {"method": "update_states"}}).encode()
+    msg = br.decode_v1(serialize_msg_to_ws_v1([header, b"{}", b"{}", content, b"\x00buffer"], "iopub"))
+    assert msg["msg_type"] == "comm_msg" and msg["channel"] == "iopub"
+    assert msg["content"]["data"]["method"] == "update_states"
+
+
 def test_the_spread_is_min_median_max_across_runs():
     br = _module()
     assert br._spread([3.0, None, 1.0, 2.0]) == {"min": 1.0, "median": 2.0, "max": 3.0}
@@ -69,11 +89,12 @@ def test_the_spread_is_min_median_max_across_runs():
 
 
 @pytest.mark.slow
-def test_a_small_rush_gets_a_chart_update_for_every_edit(tmp_path, monkeypatch):
+@pytest.mark.parametrize("speaks", [("v1", "control"), ("json", "per-widget")])
+def test_a_small_rush_gets_a_chart_update_for_every_edit(tmp_path, monkeypatch, speaks):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     out = tmp_path / "rush.json"
     args = ["--quick", "--n", "3", "--browsers", "0", "--rounds", "2", "--arrive-within", "2", "--wait", "120",
-            "--out", str(out)]
+            "--protocol", speaks[0], "--states", speaks[1], "--out", str(out)]
     # its own process: a browser test earlier in the session leaves Playwright's event loop running in this one
     proc = subprocess.run([sys.executable, str(BENCH / "bench_rush.py"), *args], capture_output=True, text=True,
                           timeout=600, cwd=BENCH.parent)
@@ -81,6 +102,7 @@ def test_a_small_rush_gets_a_chart_update_for_every_edit(tmp_path, monkeypatch):
     result = json.loads(out.read_text())
     run = result["runs"][0]
     assert run["n"] == 3 and run["light_clients"] == 3 and run["failures"] == 0, run["failure_details"]
+    assert run["light_client_speaks"] == "/".join(speaks)
     assert run["edits_sent"] == 6 and run["edits_redrawn"] == 6
     assert run["page_ready_s"]["n"] == 3 and run["edit_ms"]["p50"] > 0
     assert set(run["cpu_share"]) >= {"load_generator", "server", "kernels"}
