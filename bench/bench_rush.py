@@ -18,7 +18,9 @@ guesses (their top token, computed here with the model the server loads). Report
                    browsers: sentence typed -> chart drawn with its guesses
   failures         students with no page, no websocket, no text box or an edit never redrawn
   cpu              CPU seconds of this load generator (its own process), its Chromium, the server
-                   and the kernels during the rush, and each as a share of (wall x cores)
+                   and the kernels during the rush, and each as a share of (wall x cores); counted
+                   process by process and sampled through the rush (bench_class.CpuMeter), so that
+                   kernels pre-heated or ended during it are counted too
 
 and, over `--runs`, the spread (min / median / max across runs) of each figure. The load average
 is recorded next to every run: this is one shared 2-core machine.
@@ -295,7 +297,8 @@ async def rush(n: int, browsers: int, args: argparse.Namespace, want: dict, chro
                  for i in range(n)]
         lights = {i: Light(i) for i in range(n) if i not in in_browser}
         pages = {i: bc.Student(i) for i in in_browser}
-        t0, own0, cpu0 = time.monotonic(), time.process_time(), bc.cpu_by_part(proc.pid)
+        t0, own0, meter = time.monotonic(), time.process_time(), bc.CpuMeter(proc.pid)
+        sampling = asyncio.ensure_future(meter.run_sampling())
         sockets: list = []
         flows = [light_student(s, url, delays[i], plans[i][1:], want, args.wait, sockets,
                                protocol=args.protocol, path=args.states) for i, s in lights.items()]
@@ -313,7 +316,8 @@ async def rush(n: int, browsers: int, args: argparse.Namespace, want: dict, chro
         finally:
             bc._attention_edit = attention
         wall = time.monotonic() - t0
-        own, cpu1 = time.process_time() - own0, bc.cpu_by_part(proc.pid)
+        sampling.cancel()
+        own, by_part = time.process_time() - own0, meter.totals()
         load_after = os.getloadavg()
         kernels = len(bc.kernel_pids(proc.pid))
         for ws in sockets:
@@ -326,7 +330,7 @@ async def rush(n: int, browsers: int, args: argparse.Namespace, want: dict, chro
     finally:
         bc.stop_server(proc)
     cores = os.cpu_count() or 1
-    cpu = {"load_generator": own, **{k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}}
+    cpu = {"load_generator": own, **by_part}
     ready = [s.ready_s for s in lights.values()] + [s.ready_s for s in pages.values()]
     failed = [f"light {s.index}: {e}" for s in lights.values() for e in s.errors] + [
         f"browser {s.index}: {e}" for s in pages.values() for e in s.errors + s.stale]

@@ -89,3 +89,25 @@ def test_kernels_forked_by_the_zygote_count_as_kernels_and_the_zygote_as_the_ser
         for pid in forked or []:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
+
+
+def test_the_cpu_meter_counts_a_process_that_ends_within_the_stretch():
+    """A difference of two `cpu_by_part` sums loses what a kernel that ended in between had used; the
+    meter keeps it from its last sample."""
+    import os
+    import time
+
+    bc = _module()
+    busy = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\ntime.sleep(30)"
+    kernel = subprocess.Popen([sys.executable, "-c", busy, "ipykernel_launcher"])
+    try:
+        meter = bc.CpuMeter(os.getpid())
+        end = time.monotonic() + 20
+        while bc._cpu_s(kernel.pid) < 0.6 and time.monotonic() < end:
+            time.sleep(0.1)
+        meter.sample()
+    finally:
+        kernel.kill()
+        kernel.wait()
+    assert kernel.pid not in bc.kernel_pids(os.getpid())
+    assert meter.totals()["kernels"] >= 0.5
