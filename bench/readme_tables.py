@@ -675,7 +675,8 @@ def page_cost() -> str:
     per = {v: len([pg for pg in pages if pg["variant"] == v and not pg["errors"]]) for v in d["median"]}
     rows += ["", f"Median of {' / '.join(str(k) for k in per.values())} page(s) per variant, one at a time on an "
              f"idle {m['server']} ({m['cpus']} cores, load average {min(loads):g}–{max(loads):g} before each page; "
-             f"`python {m['command']}`, {m['when']}). `v1/control` is what the page's code does (the binary "
+             f"`python bench/{m['command']}`, {m['when']}). \"page fetched\" is its HTML alone (a browser also fetches "
+             "the page's scripts). `v1/control` is what the page's code does (the binary "
              "websocket subprotocol, every widget's state in one message on ipywidgets' control comm); "
              "`json/per-widget` is the JSON text with a `request_state` per widget, the widget manager's "
              "fallback when the control comm does not answer in time."]
