@@ -108,3 +108,19 @@ def test_a_small_rush_gets_a_chart_update_for_every_edit(tmp_path, monkeypatch, 
     assert set(run["cpu_share"]) >= {"load_generator", "server", "kernels"}
     assert run["cpu_s"]["kernels"] > 0  # forked kernels are found and counted
     assert "load_avg" in run and set(result["spread"]["page_ready_p50_s"]) == {"min", "median", "max"}
+
+
+@pytest.mark.slow
+def test_one_page_cost_is_measured_by_phase(tmp_path, monkeypatch):
+    """bench/bench_page.py on a real class server: each phase of a page read, with the CPU it took."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    out = tmp_path / "page.json"
+    proc = subprocess.run([sys.executable, str(BENCH / "bench_page.py"), "--repeat", "1", "--variants", "v1/control",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=BENCH.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    (page,) = result["pages"]
+    assert page["errors"] == [] and set(page["phases"]) == {"page", "states", "edit"}
+    assert page["phases"]["states"]["bytes"] > 10_000  # every widget's state came in one reply
+    assert page["phases"]["states"]["kernels_cpu_s"] + page["phases"]["edit"]["kernels_cpu_s"] > 0
+    assert set(result["median"]["v1/control"]) == {"page", "states", "edit"}
