@@ -269,6 +269,15 @@ async def light_student(s: Light, url: str, delay: float, plan: list[str], want:
     finally:
         if ws is not None:
             open_sockets.append(ws)
+            asyncio.ensure_future(_drain(ws))
+
+
+async def _drain(ws) -> None:
+    """Keep reading a student's websocket after its edits, as an open page does: tornado's client answers
+    the server's pings only while its messages are read, and the server closes a socket whose pings go
+    unanswered (its kernel then counts as idle and is culled)."""
+    while await ws.read_message() is not None:
+        pass
 
 
 # -- one run -----------------------------------------------------------------------------------------
