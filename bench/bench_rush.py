@@ -135,6 +135,15 @@ def decode(frame: str | bytes) -> dict:
     return json.loads(frame)
 
 
+def page_view(html: str) -> str | None:
+    """The model id of the widget view that the page shows (its dashboard: the output of the notebook's
+    `app.widget` cell, which Voila writes into the page as the cell's output JSON), None when the page has
+    none."""
+    found = re.search(r'"application/vnd\.jupyter\.widget-view\+json"\s*:\s*\{[^{}]*?"model_id"\s*:\s*"([0-9a-f]+)"',
+                      html)
+    return found.group(1) if found else None
+
+
 def find_text_box(states: dict[str, dict]) -> str | None:
     """The Mask tab's text box among the widget states (model id -> state)."""
     for model_id, state in states.items():
@@ -239,6 +248,9 @@ async def light_student(s: Light, url: str, delay: float, plan: list[str], want:
         found = re.search(r'"kernelId": "([0-9a-f-]+)"', page.body.decode())
         if not found:
             raise RuntimeError("no kernel id in the page")
+        view = page_view(page.body.decode())
+        if view is None:  # a browser would show no dashboard at all
+            raise RuntimeError("the page has no dashboard (its widget output is missing)")
         cookies = "; ".join(c.split(";")[0] for c in page.headers.get_list("Set-Cookie"))
         origin = url.rstrip("/")
         ws_url = f"ws{url[4:]}api/kernels/{found.group(1)}/channels?session_id={uuid.uuid4().hex}"
@@ -254,6 +266,8 @@ async def light_student(s: Light, url: str, delay: float, plan: list[str], want:
         box = find_text_box(states)
         if box is None or not any(any(k in st for k in FIGURE_KEYS) for st in states.values()):
             raise RuntimeError("no Mask text box or chart among the widgets")
+        if view not in states:
+            raise RuntimeError("the page's dashboard is not among its kernel's widgets")
         s.ready_s = time.monotonic() - t
         mark("states", sock.received)
         for sentence in plan:

@@ -37,6 +37,17 @@ def test_the_mask_text_box_is_found_by_its_placeholder_among_other_text_boxes():
     assert br.find_text_box(states) is None
 
 
+def test_the_page_s_dashboard_is_the_widget_view_in_its_html():
+    br = _module()
+    output = {"output_type": "display_data", "metadata": {}, "data": {
+        "text/plain": "VBox()", "application/vnd.jupyter.widget-view+json": {
+            "version_major": 2, "version_minor": 0, "model_id": "abc123"}}}
+    tag = '<script type="application/vnd.voila.cell-output+json">'  # as Voila writes a cell's output into the page
+    html = f'<div class="jp-OutputArea-output">{tag}\n{json.dumps(output, sort_keys=True)}\n</script></div>'
+    assert br.page_view(html) == "abc123"
+    assert br.page_view('<div class="jp-OutputArea-output"></div>') is None  # the cell's output was lost
+
+
 def test_a_chart_update_is_a_figure_message_with_the_expected_guess():
     br = _module()
 
