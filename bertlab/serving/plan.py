@@ -23,8 +23,8 @@ from bertlab.settings import PLOTLY_BUNDLE_ENV, PLOTLY_BUNDLE_PATH
 
 DEFAULT_CULL_IDLE_S = 40
 REFILL_DELAY_S = 20  # class mode: seconds between handing out a pooled kernel and starting its successor
-# How long pre-heating waits for a cell's output after the kernel says the cell ran (nbclient's default is
-# 4 s, then it drops what has not arrived): on a machine busy pre-heating a class, the dashboard cell's
+# How long pre-heating waits for a cell's output after the kernel says the cell ran (nbclient waits a few
+# seconds by default, then drops what has not arrived): on a machine busy pre-heating a class, the dashboard cell's
 # widget output came later than that, and its page then showed no dashboard at all.
 IOPUB_TIMEOUT_S = 60
 CLASS_DIR = Path("~/.cache/bertlab/class")
