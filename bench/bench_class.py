@@ -237,19 +237,24 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
+ZYGOTE = b"bertlab.serving.forking"  # the warm parent's command line (bertlab/serving/forking.py)
+
+
 def kernel_pids(root: int) -> list[int]:
-    """The ipykernel processes under `root` (the server)."""
-    kids, out, todo = _children(), [], [root]
+    """The kernels under `root` (the server): ipykernel processes, and the children of the kernel zygote
+    (`bertlab serve --class N` forks its kernels from it; they keep its command line, so they are told
+    from the server's helpers by their parent, not by their name). The zygote itself is the server's."""
+    kids, out, todo = _children(), [], [(root, False)]
     while todo:
-        pid = todo.pop()
+        pid, under_zygote = todo.pop()
         for c in kids.get(pid, []):
-            todo.append(c)
             try:
                 cmd = Path(f"/proc/{c}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"ipykernel" in cmd:
+            if b"ipykernel" in cmd or under_zygote:
                 out.append(c)
+            todo.append((c, ZYGOTE in cmd and not under_zygote))
     return sorted(out)
 
 
@@ -411,10 +416,9 @@ def server_pids(root: int) -> list[int]:
     return out
 
 
-def cpu_by_part(server: int) -> dict[str, float]:
-    """CPU seconds used so far by the kernels, the server (with its helpers) and the browsers this
-    script started (every chromium process under it): where a class's CPU goes. Processes that
-    exited are not counted, so take the difference over a stretch in which they live."""
+def _parts(server: int) -> dict[int, str]:
+    """Each process this run cares about, by pid: "kernels", "server" (with its helpers, the kernel zygote
+    included) or "browsers" (every chromium process under this script)."""
     kernels = set(kernel_pids(server))
     kids, browsers, todo = _children(), [], [os.getpid()]
     while todo:
@@ -425,9 +429,54 @@ def cpu_by_part(server: int) -> dict[str, float]:
                     browsers.append(c)
             except OSError:
                 continue
-    return {"kernels": sum(_cpu_s(p) for p in kernels),
-            "server": sum(_cpu_s(p) for p in server_pids(server) if p not in kernels),
-            "browsers": sum(_cpu_s(p) for p in browsers)}
+    parts = {p: "server" for p in server_pids(server) if p not in kernels}
+    parts.update({p: "kernels" for p in kernels})
+    parts.update({p: "browsers" for p in browsers})
+    return parts
+
+
+def cpu_by_part(server: int) -> dict[str, float]:
+    """CPU seconds used so far by the kernels, the server (with its helpers) and the browsers this
+    script started, summed over the processes alive now. For a stretch of time use `CpuMeter`: a
+    difference of two of these loses what processes that ended in between used, and takes off their
+    CPU from before the stretch."""
+    out = {"kernels": 0.0, "server": 0.0, "browsers": 0.0}
+    for pid, part in _parts(server).items():
+        out[part] += _cpu_s(pid)
+    return out
+
+
+class CpuMeter:
+    """CPU seconds by part (`_parts`) over a stretch, process by process: a process born in the stretch
+    counts whole, one that ends in it keeps what it had used at its last `sample()`. Sample every few
+    seconds (`run_sampling`) while processes come and go (pool refills, culled kernels)."""
+
+    def __init__(self, server: int) -> None:
+        self.server = server
+        self.start = self._read()
+        self.last = dict(self.start)
+
+    def _read(self) -> dict[int, tuple[str, float]]:
+        return {pid: (part, _cpu_s(pid)) for pid, part in _parts(self.server).items()}
+
+    def sample(self) -> None:
+        for pid, (part, cpu) in self._read().items():
+            if cpu > 0 or pid not in self.last:  # 0.0: it ended between listing and reading
+                self.last[pid] = (part, cpu)
+
+    def totals(self) -> dict[str, float]:
+        """CPU seconds by part since the meter was made (a last sample taken now)."""
+        self.sample()
+        out = {"kernels": 0.0, "server": 0.0, "browsers": 0.0}
+        for pid, (part, cpu) in self.last.items():
+            out[part] += max(cpu - self.start.get(pid, (part, 0.0))[1], 0.0)
+        return out
+
+    async def run_sampling(self, every_s: float = 2.0) -> None:
+        """Sample until cancelled."""
+        while True:
+            await asyncio.sleep(every_s)
+            self.sample()
 
 
 async def run_class(n: int, args: argparse.Namespace, want: dict, chromium: str) -> dict:
@@ -447,7 +496,8 @@ async def run_class(n: int, args: argparse.Namespace, want: dict, chromium: str)
                      for i in range(n)]
             delays = [args.arrive_within * i / max(n - 1, 1) for i in range(n)]
             t0 = time.monotonic()
-            cpu0 = cpu_by_part(proc.pid)
+            meter = CpuMeter(proc.pid)
+            sampling = asyncio.ensure_future(meter.run_sampling())
             flows = asyncio.gather(*(student(s, browser, url, d, p, want, args)
                                      for s, d, p in zip(students, delays, plans)))
             watch = asyncio.ensure_future(_watch(proc))
@@ -458,7 +508,8 @@ async def run_class(n: int, args: argparse.Namespace, want: dict, chromium: str)
             watch.cancel()
             contexts = flows.result()
             flows_s = time.monotonic() - t0
-            cpu1 = cpu_by_part(proc.pid)
+            sampling.cancel()
+            cpu = meter.totals()
             load_during = os.getloadavg()
             open_status = status(url)
             kernels = kernel_pids(proc.pid)
@@ -492,7 +543,7 @@ async def run_class(n: int, args: argparse.Namespace, want: dict, chromium: str)
         "stale_while_the_kernel_had_the_result": sum("had read it" in line for line in stale),
         "stale_details": stale,
         "flows_s": round(flows_s, 1),
-        "cpu_s_during_flows": {part: round(cpu1.get(part, 0.0) - cpu0.get(part, 0.0), 1) for part in cpu1},
+        "cpu_s_during_flows": {part: round(v, 1) for part, v in cpu.items()},
         "status_with_pages_open": open_status,
         "kernels_with_pages_open": len(kernels),
         "pss_mb": {"per_kernel": [round(v, 1) for v in known],

@@ -4,19 +4,23 @@ A load generator that fits on the server's own machine: a few real students in o
 Chromium (one browser context each, the flow of bench/bench_class.py) and the rest as light
 clients in this one asyncio process. A light client does what the page's code does on the wire:
 GET the page as Voila serves it (kernel id in its `jupyter-config-data`, cookies kept), open the
-kernel's websocket (`/api/kernels/<id>/channels`, Origin and cookies as the page sends them), read
-the widget states (`comm_info_request` for `jupyter.widget`, then `request_state` per widget, as
-ipywidgets' manager does when the kernel has no control comm), find the Mask tab's text box by its
-placeholder, and edit it: a `comm_msg` with the ipywidgets "update" of its `value`, then wait for
-the Mask chart's figure widget to send the new guesses (their top token, computed here with the
-model the server loads). Reports per run:
+kernel's websocket (`/api/kernels/<id>/channels`, Origin and cookies as the page sends them, and the
+binary `v1.kernel.websocket.jupyter.org` subprotocol that the page's code offers), read every widget's
+state in one message on ipywidgets 8's control comm (`jupyter.widget.control`, `request_states`, as
+the page's widget manager does; `--protocol json --states per-widget` is the legacy JSON text with a
+`request_state` per widget, the manager's fallback when the control comm does not answer within its
+few seconds), find the Mask tab's text box by its placeholder, and edit it: a `comm_msg` with the
+ipywidgets "update" of its `value`, then wait for the Mask chart's figure widget to send the new
+guesses (their top token, computed here with the model the server loads). Reports per run:
 
   page_ready_s     page requested -> the chart's state received (light client) / drawn (browser)
   edit_ms          value sent -> the figure widget's update carrying the guesses (light clients);
                    browsers: sentence typed -> chart drawn with its guesses
   failures         students with no page, no websocket, no text box or an edit never redrawn
   cpu              CPU seconds of this load generator (its own process), its Chromium, the server
-                   and the kernels during the rush, and each as a share of (wall x cores)
+                   and the kernels during the rush, and each as a share of (wall x cores); counted
+                   process by process and sampled through the rush (bench_class.CpuMeter), so that
+                   kernels pre-heated or ended during it are counted too
 
 and, over `--runs`, the spread (min / median / max across runs) of each figure. The load average
 is recorded next to every run: this is one shared 2-core machine.
@@ -60,29 +64,6 @@ def _bench_class():
 
 
 bc = _bench_class()
-ZYGOTE = b"bertlab.serving.forking"  # the warm parent's command line; its children are kernels
-
-
-def kernel_pids(root: int) -> list[int]:
-    """The kernels under `root` (the server): ipykernel processes, and the zygote's forked children
-    (they keep its command line)."""
-    kids, out, todo = bc._children(), [], [(root, False)]
-    while todo:
-        pid, under_zygote = todo.pop()
-        for c in kids.get(pid, []):
-            try:
-                cmd = Path(f"/proc/{c}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"ipykernel" in cmd or under_zygote:
-                out.append(c)
-            todo.append((c, ZYGOTE in cmd and not under_zygote))
-    return sorted(out)
-
-
-bc.kernel_pids = kernel_pids  # bench_class's CPU and pool counts then see forked kernels too
-
-
 @dataclass
 class Light:
     index: int
@@ -92,13 +73,56 @@ class Light:
 
 
 # -- the kernel's websocket, as the page's code speaks it -------------------------------------------
-def message(msg_type: str, content: dict, session: str, channel: str = "shell") -> str:
+V1 = "v1.kernel.websocket.jupyter.org"  # the subprotocol the page's code offers (jupyter_server's binary form)
+CONTROL_TARGET = "jupyter.widget.control"  # ipywidgets 8: every widget's state in one message
+PROTOCOLS = ("v1", "json")  # what a light client speaks: as the page (v1), or the legacy JSON text
+STATE_PATHS = ("control", "per-widget")  # how it reads the widget states: as the page, or one by one
+
+
+WIDGET_PROTOCOL = "2.1.0"  # ipywidgets' comm protocol, in each message's metadata
+CONTROL_PROTOCOL = "1.0.0"  # its control comm's: the kernel closes a control comm opened with another
+
+
+def message(msg_type: str, content: dict, session: str, channel: str = "shell",
+            version: str = WIDGET_PROTOCOL) -> str:
     """A Jupyter message in the websocket's JSON form (jupyter_client's message spec)."""
-    return json.dumps({
+    return json.dumps({**_parts(msg_type, content, session, version), "channel": channel, "buffers": []})
+
+
+def _parts(msg_type: str, content: dict, session: str, version: str = WIDGET_PROTOCOL) -> dict:
+    return {
         "header": {"msg_id": uuid.uuid4().hex, "msg_type": msg_type, "username": "", "session": session,
                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "version": "5.3"},
-        "parent_header": {}, "metadata": {"version": "2.1.0"}, "content": content, "channel": channel,
-        "buffers": []})
+        "parent_header": {}, "metadata": {"version": version}, "content": content}
+
+
+def message_v1(msg_type: str, content: dict, session: str, channel: str = "shell",
+               version: str = WIDGET_PROTOCOL) -> bytes:
+    """The same message in the v1 binary form: 8-byte little-endian offset count and offsets, the channel
+    name, then header, parent header, metadata and content as JSON (jupyter_server's
+    `serialize_msg_to_ws_v1`)."""
+    m = _parts(msg_type, content, session, version)
+    return _frame_v1(channel, [json.dumps(m[k]).encode() for k in ("header", "parent_header", "metadata", "content")])
+
+
+def _frame_v1(channel: str, parts: list[bytes]) -> bytes:
+    name = channel.encode()
+    offsets = [8 * (1 + 1 + len(parts) + 1)]
+    offsets.append(offsets[-1] + len(name))
+    for part in parts:
+        offsets.append(offsets[-1] + len(part))
+    head = len(offsets).to_bytes(8, "little") + b"".join(o.to_bytes(8, "little") for o in offsets)
+    return head + name + b"".join(parts)
+
+
+def decode_v1(frame: bytes) -> dict:
+    """A v1 binary message from the websocket as a dict (msg_type, header, content, channel)."""
+    count = int.from_bytes(frame[:8], "little")
+    offsets = [int.from_bytes(frame[8 * (i + 1):8 * (i + 2)], "little") for i in range(count)]
+    parts = [frame[offsets[i]:offsets[i + 1]] for i in range(1, count - 1)]
+    header = json.loads(parts[0])
+    return {"header": header, "msg_type": header.get("msg_type"), "content": json.loads(parts[3]),
+            "channel": frame[offsets[0]:offsets[1]].decode()}
 
 
 def decode(frame: str | bytes) -> dict:
@@ -109,6 +133,15 @@ def decode(frame: str | bytes) -> dict:
         end = offsets[1] if n > 1 else len(frame)
         return json.loads(frame[offsets[0]:end])
     return json.loads(frame)
+
+
+def page_view(html: str) -> str | None:
+    """The model id of the widget view that the page shows (its dashboard: the output of the notebook's
+    `app.widget` cell, which Voila writes into the page as the cell's output JSON), None when the page has
+    none."""
+    found = re.search(r'"application/vnd\.jupyter\.widget-view\+json"\s*:\s*\{[^{}]*?"model_id"\s*:\s*"([0-9a-f]+)"',
+                      html)
+    return found.group(1) if found else None
 
 
 def find_text_box(states: dict[str, dict]) -> str | None:
@@ -128,13 +161,18 @@ def is_chart_update(msg: dict, top_token: str) -> bool:
 
 
 class Socket:
-    """One kernel websocket: send, and read until a predicate holds (with a deadline)."""
+    """One kernel websocket: send, and read until a predicate holds (with a deadline). `v1`: the binary
+    subprotocol was agreed on (as with the page's code), else JSON text."""
 
-    def __init__(self, ws, session: str) -> None:
-        self.ws, self.session = ws, session
+    def __init__(self, ws, session: str, v1: bool = False) -> None:
+        self.ws, self.session, self.v1 = ws, session, v1
+        self.received = 0  # bytes read from the server
 
-    async def send(self, msg_type: str, content: dict) -> None:
-        await self.ws.write_message(message(msg_type, content, self.session))
+    async def send(self, msg_type: str, content: dict, version: str = WIDGET_PROTOCOL) -> None:
+        if self.v1:
+            await self.ws.write_message(message_v1(msg_type, content, self.session, version=version), binary=True)
+        else:
+            await self.ws.write_message(message(msg_type, content, self.session, version=version))
 
     async def read_until(self, done, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
@@ -145,13 +183,32 @@ class Socket:
             frame = await asyncio.wait_for(self.ws.read_message(), left)
             if frame is None:
                 raise ConnectionError("the kernel's websocket closed")
-            msg = decode(frame)
+            self.received += len(frame)
+            msg = decode_v1(frame) if self.v1 else decode(frame)
             if done(msg):
                 return msg
 
 
-async def widget_states(sock: Socket, timeout: float) -> dict[str, dict]:
-    """Every widget's state (model id -> state), as ipywidgets' manager reads them at page load."""
+async def widget_states(sock: Socket, timeout: float, path: str = "control") -> dict[str, dict]:
+    """Every widget's state (model id -> state), as ipywidgets' manager reads them at page load: in one
+    message on the control comm (`path` "control", what ipywidgets 8 does), or with `comm_info_request`
+    and a `request_state` per widget ("per-widget", its fallback when the kernel has no control comm)."""
+    if path == "control":
+        comm = uuid.uuid4().hex
+        await sock.send("comm_open", {"comm_id": comm, "target_name": CONTROL_TARGET, "data": {}},
+                        version=CONTROL_PROTOCOL)
+        await sock.send("comm_msg", {"comm_id": comm, "data": {"method": "request_states"}}, version=CONTROL_PROTOCOL)
+
+        def answer(m: dict) -> bool:
+            c = m.get("content", {})
+            if m.get("msg_type") == "comm_close" and c.get("comm_id") == comm:
+                raise ConnectionError("the kernel closed the widgets' control comm")
+            return (m.get("msg_type") == "comm_msg" and c.get("comm_id") == comm
+                    and c.get("data", {}).get("method") == "update_states")
+
+        reply = await sock.read_until(answer, timeout)
+        await sock.send("comm_close", {"comm_id": comm, "data": {}}, version=CONTROL_PROTOCOL)  # as the page does
+        return {k: v.get("state", {}) for k, v in reply["content"]["data"]["states"].items()}
     await sock.send("comm_info_request", {"target_name": "jupyter.widget"})
     reply = await sock.read_until(lambda m: m.get("msg_type") == "comm_info_reply", timeout)
     ids = list(reply["content"].get("comms", {}))
@@ -170,11 +227,14 @@ async def widget_states(sock: Socket, timeout: float) -> dict[str, dict]:
 
 
 async def light_student(s: Light, url: str, delay: float, plan: list[str], want: dict, wait: float,
-                        open_sockets: list) -> None:
+                        open_sockets: list, protocol: str = "v1", path: str = "control", mark=None) -> None:
     """Arrive after `delay` s: the page, its kernel's websocket, the widget states, then one edit of
     the Mask text box per sentence of `plan`, each timed until the chart widget brings its guesses.
     The websocket stays open (in `open_sockets`) as a student's page does, so its kernel is not culled
-    before the run's CPU is counted."""
+    before the run's CPU is counted. `protocol` and `path`: how it speaks (PROTOCOLS, STATE_PATHS; the
+    page's way by default); `mark(phase, bytes)`, if given, is called as each phase ends ("page", "states",
+    "edit") with the bytes read so far in it (the page; then the websocket's, counted from its start)."""
+    mark = mark or (lambda _phase, _bytes: None)
     from tornado.httpclient import AsyncHTTPClient, HTTPRequest
     from tornado.websocket import websocket_connect
 
@@ -188,18 +248,28 @@ async def light_student(s: Light, url: str, delay: float, plan: list[str], want:
         found = re.search(r'"kernelId": "([0-9a-f-]+)"', page.body.decode())
         if not found:
             raise RuntimeError("no kernel id in the page")
+        view = page_view(page.body.decode())
+        if view is None:  # a browser would show no dashboard at all
+            raise RuntimeError("the page has no dashboard (its widget output is missing)")
         cookies = "; ".join(c.split(";")[0] for c in page.headers.get_list("Set-Cookie"))
         origin = url.rstrip("/")
         ws_url = f"ws{url[4:]}api/kernels/{found.group(1)}/channels?session_id={uuid.uuid4().hex}"
+        mark("page", len(page.body))
         ws = await websocket_connect(HTTPRequest(ws_url, headers={"Cookie": cookies, "Origin": origin},
-                                                 request_timeout=wait), max_message_size=256 * 2**20)
-        sock = Socket(ws, uuid.uuid4().hex)
+                                                 request_timeout=wait), max_message_size=256 * 2**20,
+                                     subprotocols=[V1] if protocol == "v1" else None)
+        if protocol == "v1" and ws.selected_subprotocol != V1:
+            raise RuntimeError(f"the server did not agree to {V1}")
+        sock = Socket(ws, uuid.uuid4().hex, v1=protocol == "v1")
         await sock.read_until(lambda m: True, wait)  # the server's first word: its channels are open
-        states = await widget_states(sock, wait)
+        states = await widget_states(sock, wait, path)
         box = find_text_box(states)
         if box is None or not any(any(k in st for k in FIGURE_KEYS) for st in states.values()):
             raise RuntimeError("no Mask text box or chart among the widgets")
+        if view not in states:
+            raise RuntimeError("the page's dashboard is not among its kernel's widgets")
         s.ready_s = time.monotonic() - t
+        mark("states", sock.received)
         for sentence in plan:
             t = time.monotonic()
             await sock.send("comm_msg", {"comm_id": box, "data": {"method": "update", "state": {"value": sentence},
@@ -207,11 +277,21 @@ async def light_student(s: Light, url: str, delay: float, plan: list[str], want:
             top = want[sentence][1][0]
             await sock.read_until(lambda m, top=top: is_chart_update(m, top), wait)
             s.edit_ms.append((time.monotonic() - t) * 1000)
+            mark("edit", sock.received)
     except Exception as e:  # a student who got stuck is a result too
         s.errors.append(f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
     finally:
         if ws is not None:
             open_sockets.append(ws)
+            asyncio.ensure_future(_drain(ws))
+
+
+async def _drain(ws) -> None:
+    """Keep reading a student's websocket after its edits, as an open page does: tornado's client answers
+    the server's pings only while its messages are read, and the server closes a socket whose pings go
+    unanswered (its kernel then counts as idle and is culled)."""
+    while await ws.read_message() is not None:
+        pass
 
 
 # -- one run -----------------------------------------------------------------------------------------
@@ -240,10 +320,11 @@ async def rush(n: int, browsers: int, args: argparse.Namespace, want: dict, chro
                  for i in range(n)]
         lights = {i: Light(i) for i in range(n) if i not in in_browser}
         pages = {i: bc.Student(i) for i in in_browser}
-        t0, own0, cpu0 = time.monotonic(), time.process_time(), bc.cpu_by_part(proc.pid)
+        t0, own0, meter = time.monotonic(), time.process_time(), bc.CpuMeter(proc.pid)
+        sampling = asyncio.ensure_future(meter.run_sampling())
         sockets: list = []
-        flows = [light_student(s, url, delays[i], plans[i][1:], want, args.wait, sockets)
-                 for i, s in lights.items()]
+        flows = [light_student(s, url, delays[i], plans[i][1:], want, args.wait, sockets,
+                               protocol=args.protocol, path=args.states) for i, s in lights.items()]
         contexts = []
         if pages:
             from playwright.async_api import async_playwright
@@ -258,7 +339,8 @@ async def rush(n: int, browsers: int, args: argparse.Namespace, want: dict, chro
         finally:
             bc._attention_edit = attention
         wall = time.monotonic() - t0
-        own, cpu1 = time.process_time() - own0, bc.cpu_by_part(proc.pid)
+        sampling.cancel()
+        own, by_part = time.process_time() - own0, meter.totals()
         load_after = os.getloadavg()
         kernels = len(bc.kernel_pids(proc.pid))
         for ws in sockets:
@@ -271,13 +353,14 @@ async def rush(n: int, browsers: int, args: argparse.Namespace, want: dict, chro
     finally:
         bc.stop_server(proc)
     cores = os.cpu_count() or 1
-    cpu = {"load_generator": own, **{k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1}}
+    cpu = {"load_generator": own, **by_part}
     ready = [s.ready_s for s in lights.values()] + [s.ready_s for s in pages.values()]
     failed = [f"light {s.index}: {e}" for s in lights.values() for e in s.errors] + [
         f"browser {s.index}: {e}" for s in pages.values() for e in s.errors + s.stale]
     edits = [m for s in lights.values() for m in s.edit_ms]
     return {
         "n": n, "server": label, "browsers": len(pages), "light_clients": len(lights),
+        "light_client_speaks": f"{args.protocol}/{args.states}",
         "arrive_within_s": args.arrive_within, "edits_per_student": args.rounds, "preheat_s": round(preheat_s, 1),
         "page_ready_s": bc._stats([r for r in ready if r is not None]),
         "page_ready_browser_s": bc._stats([s.ready_s for s in pages.values() if s.ready_s is not None]),
@@ -329,6 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arrive-within", type=float, default=60.0, help="arrivals spread over this many s (default 60)")
     p.add_argument("--wait", type=float, default=300.0, help="seconds to wait for a page or a chart (default 300)")
     p.add_argument("--preheat-timeout", type=float, default=900.0)
+    p.add_argument("--protocol", choices=PROTOCOLS, default="v1",
+                   help="what light clients speak: the page's binary v1 subprotocol (default) or legacy JSON")
+    p.add_argument("--states", choices=STATE_PATHS, default="control",
+                   help="how light clients read the widget states: the control comm as the page (default), "
+                        "or one request_state per widget (the page's fallback)")
     p.add_argument("--quick", action="store_true", help="10 students, 1 browser, 1 run")
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--append", action="store_true",

@@ -677,15 +677,17 @@ def rush() -> str:
     """Rush hour (bench/bench_rush.py): each run, the spread across runs, and what it says for sizing."""
     d = _load("rush")
     runs = d["runs"]
-    rows = ["| run | students (browsers + light clients) | page ready p50 / p95 / max, s | browser page ready "
-            "p50 / p95 / max, s | edit → chart p50 / p95, ms (edits redrawn) | browser edit p50 / max, ms | failures "
+    rows = ["| run | students (browsers + light clients; light clients speak) | page ready p50 / p95 / max, s "
+            "| browser page ready p50 / p95 / max, s | edit → chart p50 / p95, ms (edits redrawn) "
+            "| browser edit p50 / max, ms | failures "
             "| CPU share: load generator / browsers / server / kernels | load avg before → after (1 min) |",
             "|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(runs, 1):
         ready, edit, share = r["page_ready_s"], r["edit_ms"], r["cpu_share"]
         browser, browser_edit = r["page_ready_browser_s"], r["edit_browser_ms"]
         rows.append(
-            f"| {i} | {r['n']} ({r['browsers']} + {r['light_clients']}) "
+            f"| {i} | {r['n']} ({r['browsers']} + {r['light_clients']}; "
+            f"{r.get('light_client_speaks', 'json/per-widget')}) "
             f"| {_num(ready['p50'])} / {_num(ready['p95'])} / {_num(ready['max'])} "
             f"| {_num(browser['p50'])} / {_num(browser['p95'])} / {_num(browser['max'])} "
             f"| {_num(edit['p50'], 0)} / {_num(edit['p95'], 0)} ({r['edits_redrawn']} of {r['edits_sent']}) "
@@ -709,13 +711,38 @@ def rush() -> str:
     seated = ("every student of every run was seated and had each edit redrawn" if failed == 0 else
               f"{failed} student(s) across the runs failed (see failure_details in bench/results/rush.json)")
     rows += ["", f"Sizing from these runs: {seated}. Through the rush the server and its {n} kernels kept a "
-             f"median of at least {busy:.2f} cores busy on average (kernels counted only while alive at both ends "
-             f"of a run), at least {1000 * busy / n:.0f} millicores per student for this workload (page loads and "
-             "Mask edits; the simulated students took their share of the same 2 cores). "
+             f"median of {busy:.2f} cores busy on average (every process counted, kernels pre-heated or ended "
+             f"during the rush included), {1000 * busy / n:.0f} millicores per student for this workload (page "
+             "loads and Mask edits; the simulated students took their share of the same 2 cores). "
              "On Kubernetes, where each student's pod runs a whole kernel of its own (no pages shared "
              "with a warm parent), that average is a floor for a pod's CPU request, not a limit (an edit is a "
              "burst of a whole core), and its memory is an unshared kernel's (the class-load table), not a "
              "forked one's."]
+    return "\n".join(rows)
+
+
+def page_cost() -> str:
+    """One student's page on a warm class server, by phase and by the way a client speaks
+    (bench/bench_page.py)."""
+    d = _load("page_cost")
+    m = d["meta"]
+    names = {"page": "page fetched", "states": "widget states read", "edit": "one Mask edit redrawn"}
+    rows = ["| client speaks | phase | server CPU, s | kernel CPU, s | bytes read | wall, s |",
+            "|---|---|---|---|---|---|"]
+    for variant, phases in d["median"].items():
+        for phase, f in phases.items():
+            rows.append(f"| {variant} | {names[phase]} | {f['server_cpu_s']:.2f} | {f['kernels_cpu_s']:.2f} "
+                        f"| {f['bytes']:,.0f} | {f['wall_s']:.2f} |")
+    pages = d["pages"]
+    loads = [pg["load_1min_before"] for pg in pages]
+    per = {v: len([pg for pg in pages if pg["variant"] == v and not pg["errors"]]) for v in d["median"]}
+    rows += ["", f"Median of {' / '.join(str(k) for k in per.values())} page(s) per variant, one at a time on an "
+             f"idle {m['server']} ({m['cpus']} cores, load average {min(loads):g}–{max(loads):g} before each page; "
+             f"`python bench/{m['command']}`, {m['when']}). \"page fetched\" is its HTML alone (a browser also fetches "
+             "the page's scripts). `v1/control` is what the page's code does (the binary "
+             "websocket subprotocol, every widget's state in one message on ipywidgets' control comm); "
+             "`json/per-widget` is the JSON text with a `request_state` per widget, the widget manager's "
+             "fallback when the control comm does not answer in time."]
     return "\n".join(rows)
 
 
@@ -779,8 +806,7 @@ def sizing() -> str:
         f"{machine_gb:g} GB), `rush.json` ({len(runs)} run(s) on the same kind of machine, {failed} failed "
         f"student(s)) and `jupyterhub_sizing.json` (`{hub['command']}`). The memory does not count the server "
         "process itself, nor training runs, which the queue runs as many at once as the machine has cores. "
-        "The CPU figure counts kernels alive at both ends of a run only, so it is a floor; on the server the "
-        "simulated students took a share of the same cores (the rush table)."
+        "On the server the simulated students took a share of the same cores (the rush table)."
         + ("" if failed == 0 else f" The rush had {failed} failed student(s): its CPU and page-ready rows describe "
            "an overloaded machine, not the size of a server that serves every student."),
     ]
@@ -838,6 +864,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "class-service": class_service,
     "class-load": class_load,
     "rush": rush,
+    "page-cost": page_cost,
     "sizing": sizing,
     "seat-hold": seat_hold,
     "finetune": finetune,

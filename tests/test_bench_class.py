@@ -4,6 +4,7 @@ run (a server, N kernels, Chromium) takes minutes, so it is not run here: see be
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import subprocess
 import sys
@@ -51,3 +52,62 @@ def test_kernels_are_found_under_the_server_with_their_memory():
     finally:
         child.kill()
         child.wait()
+
+
+ZYGOTE = """
+import os, sys, time
+if os.fork() == 0:  # a forked kernel: the zygote's command line, the zygote as its parent
+    time.sleep(30)
+    os._exit(0)
+time.sleep(30)
+"""
+
+
+def test_kernels_forked_by_the_zygote_count_as_kernels_and_the_zygote_as_the_server():
+    """`bertlab serve --class N` forks its kernels from a zygote (bertlab/serving/forking.py): they keep
+    the zygote's command line, with no "ipykernel" in it; their CPU is the kernels', not the server's."""
+    import os
+    import time
+
+    bc = _module()
+    zygote = subprocess.Popen([sys.executable, "-c", ZYGOTE, "-m", "bertlab.serving.forking", "socket"])
+    try:
+        end = time.monotonic() + 10
+        while not (forked := bc._children().get(zygote.pid)) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert forked, "the zygote did not fork"
+        me = os.getpid()
+        assert set(forked) <= set(bc.kernel_pids(me))
+        assert zygote.pid not in bc.kernel_pids(me)
+        server = bc.server_pids(me)
+        assert zygote.pid in server and not set(forked) & set(server)
+        before = bc.cpu_by_part(me)
+        assert set(before) == {"kernels", "server", "browsers"}
+    finally:
+        zygote.kill()
+        zygote.wait()
+        for pid in forked or []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+
+def test_the_cpu_meter_counts_a_process_that_ends_within_the_stretch():
+    """A difference of two `cpu_by_part` sums loses what a kernel that ended in between had used; the
+    meter keeps it from its last sample."""
+    import os
+    import time
+
+    bc = _module()
+    busy = "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\ntime.sleep(30)"
+    kernel = subprocess.Popen([sys.executable, "-c", busy, "ipykernel_launcher"])
+    try:
+        meter = bc.CpuMeter(os.getpid())
+        end = time.monotonic() + 20
+        while bc._cpu_s(kernel.pid) < 0.6 and time.monotonic() < end:
+            time.sleep(0.1)
+        meter.sample()
+    finally:
+        kernel.kill()
+        kernel.wait()
+    assert kernel.pid not in bc.kernel_pids(os.getpid())
+    assert meter.totals()["kernels"] >= 0.5

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from aio import run_in_thread
+from nbclient import NotebookClient
 from requests.adapters import HTTPAdapter
 
 from bertlab import cli
@@ -74,6 +75,9 @@ def test_class_mode_sizes_the_pool_and_caps_kernels(tmp_path):
     argv = p.argv()
     assert "--pool_size=30" in argv and "--preheat_kernel=True" in argv
     assert "--VoilaKernelManager.fill_delay=20" in argv  # refill after the class arrived, not during
+    # pre-heating a class keeps a cell's late output (nbclient drops what comes after its timeout)
+    timeout = next(a for a in argv if a.startswith("--VoilaExecutor.iopub_timeout="))
+    assert int(timeout.split("=")[1]) > NotebookClient.iopub_timeout.default_value
     assert "--BertlabVoila.max_per_client=3" in argv  # a tab, a reload, a second window per address
     assert f"--BertlabVoila.max_kernels={class_cap(30)}" in argv and class_cap(30) >= 32
     env = p.env({"PATH": "/bin", "BERTLAB_QUEUE": "/srv/q.sqlite"})

@@ -23,6 +23,10 @@ from bertlab.settings import PLOTLY_BUNDLE_ENV, PLOTLY_BUNDLE_PATH
 
 DEFAULT_CULL_IDLE_S = 40
 REFILL_DELAY_S = 20  # class mode: seconds between handing out a pooled kernel and starting its successor
+# How long pre-heating waits for a cell's output after the kernel says the cell ran (nbclient waits a few
+# seconds by default, then drops what has not arrived): on a machine busy pre-heating a class, the dashboard cell's
+# widget output came later than that, and its page then showed no dashboard at all.
+IOPUB_TIMEOUT_S = 60
 CLASS_DIR = Path("~/.cache/bertlab/class")
 DEFAULT_PER_CLIENT = 3  # class mode: a student's tab, a reload, a second window
 FORK_SUPPORTED = sys.platform.startswith("linux")  # bertlab/serving/forking.py: fork(), Unix sockets, /proc
@@ -84,7 +88,8 @@ class ServePlan:
         ]
         if self.pool_size > 0:
             # Kernels run the notebook before anyone asks, so a page need not wait for one to start.
-            cmd += ["--preheat_kernel=True", f"--pool_size={self.pool_size}"]
+            cmd += ["--preheat_kernel=True", f"--pool_size={self.pool_size}",
+                    f"--VoilaExecutor.iopub_timeout={IOPUB_TIMEOUT_S}"]
             if self.class_size:  # refill after the rush, not while students' pages load
                 cmd.append(f"--VoilaKernelManager.fill_delay={REFILL_DELAY_S}")
         if self.max_kernels:
