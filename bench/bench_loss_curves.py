@@ -4,19 +4,20 @@ the padded path, next to the run-to-run noise of the padded path itself.
 The offline default (all-MiniLM-L6-v2) with one fresh SST-2 head (the same start weights in every run) trains
 `--steps` steps on the same SST-2 batches (`BucketBatchSampler` with one seed: the same sentences in the same
 batches, in the same order, for every run), with the lab's loss (`training.finetune.sequence_loss`) and loop
-(`training.loop.train`: the SST-2 recipe's learning rate and warm-up, AdamW, clipping at 1.0), in fp32. Runs:
+(`training.loop.train`: the SST-2 recipe's learning rate and warm-up, AdamW, clipping at 1.0), in fp32. Runs, for
+each of `--seeds` dropout seeds (`--seed`, `--seed` + 1, ...):
 
-  padded         `model.bert.packing = False`, dropout seeded with `--seed`
-  packed         packing on (the default), the same dropout seed
-  padded-seed2   padded again with another dropout seed: the run-to-run noise of one path (dropout draws)
-  packed-seed2   packed with that other seed: the same noise measured on the packed path
+  padded-s<i>    `model.bert.packing = False`
+  packed-s<i>    packing on (the default), the same dropout seed
 
 Packed and padded draw dropout masks over tensors of different shapes ([tokens, d] against [batch, seq, d]),
-so their masks differ as two seeds' do: the packed-padded gap is compared with the padded-padded gap of two
-seeds. Reported: the per-step losses, the mean absolute gap between two runs' losses (per step and on a
-moving average of `--window` steps), the last window's mean loss and the held-out accuracy on `--dev`
-sentences of SST-2's dev file; "agree" when the packed-padded gap of the moving averages (first seed) is no
-larger than the larger of the two paths' seed-to-seed gaps. Writes bench/results/loss_curves.json.
+so their masks differ as two seeds' do: the run-to-run noise of one path is the gap between two of its runs
+with different seeds (every pair of seeds, on each path), and the packed-padded gaps (every packed run against
+every padded run) are set against it. Reported: the per-step losses, the mean absolute gap between two runs'
+losses (per step and on a moving average of `--window` steps), the last window's mean loss and the held-out
+accuracy on `--dev` sentences of SST-2's dev file; "agree" when the median packed-padded gap of the moving
+averages is no larger than the largest seed-to-seed gap within one path (`agree_within_noise`).
+Writes bench/results/loss_curves.json.
 
     BERTLAB_DATA=../shared/data python bench/bench_loss_curves.py [--steps 200] [--threads 1]
 """
@@ -27,6 +28,7 @@ import argparse
 import copy
 import json
 import logging
+import statistics
 import time
 from pathlib import Path
 
@@ -46,6 +48,38 @@ def mean_gap(a: list[float], b: list[float]) -> float:
     return sum(abs(x - y) for x, y in zip(a, b)) / len(a)
 
 
+def compare(rows: dict[str, dict], window: int) -> dict[str, dict]:
+    """Gaps between every two runs (`rows`: name -> {"packing", "losses", "dev_accuracy"}), grouped as
+    "padded vs padded", "packed vs packed" (the seed-to-seed noise of each path) and "padded vs packed"
+    (each: pairs, per-step and moving-average gaps, dev accuracy differences)."""
+    groups: dict[str, dict] = {}
+    names = list(rows)
+    for i, one in enumerate(names):
+        for other in names[i + 1:]:
+            first, second = (other, one) if rows[one]["packing"] and not rows[other]["packing"] else (one, other)
+            a, b = rows[first], rows[second]  # the padded run first when the two differ
+            kind = {(False, False): "padded vs padded", (True, True): "packed vs packed"}.get(
+                (a["packing"], b["packing"]), "padded vs packed")
+            g = groups.setdefault(kind, {"pairs": [], "per_step": [], "moving_average": [], "dev_accuracy": []})
+            g["pairs"].append(f"{first} vs {second}")
+            g["per_step"].append(round(mean_gap(a["losses"], b["losses"]), 4))
+            g["moving_average"].append(round(mean_gap(moving_average(a["losses"], window),
+                                                      moving_average(b["losses"], window)), 4))
+            g["dev_accuracy"].append(round(b["dev_accuracy"] - a["dev_accuracy"], 4))
+    return groups
+
+
+def agree_within_noise(groups: dict[str, dict]) -> tuple[bool, float]:
+    """(whether the median packed-padded moving-average gap is within the largest seed-to-seed gap of one
+    path, their ratio). Needs two seeds or more: with one there is no noise to compare with."""
+    noise = [g for kind in ("padded vs padded", "packed vs packed")
+             for g in groups.get(kind, {}).get("moving_average", [])]
+    if not noise:
+        raise ValueError("give --seeds 2 or more: the seed-to-seed noise needs two runs of one path.")
+    cross = statistics.median(groups["padded vs packed"]["moving_average"])
+    return cross <= max(noise), round(cross / max(noise), 3)
+
+
 def main() -> None:
     from bertlab.loading import load
     from bertlab.tasks import SST2_LABELS, BucketBatchSampler, collate, featurize_classification, get_task, read_sst2
@@ -60,6 +94,7 @@ def main() -> None:
     p.add_argument("--window", type=int, default=20, help="steps in the moving average")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, default=3, help="dropout seeds per path (2 or more)")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "loss_curves.json"))
     a = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
@@ -72,8 +107,9 @@ def main() -> None:
     order = torch.randperm(len(train_examples), generator=torch.Generator().manual_seed(a.seed)).tolist()
     feats = featurize_classification([train_examples[i] for i in order[:a.steps * a.batch]], tok, rec.max_length)
     dev = read_sst2("dev")[:a.dev]
-    runs = {"padded": (False, a.seed), "packed": (True, a.seed), "padded-seed2": (False, a.seed + 1),
-            "packed-seed2": (True, a.seed + 1)}
+    if a.seeds < 2:
+        p.error("--seeds: give 2 or more (the seed-to-seed noise needs two runs of one path).")
+    runs = {f"{path}-s{i + 1}": (path == "packed", a.seed + i) for i in range(a.seeds) for path in ("padded", "packed")}
     torch.set_num_threads(a.threads)
     rows = {}
     for name, (packing, seed) in runs.items():
@@ -101,21 +137,14 @@ def main() -> None:
                       "dev_accuracy": round(acc, 4), "train_s": round(train_s, 1)}
         print(f"{name}: last {a.window} steps' loss {rows[name]['last_window_loss']}, dev accuracy {acc:.4f}",
               flush=True)
-    gaps = {}
-    for first, second in (("padded", "packed"), ("padded", "padded-seed2"), ("packed", "packed-seed2")):
-        x, y = rows[first]["losses"], rows[second]["losses"]
-        gaps[f"{first} vs {second}"] = {
-            "per_step": round(mean_gap(x, y), 4),
-            "moving_average": round(mean_gap(moving_average(x, a.window), moving_average(y, a.window)), 4),
-            "dev_accuracy": round(rows[second]["dev_accuracy"] - rows[first]["dev_accuracy"], 4)}
-    noise = max(gaps["padded vs padded-seed2"]["moving_average"], gaps["packed vs packed-seed2"]["moving_average"])
-    agree = gaps["padded vs packed"]["moving_average"] <= noise
+    gaps = compare(rows, a.window)
+    agree, ratio = agree_within_noise(gaps)
     out = {"meta": {**meta(a.threads, a.steps, load_start), "model": "offline default (all-MiniLM-L6-v2)",
                     "task": "sst2", "batch": a.batch, "lr": rec.lr, "warmup_ratio": rec.warmup_ratio,
-                    "precision": "fp32", "dev_sentences": len(dev), "window": a.window,
+                    "precision": "fp32", "dev_sentences": len(dev), "window": a.window, "seeds": a.seeds,
                     "wall_s": round(time.perf_counter() - t_start, 1),
                     "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-           "gaps": gaps, "agree_within_noise": agree, "runs": rows}
+           "gaps": gaps, "agree_within_noise": agree, "gap_over_noise": ratio, "runs": rows}
     for k, v in gaps.items():
         print(k, v)
     print("packed and padded agree within the seed-to-seed noise:", agree)

@@ -202,6 +202,28 @@ def test_loss_curve_gaps_are_means_over_steps_and_windows(monkeypatch):
         lc.mean_gap([1.0], [1.0, 2.0])
 
 
+def test_loss_curves_set_packed_against_padded_next_to_each_paths_seed_noise(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    lc = _module("bench_loss_curves")
+
+    def run(packing: bool, losses: list[float], acc: float) -> dict:
+        return {"packing": packing, "losses": losses, "dev_accuracy": acc}
+
+    rows = {"padded-s1": run(False, [1.0, 1.0], 0.8), "packed-s1": run(True, [1.1, 1.1], 0.9),
+            "padded-s2": run(False, [1.2, 1.2], 0.7), "packed-s2": run(True, [1.0, 1.0], 0.8)}
+    groups = lc.compare(rows, window=1)
+    assert {k: len(g["pairs"]) for k, g in groups.items()} == {
+        "padded vs packed": 4, "padded vs padded": 1, "packed vs packed": 1}
+    assert groups["padded vs padded"]["moving_average"] == [0.2]
+    assert "padded-s2 vs packed-s1" in groups["padded vs packed"]["pairs"]  # padded first, whichever came first
+    assert sorted(groups["padded vs packed"]["moving_average"]) == [0.0, 0.1, 0.1, 0.2]
+    assert lc.agree_within_noise(groups) == (True, 0.5)  # median 0.1 against the largest seed gap 0.2
+    rows["packed-s1"]["losses"] = rows["packed-s2"]["losses"] = [3.0, 3.0]  # packing changes the curve
+    assert lc.agree_within_noise(lc.compare(rows, window=1))[0] is False
+    with pytest.raises(ValueError, match="--seeds 2"):
+        lc.agree_within_noise(lc.compare({"padded-s1": rows["padded-s1"], "packed-s1": rows["packed-s1"]}, 1))
+
+
 def test_finetune_asks_for_the_data_folder(tmp_path):
     cmd = [sys.executable, str(BENCH / "bench_finetune.py"), "--device", "cpu", "--presets", "tiny", "--examples", "64",
            "--warmup", "1", "--out", str(tmp_path / "x.json")]
