@@ -519,23 +519,26 @@ def loss_curves() -> str:
     (bench/bench_loss_curves.py)."""
     d = _load("loss_curves")
     m = d["meta"]
-    rows = ["| runs compared | mean loss gap per step | gap of the moving averages | dev accuracy difference |",
-            "|---|---|---|---|"]
+    rows = ["| runs compared | pairs | mean loss gap per step, median (min–max) "
+            "| gap of the moving averages, median (min–max) | dev accuracy difference, median |",
+            "|---|---|---|---|---|"]
+
+    def spread(xs: list[float], fmt: str) -> str:
+        return f"{format(statistics.median(xs), fmt)} ({format(min(xs), fmt)}–{format(max(xs), fmt)})"
+
     for name, g in d["gaps"].items():
-        rows.append(f"| {name} | {g['per_step']:.4f} | {g['moving_average']:.4f} "
-                    f"| {100 * g['dev_accuracy']:+.1f} points |")
+        rows.append(f"| {name} | {len(g['pairs'])} | {spread(g['per_step'], '.4f')} "
+                    f"| {spread(g['moving_average'], '.4f')} "
+                    f"| {100 * statistics.median(g['dev_accuracy']):+.1f} points |")
     accs = ", ".join(f"{n} {100 * r['dev_accuracy']:.1f} %" for n, r in d["runs"].items())
     verdict = "agree within" if d["agree_within_noise"] else "do **not** agree within"
-    gaps = d["gaps"]
-    noise = max(gaps["padded vs padded-seed2"]["moving_average"], gaps["packed vs packed-seed2"]["moving_average"])
-    ratio = gaps["padded vs packed"]["moving_average"] / noise
-    rows += ["", f"Packed and padded {verdict} the seed-to-seed noise: their moving averages differ by "
-             f"{ratio:.2f}× the larger gap between two dropout seeds of one path (one pair of seeds measures that "
-             f"noise). Dev accuracy on the first "
+    rows += ["", f"Packed and padded {verdict} the seed-to-seed noise: the median gap between a packed and a "
+             f"padded run's moving averages is {d['gap_over_noise']:.2f}× the largest gap between two dropout "
+             f"seeds of one path ({m['seeds']} seeds per path). Dev accuracy on the first "
              f"{m['dev_sentences']} SST-2 dev sentences after {m['steps']} steps of batch {m['batch']}: {accs}. "
              f"({m['model']}, fp32, moving average over {m['window']} steps, {m['threads']} thread, load average "
              f"{m['load_avg_start'][0]} at the start and {m['load_avg_end'][0]} at the end; "
-             f"`python bench/bench_loss_curves.py`, {m['when']})"]
+             f"`python bench/bench_loss_curves.py --seeds {m['seeds']}`, {m['when']})"]
     return "\n".join(rows)
 
 
