@@ -127,9 +127,18 @@ def owner_cookies(base_url: str, kernel_id: str) -> tuple[tuple[str, str], ...]:
 
 
 class OwnerOnly:
-    """Mixed into a handler that ends a kernel: only a request carrying the kernel's owner cookie may."""
+    """Mixed into a handler that ends, reaches or keeps a kernel: only a request carrying the kernel's owner
+    cookie (`owner_cookie`, the one scoped to the handler's path) may."""
 
     owner_cookie = KERNEL_COOKIE
+
+    def refuse_stranger(self, kernel_id: str, action: str) -> None:
+        """403 (`HTTPError`) when `kernel_id` was handed to a page and this request is not from it. A kernel
+        no page holds (one started through the REST API) stays open to any logged-in request, as in Voila."""
+        km = self.kernel_manager
+        if km.seated(kernel_id) and not km.owns(kernel_id, self.get_cookie(self.owner_cookie)):
+            self.log.warning("refused to %s kernel %s: not from the page that holds it", action, kernel_id)
+            raise tornado.web.HTTPError(403, f"only the page that opened this kernel can {action} it")
 
     def refuse_unless_owner(self, kernel_id: str) -> bool:
         """True (after answering 403) when the request does not come from the page that owns `kernel_id`."""
@@ -162,35 +171,31 @@ class OwnerKernelHandler(OwnerOnly, KernelHandler):
             await super().delete(kernel_id)
 
 
-class SeatHandler(APIHandler):
+class SeatHandler(OwnerOnly, APIHandler):
     """POST /bertlab/api/seat/<kernel id>: the page's first script says it runs in a browser, so its
     kernel is kept while the rest of the page loads (a plain request that never runs it loses the kernel
     within seconds: `ClassKernels.page_sent`). Only the page the kernel was handed to may say so (its
     owner cookie for this path); anyone else gets 403 and changes nothing. Answers 204, also for a
     kernel that is gone."""
 
+    owner_cookie = HELLO_COOKIE
+
     @tornado.web.authenticated
     def post(self, kernel_id: str) -> None:
-        if self.kernel_manager.seated(kernel_id) and not self.kernel_manager.owns(
-                kernel_id, self.get_cookie(HELLO_COOKIE)):
-            self.log.warning("refused to keep kernel %s: the request is not from the page that holds it", kernel_id)
-            raise tornado.web.HTTPError(403, "only the page that opened this kernel can keep it")
+        self.refuse_stranger(kernel_id, "keep")
         self.kernel_manager.page_seen(kernel_id)
         self.set_status(204)
         self.finish()
 
 
-class SeenKernelWebsocketHandler(VoilaKernelWebsocketHandler):
+class SeenKernelWebsocketHandler(OwnerOnly, VoilaKernelWebsocketHandler):
     """The kernel's websocket (Voila's handler), for the page that holds the kernel only (its owner
     cookie; a kernel no page holds, e.g. one started through the REST API, is open as in Voila). A page
     opening it runs, even if its kernel is slow to answer the connection's first request on a busy
     server."""
 
     async def pre_get(self) -> None:
-        if self.kernel_manager.seated(self.kernel_id) and not self.kernel_manager.owns(
-                self.kernel_id, self.get_cookie(KERNEL_COOKIE)):
-            self.log.warning("refused a websocket to kernel %s: not from the page that holds it", self.kernel_id)
-            raise tornado.web.HTTPError(403, "only the page that opened this kernel can connect to it")
+        self.refuse_stranger(self.kernel_id, "connect to")
         self.kernel_manager.page_seen(self.kernel_id)
         await super().pre_get()
 
