@@ -6,8 +6,8 @@ sentences of SST-2's train file, one epoch; kept in `--workdir` for later runs w
 Every model is then scored on the same `--dev-examples` seeded sentences of SST-2's dev file, never
 trained on (see /work/shared/data's README: that dev file is a held-out random piece of GLUE's train
 set), and timed on the same encoded batches of dev sentences, batch 1 and batch 32 (median over
-`--reps` batches after a warm-up; the variants take turns batch by batch, so background load hits them
-alike). Variants:
+`--reps-b1` single sentences and `--reps` batches of 32 after a warm-up; the variants take turns batch by
+batch, so background load hits them alike). Variants:
 
   fp32            the teacher (bertlab)
   int8            `bertlab.compress.quantize` (encoder Linears int8 per channel, embeddings stored int8)
@@ -193,14 +193,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=1, help="the teacher's fine-tuning epochs")
     p.add_argument("--student-epochs", type=int, default=2)
     p.add_argument("--max-length", type=int, default=64)
-    p.add_argument("--reps", type=int, default=10, help="timed batches per batch size")
+    p.add_argument("--reps", type=int, default=10, help="timed batches of 32")
+    p.add_argument("--reps-b1", type=int, default=60, help="timed single sentences (cheap: a few ms each)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--workdir", default=str(Path.home() / ".cache" / "bertlab" / "bench-compress"))
     p.add_argument("--quick", action="store_true", help="a smoke run: 400 training sentences, 200 dev, 3 reps")
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
     if args.quick:
-        args.train_examples, args.dev_examples, args.reps = 400, 200, 3
+        args.train_examples, args.dev_examples, args.reps, args.reps_b1 = 400, 200, 3, 6
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(args.threads)
     import bertlab.compress.lab as lab
@@ -215,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
                              max_length=args.max_length)
     score_batches = [collate(data.eval_set.features[i:i + 64], pad_token_id=tok.pad_token_id)
                      for i in range(0, len(data.eval_set.features), 64)]
-    sentences = data.sentences(32 * (args.reps + 1))
-    timing = {b: [encoded(x) for x in timing_batches(tok, sentences, b, args.reps, args.max_length)]
+    reps = {1: args.reps_b1, 32: args.reps}
+    sentences = data.sentences(max(32 * (args.reps + 1), args.reps_b1 + 1))
+    timing = {b: [encoded(x) for x in timing_batches(tok, sentences, b, reps[b], args.max_length)]
               for b in (1, 32)}
 
     log.info("compressing: int8, pruned 50 %, 3-layer student")
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     log.info("scoring %d variants on %d held-out sentences", len(runs), len(data.dev))
     scores = {name: accuracy(run, score_batches) for name, (run, _, _) in runs.items()}
-    log.info("timing at batch 1 and 32 (%d batches each, in turns)", args.reps)
+    log.info("timing at batch 1 (%d sentences) and 32 (%d batches), in turns", args.reps_b1, args.reps)
     lat = {b: time_in_turns({n: r for n, (r, _, _) in runs.items()}, timing[b]) for b in (1, 32)}
     rows = [{"name": n, **info, "size_mb": round(size / MB, 2), "accuracy": round(scores[n], 4),
              "latency_ms_b1": round(lat[1][n], 2), "latency_ms_b32": round(lat[32][n], 1)}
@@ -291,8 +293,9 @@ def main(argv: list[str] | None = None) -> int:
             "load_average": [round(x, 2) for x in os.getloadavg()], "torch": torch.__version__,
             "transformers": _version("transformers"), "onnxruntime": _version("onnxruntime"),
             "train_examples": len(data.train), "dev_examples": len(data.dev), "max_length": args.max_length,
-            "reps": args.reps, "teacher": f"the offline default's encoder fine-tuned on {len(data.train)} SST-2 "
-                                          f"sentences, {args.epochs} epoch(s), lr 5e-5, batch 32",
+            "reps": args.reps, "reps_b1": args.reps_b1,
+            "teacher": f"the offline default's encoder fine-tuned on {len(data.train)} SST-2 "
+                       f"sentences, {args.epochs} epoch(s), lr 5e-5, batch 32",
             "student": f"3 layers, T=2, alpha 0.5, {args.student_epochs} epochs, lr 1e-4",
             "held_out": data.note, "quick": args.quick, "wall_s": round(time.perf_counter() - t_start),
             "command": "BERTLAB_DATA=../shared/data OMP_NUM_THREADS=1 python bench/bench_compress.py"

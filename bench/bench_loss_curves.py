@@ -15,8 +15,14 @@ so their masks differ as two seeds' do: the run-to-run noise of one path is the 
 with different seeds (every pair of seeds, on each path), and the packed-padded gaps (every packed run against
 every padded run) are set against it. Reported: the per-step losses, the mean absolute gap between two runs'
 losses (per step and on a moving average of `--window` steps), the last window's mean loss and the held-out
-accuracy on `--dev` sentences of SST-2's dev file; "agree" when the median packed-padded gap of the moving
-averages is no larger than the largest seed-to-seed gap within one path (`agree_within_noise`).
+accuracy on `--dev` sentences of SST-2's dev file.
+
+The verdict is a permutation test (`exchangeability`): if packing changes nothing, the 2 x `--seeds` runs are
+exchangeable, so the packed-padded split should not stand out among all splits of the runs into two equal groups
+by its mean cross-group moving-average gap minus its mean within-group gap. "Agree" when p >= 0.05, "differ"
+when p < 0.05, and "too few seeds to tell" when even the most extreme split could not reach 0.05 (3 seeds give
+10 splits, smallest p 0.1: use 4 or more). Also kept, as a description: the median packed-padded gap over the
+largest seed-to-seed gap of one path (`gap_over_noise`), a median set against a maximum, with no error rate.
 Writes bench/results/loss_curves.json.
 
     BERTLAB_DATA=../shared/data python bench/bench_loss_curves.py [--steps 200] [--threads 1]
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import itertools
 import json
 import logging
 import statistics
@@ -34,6 +41,8 @@ from pathlib import Path
 
 import torch
 from turns import load_average, meta
+
+ALPHA = 0.05  # the permutation test's level: a packed-padded gap this unlikely under "no difference" is a difference
 
 
 def moving_average(xs: list[float], window: int) -> list[float]:
@@ -80,6 +89,39 @@ def agree_within_noise(groups: dict[str, dict]) -> tuple[bool, float]:
     return cross <= max(noise), round(cross / max(noise), 3)
 
 
+def exchangeability(rows: dict[str, dict], window: int) -> dict:
+    """A permutation test of "packing changes nothing": then the runs of both paths are exchangeable, and the mean
+    moving-average gap between the two paths' runs is no larger than under any other split of the runs into two
+    equal groups. Returns the observed statistic (mean cross-group gap - mean within-group gap), its p-value over
+    every split (the observed one included), how many splits there are, and the smallest p-value they allow."""
+    names = sorted(rows)
+    packed = frozenset(n for n in names if rows[n]["packing"])
+    if len(packed) != len(names) - len(packed) or len(packed) < 2:
+        raise ValueError("the test needs as many packed runs as padded runs, two or more of each (--seeds 2+).")
+    curves = {n: moving_average(rows[n]["losses"], window) for n in names}
+    gap = {(a, b): mean_gap(curves[a], curves[b]) for i, a in enumerate(names) for b in names[i + 1:]}
+
+    def statistic(group: frozenset) -> float:
+        cross = [g for (a, b), g in gap.items() if (a in group) != (b in group)]
+        within = [g for (a, b), g in gap.items() if (a in group) == (b in group)]
+        return statistics.mean(cross) - statistics.mean(within)
+
+    # every split once: the group holding the first name, with k - 1 of the others
+    splits = [frozenset((names[0], *rest)) for rest in itertools.combinations(names[1:], len(packed) - 1)]
+    observed = statistic(packed)
+    at_least = sum(statistic(s) >= observed - 1e-12 for s in splits)
+    return {"statistic": round(observed, 5), "p_value": round(at_least / len(splits), 4), "splits": len(splits),
+            "smallest_p": round(1 / len(splits), 4)}
+
+
+def verdict(test: dict, alpha: float = ALPHA) -> bool | None:
+    """True: packed and padded agree within the seed-to-seed noise (p >= alpha); False: they differ (p < alpha);
+    None: too few seeds for the test to tell (even the most extreme split would give p >= alpha)."""
+    if test["smallest_p"] >= alpha:
+        return None
+    return test["p_value"] >= alpha
+
+
 def main() -> None:
     from bertlab.loading import load
     from bertlab.tasks import SST2_LABELS, BucketBatchSampler, collate, featurize_classification, get_task, read_sst2
@@ -94,10 +136,17 @@ def main() -> None:
     p.add_argument("--window", type=int, default=20, help="steps in the moving average")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--seeds", type=int, default=3, help="dropout seeds per path (2 or more)")
+    p.add_argument("--seeds", type=int, default=5, help="dropout seeds per path (4 or more for the test to tell)")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "loss_curves.json"))
+    p.add_argument("--rescore", metavar="FILE", help="no training: decide again on the runs of a results file "
+                                                     "(its curves, window and meta kept) and write --out")
     a = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if a.rescore:
+        earlier = json.loads(Path(a.rescore).read_text())
+        write(earlier["runs"], {**earlier["meta"], "rescored": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+              Path(a.out))
+        return
     load_start, t_start = load_average(), time.perf_counter()
     rec = recipe("sst2", "full")
     base, tok = load()
@@ -137,20 +186,29 @@ def main() -> None:
                       "dev_accuracy": round(acc, 4), "train_s": round(train_s, 1)}
         print(f"{name}: last {a.window} steps' loss {rows[name]['last_window_loss']}, dev accuracy {acc:.4f}",
               flush=True)
-    gaps = compare(rows, a.window)
-    agree, ratio = agree_within_noise(gaps)
-    out = {"meta": {**meta(a.threads, a.steps, load_start), "model": "offline default (all-MiniLM-L6-v2)",
-                    "task": "sst2", "batch": a.batch, "lr": rec.lr, "warmup_ratio": rec.warmup_ratio,
-                    "precision": "fp32", "dev_sentences": len(dev), "window": a.window, "seeds": a.seeds,
-                    "wall_s": round(time.perf_counter() - t_start, 1),
-                    "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-           "gaps": gaps, "agree_within_noise": agree, "gap_over_noise": ratio, "runs": rows}
+    write(rows, {**meta(a.threads, a.steps, load_start), "model": "offline default (all-MiniLM-L6-v2)",
+                 "task": "sst2", "batch": a.batch, "lr": rec.lr, "warmup_ratio": rec.warmup_ratio,
+                 "precision": "fp32", "dev_sentences": len(dev), "window": a.window, "seeds": a.seeds,
+                 "wall_s": round(time.perf_counter() - t_start, 1),
+                 "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, Path(a.out))
+
+
+def write(rows: dict[str, dict], run_meta: dict, out_path: Path) -> None:
+    """The gaps, the permutation test and the verdict of `rows` (name -> run), printed and written to `out_path`."""
+    gaps = compare(rows, run_meta["window"])
+    _, ratio = agree_within_noise(gaps)
+    test = exchangeability(rows, run_meta["window"])
+    agree = verdict(test)
+    out = {"meta": run_meta, "gaps": gaps, "permutation_test": test, "agree_within_noise": agree,
+           "gap_over_noise": ratio, "runs": rows}
     for k, v in gaps.items():
         print(k, v)
-    print("packed and padded agree within the seed-to-seed noise:", agree)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"written to {a.out}")
+    print(f"permutation test: p = {test['p_value']} over {test['splits']} splits (smallest possible "
+          f"{test['smallest_p']}); packed and padded agree within the seed-to-seed noise:",
+          {True: "yes", False: "no", None: "too few seeds to tell"}[agree])
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"written to {out_path}")
 
 
 if __name__ == "__main__":

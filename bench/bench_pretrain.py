@@ -18,10 +18,13 @@ fp32); several precisions give one set of rows each, HF against bertlab within a
   bertlab-full-head  bertlab with the head on all positions, as HF: separates the implementation from
                      the algorithmic saving of predicting only where it is needed
 
-Each step (forward, backward, clip, optimizer step) is timed alone, with `torch.cuda.synchronize()`
-around it on GPU. The variants take turns step by step (warm-up rounds, then timed rounds, the order
-rotated each round), so that a machine shared with other work slows them alike. The table gives the
-median step, tokens/s (batch x seq tokens per step), the speed-up against HF (above 1 = faster than
+On a CPU every variant runs with the C heap kept between steps (`--heap kept`, `bertlab.runtime.kept_heap`, what
+bertlab's training loop does): glibc's defaults hand a step's freed memory back to the system and fault it in
+again in the next step, which in one process that alternates two models costs both a large and varying share of
+each step; `--heap default` measures that way. Each step (forward, backward, clip, optimizer step) is timed
+alone, with `torch.cuda.synchronize()` around it on GPU. The variants take turns step by step (warm-up rounds,
+then timed rounds, the order rotated each round), so that a machine shared with other work slows them alike.
+The table gives the median step, tokens/s (batch x seq tokens per step), the speed-up against HF (above 1 = faster than
 HF) and, on GPU, each variant's peak memory (its weights and optimizer state plus its largest step).
 
 MFU (GPU only) counts the FLOPs the task needs, the same numerator for every variant:
@@ -41,6 +44,7 @@ HFU (hardware FLOPs utilisation) counts the head on the positions a variant real
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import logging
@@ -276,7 +280,10 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device, precisi
     needed = flops_per_step(n_enc, layers, hidden, vocab, a.seq, tokens, masked)
     runs = [VariantRun(v, copy.deepcopy(hf if v == "hf" else ours), setup, a.compile, precision)  # same weights
             for v in a.variants]
-    time_variants(runs, a.warmup, a.steps)
+    from bertlab.runtime import kept_heap
+
+    with kept_heap() if device.type == "cpu" and a.heap == "kept" else contextlib.nullcontext():
+        time_variants(runs, a.warmup, a.steps)
     peak = a.peak_tflops * 1e12 if device.type == "cuda" else None
     medians = {run.variant: statistics.median(run.times) for run in runs}
     rows = []
@@ -333,6 +340,9 @@ def _parse() -> argparse.Namespace:
                    help="peak dense bf16 TFLOP/s for MFU (default: the GPU's, by its name; see PEAK_BF16_TFLOPS)")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--heap", choices=("kept", "default"), default="kept",
+                   help="CPU: glibc keeps freed memory between steps for every variant (`kept_heap`, what bertlab's "
+                        "training loop does), or its defaults for every variant")
     p.add_argument("--quick", action="store_true", help="MiniLM shape, hf and bertlab only, few steps")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "pretrain.json"))
     a = p.parse_args()
@@ -373,7 +383,7 @@ def main() -> None:
     meta = {"torch": torch.__version__, "transformers": transformers.__version__, "device": a.device,
             "gpu": gpu, "cpu": platform.processor() or platform.machine(), "threads": a.threads,
             "precision": " and ".join("bf16 autocast" if p == "bf16" else p for p in precisions), "steps": a.steps,
-            "warmup": a.warmup, "compile": a.compile,
+            "warmup": a.warmup, "compile": a.compile, "heap": a.heap if a.device == "cpu" else None,
             "load_avg_start": load_start, "load_avg_end": [round(x, 2) for x in os.getloadavg()],
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "peak_tflops": a.peak_tflops if a.device == "cuda" else None}

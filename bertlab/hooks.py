@@ -8,6 +8,7 @@ from typing import Callable, Iterable, Iterator, Union
 
 import torch
 from torch import nn
+from torch.nn.modules import module as _torch_module
 
 # fn(activation, hook_name) -> replacement activation, or None to leave it as it is.
 HookFn = Callable[[torch.Tensor, str], Union[torch.Tensor, None]]
@@ -24,6 +25,14 @@ class HookPoint(nn.Module):
         super().__init__()
         self.name = ""
 
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        # Nothing attached here nor globally: the identity without nn.Module's call machinery (a model has
+        # dozens of hook points per pass, and at batch 1 their calls cost as much as small kernels).
+        if self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks \
+                or _global_hooks():
+            return super().__call__(x)
+        return x
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
@@ -31,6 +40,13 @@ class HookPoint(nn.Module):
     def active(self) -> bool:
         """True when a hook is attached: lets the model skip work nobody reads."""
         return bool(self._forward_hooks)
+
+
+def _global_hooks() -> bool:
+    """True when a hook is registered for every module (`torch.nn.modules.module.register_module_forward_hook`...)."""
+    m = _torch_module
+    return bool(m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks
+                or m._global_backward_pre_hooks)
 
 
 def name_hook_points(model: nn.Module) -> dict[str, HookPoint]:

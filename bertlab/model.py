@@ -327,12 +327,18 @@ class BertAttention(nn.Module):
         self.output = BertSelfOutput(cfg)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None,
-                first_only: bool = False) -> torch.Tensor:
-        """first_only: only position 0 asks and is written ([batch, 1, d_model]); keys and values from all."""
-        if first_only:
-            first = x[:, :1]
-            return self.output(self.self(x, mask, head_mask, first), first)
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        """rows [batch, n]: only those positions ask and are written ([batch, n, d_model]); keys and values
+        from all."""
+        if rows is not None:
+            asked = take_rows(x, rows)
+            return self.output(self.self(x, mask, head_mask, asked), asked)
         return self.output(self.self(x, mask, head_mask), x)
+
+
+def take_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """x [batch, seq, d] at positions rows [batch, n]: [batch, n, d]."""
+    return x.gather(1, rows.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,10 +384,10 @@ class BertLayer(nn.Module):
         self.hook_resid_post = HookPoint()  # [batch, seq, d_model] after the MLP (+ residual, LN)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None,
-                first_only: bool = False) -> torch.Tensor:
-        """first_only: the layer's output at position 0 alone, [batch, 1, d_model] (see `BertAttention`)."""
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        """rows [batch, n]: the layer's output at those positions alone, [batch, n, d_model] (`BertAttention`)."""
         x = self.hook_resid_pre(x)
-        mid = self.hook_resid_mid(self.attention(x, mask, head_mask, first_only))
+        mid = self.hook_resid_mid(self.attention(x, mask, head_mask, rows))
         return self.hook_resid_post(self.output(self.intermediate(mid), mid))
 
 
@@ -391,13 +397,13 @@ class BertEncoder(nn.Module):
         self.layer = nn.ModuleList(BertLayer(cfg) for _ in range(cfg.num_hidden_layers))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None,
-                first_only: bool = False) -> torch.Tensor:
-        """first_only: the last layer computes position 0 alone: returns [batch, 1, d_model]."""
+                rows: torch.Tensor | None = None) -> torch.Tensor:
+        """rows [batch, n]: the last layer computes those positions alone: returns [batch, n, d_model]."""
         last = len(self.layer) - 1
         for i, layer in enumerate(self.layer):
-            if isinstance(mask, Packing) and first_only and i == last:  # [CLS] alone asks: back to [batch, seq]
+            if isinstance(mask, Packing) and rows is not None and i == last:  # a few rows ask: back to [batch, seq]
                 x, mask = mask.pad(x), mask.additive
-            x = layer(x, mask, None if head_mask is None else head_mask[i], first_only and i == last)
+            x = layer(x, mask, None if head_mask is None else head_mask[i], rows if i == last else None)
         return x
 
     def watched(self) -> bool:
@@ -440,22 +446,24 @@ class BertModel(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         head_mask: torch.Tensor | None = None,
-        first_only: bool = False,
+        rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """first_only: the last layer computes [CLS] (position 0) alone; the sequence output is then
-        [batch, 1, d_model]. Taken only when no hook watches the last layer."""
+        """rows [batch, n] (positions; row 0 of each is what the pooler reads): the last layer computes those
+        positions alone and the sequence output is [batch, n, d_model]. Taken only when no hook watches the
+        last layer (hooks there see every position)."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        first_only = first_only and len(self.encoder.layer) > 0 and not self.encoder.last_layer_watched()
+        if rows is not None and (not len(self.encoder.layer) or self.encoder.last_layer_watched()):
+            rows = None
         if self._packs(attention_mask, head_mask):
             packing = Packing(attention_mask, x.dtype)
-            x = self.encoder(packing.pack(x), packing, None, first_only)
-            x = x if first_only else packing.pad(x)  # a first_only last layer came back padded already
+            x = self.encoder(packing.pack(x), packing, None, rows)
+            x = x if rows is not None else packing.pad(x)  # a last layer on a few rows came back padded already
         else:
-            x = self.encoder(x, _additive_mask(attention_mask, x.dtype), head_mask, first_only)
+            x = self.encoder(x, _additive_mask(attention_mask, x.dtype), head_mask, rows)
         return x, (self.pooler(x) if self.pooler is not None else None)
 
     def _packs(self, attention_mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> bool:
@@ -827,21 +835,42 @@ class Bert(HookedModel):
         attention_mask: torch.Tensor | None = None,  # [batch, seq] 1 = token, 0 = padding
         head_mask: torch.Tensor | None = None,  # [layer, head] 1 = on, 0 = off
         mlm_positions: torch.Tensor | None = None,  # [batch, seq] bool: run the MLM head only there
-        all_positions: bool = True,  # False: a sentence classifier may compute its last layer for [CLS] alone
+        all_positions: bool = True,  # False: the last layer may compute only the rows the heads read
     ) -> ModelOutput:
-        """With all_positions=False, a model whose heads read [CLS] alone (a sentence classifier, NSP;
-        no MLM) computes its last layer's attention and feed-forward for [CLS] only, unless a hook
-        watches that layer: `last_hidden_state` is then [batch, 1, d_model]; the logits are the same."""
+        """With all_positions=False, the last layer's attention and feed-forward run only for the positions
+        the heads read, unless a hook watches that layer: [CLS] for a model whose heads read it alone (a
+        sentence classifier, NSP; no MLM), [CLS] and `mlm_positions` for a pre-training model (MLM, + NSP).
+        `last_hidden_state` is then [batch, n, d_model] (those rows, [CLS] first); the logits are the same."""
         self._check_input(input_ids, token_type_ids)
-        first_only = not all_positions and self.reads_first_only()
-        seq_out, pooled = self.bert(input_ids, token_type_ids, attention_mask, head_mask, first_only)
+        rows, mlm_rows = self._asked_rows(input_ids, mlm_positions) if not all_positions else (None, None)
+        seq_out, pooled = self.bert(input_ids, token_type_ids, attention_mask, head_mask, rows)
         out = ModelOutput(last_hidden_state=seq_out, pooler_output=pooled)
         if self.has_mlm:
-            out.mlm_logits = self.mlm_head(seq_out if mlm_positions is None else seq_out[mlm_positions])
+            picked = mlm_positions if mlm_rows is None else mlm_rows
+            out.mlm_logits = self.mlm_head(seq_out if picked is None else seq_out[picked])
         if self.has_nsp:
             out.nsp_logits = self.cls.seq_relationship(pooled)
         task_logits(out, self, seq_out, pooled)
         return out
+
+    def _asked_rows(self, input_ids: torch.Tensor, mlm_positions: torch.Tensor | None
+                    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """(rows [batch, n] the last layer may compute alone, which of them the MLM head reads [batch, n] bool),
+        or (None, None) when the heads read more, or a hook watches the last layer. Rows are [CLS] then each
+        sequence's MLM positions in order, filled up to the longest with other positions (computed, unread)."""
+        if not len(self.bert.encoder.layer) or self.bert.encoder.last_layer_watched():
+            return None, None
+        batch = input_ids.shape[0]
+        cls = torch.zeros(batch, 1, dtype=torch.long, device=input_ids.device)
+        if self.reads_first_only():
+            return cls, None
+        if mlm_positions is None or not self.has_mlm or self.config.task is not None:
+            return None, None
+        counts = mlm_positions.sum(1)  # [batch]
+        n = int(counts.max()) if counts.numel() else 0
+        order = torch.sort(mlm_positions.to(torch.uint8), dim=1, descending=True, stable=True).indices[:, :n]
+        read = torch.arange(n, device=input_ids.device) < counts[:, None]  # [batch, n]
+        return torch.cat([cls, order], 1), torch.cat([torch.zeros_like(cls, dtype=torch.bool), read], 1)
 
     def reads_first_only(self) -> bool:
         """True when every head this model has reads position 0 alone (sequence classification, NSP)."""

@@ -10,6 +10,7 @@ import hashlib
 import logging
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -104,6 +105,61 @@ def release_free_memory() -> bool:
         return False
     trim(0)
     return True
+
+
+# glibc's mallopt parameters (malloc.h) and what a training run sets them to
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+HEAP_MMAP_THRESHOLD = 32 * 2**20  # the largest glibc takes on 64-bit: blocks up to 32 MiB come from the heap
+HEAP_KEPT = 2**31 - 1  # free memory at the heap's top that glibc keeps instead of handing back (an int's largest)
+HEAP_AFTER = 64 * 2**20  # after a run: what glibc's own adaptive threshold reaches once 32 MiB blocks are freed
+
+
+@contextmanager
+def kept_heap() -> Iterator[bool]:
+    """While a CPU training run lasts, glibc keeps the memory a step frees for the next step, instead of handing it
+    back to the system after each step (its adaptive thresholds do) and faulting it in again, page by page, in the
+    next: blocks up to 32 MiB come from the heap and its free top is kept. Afterwards the heap is trimmed
+    (`release_free_memory`) and a modest threshold set back. Yields whether it applies (glibc only)."""
+    mallopt = _mallopt()
+    if mallopt is None:
+        yield False
+        return
+    with _HEAP_RUNS.lock:  # the setting is the process's: the last of several runs at once sets it back
+        _HEAP_RUNS.count += 1
+        mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD)
+        mallopt(M_TRIM_THRESHOLD, HEAP_KEPT)
+    try:
+        yield True
+    finally:
+        with _HEAP_RUNS.lock:
+            _HEAP_RUNS.count -= 1
+            last = _HEAP_RUNS.count == 0
+            if last:
+                mallopt(M_TRIM_THRESHOLD, HEAP_AFTER)
+        if last:
+            release_free_memory()
+
+
+class _HeapRuns:
+    """How many `kept_heap` blocks are open in this process (the glibc setting is process-wide)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+
+
+_HEAP_RUNS = _HeapRuns()
+
+
+@functools.cache
+def _mallopt() -> Callable[[int, int], int] | None:
+    """glibc's mallopt, looked up once; None elsewhere (macOS, Windows, musl)."""
+    try:
+        fn = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError, TypeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return fn
 
 
 @functools.cache

@@ -224,6 +224,31 @@ def test_loss_curves_set_packed_against_padded_next_to_each_paths_seed_noise(mon
         lc.agree_within_noise(lc.compare({"padded-s1": rows["padded-s1"], "packed-s1": rows["packed-s1"]}, 1))
 
 
+def test_the_permutation_test_tells_a_shifted_path_from_seed_noise_and_says_when_seeds_are_too_few(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    lc = _module("bench_loss_curves")
+    g = torch.Generator().manual_seed(0)
+
+    def runs(seeds: int, shift: float) -> dict:
+        """Noisy flat curves; the packed ones moved by `shift`."""
+        def curve(packed: bool) -> list[float]:
+            return (torch.randn(40, generator=g) * 0.05 + 1 + shift * packed).tolist()
+
+        return {f"{path}-s{i}": {"packing": path == "packed", "losses": curve(path == "packed"), "dev_accuracy": 0.8}
+                for i in range(seeds) for path in ("padded", "packed")}
+
+    same = lc.exchangeability(runs(5, 0.0), window=5)
+    assert same["splits"] == 126 and same["smallest_p"] < 0.05
+    shifted = lc.exchangeability(runs(5, 0.5), window=5)
+    assert shifted["p_value"] == same["smallest_p"]  # the packed-padded split stands out from every other
+    assert lc.verdict(shifted) is False
+    assert same["p_value"] > 0.05 and lc.verdict(same) is True  # one noise for both paths: nothing stands out
+    few = lc.exchangeability(runs(3, 0.5), window=5)
+    assert few["splits"] == 10 and lc.verdict(few) is None  # 3 seeds cannot reach p < 0.05
+    with pytest.raises(ValueError, match="--seeds 2"):
+        lc.exchangeability(runs(1, 0.0), window=5)
+
+
 def test_finetune_asks_for_the_data_folder(tmp_path):
     cmd = [sys.executable, str(BENCH / "bench_finetune.py"), "--device", "cpu", "--presets", "tiny", "--examples", "64",
            "--warmup", "1", "--out", str(tmp_path / "x.json")]

@@ -160,6 +160,24 @@ def test_int8_stays_within_the_stated_tolerance_and_keeps_every_hook(model_type)
         quantize(q)
 
 
+def test_bertlabs_int8_linear_gives_torchs_dynamic_int8_linear_outputs_exactly():
+    """`Int8Linear` calls the kernel of torch's dynamic-int8 Linear directly: bit-equal outputs, with and
+    without bias, for 2-d and 3-d inputs."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    from bertlab.compressed.structure import Int8Linear, int8_linear
+
+    torch.manual_seed(0)
+    for bias in (torch.randn(48), None):
+        q, scale = quantize_rows(torch.randn(48, 32))
+        ours = int8_linear(q, scale, bias)
+        theirs = DynamicLinear(32, 48, bias_=bias is not None, dtype=torch.qint8)
+        theirs.set_weight_bias(*ours._weight_bias())
+        assert isinstance(ours, Int8Linear) and isinstance(ours, DynamicLinear)
+        for x in (torch.randn(5, 32) * 3, torch.randn(2, 7, 32)):
+            assert torch.equal(ours(x), theirs(x))
+
+
 def test_analysis_functions_run_on_an_int8_model(tok):
     from bertlab.analysis import encode_input
     from bertlab.analysis.ablation import masked_log_probs, masked_query

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import bertlab.families  # noqa: F401  (registers the families: a model can be built from its class)
 from bertlab.config import BertConfig
 from bertlab.model import Bert
 
@@ -136,3 +137,53 @@ def test_models_that_read_every_position_keep_them():
         ids, types, mask = _batch()
         with torch.no_grad():
             assert model(ids, types, mask, all_positions=False).last_hidden_state.shape == (3, 21, 48)
+
+
+@pytest.mark.parametrize("training", [False, True])  # training packs the real tokens (dropout is 0 here)
+def test_pretraining_on_the_masked_rows_alone_equals_the_full_last_layer(training):
+    """With all_positions=False (the pre-training loss's call), an MLM + NSP model computes its last layer for
+    [CLS] and the masked positions only: the same MLM and NSP logits, and the same gradients, as the full layer;
+    sequences with different numbers of masked positions (none, in one) and padding included."""
+    model = _model(pretraining_heads=("mlm", "nsp")).train(training)
+    ids, types, mask = _batch()
+    picked = torch.zeros_like(ids, dtype=torch.bool)
+    picked[0, [3, 7, 8, 15, 20]] = True
+    picked[2, [1, 4]] = True  # sequence 1 has no masked position
+    targets, nsp = ids[picked], torch.tensor([0, 1, 1])
+    runs = []
+    for all_positions in (True, False):
+        model.zero_grad()
+        out = model(ids, types, mask, mlm_positions=picked, all_positions=all_positions)
+        (F.cross_entropy(out.mlm_logits, targets) + F.cross_entropy(out.nsp_logits, nsp)).backward()
+        runs.append((out, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (full, full_grads), (rows, row_grads) = runs
+    assert rows.last_hidden_state.shape == (3, 1 + 5, 48)  # [CLS] + the most masked positions of a sequence
+    assert (rows.mlm_logits - full.mlm_logits).abs().max() <= 1e-5
+    assert (rows.nsp_logits - full.nsp_logits).abs().max() <= 1e-5
+    assert row_grads.keys() == full_grads.keys()
+    for n in full_grads:
+        assert torch.allclose(row_grads[n], full_grads[n], atol=1e-5, rtol=1e-4), n
+    last = model.family.hook_name(2, "hook_resid_post")
+    with torch.no_grad():
+        out, cache = model.run_with_cache(ids, types, mask, names=[last], mlm_positions=picked, all_positions=False)
+    assert cache[last].shape == (3, 21, 48) and out.last_hidden_state.shape == (3, 21, 48)  # a hook sees all
+    assert (out.mlm_logits - full.mlm_logits).abs().max() <= 1e-5
+
+
+def test_the_pretraining_loss_asks_for_the_masked_rows_alone():
+    from bertlab.training.masking import MLMBatch
+    from bertlab.training.pretrain import mlm_nsp_loss
+
+    model = _model(pretraining_heads=("mlm", "nsp"))
+    ids, types, mask = _batch()
+    labels = torch.full_like(ids, -100)
+    labels[0, 4], labels[2, 2] = 17, 23
+    batch = MLMBatch(input_ids=ids, token_type_ids=types, attention_mask=mask, labels=labels,
+                     kind=torch.zeros_like(ids, dtype=torch.int8), unit_ids=torch.zeros_like(ids),
+                     next_sentence_label=torch.tensor([0, 1, 0]))
+    shapes = []
+    with torch.no_grad(), model.hooks([(model.family.hook_name(1, "hook_resid_post"), lambda x, n: None)]):
+        handle = model.register_forward_hook(lambda m, a, out: shapes.append(tuple(out.last_hidden_state.shape)))
+        loss, metrics = mlm_nsp_loss(model, batch)
+        handle.remove()
+    assert shapes == [(3, 2, 48)] and torch.isfinite(loss) and "nsp_loss" in metrics

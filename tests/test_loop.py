@@ -799,3 +799,61 @@ def test_auto_precision_means_bf16_only_where_the_device_has_it_natively(monkeyp
     events = []
     train(Tiny(), ce_loss, make_data(), cfg(max_steps=1), callbacks=[events.append])
     assert "bf16 autocast" in events[0].message  # the run says what it computes in
+
+
+# -- the C heap on a CPU ------------------------------------------------------------------------
+def test_a_cpu_run_keeps_the_heap_and_hands_it_back_at_the_end(monkeypatch):
+    """The loop trains inside `kept_heap` on a CPU; nested runs set glibc back only when the last one ends."""
+    import bertlab.training.loop as loop_module
+    from bertlab import runtime
+
+    calls: list[tuple[int, int]] = []
+    trims: list[int] = []
+    monkeypatch.setattr(runtime, "_mallopt", lambda: lambda param, value: calls.append((param, value)) or 1)
+    monkeypatch.setattr(runtime, "release_free_memory", lambda: trims.append(1) or True)
+    with runtime.kept_heap() as applies:
+        assert applies
+        with runtime.kept_heap():
+            pass
+        assert calls[-1] == (runtime.M_TRIM_THRESHOLD, runtime.HEAP_KEPT) and not trims  # the outer run goes on
+    assert calls[-1] == (runtime.M_TRIM_THRESHOLD, runtime.HEAP_AFTER) and trims == [1]
+    entered: list[bool] = []
+
+    @contextlib.contextmanager
+    def watched():
+        entered.append(True)
+        yield True
+
+    monkeypatch.setattr(loop_module, "kept_heap", watched)
+    assert train(Tiny(), ce_loss, make_data(32), cfg(max_steps=2)).ok and entered == [True]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_kept_heap_spares_the_page_faults_of_memory_freed_and_taken_again():
+    """Real glibc: with its thresholds at their start values, a 16 MiB block freed and taken again is faulted in
+    afresh, page by page, every time; inside `kept_heap`, once the heap holds it, it comes back without faults."""
+    import resource
+
+    from bertlab import runtime
+
+    mallopt = runtime._mallopt()
+    if mallopt is None:
+        pytest.skip("no glibc mallopt here")
+    pages = 16 * 2**20 // resource.getpagesize()
+
+    def faults_of_taking_it_again() -> int:
+        torch.ones(16 * 2**20 // 4)  # taken, written, freed
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        torch.ones(16 * 2**20 // 4)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    try:
+        mallopt(runtime.M_MMAP_THRESHOLD, 128 * 1024)  # glibc's start values: 16 MiB is mapped and unmapped
+        mallopt(runtime.M_TRIM_THRESHOLD, 128 * 1024)
+        assert faults_of_taking_it_again() > pages // 2 and faults_of_taking_it_again() > pages // 2
+        with runtime.kept_heap():
+            faults_of_taking_it_again()  # a first step may still grow the heap
+            assert faults_of_taking_it_again() < pages // 10  # every later one finds its memory there
+    finally:
+        mallopt(runtime.M_MMAP_THRESHOLD, runtime.HEAP_MMAP_THRESHOLD)
+        mallopt(runtime.M_TRIM_THRESHOLD, runtime.HEAP_AFTER)

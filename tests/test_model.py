@@ -149,6 +149,37 @@ def test_hooks_are_removed_even_after_an_error(tiny_checkpoints):
     model(ids)  # runs again without the hook
 
 
+def test_hook_points_skip_the_module_call_only_when_nothing_is_attached(tiny_checkpoints):
+    """A hook point without hooks hands back its input as it is; torch's own hooks on it (per module, pre-hooks,
+    and hooks for every module) still run."""
+    model, _ = load(tiny_checkpoints["BertModel"])
+    ids = _batch(model.config.vocab_size)[0]
+    point = model.hook_points["bert.encoder.layer.0.hook_resid_mid"]
+    x = torch.randn(2, 3)
+    assert point(x) is x
+    seen: list[str] = []
+    handles = [point.register_forward_pre_hook(lambda m, args: seen.append("pre")),
+               point.register_forward_hook(lambda m, args, out: seen.append("post"))]
+    with torch.no_grad():
+        model(ids)
+    for h in handles:
+        h.remove()
+    assert seen == ["pre", "post"]
+    everywhere: set[str] = set()
+    names = {m: n for n, m in model.named_modules()}
+    handle = torch.nn.modules.module.register_module_forward_hook(
+        lambda m, args, out: everywhere.add(names.get(m, "")))
+    try:
+        with torch.no_grad():
+            model(ids)
+    finally:
+        handle.remove()
+    plain = {n for n in model.hook_points if n.rsplit(".", 1)[1] in ("hook_resid_pre", "hook_resid_mid",
+                                                                      "hook_resid_post", "hook_q", "hook_z")}
+    assert len(plain) == 5 * model.family.num_layers and plain <= everywhere  # called as modules, as before
+    assert point(x) is x
+
+
 def test_hook_can_edit_activation_and_names_are_checked(tiny_checkpoints):
     model, _ = load(tiny_checkpoints["BertModel"])
     ids = _batch(model.config.vocab_size)[0]

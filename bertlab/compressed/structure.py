@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
 QUANT_KEY = "bertlab_quantization"
 PRUNED_KEY = "pruned_heads"
@@ -37,6 +38,7 @@ PER_HEAD_ROWS = ("pos_key_proj", "pos_query_proj")
 # shared int8 Linear once (`Int8Rows`). Others (DeBERTa's query_proj, ...) keep three int8 Linears.
 FUSED_QKV_NAMES = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"))
 OUT_NAMES = ("dense", "out_lin", "Wo")
+_LINEAR_DYNAMIC = torch.ops.quantized.linear_dynamic.default  # the packed weights' engine's int8 matmul (x86: fbgemm)
 
 
 class CompressError(ValueError):
@@ -62,14 +64,22 @@ def dequantize_rows(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.float() * scale.float()[:, None]
 
 
+class Int8Linear(DynamicLinear):
+    """torch's dynamic-int8 Linear (`torch.ao.nn.quantized.dynamic.Linear`: the same packed weights, the same
+    kernel, activations quantized per call to 7 bits as torch's module does), calling its kernel directly, without
+    the module's per-call version and dtype checks: at batch 1 a layer's matmul is small and they show."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = _LINEAR_DYNAMIC(x, self._packed_params._packed_params, True)  # reduce_range, as torch's module
+        return y if y.dtype == x.dtype else y.to(x.dtype)
+
+
 def int8_linear(q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> nn.Module:
     """A dynamic-int8 Linear (float in, float out, int8 matmul) holding exactly these int8 weights."""
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-
     with warnings.catch_warnings():  # torch warns about its quantized tensors' future on every call
         warnings.filterwarnings("ignore", message=".*quantiz.*")
         out_features, in_features = q.shape
-        layer = DynamicLinear(in_features, out_features, bias_=bias is not None, dtype=torch.qint8)
+        layer = Int8Linear(in_features, out_features, bias_=bias is not None, dtype=torch.qint8)
         zero = torch.zeros(out_features, dtype=torch.int64)
         qweight = torch._make_per_channel_quantized_tensor(q.contiguous(), scale.double(), zero, 0)
         layer.set_weight_bias(qweight, None if bias is None else bias.detach().float().contiguous())
@@ -96,8 +106,6 @@ class Int8Rows(nn.Module):
 
 
 def is_int8_linear(m: nn.Module) -> bool:
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-
     return isinstance(m, (DynamicLinear, Int8Rows))
 
 
@@ -255,8 +263,6 @@ def fuse_int8_qkv(model: nn.Module) -> nn.Module:
     """Give every attention module whose query, key and value are dynamic-int8 Linears (names in
     FUSED_QKV_NAMES) one int8 Linear of their stacked rows, and make the three `Int8Rows` of it. The
     outputs do not change. In place."""
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-
     for module in list(model.modules()):
         for names in FUSED_QKV_NAMES:
             parts = [getattr(module, n, None) for n in names]
@@ -303,8 +309,9 @@ def describe_compression(model: nn.Module) -> str:
 
 
 __all__ = [
-    "CompressError", "FUSED_QKV_NAMES", "Int8Rows", "OUT_NAMES", "PRUNED_KEY", "QKV_NAMES", "QUANT_FORMAT",
-    "QUANT_KEY", "apply_int8", "attention_parts", "dequantize_rows", "describe_compression", "fuse_int8_qkv",
-    "heads_per_layer", "int8_linear", "int8_parts", "is_compressed", "is_int8_linear", "kept_heads", "prune_heads",
-    "pruned_heads", "quantizable_embeddings", "quantizable_linears", "quantization_info", "quantize_rows",
+    "CompressError", "FUSED_QKV_NAMES", "Int8Linear", "Int8Rows", "OUT_NAMES", "PRUNED_KEY", "QKV_NAMES",
+    "QUANT_FORMAT", "QUANT_KEY", "apply_int8", "attention_parts", "dequantize_rows", "describe_compression",
+    "fuse_int8_qkv", "heads_per_layer", "int8_linear", "int8_parts", "is_compressed", "is_int8_linear", "kept_heads",
+    "prune_heads", "pruned_heads", "quantizable_embeddings", "quantizable_linears", "quantization_info",
+    "quantize_rows",
 ]

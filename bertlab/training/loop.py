@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bertlab.runtime import derive_seed, out_of_memory_text, release_free_memory, resolve_device
+from bertlab.runtime import derive_seed, kept_heap, out_of_memory_text, release_free_memory, resolve_device
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import (
     DiskFullError,
@@ -639,15 +639,17 @@ class _Run:
             on = f"{self.device}, bf16 autocast" if precision == "bf16" else f"{self.device}, fp32"
             self._emit("start", message=f"training {self.total_steps} steps on {on}", model=self.model,
                        precision=precision)
-            while self.step < self.total_steps:
-                if self._should_stop():
-                    status = "cancelled"
-                    break
-                self._train_step()
-                self.step += 1
-                if self.device.type == "cpu" and self.step % TRIM_EVERY == 0:
-                    release_free_memory()
-                self._after_step()
+            # on a CPU the memory a step frees stays for the next (`kept_heap`) rather than being faulted in again
+            with kept_heap() if self.device.type == "cpu" else contextlib.nullcontext():
+                while self.step < self.total_steps:
+                    if self._should_stop():
+                        status = "cancelled"
+                        break
+                    self._train_step()
+                    self.step += 1
+                    if self.device.type == "cpu" and self.step % TRIM_EVERY == 0:
+                        release_free_memory()
+                    self._after_step()
             if status == "completed":
                 self._maybe_eval()
             if status in ("completed", "cancelled") and self.step > 0:
