@@ -20,8 +20,8 @@ fp32); several precisions give one set of rows each, HF against bertlab within a
 
 On a CPU every variant runs with the C heap kept between steps (`--heap kept`, `bertlab.runtime.kept_heap`, what
 bertlab's training loop does): glibc's defaults hand a step's freed memory back to the system and fault it in
-again in the next step, which in one process that alternates two models costs both a large and varying share of
-each step; `--heap default` measures that way. Each step (forward, backward, clip, optimizer step) is timed
+again in the next step, which in one process that alternates two models can cost both a varying share of each
+step; `--heap default` measures that way. Each step (forward, backward, clip, optimizer step) is timed
 alone, with `torch.cuda.synchronize()` around it on GPU. The variants take turns step by step (warm-up rounds,
 then timed rounds, the order rotated each round), so that a machine shared with other work slows them alike.
 The table gives the median step, tokens/s (batch x seq tokens per step), the speed-up against HF (above 1 = faster than

@@ -111,6 +111,9 @@ def test_teacher_pushes_students_answer_and_the_reveal_reaches_both(class_server
     for s in students:
         box = s.locator(".bertlab-class-question")
         box.wait_for(state="visible", timeout=60_000)  # the students' kernels poll the store
+        # the sentence is its own widget message: it may reach the page a moment after the box shows
+        s.wait_for_function("() => document.querySelector('.bertlab-class-question').innerText.includes('[MASK]')",
+                            timeout=30_000)
         assert "[MASK]" in box.inner_text()
         # Predict first: the tab's own guesses and any model answer stay hidden until the student answers.
         assert s.locator(".bertlab-mask-guesses").is_hidden()
