@@ -534,22 +534,19 @@ def loss_curves() -> str:
                     f"| {spread(g['moving_average'], '.4f')} "
                     f"| {100 * statistics.median(g['dev_accuracy']):+.1f} points |")
     accs = ", ".join(f"{n} {100 * r['dev_accuracy']:.1f} %" for n, r in d["runs"].items())
-    test = d.get("permutation_test")
-    if test is None:  # a file from before the permutation test: its descriptive ratio only
-        verdict = ("Packed and padded agree within" if d["agree_within_noise"] else
-                   "Packed and padded do **not** agree within") + " the seed-to-seed noise"
-    else:
-        verdict = {True: "Packed and padded **agree** within the seed-to-seed noise",
-                   False: "Packed and padded **differ** by more than the seed-to-seed noise",
-                   None: "Too few seeds to tell whether packed and padded differ"}[d["agree_within_noise"]]
-        verdict += (f": permutation test over the {test['splits']} splits of the {2 * m['seeds']} runs into two "
-                    f"equal groups, p = {test['p_value']:.3f} (the smallest p these runs allow: "
-                    f"{test['smallest_p']:.3f}; agree when p ≥ 0.05)")
+    test = d["permutation_test"]
+    verdict = {True: "Packed and padded **agree** within the seed-to-seed noise",
+               False: "Packed and padded **differ** by more than the seed-to-seed noise",
+               None: "Too few seeds to tell whether packed and padded differ"}[d["agree_within_noise"]]
+    verdict += (f": permutation test over the {test['splits']} splits of the {2 * m['seeds']} runs into two "
+                f"equal groups, p = {test['p_value']:.3f} (the smallest p these runs allow: "
+                f"{test['smallest_p']:.3f}; agree when p ≥ 0.05)")
     rows += ["", f"{verdict}. Described another way, the median gap between a packed and a "
              f"padded run's moving averages is {d['gap_over_noise']:.2f}× the largest gap between two dropout "
              f"seeds of one path ({m['seeds']} seeds per path). Dev accuracy on the first "
              f"{m['dev_sentences']} SST-2 dev sentences after {m['steps']} steps of batch {m['batch']}: {accs}. "
-             f"({m['model']}, fp32, moving average over {m['window']} steps, {m['threads']} thread, load average "
+             f"({m['model']}, fp32 on the CPU, moving average over {m['window']} steps, {m['threads']} thread, "
+             f"load average "
              f"{m['load_avg_start'][0]} at the start and {m['load_avg_end'][0]} at the end; "
              f"`python bench/bench_loss_curves.py --seeds {m['seeds']}`, {m['when']}"
              + (f"; decided by the permutation test with `--rescore` on that run's curves, {m['rescored']}"

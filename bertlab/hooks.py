@@ -44,9 +44,8 @@ class HookPoint(nn.Module):
 
 def _global_hooks() -> bool:
     """True when a hook is registered for every module (`torch.nn.modules.module.register_module_forward_hook`...)."""
-    m = _torch_module
-    return bool(m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks
-                or m._global_backward_pre_hooks)
+    return bool(_torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks
+                or _torch_module._global_backward_hooks or _torch_module._global_backward_pre_hooks)
 
 
 def name_hook_points(model: nn.Module) -> dict[str, HookPoint]:

@@ -119,8 +119,8 @@ def kept_heap() -> Iterator[bool]:
     """While a CPU training run lasts, glibc keeps the memory a step frees for the next step, instead of handing it
     back to the system and faulting it in again, page by page, in the next (its adaptive thresholds do so until they
     settle on a workload's sizes, and again when the sizes change): blocks up to 32 MiB come from the heap and its
-    free top is kept. Afterwards the heap is trimmed
-    (`release_free_memory`) and a modest threshold set back. Yields whether it applies (glibc only)."""
+    free top is kept. Afterwards the heap is trimmed (`release_free_memory`) and a modest threshold set back.
+    Yields whether it applies (glibc only)."""
     mallopt = _mallopt()
     if mallopt is None:
         yield False

@@ -172,7 +172,9 @@ class Albert(FamilyModel):
         self.finish()
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, head_mask=None,
-                mlm_positions=None) -> ModelOutput:
+                mlm_positions=None, all_positions=True) -> ModelOutput:
+        """all_positions is the protocol's "the heads read only some rows" (`Bert.forward`): ALBERT computes every
+        row."""
         self.check_input(input_ids, token_type_ids)
         seq, pooled = self.albert(input_ids, token_type_ids, attention_mask, head_mask)
         out = ModelOutput(last_hidden_state=seq, pooler_output=pooled)

@@ -433,8 +433,9 @@ class DebertaV2(FamilyModel):
         self.finish()
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, head_mask=None,
-                mlm_positions=None) -> ModelOutput:
-        """token_type_ids are read only by a model with segments (DeBERTa-v3 has none: type_vocab_size 0)."""
+                mlm_positions=None, all_positions=True) -> ModelOutput:
+        """token_type_ids are read only by a model with segments (DeBERTa-v3 has none: type_vocab_size 0);
+        all_positions is the protocol's "the heads read only some rows" (`Bert.forward`): DeBERTa computes every row."""
         has_types = self.config.type_vocab_size > 0
         self.check_input(input_ids, token_type_ids if has_types else None)
         seq = self.deberta(input_ids, token_type_ids if has_types else None, attention_mask, head_mask)

@@ -125,8 +125,9 @@ class DistilBert(FamilyModel):
         self.finish()
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, head_mask=None,
-                mlm_positions=None) -> ModelOutput:
-        """token_type_ids are accepted (today's call) and ignored: DistilBERT has no segments."""
+                mlm_positions=None, all_positions=True) -> ModelOutput:
+        """token_type_ids are accepted (today's call) and ignored: DistilBERT has no segments; all_positions
+        is the protocol's "the heads read only some rows" (`Bert.forward`): DistilBERT computes every row."""
         self.check_input(input_ids, None)
         seq = self.distilbert(input_ids, attention_mask, head_mask)
         out = ModelOutput(last_hidden_state=seq)

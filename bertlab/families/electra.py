@@ -55,7 +55,9 @@ class Electra(FamilyModel):
         self.finish()
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, head_mask=None,
-                mlm_positions=None) -> ModelOutput:
+                mlm_positions=None, all_positions=True) -> ModelOutput:
+        """all_positions is the protocol's "the heads read only some rows" (`Bert.forward`): ELECTRA computes every
+        row."""
         self.check_input(input_ids, token_type_ids)
         seq, pooled = self.electra(input_ids, token_type_ids, attention_mask, head_mask)  # no pooler: None
         out = ModelOutput(last_hidden_state=seq)

@@ -338,8 +338,9 @@ class ModernBert(FamilyModel):
                 fill(self.classifier, cfg.hidden_size**-0.5)
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, head_mask=None,
-                mlm_positions=None) -> ModelOutput:
-        """token_type_ids are accepted (the protocol's call) and ignored: ModernBERT has no segments."""
+                mlm_positions=None, all_positions=True) -> ModelOutput:
+        """token_type_ids are accepted (the protocol's call) and ignored: ModernBERT has no segments; all_positions
+        is the protocol's "the heads read only some rows" (`Bert.forward`): ModernBERT computes every row."""
         self.check_input(input_ids, None)
         seq = self.model(input_ids, attention_mask, head_mask)
         out = ModelOutput(last_hidden_state=seq)

@@ -280,9 +280,8 @@ def set_trainable(model: Bert, mode: str) -> tuple[int, int]:
 
 def _forward(model: torch.nn.Module, batch: Mapping[str, torch.Tensor], logits_only: bool = False) -> ModelOutput:
     """logits_only: only the logits are read, so a BERT sentence classifier may compute its last layer
-    for [CLS] alone (`Bert.forward(all_positions=False)`)."""
-    kwargs = {"all_positions": False} if logits_only and isinstance(model, Bert) else {}
-    return model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], **kwargs)
+    for [CLS] alone (`all_positions=False`, which every family takes)."""
+    return model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"], all_positions=not logits_only)
 
 
 def sequence_loss(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:

@@ -639,7 +639,9 @@ class _Run:
             on = f"{self.device}, bf16 autocast" if precision == "bf16" else f"{self.device}, fp32"
             self._emit("start", message=f"training {self.total_steps} steps on {on}", model=self.model,
                        precision=precision)
-            # on a CPU the memory a step frees stays for the next (`kept_heap`) rather than being faulted in again
+            # on a CPU the memory a step frees stays for the next (`kept_heap`) rather than being faulted in again;
+            # every TRIM_EVERY steps the heap is still trimmed (the holes changing shapes leave), so one step in
+            # TRIM_EVERY faults its memory in afresh
             with kept_heap() if self.device.type == "cpu" else contextlib.nullcontext():
                 while self.step < self.total_steps:
                     if self._should_stop():

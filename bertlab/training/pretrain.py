@@ -130,8 +130,8 @@ def mlm_nsp_loss(model: torch.nn.Module, batch: MLMBatch) -> tuple[torch.Tensor,
     """MLM cross-entropy on the chosen positions only (+ NSP/SOP cross-entropy when the model has the head).
     Metrics stay tensors: the loop reads them at log time, so a step never waits for the GPU."""
     picked = batch.labels != IGNORE_INDEX  # [batch, seq]
-    kwargs = {"all_positions": False} if isinstance(model, Bert) else {}  # the last layer on [CLS] and `picked`
-    out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, mlm_positions=picked, **kwargs)
+    out = model(batch.input_ids, batch.token_type_ids, batch.attention_mask, mlm_positions=picked,
+                all_positions=False)  # a BERT-layout model's last layer on [CLS] and `picked` alone
     targets = batch.labels[picked]  # [n]
     mlm_loss = F.cross_entropy(out.mlm_logits.float(), targets)
     metrics = {"mlm_loss": mlm_loss.detach(), "mlm_acc": (out.mlm_logits.argmax(-1) == targets).float().mean()}
