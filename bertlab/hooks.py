@@ -28,8 +28,7 @@ class HookPoint(nn.Module):
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # Nothing attached here nor globally: the identity without nn.Module's call machinery (a model has
         # dozens of hook points per pass, and at batch 1 their calls cost as much as small kernels).
-        if self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks \
-                or _global_hooks():
+        if module_hooked(self):
             return super().__call__(x)
         return x
 
@@ -40,6 +39,24 @@ class HookPoint(nn.Module):
     def active(self) -> bool:
         """True when a hook is attached: lets the model skip work nobody reads."""
         return bool(self._forward_hooks)
+
+
+def module_hooked(module: nn.Module) -> bool:
+    """True when a torch hook would run on this module's call: one of its own, or one registered for every module."""
+    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                or module._backward_pre_hooks) or _global_hooks()
+
+
+def hook_tables(modules: Iterable[nn.Module]) -> list[dict]:
+    """The tables in which torch keeps these modules' hooks (filled and emptied in place, never replaced):
+    `any_hooked` of them looks cheaply whether a call of any of the modules would run a hook."""
+    return [t for m in modules for t in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks,
+                                         m._backward_pre_hooks)]
+
+
+def any_hooked(tables: list[dict]) -> bool:
+    """True when a hook is in one of these tables (`hook_tables`) or registered for every module."""
+    return _global_hooks() or any(tables)
 
 
 def _global_hooks() -> bool:

@@ -37,10 +37,23 @@ class MissingHeadError(RuntimeError):
     """The model has no head for what was asked (e.g. mask prediction without an MLM head)."""
 
 
-def _activation(name: str):
+ACT_ERF, ACT_TANH, ACT_RELU = 0, 1, 2  # the feed-forward activations: erf GELU, tanh GELU, ReLU
+
+
+def activation_kind(name: str) -> int:
+    """config.json's hidden_act -> ACT_ERF, ACT_TANH or ACT_RELU (any other name: ReLU)."""
     if name == "gelu":
-        return F.gelu
+        return ACT_ERF
     if name in ("gelu_new", "gelu_pytorch_tanh"):
+        return ACT_TANH
+    return ACT_RELU
+
+
+def _activation(name: str):
+    kind = activation_kind(name)
+    if kind == ACT_ERF:
+        return F.gelu
+    if kind == ACT_TANH:
         return lambda x: F.gelu(x, approximate="tanh")
     return F.relu
 
@@ -212,7 +225,7 @@ def attend(
         return t.view(*t.shape[:2], hp.n_heads, hp.d_head)  # [batch, seq, head, d_head]
 
     sizes = [query.out_features, key.out_features, value.out_features]
-    fused = _one_projection(query, key, value)
+    fused = one_projection(query, key, value)
     if fused is not None:  # q, k and v are rows of one Linear (an int8 model's): one matmul for the three
         qx, kx, vx = (padded(t) for t in fused(x).split(sizes, dim=-1))
         qx = qx if x_query is None else padded(query(x_query))
@@ -247,7 +260,7 @@ def attend(
     return z if packing is None else packing.pack(z)
 
 
-def _one_projection(query: nn.Module, key: nn.Module, value: nn.Module) -> nn.Module | None:
+def one_projection(query: nn.Module, key: nn.Module, value: nn.Module) -> nn.Module | None:
     """The Linear whose output rows are query's, key's and value's, in that order, when the three are
     rows of one (`bertlab.compressed.structure.Int8Rows`); else None."""
     fused = getattr(query, "fused", None)
@@ -348,6 +361,7 @@ class BertIntermediate(nn.Module):
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
+        self.act_name = cfg.hidden_act
         self.act = _activation(cfg.hidden_act)
         self.hook_post = HookPoint()  # [batch, seq, d_mlp] after the activation
 
@@ -439,6 +453,10 @@ class BertModel(nn.Module):
         # pack the real tokens (`Packing`): True while training; "always" in evaluation too (the outputs at the
         # padding are then zeros); False: the padded path always
         self.packing: bool | Literal["always"] = True
+        # (model, input_ids, token_type_ids, attention_mask) -> (sequence output, pooled), or None to run the
+        # modules: the model compiled for inference (`bertlab.compressed.engine`: an int8 model's). Asked only
+        # for whole sequences and no masked heads.
+        self.engine: Callable[..., tuple[torch.Tensor, torch.Tensor | None] | None] | None = None
 
     def forward(
         self,
@@ -453,6 +471,10 @@ class BertModel(nn.Module):
         last layer (hooks there see every position)."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
+        if self.engine is not None and rows is None and head_mask is None:
+            out = self.engine(self, input_ids, token_type_ids, attention_mask)
+            if out is not None:
+                return out
         x = self.embeddings(input_ids, token_type_ids)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
@@ -463,7 +485,7 @@ class BertModel(nn.Module):
             x = self.encoder(packing.pack(x), packing, None, rows)
             x = x if rows is not None else packing.pad(x)  # a last layer on a few rows came back padded already
         else:
-            x = self.encoder(x, _additive_mask(attention_mask, x.dtype), head_mask, rows)
+            x = self.encoder(x, additive_mask(attention_mask, x.dtype), head_mask, rows)
         return x, (self.pooler(x) if self.pooler is not None else None)
 
     def _packs(self, attention_mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> bool:
@@ -480,7 +502,7 @@ class BertModel(nn.Module):
         return not self.encoder.watched()
 
 
-def _additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+def additive_mask(attention_mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """[batch, seq] of 1 (read) / 0 (padding) -> additive [batch, 1, 1, seq]; None when nothing is padded (looked
     at on the CPU only: on a GPU the look would wait for the device, and a mask of zeros costs less)."""
     if attention_mask is None or (attention_mask.device.type == "cpu" and bool(attention_mask.all())):
@@ -917,4 +939,3 @@ class Bert(HookedModel):
 
 # Public names for the families' modules (bertlab.families), which build on these blocks.
 activation_fn = _activation
-additive_mask = _additive_mask

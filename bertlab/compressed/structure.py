@@ -16,7 +16,7 @@ three tensors under their checkpoint names.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import torch
@@ -64,14 +64,45 @@ def dequantize_rows(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.float() * scale.float()[:, None]
 
 
-class Int8Linear(DynamicLinear):
-    """torch's dynamic-int8 Linear (`torch.ao.nn.quantized.dynamic.Linear`: the same packed weights, the same
-    kernel, activations quantized per call to 7 bits as torch's module does), calling its kernel directly, without
-    the module's per-call version and dtype checks: at batch 1 a layer's matmul is small and they show."""
+class _Int8Call(nn.Module):
+    """The int8 kernel on packed weights held as an attribute: compiled (`_compiled_call`), the weights never
+    cross from Python to C++ on a call, which costs more than a small layer's matmul."""
+
+    def __init__(self, packed: Any):
+        super().__init__()
+        self.packed = packed
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = _LINEAR_DYNAMIC(x, self._packed_params._packed_params, True)  # reduce_range, as torch's module
+        return torch.ops.quantized.linear_dynamic(x, self.packed, True)  # reduce_range, as torch's module
+
+
+def _compiled_call(packed: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.script's deprecation note
+        try:
+            return torch.jit.script(_Int8Call(packed))
+        except Exception:  # a torch without TorchScript: the kernel called from Python
+            return lambda x: _LINEAR_DYNAMIC(x, packed, True)
+
+
+class Int8Linear(DynamicLinear):
+    """torch's dynamic-int8 Linear (`torch.ao.nn.quantized.dynamic.Linear`: the same packed weights, the same
+    kernel, activations quantized per call to 7 bits as torch's module does), calling its kernel directly
+    (compiled, see `_Int8Call`), without the module's per-call version and dtype checks: at batch 1 a layer's
+    matmul is small and they show."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        packed = self._packed_params._packed_params
+        call = self.__dict__.get("_call")
+        if call is None or call[0] is not packed:  # first call, or new weights (`set_weight_bias`)
+            call = self.__dict__["_call"] = (packed, _compiled_call(packed))
+        y = call[1](x)
         return y if y.dtype == x.dtype else y.to(x.dtype)
+
+    def __getstate__(self) -> dict:  # a copy or a pickle compiles its own call
+        state = super().__getstate__()
+        state.pop("_call", None)
+        return state
 
 
 def int8_linear(q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> nn.Module:
@@ -283,7 +314,8 @@ def apply_int8(model: nn.Module, linears: Mapping[str, tuple[torch.Tensor, torch
                embeddings: Mapping[str, tuple[torch.Tensor, torch.Tensor]], fuse_qkv: bool = True) -> nn.Module:
     """Swap in dynamic-int8 Linears ({module name: (int8, scale)}, biases from the model) and set the
     embedding tables ({parameter name: (int8, scale)}) to their rounded float values. In place.
-    fuse_qkv: run each layer's query, key and value as one int8 Linear (`fuse_int8_qkv`; same outputs)."""
+    fuse_qkv: run each layer's query, key and value as one int8 Linear (`fuse_int8_qkv`; same outputs), and
+    let BERT-layout encoders run their int8 layers compiled when nobody watches (`engine.attach_int8_engine`)."""
     for name, (q, scale) in linears.items():
         old = model.get_submodule(name)
         bias = None if old.bias is None else old.bias
@@ -294,7 +326,11 @@ def apply_int8(model: nn.Module, linears: Mapping[str, tuple[torch.Tensor, torch
         module.weight = nn.Parameter(dequantize_rows(q, scale).to(module.weight.device), requires_grad=False)
     if hasattr(model, "tie_weights"):  # the MLM decoder reads the (rounded) word embeddings
         model.tie_weights()
-    return fuse_int8_qkv(model) if fuse_qkv else model
+    if not fuse_qkv:
+        return model
+    from bertlab.compressed.engine import attach_int8_engine  # engine reads structure's fused layers
+
+    return attach_int8_engine(fuse_int8_qkv(model))
 
 def describe_compression(model: nn.Module) -> str:
     """One line: what was done to this model."""

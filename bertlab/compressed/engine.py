@@ -1,0 +1,299 @@
+"""An int8 BERT compiled for inference: `Int8Engine`.
+
+At batch 1 an int8 BERT spends as long in Python (each module's call, each hook point, each packed weight
+handed from Python to its kernel) as in its matmuls. When nobody watches (no hook, no gradient, eval mode),
+`BertModel` lets its `engine` run the embeddings, the layers and the pooler instead: the same kernels
+(fbgemm's dynamic-int8 Linear on the same packed weights, `scaled_dot_product_attention` on the same mask,
+the same lookups, LayerNorms and activation) in the same order, compiled once with TorchScript, so the
+outputs are the modules' own to the last bit. Anything the engine cannot run exactly (a hook, a masked
+head, a few rows asked, a layer that is not an int8 BERT layer, an adapter, autocast) goes through the
+modules as before; embeddings of another kind (RoBERTa's positions, ELECTRA's projection) run as modules
+and the rest compiled.
+
+The engine holds no weights of its own: it reads the modules' packed weights and LayerNorm parameters, and
+is rebuilt when one of them is replaced (a Linear swapped, a LayerNorm given a new parameter). A copied or
+pickled model gets a fresh engine that builds itself from the copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import operator
+import warnings
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+from bertlab.hooks import any_hooked, hook_tables
+from bertlab.model import (
+    ACT_ERF,
+    ACT_RELU,
+    ACT_TANH,
+    AttentionHooks,
+    BertEmbeddings,
+    BertLayer,
+    BertModel,
+    activation_kind,
+    additive_mask,
+    one_projection,
+)
+
+log = logging.getLogger(__name__)
+
+
+class _Layer(nn.Module):
+    """One post-LN BERT layer with int8 Linears: the arithmetic of `BertLayer`'s modules on the fused path."""
+
+    def __init__(self, layer: BertLayer):
+        super().__init__()
+        att, out = layer.attention, layer.output
+        fused = one_projection(att.self.query, att.self.key, att.self.value)
+        self.qkv = fused._packed_params._packed_params  # [3 * heads * d_head, d_model] (query, key, value rows)
+        self.o = att.output.dense._packed_params._packed_params
+        self.up = layer.intermediate.dense._packed_params._packed_params
+        self.down = out.dense._packed_params._packed_params
+        self.ln1_weight, self.ln1_bias = att.output.LayerNorm.weight, att.output.LayerNorm.bias
+        self.ln2_weight, self.ln2_bias = out.LayerNorm.weight, out.LayerNorm.bias
+        self.eps1, self.eps2 = float(att.output.LayerNorm.eps), float(out.LayerNorm.eps)
+        self.n_heads, self.d_head = int(att.self.n_heads), int(att.self.d_head)
+        self.act = activation_kind(layer.intermediate.act_name)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        batch, seq, d_model = x.shape[0], x.shape[1], x.shape[2]
+        qkv = torch.ops.quantized.linear_dynamic(x, self.qkv, True)  # [batch, seq, 3 * heads * d_head]; reduce_range
+        qkv = qkv.view(batch, seq, 3, self.n_heads, self.d_head).permute(2, 0, 3, 1, 4)  # [3, batch, head, seq, d_head]
+        z = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=mask)  # [batch, head, seq, d_head]
+        attn = torch.ops.quantized.linear_dynamic(z.transpose(1, 2).flatten(2), self.o, True)  # [batch, seq, d_model]
+        mid = F.layer_norm(attn + x, [d_model], self.ln1_weight, self.ln1_bias, self.eps1)
+        h = torch.ops.quantized.linear_dynamic(mid, self.up, True)  # [batch, seq, d_mlp]
+        if self.act == 0:
+            h = F.gelu(h)
+        elif self.act == 1:
+            h = F.gelu(h, approximate="tanh")
+        else:
+            h = F.relu(h)
+        down = torch.ops.quantized.linear_dynamic(h, self.down, True)
+        return F.layer_norm(down + mid, [d_model], self.ln2_weight, self.ln2_bias, self.eps2)
+
+
+assert (ACT_ERF, ACT_TANH, ACT_RELU) == (0, 1, 2), "_Layer.forward branches on these codes"
+
+
+class _Stack(nn.Module):
+    def __init__(self, layers: list[BertLayer]):
+        super().__init__()
+        self.layers = nn.ModuleList(_Layer(layer) for layer in layers)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+
+class _Embeddings(nn.Module):
+    """`BertEmbeddings`' arithmetic in evaluation: word + position (+ segment), LayerNorm."""
+
+    def __init__(self, emb: BertEmbeddings):
+        super().__init__()
+        self.word, self.position = emb.word_embeddings.weight, emb.position_embeddings.weight
+        types = emb.token_type_embeddings
+        self.has_types = types is not None
+        self.types = types.weight if types is not None else emb.position_embeddings.weight  # unread without types
+        self.offset = int(emb.position_offset)
+        self.ln_weight, self.ln_bias, self.eps = emb.LayerNorm.weight, emb.LayerNorm.bias, float(emb.LayerNorm.eps)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device) + self.offset  # [seq]
+        total = F.embedding(input_ids, self.word) + F.embedding(positions, self.position)  # [batch, seq, d_model]
+        if self.has_types:
+            total = total + F.embedding(token_type_ids, self.types)
+        return F.layer_norm(total, [total.shape[2]], self.ln_weight, self.ln_bias, self.eps)
+
+
+class _ModuleEmbeddings(nn.Module):
+    """Embeddings `_Embeddings` cannot run: the engine runs the modules' and calls `_Model.body`."""
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("these embeddings run as modules: call body()")
+
+
+class _Int8Pooler(nn.Module):
+    def __init__(self, dense: nn.Module):
+        super().__init__()
+        self.dense = dense._packed_params._packed_params
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(torch.ops.quantized.linear_dynamic(x[:, 0], self.dense, True))  # [batch, d_model]
+
+
+class _FloatPooler(nn.Module):
+    def __init__(self, dense: nn.Linear):
+        super().__init__()
+        self.weight, self.bias = dense.weight, dense.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(F.linear(x[:, 0], self.weight, self.bias))  # [batch, d_model]
+
+
+class _Model(nn.Module):
+    """Embeddings (when `_Embeddings` can run them), layers and pooler (when there is one)."""
+
+    def __init__(self, model: BertModel):
+        super().__init__()
+        self.has_embeddings = _plain_embeddings(model)
+        self.embeddings = _Embeddings(model.embeddings) if self.has_embeddings else _ModuleEmbeddings()
+        self.stack = _Stack(list(model.encoder.layer))
+        dense = model.pooler.dense if model.pooler is not None else None
+        self.has_pooler = dense is not None
+        if isinstance(dense, DynamicLinear):
+            self.pooler = _Int8Pooler(dense)
+        elif dense is not None:
+            self.pooler = _FloatPooler(dense)
+        else:
+            self.pooler = nn.Identity()
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, mask: torch.Tensor | None
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return self.body(self.embeddings(input_ids, token_type_ids), mask)
+
+    @torch.jit.export
+    def body(self, x: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The layers and the pooler on embeddings x [batch, seq, d_model]."""
+        x = self.stack(x, mask)
+        pooled: torch.Tensor | None = None
+        if self.has_pooler:
+            pooled = self.pooler(x)
+        return x, pooled
+
+
+def _plain_embeddings(model: BertModel) -> bool:
+    emb = model.embeddings
+    return (type(emb) is BertEmbeddings and model.embeddings_project is None
+            and all(m is None or (m.max_norm is None and not m.sparse)
+                    for m in (emb.word_embeddings, emb.position_embeddings, emb.token_type_embeddings))
+            and type(emb.LayerNorm) is nn.LayerNorm)
+
+
+def _runnable(layer: nn.Module) -> bool:
+    """Whether `_Layer` computes exactly what this layer's modules compute."""
+    if type(layer) is not BertLayer:
+        return False
+    att, out = layer.attention, layer.output
+    fused = one_projection(att.self.query, att.self.key, att.self.value)
+    linears = (fused, att.output.dense, layer.intermediate.dense, out.dense)
+    return (all(isinstance(m, DynamicLinear) for m in linears)
+            and fused.out_features == 3 * att.self.n_heads * att.self.d_head
+            and att.output.adapter is None and out.adapter is None
+            and all(type(m) is nn.LayerNorm for m in (att.output.LayerNorm, out.LayerNorm)))
+
+
+def _parts(layer: nn.Module) -> list[Any]:
+    """What a compiled layer was built from: the modules, parameters and packed weights whose replacement makes
+    it stale (read from torch's own tables, not through `nn.Module.__getattr__`: this runs on every call)."""
+    if type(layer) is not BertLayer:
+        return [layer]
+    att, out, up = layer._modules["attention"], layer._modules["output"], layer._modules["intermediate"]
+    own, written = att._modules["self"]._modules, att._modules["output"]._modules
+    parts: list[Any] = [layer, up, own["query"], own["key"], own["value"], written.get("adapter"),
+                        out._modules.get("adapter")]
+    for m in (own["query"].__dict__.get("fused"), written["dense"], up._modules["dense"], out._modules["dense"]):
+        packed = m._modules.get("_packed_params") if isinstance(m, nn.Module) else None
+        parts += (m, packed, packed.__dict__.get("_packed_params") if packed is not None else None)
+    for norm in (written["LayerNorm"], out._modules["LayerNorm"]):
+        parts += (norm, norm._parameters.get("weight"), norm._parameters.get("bias"))
+    return parts
+
+
+def _model_parts(model: BertModel) -> list[Any]:
+    """What a compiled model was built from besides its layers (`_parts`)."""
+    emb, pooler = model._modules["embeddings"], model._modules.get("pooler")
+    parts: list[Any] = [emb, model._modules.get("embeddings_project"), pooler]
+    for child in emb._modules.values():
+        parts += (child, *getattr(child, "_parameters", {}).values())
+    if pooler is not None:
+        dense = pooler._modules["dense"]
+        packed = dense._modules.get("_packed_params")
+        parts += (dense, *dense._parameters.values(), packed, packed.__dict__.get("_packed_params") if packed else None)
+    return parts
+
+
+class Int8Engine:
+    """`BertModel.engine` for int8 models: runs the model compiled (see the module's docstring) when that gives
+    the modules' own outputs, else returns None and the modules run."""
+
+    def __init__(self) -> None:
+        self._key: list[Any] | None = None
+        self._compiled: Any = None  # a compiled `_Model`; None with a key: this model cannot run here
+        self._hooks: list[dict] = []  # the hook tables of every module of the model: a hook in any sends the call back
+        self._attention: list[AttentionHooks] = []  # the modules with an attention path to respect
+        self._plain_embeddings = False  # the compiled model runs the embeddings too
+
+    def __deepcopy__(self, memo: dict) -> Int8Engine:  # the copy builds its own from the copied modules
+        return Int8Engine()
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+    def __call__(self, model: BertModel, input_ids: torch.Tensor, token_type_ids: torch.Tensor,
+                 attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """(sequence output [batch, seq, d_model], pooled [batch, d_model] or None) of `BertModel.forward`, or
+        None when the modules must run it."""
+        if (torch.is_grad_enabled() or model.training or model.packing == "always" or input_ids.device.type != "cpu"
+                or torch.is_autocast_enabled("cpu")):
+            return None
+        compiled = self._current(model)
+        if compiled is None or any_hooked(self._hooks):
+            return None
+        mask = additive_mask(attention_mask, torch.float32)
+        if self._plain_embeddings:
+            return compiled(input_ids, token_type_ids, mask)
+        x = model.embeddings(input_ids, token_type_ids)
+        if model.embeddings_project is not None:
+            x = model.embeddings_project(x)
+        if x.dtype != torch.float32:
+            return None
+        return compiled.body(x, mask)
+
+    def _current(self, model: BertModel) -> Any:
+        layers = model._modules["encoder"]._modules["layer"]._modules.values()
+        key = _model_parts(model) + [p for layer in layers for p in _parts(layer)]
+        if self._key is None or len(key) != len(self._key) or any(map(operator.is_not, key, self._key)):
+            self._key, self._compiled = key, self._build(model)
+            self._plain_embeddings = _plain_embeddings(model)
+            modules = list(model.modules())
+            self._hooks = hook_tables(modules)
+            self._attention = [m for m in modules if isinstance(m, AttentionHooks)]
+        if self._compiled is not None and any(m.path == "eager" for m in self._attention):
+            return None  # a lesson asked for the eager attention path: it runs as asked
+        return self._compiled
+
+    @staticmethod
+    def _build(model: BertModel) -> Any:
+        if not len(model.encoder.layer) or not all(_runnable(layer) for layer in model.encoder.layer):
+            return None
+        whole = _Model(model).eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.jit.script's deprecation note
+            try:
+                return torch.jit.script(whole)
+            except Exception as err:  # a torch without TorchScript: the same arithmetic in Python
+                log.debug("int8 model not compiled (%s); running it uncompiled", err)
+                return whole
+
+
+def attach_int8_engine(model: nn.Module) -> nn.Module:
+    """Give every `BertModel` in the model an `Int8Engine` (it runs only where its layers are int8 BERT layers
+    and nobody watches). In place."""
+    for module in model.modules():
+        if isinstance(module, BertModel):
+            module.engine = Int8Engine()
+    return model
+
+
+__all__ = ["Int8Engine", "attach_int8_engine"]
