@@ -38,6 +38,12 @@ MFU (GPU only) counts the FLOPs the task needs, the same numerator for every var
 HFU (hardware FLOPs utilisation) counts the head on the positions a variant really computes (T for
 `hf` and `bertlab-full-head`), so HFU - MFU is the compute spent on unmasked positions.
 
+Each variant's matmul work is also counted, not estimated: one untimed step under torch's `FlopCounterMode`
+(forward and backward; the linears, the heads and the attention products torch has formulas for: on a CPU its fused
+attention kernels have none, so the counts leave the attention scores out, for both libraries). `matmul_work_vs_hf`
+(HF's count / the variant's) is the speed-up that doing less arithmetic alone would give, kernel for kernel: what
+a like-for-like speed-up above it must come from elsewhere (fewer passes over memory, less Python).
+
     python bench/bench_pretrain.py [--quick] [--device cpu|cuda] [--presets minilm base] [--batch 8] [--seq 128]
 """
 
@@ -228,6 +234,15 @@ class VariantRun:
         return round((persistent + self.transient_peak) / 2**20)
 
 
+def matmul_flops(run: VariantRun) -> int:
+    """The matmul FLOPs of one (untimed) training step of this variant, as torch's `FlopCounterMode` counts them."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        run.step(timed=False)
+    return counter.get_total_flops()
+
+
 def time_variants(runs: list[VariantRun], warmup: int, steps: int) -> None:
     """Warm-up, then timed rounds; each round steps every variant once, in an order rotated per round,
     so that a machine shared with other work slows all variants alike."""
@@ -283,6 +298,7 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device, precisi
     from bertlab.runtime import kept_heap
 
     with kept_heap() if device.type == "cpu" and a.heap == "kept" else contextlib.nullcontext():
+        work = {run.variant: matmul_flops(run) for run in runs}
         time_variants(runs, a.warmup, a.steps)
     peak = a.peak_tflops * 1e12 if device.type == "cuda" else None
     medians = {run.variant: statistics.median(run.times) for run in runs}
@@ -299,6 +315,8 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device, precisi
             "mfu": round(needed / sec / peak, 4) if peak else None,
             "hfu": round(done / sec / peak, 4) if peak else None,
             "peak_mem_mb": run.peak_mem_mb(), "loss_diff_before_training": loss_diff, "encoder_params": n_enc,
+            "matmul_gflop_per_step": round(work[run.variant] / 1e9, 2),
+            "matmul_work_vs_hf": round(work["hf"] / work[run.variant], 3) if "hf" in work else None,
         }
         rows.append(row)
         print(_fmt(row), flush=True)

@@ -495,8 +495,9 @@ def dashboard() -> str:
 
 def pretrain() -> str:
     """MLM pre-training tokens/s against HF's BertForMaskedLM (bench/bench_pretrain.py), fp32 and bf16."""
-    rows = ["| shape | variant | precision | batch × seq | ms per step | tokens/s | vs HF |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| shape | variant | precision | batch × seq | ms per step | tokens/s | vs HF "
+            "| matmul GFLOP per step | HF's matmul work ÷ this |",
+            "|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for name in ("pretrain", "pretrain_bf16"):
         if not (RESULTS / f"{name}.json").exists():
@@ -504,9 +505,11 @@ def pretrain() -> str:
         d = _load(name)
         m = d["meta"]
         for r in d["rows"]:
+            work = ((_num(r["matmul_gflop_per_step"]), f"{r['matmul_work_vs_hf']:.2f}")
+                    if r.get("matmul_work_vs_hf") is not None else ("–", "–"))
             rows.append(f"| {r['preset']} | {r['variant']} | {r.get('precision', m['precision'])} "
                         f"| {r['batch']} × {r['seq']} | {_num(r['ms_per_step'])} | {_num(r['tokens_per_s'])} "
-                        f"| {r['speedup_vs_hf']:.2f} |")
+                        f"| {r['speedup_vs_hf']:.2f} | {work[0]} | {work[1]} |")
         load = (f", load average {m['load_avg_start'][0]} at the start and {m['load_avg_end'][0]} at the end"
                 if m.get("load_avg_start") else "")
         heap = {"kept": ", the C heap kept between steps for both (`kept_heap`)",

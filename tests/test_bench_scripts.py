@@ -52,6 +52,11 @@ def test_pretrain_script_runs_every_variant(tmp_path):
         assert r["loss_diff_before_training"] < 1e-3
         assert r["masked_per_step"] == 2 * round(0.15 * 30)  # 15 % of the 30 maskable tokens per row
         assert r["mfu"] is None  # no MFU on CPU
+        assert r["matmul_gflop_per_step"] > 0
+    work = {r["variant"]: r["matmul_work_vs_hf"] for r in rows}
+    # the head on the masked rows alone (bertlab: and the last layer on those rows alone)
+    assert work["hf"] == 1.0 and work["bertlab"] > work["bertlab-lean"] > 1.2
+    assert 0.95 < work["bertlab-full-head"] < work["bertlab"]  # the head on every position, as HF's
     assert result["meta"]["precision"] == "fp32"
     assert "| tiny | bertlab |" in proc.stdout and "speed-up vs HF" in proc.stdout
 
