@@ -192,3 +192,20 @@ def test_an_essay_in_the_data_field_is_one_short_message(panel):
     panel.job.wait(30)
     text = errors(panel)
     assert "not a path" in text and "Errno" not in text and len(text) < 300
+
+
+def test_variants_without_scores_are_plotted_by_size_not_at_no_height():
+    from bertlab.viz.compress import plot_variants
+
+    def row(name, method, ms, mb, score=None):
+        return {"name": name, "method": method, "latency_ms_b1": ms, "disk_mb": mb, "score": score, "heads": 72,
+                "layers": 6}
+
+    # a model without a task head: nothing is scored, so size is the y axis and every variant is drawn
+    fig = plot_variants([row("original", "original", 49.0, 87.3), row("int8", "int8", 28.0, 22.7)])
+    assert sorted(y for tr in fig.data for y in tr.y) == [22.7, 87.3]
+    assert fig.layout.yaxis.title.text == "size (MB)" and "not scored" in fig.layout.title.text
+    # scored and unscored together: the scored on the score axis, the others named under the plot
+    fig = plot_variants([row("original", "original", 49.0, 87.3, 0.9), row("int8", "int8", 28.0, 22.7)])
+    assert [list(tr.y) for tr in fig.data] == [[0.9]]
+    assert "not scored, so not drawn: int8" in fig.layout.annotations[0].text

@@ -74,33 +74,49 @@ def _size(v: Mapping[str, Any]) -> float:
 
 def plot_variants(variants: Sequence[Mapping[str, Any]], batch: int = 1, style: Theme | None = None) -> go.Figure:
     """CPU latency at `batch` (x, ms) against score (y), one marker per variant, its area the model's
-    size (MB, on disk when saved, else in memory); one colour per method."""
+    size (MB, on disk when saved, else in memory); one colour per method. When no variant has a score (a
+    model without a task head is not scored), size is the y axis; variants without one among scored ones
+    are named under the plot instead of drawn at no height."""
     t = style or current()
     key = f"latency_ms_b{batch}"
     rows = [v for v in variants if v.get(key) is not None]
     if not rows:
         return empty_figure("Compress a model: every variant of this session appears here.", t)
+    scored = [v for v in rows if v.get("score") is not None]
+    unscored = [v for v in rows if v.get("score") is None]
+    by_size = not scored  # nothing scored: size against latency
+    drawn = rows if by_size else scored
     biggest = max(_size(v) for v in rows) or 1.0
     fig = go.Figure()
-    methods = [m for m in METHOD_ORDER if any(v["method"] == m for v in rows)]
-    methods += sorted({v["method"] for v in rows} - set(methods))
+    methods = [m for m in METHOD_ORDER if any(v["method"] == m for v in drawn)]
+    methods += sorted({v["method"] for v in drawn} - set(methods))
     for n, method in enumerate(methods):
-        mine = [v for v in rows if v["method"] == method]
+        mine = [v for v in drawn if v["method"] == method]
         fig.add_trace(go.Scatter(
-            x=[round(v[key], 2) for v in mine], y=[round(v["score"], DECIMALS) if v.get("score") is not None else None
-                                                   for v in mine],
+            x=[round(v[key], 2) for v in mine],
+            y=[round(_size(v), 1) if by_size else round(v["score"], DECIMALS) for v in mine],
             mode="markers+text", name=method, text=[v.get("label", v["name"]) for v in mine],
             textposition="top center",
             marker=dict(color=t.color(n), size=[8 + 40 * math.sqrt(_size(v) / biggest) for v in mine],
                         line=dict(color="white", width=1)),
             customdata=[[round(_size(v), 1), v["heads"], v["layers"], html.escape(v["name"])] for v in mine],
-            hovertemplate="%{customdata[3]}: %{x} ms, score %{y:.3f}, %{customdata[0]} MB, %{customdata[2]} layers, "
-                          "%{customdata[1]} heads<extra></extra>",
+            hovertemplate=("%{customdata[3]}: %{x} ms, " + ("" if by_size else "score %{y:.3f}, ")
+                           + "%{customdata[0]} MB, %{customdata[2]} layers, %{customdata[1]} heads<extra></extra>"),
         ))
+    if by_size:
+        title = f"size × CPU latency, batch {batch} (not scored: the model has no task head)"
+        yaxis = dict(title="size (MB)", rangemode="tozero")
+    else:
+        title = f"size (marker area) × CPU latency × score, batch {batch}"
+        yaxis = dict(title="score on held-out examples")
     fig.update_layout(height=380, width=720, plot_bgcolor="white", margin=dict(l=60, r=20, t=40, b=50),
-                      title=dict(text=f"size (marker area) × CPU latency × score, batch {batch}"),
-                      xaxis=dict(title=f"CPU latency, batch {batch} (ms)", rangemode="tozero"),
-                      yaxis=dict(title="score on held-out examples"), legend=dict(title=dict(text="method")))
+                      title=dict(text=title), xaxis=dict(title=f"CPU latency, batch {batch} (ms)", rangemode="tozero"),
+                      yaxis=yaxis, legend=dict(title=dict(text="method")))
+    if unscored and not by_size:
+        names = ", ".join(html.escape(v.get("label", v["name"])) for v in unscored)
+        fig.add_annotation(text=f"not scored, so not drawn: {names}", xref="paper", yref="paper", x=0, y=-0.22,
+                           showarrow=False, xanchor="left", font=dict(size=11))
+        fig.update_layout(margin=dict(l=60, r=20, t=40, b=80), height=400)
     return finish(fig, t)
 
 
