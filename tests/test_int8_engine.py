@@ -167,6 +167,15 @@ def test_the_engine_follows_the_model_when_its_layers_change(layer_calls):
         out = model(ids, types, mask)
         assert torch.equal(out.logits, modules_only(model)(ids, types, mask).logits)
 
+        emb = model.bert.embeddings  # the compiled embeddings and pooler follow too
+        emb.word_embeddings.weight = torch.nn.Parameter(emb.word_embeddings.weight * 2)
+        q, scale = quantize_rows(torch.randn(32, 32))
+        model.bert.pooler.dense = int8_linear(q, scale, None)
+        layer_calls.clear()
+        out = model(ids, types, mask)
+        assert not layer_calls and torch.equal(out.logits, modules_only(model)(ids, types, mask).logits)
+        assert torch.equal(out.pooler_output, modules_only(model)(ids, types, mask).pooler_output)
+
         model.bert.encoder.layer[2].intermediate.dense = torch.nn.Linear(32, 64)  # a float Linear: not int8 now
         layer_calls.clear()
         out = model(ids, types, mask)

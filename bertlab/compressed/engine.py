@@ -18,7 +18,6 @@ pickled model gets a fresh engine that builds itself from the copy.
 from __future__ import annotations
 
 import logging
-import operator
 import warnings
 from typing import Any
 
@@ -190,34 +189,57 @@ def _runnable(layer: nn.Module) -> bool:
             and all(type(m) is nn.LayerNorm for m in (att.output.LayerNorm, out.LayerNorm)))
 
 
-def _parts(layer: nn.Module) -> list[Any]:
-    """What a compiled layer was built from: the modules, parameters and packed weights whose replacement makes
-    it stale (read from torch's own tables, not through `nn.Module.__getattr__`: this runs on every call)."""
-    if type(layer) is not BertLayer:
-        return [layer]
-    att, out, up = layer._modules["attention"], layer._modules["output"], layer._modules["intermediate"]
-    own, written = att._modules["self"]._modules, att._modules["output"]._modules
-    parts: list[Any] = [layer, up, own["query"], own["key"], own["value"], written.get("adapter"),
-                        out._modules.get("adapter")]
-    for m in (own["query"].__dict__.get("fused"), written["dense"], up._modules["dense"], out._modules["dense"]):
-        packed = m._modules.get("_packed_params") if isinstance(m, nn.Module) else None
-        parts += (m, packed, packed.__dict__.get("_packed_params") if packed is not None else None)
-    for norm in (written["LayerNorm"], out._modules["LayerNorm"]):
-        parts += (norm, norm._parameters.get("weight"), norm._parameters.get("bias"))
-    return parts
+Slot = tuple[dict, str]  # (one of torch's tables of a module: `_modules`, `_parameters`, `__dict__`; a name in it)
 
 
-def _model_parts(model: BertModel) -> list[Any]:
-    """What a compiled model was built from besides its layers (`_parts`)."""
-    emb, pooler = model._modules["embeddings"], model._modules.get("pooler")
-    parts: list[Any] = [emb, model._modules.get("embeddings_project"), pooler]
-    for child in emb._modules.values():
-        parts += (child, *getattr(child, "_parameters", {}).values())
+def _slots(model: BertModel) -> list[Slot]:
+    """Where the compiled model's parts sit: the modules, parameters and packed weights whose replacement makes it
+    stale. Built once; checked on every call by identity (`Int8Engine._current`), without `nn.Module.__getattr__`."""
+    slots: list[Slot] = [(model._modules, "embeddings"), (model._modules, "embeddings_project"),
+                         (model._modules, "pooler"), (model._modules, "encoder")]
+    emb = model._modules["embeddings"]
+    for name, child in emb._modules.items():
+        slots += [(emb._modules, name)] + [(child._parameters, p) for p in child._parameters]
+    pooler = model._modules.get("pooler")
     if pooler is not None:
-        dense = pooler._modules["dense"]
-        packed = dense._modules.get("_packed_params")
-        parts += (dense, *dense._parameters.values(), packed, packed.__dict__.get("_packed_params") if packed else None)
-    return parts
+        slots += _linear_slots(pooler._modules, "dense")
+    layers = model._modules["encoder"]._modules["layer"]._modules
+    slots.append((layers, str(len(layers))))  # a layer appended
+    for i, layer in enumerate(layers.values()):
+        slots.append((layers, str(i)))
+        if type(layer) is not BertLayer:
+            continue
+        att, out, up = layer._modules["attention"], layer._modules["output"], layer._modules["intermediate"]
+        own, written = att._modules["self"]._modules, att._modules["output"]._modules
+        slots += [(layer._modules, "attention"), (layer._modules, "output"), (layer._modules, "intermediate"),
+                  (att._modules, "self"), (att._modules, "output"), (own, "query"), (own, "key"), (own, "value"),
+                  (written, "adapter"), (out._modules, "adapter"), (written, "LayerNorm"), (out._modules, "LayerNorm")]
+        fused = own["query"].__dict__.get("fused")
+        if isinstance(fused, nn.Module):
+            slots += [(own["query"].__dict__, "fused"), *_packed_slots(fused)]
+        for table, name in ((written, "dense"), (up._modules, "dense"), (out._modules, "dense")):
+            slots += _linear_slots(table, name)
+        for norm in (written["LayerNorm"], out._modules["LayerNorm"]):
+            slots += [(norm._parameters, "weight"), (norm._parameters, "bias")]
+    return slots
+
+
+def _linear_slots(table: dict, name: str) -> list[Slot]:
+    linear = table.get(name)
+    slots: list[Slot] = [(table, name)]
+    if isinstance(linear, nn.Module):
+        slots += [(linear._parameters, p) for p in linear._parameters] + _packed_slots(linear)
+    return slots
+
+
+def _packed_slots(linear: nn.Module) -> list[Slot]:
+    """A dynamic-int8 Linear's packed weights (`set_weight_bias` replaces them)."""
+    packed = linear._modules.get("_packed_params")
+    return [(linear._modules, "_packed_params")] + ([(packed.__dict__, "_packed_params")] if packed is not None else [])
+
+
+def _same(slot: Slot, built_from: Any) -> bool:
+    return slot[0].get(slot[1]) is built_from
 
 
 class Int8Engine:
@@ -225,7 +247,8 @@ class Int8Engine:
     the modules' own outputs, else returns None and the modules run."""
 
     def __init__(self) -> None:
-        self._key: list[Any] | None = None
+        self._slots: list[Slot] = []  # where the parts it was built from sit (`_slots`)
+        self._built_from: list[Any] | None = None  # what was in those slots then
         self._compiled: Any = None  # a compiled `_Model`; None with a key: this model cannot run here
         self._hooks: list[dict] = []  # the hook tables of every module of the model: a hook in any sends the call back
         self._attention: list[AttentionHooks] = []  # the modules with an attention path to respect
@@ -261,10 +284,10 @@ class Int8Engine:
         return compiled.body(x, mask)
 
     def _current(self, model: BertModel) -> Any:
-        layers = model._modules["encoder"]._modules["layer"]._modules.values()
-        key = _model_parts(model) + [p for layer in layers for p in _parts(layer)]
-        if self._key is None or len(key) != len(self._key) or any(map(operator.is_not, key, self._key)):
-            self._key, self._compiled = key, self._build(model)
+        if self._built_from is None or not all(map(_same, self._slots, self._built_from)):
+            self._slots = _slots(model)
+            self._built_from = [table.get(name) for table, name in self._slots]
+            self._compiled = self._build(model)
             self._plain_embeddings = _plain_embeddings(model)
             modules = list(model.modules())
             self._hooks = hook_tables(modules)
