@@ -7,7 +7,8 @@ Every model is then scored on the same `--dev-examples` seeded sentences of SST-
 trained on (see /work/shared/data's README: that dev file is a held-out random piece of GLUE's train
 set), and timed on the same encoded batches of dev sentences, batch 1 and batch 32 (median over
 `--reps-b1` single sentences and `--reps` batches of 32 after a warm-up; the variants take turns batch by
-batch, so background load hits them alike). Variants:
+batch, so background load hits them alike; the single sentences are timed `--rounds-b1` times, batch 1 giving
+the median round, and each round's ratio to ONNX Runtime is kept to show the spread). Variants:
 
   fp32            the teacher (bertlab)
   int8            `bertlab.compress.quantize` (encoder Linears int8 per channel, embeddings stored int8)
@@ -195,13 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-length", type=int, default=64)
     p.add_argument("--reps", type=int, default=10, help="timed batches of 32")
     p.add_argument("--reps-b1", type=int, default=60, help="timed single sentences (cheap: a few ms each)")
+    p.add_argument("--rounds-b1", type=int, default=5,
+                   help="times the single sentences are timed (in turns each time): batch 1 reports the median "
+                        "round and the spread of the rounds, which a busy machine widens")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--workdir", default=str(Path.home() / ".cache" / "bertlab" / "bench-compress"))
     p.add_argument("--quick", action="store_true", help="a smoke run: 400 training sentences, 200 dev, 3 reps")
     p.add_argument("--out", default=str(RESULTS))
     args = p.parse_args(argv)
     if args.quick:
-        args.train_examples, args.dev_examples, args.reps, args.reps_b1 = 400, 200, 3, 6
+        args.train_examples, args.dev_examples, args.reps, args.reps_b1, args.rounds_b1 = 400, 200, 3, 6, 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(args.threads)
     import bertlab.compress.lab as lab
@@ -246,9 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     log.info("scoring %d variants on %d held-out sentences", len(runs), len(data.dev))
     scores = {name: accuracy(run, score_batches) for name, (run, _, _) in runs.items()}
     log.info("timing at batch 1 (%d sentences) and 32 (%d batches), in turns", args.reps_b1, args.reps)
-    lat = {b: time_in_turns({n: r for n, (r, _, _) in runs.items()}, timing[b]) for b in (1, 32)}
+    plain = {n: r for n, (r, _, _) in runs.items()}
+    rounds = [time_in_turns(plain, timing[1]) for _ in range(args.rounds_b1)]  # each: median ms per variant
+    lat = {1: {n: statistics.median(r[n] for r in rounds) for n in runs}, 32: time_in_turns(plain, timing[32])}
     rows = [{"name": n, **info, "size_mb": round(size / MB, 2), "accuracy": round(scores[n], 4),
-             "latency_ms_b1": round(lat[1][n], 2), "latency_ms_b32": round(lat[32][n], 1)}
+             "latency_ms_b1": round(lat[1][n], 2), "latency_ms_b32": round(lat[32][n], 1),
+             "latency_ms_b1_rounds": [round(r[n], 2) for r in rounds]}
             for n, (_, size, info) in runs.items()]
     by = {r["name"]: r for r in rows}
 
@@ -267,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                             "time_ratio_b32": speed("int8", "hf int8", 32),
                             "size_ratio": round(by["int8"]["size_mb"] / by["hf int8"]["size_mb"], 3)},
         "int8_vs_ort_int8": {"time_ratio_b1": speed("int8", "ort int8", 1),
+                             "time_ratio_b1_rounds": [round(r["int8"] / r["ort int8"], 2) for r in rounds],
                              "time_ratio_b32": speed("int8", "ort int8", 32),
                              "size_ratio": round(by["int8"]["size_mb"] / by["ort int8"]["size_mb"], 3)},
         "fp32_vs_hf_fp32": {"time_ratio_b1": speed("fp32", "hf fp32", 1),
@@ -293,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_average": [round(x, 2) for x in os.getloadavg()], "torch": torch.__version__,
             "transformers": _version("transformers"), "onnxruntime": _version("onnxruntime"),
             "train_examples": len(data.train), "dev_examples": len(data.dev), "max_length": args.max_length,
-            "reps": args.reps, "reps_b1": args.reps_b1,
+            "reps": args.reps, "reps_b1": args.reps_b1, "rounds_b1": args.rounds_b1,
             "teacher": f"the offline default's encoder fine-tuned on {len(data.train)} SST-2 "
                        f"sentences, {args.epochs} epoch(s), lr 5e-5, batch 32",
             "student": f"3 layers, T=2, alpha 0.5, {args.student_epochs} epochs, lr 1e-4",

@@ -322,7 +322,10 @@ def compress() -> str:
         f"({met(SIZE_AIM)}).",
         f"- bertlab int8 time / Hugging Face + `torch.ao` dynamic int8 time: {hf['time_ratio_b1']:.2f} at batch 1, "
         f"{hf['time_ratio_b32']:.2f} at batch 32 (below 1 = bertlab faster), {hf['size_ratio']:.2f}× its size; "
-        f"/ ONNX Runtime int8: {ort['time_ratio_b1']:.2f} and {ort['time_ratio_b32']:.2f}"
+        f"/ ONNX Runtime int8: {ort['time_ratio_b1']:.2f}"
+        + (f" (rounds {min(ort['time_ratio_b1_rounds']):.2f}–{max(ort['time_ratio_b1_rounds']):.2f})"
+           if ort.get("time_ratio_b1_rounds") else "")
+        + f" and {ort['time_ratio_b32']:.2f}"
         + (f" (≤ 1.1 at batch 1: {met(ORT_AIM)})" if ORT_AIM in d["aims"] else "")
         + f", {ort['size_ratio']:.2f}× its size.",
         f"- **3-layer student** distilled from the 6-layer model: {points(st['points_lost'])} "
@@ -332,7 +335,8 @@ def compress() -> str:
         f"batch 32, {points(pr['points_lost'])}. Accuracy (%) by heads kept: {curve}.",
         "",
         f"Teacher: {m['teacher']}; student: {m['student']}. Accuracy on {m['dev_examples']} held-out SST-2 "
-        f"sentences (never trained on); latency: median of {m.get('reps_b1', m['reps'])} single sentences and "
+        f"sentences (never trained on); latency: median of {m.get('reps_b1', m['reps'])} single sentences"
+        + (f" (the median of {m['rounds_b1']} rounds)" if m.get("rounds_b1") else "") + " and "
         f"{m['reps']} batches of 32, {m['threads']} torch thread, "
         f"{m['cpu']}, load average {m['load_average'][0]} when measured ({m['date']}; `{m['command']}`).",
     ]
