@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -41,6 +41,18 @@ from bertlab.model import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def compiled(module: nn.Module) -> nn.Module:
+    """`module` compiled with TorchScript (its deprecation note silenced), or `module` itself where TorchScript
+    fails or is gone: the same arithmetic, run from Python."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return torch.jit.script(module)
+        except Exception as err:
+            log.debug("%s not compiled (%s): it runs uncompiled", type(module).__name__, err)
+            return module
 
 
 class _Layer(nn.Module):
@@ -242,17 +254,22 @@ def _same(slot: Slot, built_from: Any) -> bool:
     return slot[0].get(slot[1]) is built_from
 
 
+class _Built(NamedTuple):
+    """What an engine built, and from what: replaced at once, so a call on another thread sees all of one."""
+
+    slots: list[Slot]  # where the parts it was built from sit (`_slots`)
+    parts: list[Any]  # what was in those slots then
+    model: Any  # the compiled `_Model`, or None: this model cannot run here
+    hooks: list[dict]  # the hook tables of every module of the model: a hook in any sends the call back
+    attention: list[AttentionHooks]  # the modules with an attention path to respect
+
+
 class Int8Engine:
     """`BertModel.engine` for int8 models: runs the model compiled (see the module's docstring) when that gives
     the modules' own outputs, else returns None and the modules run."""
 
     def __init__(self) -> None:
-        self._slots: list[Slot] = []  # where the parts it was built from sit (`_slots`)
-        self._built_from: list[Any] | None = None  # what was in those slots then
-        self._compiled: Any = None  # a compiled `_Model`; None with a key: this model cannot run here
-        self._hooks: list[dict] = []  # the hook tables of every module of the model: a hook in any sends the call back
-        self._attention: list[AttentionHooks] = []  # the modules with an attention path to respect
-        self._plain_embeddings = False  # the compiled model runs the embeddings too
+        self._built: _Built | None = None
 
     def __deepcopy__(self, memo: dict) -> Int8Engine:  # the copy builds its own from the copied modules
         return Int8Engine()
@@ -270,44 +287,34 @@ class Int8Engine:
         if (torch.is_grad_enabled() or model.training or model.packing == "always" or input_ids.device.type != "cpu"
                 or torch.is_autocast_enabled("cpu")):
             return None
-        compiled = self._current(model)
-        if compiled is None or any_hooked(self._hooks):
-            return None
+        built = self._current(model)
+        if built.model is None or any_hooked(built.hooks) or any(m.path == "eager" for m in built.attention):
+            return None  # not an int8 BERT; a hook watches; a lesson asked for the eager attention path
         mask = additive_mask(attention_mask, torch.float32)
-        if self._plain_embeddings:
-            return compiled(input_ids, token_type_ids, mask)
+        if built.model.has_embeddings:
+            return built.model(input_ids, token_type_ids, mask)
         x = model.embeddings(input_ids, token_type_ids)
         if model.embeddings_project is not None:
             x = model.embeddings_project(x)
         if x.dtype != torch.float32:
             return None
-        return compiled.body(x, mask)
+        return built.model.body(x, mask)
 
-    def _current(self, model: BertModel) -> Any:
-        if self._built_from is None or not all(map(_same, self._slots, self._built_from)):
-            self._slots = _slots(model)
-            self._built_from = [table.get(name) for table, name in self._slots]
-            self._compiled = self._build(model)
-            self._plain_embeddings = _plain_embeddings(model)
+    def _current(self, model: BertModel) -> _Built:
+        built = self._built
+        if built is None or not all(map(_same, built.slots, built.parts)):
+            slots = _slots(model)
             modules = list(model.modules())
-            self._hooks = hook_tables(modules)
-            self._attention = [m for m in modules if isinstance(m, AttentionHooks)]
-        if self._compiled is not None and any(m.path == "eager" for m in self._attention):
-            return None  # a lesson asked for the eager attention path: it runs as asked
-        return self._compiled
+            built = self._built = _Built(slots, [table.get(name) for table, name in slots], _build(model),
+                                         hook_tables(modules), [m for m in modules if isinstance(m, AttentionHooks)])
+        return built
 
-    @staticmethod
-    def _build(model: BertModel) -> Any:
-        if not len(model.encoder.layer) or not all(_runnable(layer) for layer in model.encoder.layer):
-            return None
-        whole = _Model(model).eval()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch.jit.script's deprecation note
-            try:
-                return torch.jit.script(whole)
-            except Exception as err:  # a torch without TorchScript: the same arithmetic in Python
-                log.debug("int8 model not compiled (%s); running it uncompiled", err)
-                return whole
+
+def _build(model: BertModel) -> nn.Module | None:
+    """The model compiled (`_Model`), or None when its layers are not all int8 BERT layers."""
+    if not len(model.encoder.layer) or not all(_runnable(layer) for layer in model.encoder.layer):
+        return None
+    return compiled(_Model(model).eval())
 
 
 def attach_int8_engine(model: nn.Module) -> nn.Module:
@@ -319,4 +326,4 @@ def attach_int8_engine(model: nn.Module) -> nn.Module:
     return model
 
 
-__all__ = ["Int8Engine", "attach_int8_engine"]
+__all__ = ["Int8Engine", "attach_int8_engine", "compiled"]

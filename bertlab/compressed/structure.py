@@ -16,12 +16,14 @@ three tensors under their checkpoint names.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+from bertlab.compressed.engine import attach_int8_engine, compiled
 
 QUANT_KEY = "bertlab_quantization"
 PRUNED_KEY = "pruned_heads"
@@ -38,7 +40,6 @@ PER_HEAD_ROWS = ("pos_key_proj", "pos_query_proj")
 # shared int8 Linear once (`Int8Rows`). Others (DeBERTa's query_proj, ...) keep three int8 Linears.
 FUSED_QKV_NAMES = (("query", "key", "value"), ("q_lin", "k_lin", "v_lin"))
 OUT_NAMES = ("dense", "out_lin", "Wo")
-_LINEAR_DYNAMIC = torch.ops.quantized.linear_dynamic.default  # the packed weights' engine's int8 matmul (x86: fbgemm)
 
 
 class CompressError(ValueError):
@@ -65,7 +66,7 @@ def dequantize_rows(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 class _Int8Call(nn.Module):
-    """The int8 kernel on packed weights held as an attribute: compiled (`_compiled_call`), the weights never
+    """The int8 kernel on packed weights held as an attribute: compiled (`engine.compiled`), the weights never
     cross from Python to C++ on a call, which costs more than a small layer's matmul."""
 
     def __init__(self, packed: Any):
@@ -74,15 +75,6 @@ class _Int8Call(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.ops.quantized.linear_dynamic(x, self.packed, True)  # reduce_range, as torch's module
-
-
-def _compiled_call(packed: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.jit.script's deprecation note
-        try:
-            return torch.jit.script(_Int8Call(packed))
-        except Exception:  # a torch without TorchScript: the kernel called from Python
-            return lambda x: _LINEAR_DYNAMIC(x, packed, True)
 
 
 class Int8Linear(DynamicLinear):
@@ -95,7 +87,7 @@ class Int8Linear(DynamicLinear):
         packed = self._packed_params._packed_params
         call = self.__dict__.get("_call")
         if call is None or call[0] is not packed:  # first call, or new weights (`set_weight_bias`)
-            call = self.__dict__["_call"] = (packed, _compiled_call(packed))
+            call = self.__dict__["_call"] = (packed, compiled(_Int8Call(packed)))
         y = call[1](x)
         return y if y.dtype == x.dtype else y.to(x.dtype)
 
@@ -326,11 +318,7 @@ def apply_int8(model: nn.Module, linears: Mapping[str, tuple[torch.Tensor, torch
         module.weight = nn.Parameter(dequantize_rows(q, scale).to(module.weight.device), requires_grad=False)
     if hasattr(model, "tie_weights"):  # the MLM decoder reads the (rounded) word embeddings
         model.tie_weights()
-    if not fuse_qkv:
-        return model
-    from bertlab.compressed.engine import attach_int8_engine  # engine reads structure's fused layers
-
-    return attach_int8_engine(fuse_int8_qkv(model))
+    return attach_int8_engine(fuse_int8_qkv(model)) if fuse_qkv else model
 
 def describe_compression(model: nn.Module) -> str:
     """One line: what was done to this model."""
