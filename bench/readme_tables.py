@@ -309,6 +309,14 @@ def compress() -> str:
         return f"{lost:.1f} points lost" if lost >= 0 else f"{-lost:.1f} points gained"
 
     SIZE_AIM = "int8 ≤ 0.4× the weights' size"  # noqa: N806 (the aim's key in the results file)
+    ORT_LIMIT = 1.1  # noqa: N806 (bench_compress.AIMS["int8_vs_ort_b1"])
+
+    def straddle(rounds: list[float] | None) -> str:
+        """A warning when the rounds fall on both sides of the limit: the verdict is then the noise's."""
+        if rounds and min(rounds) <= ORT_LIMIT < max(rounds):
+            return (f"; the rounds fall on both sides of {ORT_LIMIT}, so whether it is met is within "
+                    f"this machine's run-to-run noise")
+        return ""
     ORT_AIM = "int8 ≤ 1.1× ONNX Runtime int8's time at batch 1"  # noqa: N806
 
     i8, st, pr = r["int8"], r["student"], r["pruned_50"]
@@ -326,7 +334,8 @@ def compress() -> str:
         + (f" (rounds {min(ort['time_ratio_b1_rounds']):.2f}–{max(ort['time_ratio_b1_rounds']):.2f})"
            if ort.get("time_ratio_b1_rounds") else "")
         + f" and {ort['time_ratio_b32']:.2f}"
-        + (f" (≤ 1.1 at batch 1: {met(ORT_AIM)})" if ORT_AIM in d["aims"] else "")
+        + (f" (≤ {ORT_LIMIT} at batch 1: {met(ORT_AIM)}{straddle(ort.get('time_ratio_b1_rounds'))})"
+           if ORT_AIM in d["aims"] else "")
         + f", {ort['size_ratio']:.2f}× its size.",
         f"- **3-layer student** distilled from the 6-layer model: {points(st['points_lost'])} "
         f"({met('student ≤ 3 points lost')}), {st['speedup_b1']:.2f}× faster at batch 1, {st['speedup_b32']:.2f}× "

@@ -50,3 +50,24 @@ def test_the_check_names_a_stale_page(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(tables, "DOCS", tmp_path)
     assert tables.main(["--check"]) == 1 and "page.md (fillmask)" in capsys.readouterr().out
     assert tables.main([]) == 0 and tables.main(["--check"]) == 0
+
+
+def test_an_aim_the_rounds_straddle_says_so(monkeypatch):
+    """int8 against ONNX Runtime at batch 1: a verdict the rounds' spread could flip is marked as noise's."""
+    import copy
+
+    tables = _tables()
+    real = tables._load("compress")
+
+    def with_rounds(rounds: list[float], median: float) -> str:
+        d = copy.deepcopy(real)
+        d["ratios"]["int8_vs_ort_int8"].update(time_ratio_b1=median, time_ratio_b1_rounds=rounds)
+        d["aims"]["int8 ≤ 1.1× ONNX Runtime int8's time at batch 1"] = median <= 1.1
+        monkeypatch.setattr(tables, "_load", lambda name: d if name == "compress" else real)
+        return tables.compress()
+
+    assert "both sides of 1.1" in with_rounds([1.07, 1.1, 1.18], 1.1)
+    assert "both sides of 1.1" in with_rounds([1.05, 1.12, 1.2], 1.12)
+    clear = with_rounds([1.01, 1.03, 1.05], 1.03)
+    assert "both sides" not in clear and "≤ 1.1 at batch 1: met)" in clear
+    assert "both sides" not in with_rounds([1.2, 1.25, 1.3], 1.25)
