@@ -71,3 +71,22 @@ def test_an_aim_the_rounds_straddle_says_so(monkeypatch):
     clear = with_rounds([1.01, 1.03, 1.05], 1.03)
     assert "both sides" not in clear and "≤ 1.1 at batch 1: met)" in clear
     assert "both sides" not in with_rounds([1.2, 1.25, 1.3], 1.25)
+    assert "both sides" not in with_rounds([1.05, 1.1], 1.08)  # a round at the limit meets it
+
+
+def test_a_fine_tuning_ratio_shows_each_round_and_warns_when_they_straddle_the_aim(monkeypatch):
+    import copy
+
+    tables = _tables()
+    real = {name: tables._load(name) for name in ("finetune", "finetune_sick", "finetune_bf16")}
+
+    def said(ours: list[float], theirs: list[float]) -> str:
+        d = copy.deepcopy(real["finetune_sick"])
+        by = {r["variant"]: r for r in d["rows"]}
+        by["bertlab-fp32"]["seconds_each"], by["hf-grouped"]["seconds_each"] = ours, theirs
+        monkeypatch.setattr(tables, "_load", lambda name: d if name == "finetune_sick" else real[name])
+        return tables.finetune().splitlines()[-1]
+
+    line = said([20.0, 25.0], [32.0, 30.0])
+    assert "SICK pairs, fp32" in line and "(rounds 1.60, 1.20; the rounds fall on both sides of 1.5" in line
+    assert "(rounds 1.60, 1.55)" in said([20.0, 20.0], [32.0, 31.0])
