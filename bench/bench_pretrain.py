@@ -243,6 +243,74 @@ def matmul_flops(run: VariantRun) -> int:
     return counter.get_total_flops()
 
 
+# What a piece of work is, by the name the profiler gives it (an aten op on a CPU, a kernel on a GPU); the first
+# kind whose pieces the lower-cased name contains wins, so the more specific come first.
+KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("loss", ("cross_entropy", "nll_loss", "log_softmax", "logsoftmax")),
+    ("attention", ("flash", "fmha", "attention", "softmax")),
+    ("layernorm", ("layer_norm", "layernorm")),
+    ("dropout", ("dropout", "bernoulli", "philox")),
+    ("optimizer", ("adam", "multi_tensor", "foreach", "vector_norm", "clip_grad")),
+    ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "aten::mm", "aten::addmm", "aten::bmm",
+                "aten::baddbmm", "aten::matmul")),
+    ("memory", ("copy", "cast", "cat", "index", "gather", "scatter", "embedding", "fill", "zero")),
+    ("elementwise", ("elementwise", "reduce_kernel", "aten::add", "aten::mul", "aten::div", "aten::sub",
+                     "aten::sum", "aten::gelu", "aten::tanh", "aten::where", "aten::neg", "aten::sqrt",
+                     "aten::rsub", "aten::masked_fill", "aten::relu", "aten::threshold")),
+)
+
+
+def kind_of(name: str) -> str:
+    low = name.lower()
+    return next((kind for kind, pieces in KINDS if any(piece in low for piece in pieces)), "other")
+
+
+def profile_steps(run: VariantRun, steps: int) -> dict:
+    """Where `steps` more training steps of a variant spend their time (torch.profiler): per step, the wall time
+    (the profiler's own cost included), the time the work is busy (the GPU's kernels; on a CPU its ops' own time)
+    and that time by kind of work (`KINDS`), the costliest ops, and on a GPU the kernel launches (a step of many
+    small kernels leaves the GPU waiting on the host: wall far above busy)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = run.device.type == "cuda"
+    _sync(run.device)
+    with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        t = time.perf_counter()
+        for _ in range(steps):
+            run.step(timed=False)
+        wall = time.perf_counter() - t
+    want = DeviceType.CUDA if cuda else DeviceType.CPU
+    events = [e for e in prof.key_averages() if e.device_type == want]
+    own = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)  # microseconds
+    if not cuda:  # on a CPU: the aten ops (ranges such as Optimizer.step's hold only Python between ops)
+        events = [e for e in events if e.key.startswith("aten::")]
+    busy = sum(own(e) for e in events)
+    by_kind: dict[str, float] = {}
+    for e in events:
+        by_kind[kind_of(e.key)] = by_kind.get(kind_of(e.key), 0.0) + own(e)
+    top = sorted(events, key=own, reverse=True)[:12]
+    return {
+        "steps": steps, "clock": "GPU kernels" if cuda else "CPU ops (self time)",
+        "wall_ms_per_step": round(wall * 1000 / steps, 2),
+        "busy_ms_per_step": round(busy / 1000 / steps, 2),
+        "by_kind_ms_per_step": {k: round(v / 1000 / steps, 3)
+                                for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+        "launches_per_step": round(sum(e.count for e in events) / steps, 1) if cuda else None,
+        "top": [{"name": e.key[:100], "kind": kind_of(e.key), "ms_per_step": round(own(e) / 1000 / steps, 3),
+                 "calls_per_step": round(e.count / steps, 1)} for e in top],
+    }
+
+
+def profile_or_error(run: VariantRun, steps: int) -> dict:
+    """`profile_steps`, or {"error": why} when the profiler fails: the timed figures stand without it."""
+    try:
+        return profile_steps(run, steps)
+    except Exception as err:  # a profiler that cannot run here (e.g. no CUPTI) must not cost the timings
+        logging.getLogger(__name__).warning("profiling %s failed: %s", run.variant, err)
+        return {"error": f"{type(err).__name__}: {err}"[:300]}
+
+
 def time_variants(runs: list[VariantRun], warmup: int, steps: int) -> None:
     """Warm-up, then timed rounds; each round steps every variant once, in an order rotated per round,
     so that a machine shared with other work slows all variants alike."""
@@ -300,6 +368,7 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device, precisi
     with kept_heap() if device.type == "cpu" and a.heap == "kept" else contextlib.nullcontext():
         work = {run.variant: matmul_flops(run) for run in runs}
         time_variants(runs, a.warmup, a.steps)
+        profiles = {run.variant: profile_or_error(run, a.profile) for run in runs} if a.profile else {}
     peak = a.peak_tflops * 1e12 if device.type == "cuda" else None
     medians = {run.variant: statistics.median(run.times) for run in runs}
     rows = []
@@ -318,6 +387,8 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device, precisi
             "matmul_gflop_per_step": round(work[run.variant] / 1e9, 2),
             "matmul_work_vs_hf": round(work["hf"] / work[run.variant], 3) if "hf" in work else None,
         }
+        if run.variant in profiles:
+            row["profile"] = profiles[run.variant]
         rows.append(row)
         print(_fmt(row), flush=True)
     del runs
@@ -351,6 +422,9 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 10 on cuda, 2 on cpu)")
     p.add_argument("--batches", type=int, default=4, help="distinct masked batches, cycled")
     p.add_argument("--compile", action="store_true", help="torch.compile both models")
+    p.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                   help="after timing, profile this many more steps of each variant (untimed): where a step's time "
+                        "goes, by kind of work, into each row's 'profile'")
     p.add_argument("--precision", nargs="+", choices=("auto", "fp32", "bf16"), default=["auto"],
                    help="what both models' products run in (one set of rows each); auto: bf16 on CUDA and on "
                         "CPUs with native bf16, else fp32")
@@ -401,7 +475,8 @@ def main() -> None:
     meta = {"torch": torch.__version__, "transformers": transformers.__version__, "device": a.device,
             "gpu": gpu, "cpu": platform.processor() or platform.machine(), "threads": a.threads,
             "precision": " and ".join("bf16 autocast" if p == "bf16" else p for p in precisions), "steps": a.steps,
-            "warmup": a.warmup, "compile": a.compile, "heap": a.heap if a.device == "cpu" else None,
+            "warmup": a.warmup, "compile": a.compile, "profile_steps": a.profile,
+            "heap": a.heap if a.device == "cpu" else None,
             "load_avg_start": load_start, "load_avg_end": [round(x, 2) for x in os.getloadavg()],
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "peak_tflops": a.peak_tflops if a.device == "cuda" else None}

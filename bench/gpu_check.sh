@@ -11,7 +11,8 @@
 #   sst2       bertlab finetune --task sst2 on every SST-2 training sentence: wall time, dev accuracy
 #   qa         bertlab finetune --task qa (SQuAD articles, the recipe's epochs), under a time cap
 #   bench_ft   bench/bench_finetune.py, BERT-base shape: bertlab against HF Trainer (bf16), same sentences
-#   bench_pt   bench/bench_pretrain.py, MiniLM and BERT-base shapes: tokens/s, MFU against the GPU's bf16 peak
+#   bench_pt   bench/bench_pretrain.py, MiniLM and BERT-base shapes: tokens/s, MFU against the GPU's bf16 peak,
+#              and 3 profiled steps per variant (where a step's GPU time goes, kernel launches per step)
 #   heads      bertlab train-default-heads continuing the shipped heads, as many steps as the time left allows
 #              (at most HEADS_MAX_S), a new seed and lr 3e-4 as the shipped file's later continuations
 #              (GPU_CHECK_HEADS_ARGS), the new heads file brought back in parts under 16 MiB
@@ -94,11 +95,11 @@ if [ "$TINY" = 1 ]; then
   FT_SIZE=(--max-train-examples 64 --max-eval-examples 32 --epochs 1 --batch-size 16)
   SST2=(--max-length 32) QA=(--max-length 96 --doc-stride 32)
   BENCH_FT=(--presets tiny --examples 64 --warmup 1 --rounds 1 --batch 16)
-  BENCH_PT=(--presets tiny --batch 2 --seq 32 --steps 2 --warmup 1)
+  BENCH_PT=(--presets tiny --batch 2 --seq 32 --steps 2 --warmup 1 --profile 1)
 else
   FT_SIZE=() SST2=() QA=()
   BENCH_FT=(--presets base --examples 9600 --warmup 20 --rounds 1 --batch 32)
-  BENCH_PT=(--presets minilm base)
+  BENCH_PT=(--presets minilm base --profile 3)
 fi
 
 # 1. the CUDA tests

@@ -543,7 +543,40 @@ def pretrain() -> str:
         notes.append(f"{m['precision']}: {m['steps']} steps after {m['warmup']} warm-up, median{load}{heap}")
     rows += ["", f"(`python bench/bench_pretrain.py --precision …`, {m['device']}, {m['threads']} thread(s); "
              + "; ".join(notes) + ")"]
-    return "\n".join(rows)
+    profiled = profile_table([r for name in ("pretrain", "pretrain_bf16") if (RESULTS / f"{name}.json").exists()
+                              for r in _load(name)["rows"]])
+    return "\n".join(rows + ([""] + profiled if profiled else []))
+
+
+PROFILE_KINDS = ("matmul", "attention", "layernorm", "dropout", "elementwise", "memory", "loss", "optimizer", "other")
+
+
+def profile_table(rows: list[dict]) -> list[str]:
+    """Where a training step's time goes (`bench_pretrain.py --profile`), each kind of work as a share of the
+    busy time, for the rows that were profiled; [] when none was."""
+    failed = [f"{r['preset']} {r['variant']}: {r['profile']['error']}" for r in rows
+              if r.get("profile") and "error" in r["profile"]]
+    note = [f"The profile asked for failed ({'; '.join(failed)})."] if failed else []
+    rows = [r for r in rows if r.get("profile") and "error" not in r["profile"]]
+    if not rows:
+        return note
+    gpu = rows[0]["profile"]["launches_per_step"] is not None
+    out = ["| shape | variant | precision | ms per step, profiled | busy | " + " | ".join(PROFILE_KINDS)
+           + (" | kernel launches per step |" if gpu else " |"),
+           "|---" * (5 + len(PROFILE_KINDS) + gpu) + "|"]
+    for r in rows:
+        pr = r["profile"]
+        busy = pr["busy_ms_per_step"]
+        shares = [f"{100 * pr['by_kind_ms_per_step'].get(k, 0.0) / busy:.0f} %" if busy else "–" for k in PROFILE_KINDS]
+        out.append(f"| {r['preset']} | {r['variant']} | {r['precision']} | {_num(pr['wall_ms_per_step'])} "
+                   f"| {_num(busy)} | " + " | ".join(shares)
+                   + (f" | {_num(pr['launches_per_step'], 0)} |" if gpu else " |"))
+    pr = rows[0]["profile"]
+    out += ["", f"Busy: the time of the {pr['clock']}, per step, over {pr['steps']} profiled steps after the timed "
+            "ones (the profiler's own cost is in the wall time); each kind of work as a share of it, by the names "
+            "of the ops (`bench_pretrain.KINDS`)."
+            + (" Wall far above busy means the GPU waits on the host (launches, syncs)." if gpu else "")]
+    return out + ([""] + note if note else [])
 
 
 def loss_curves() -> str:
@@ -688,7 +721,8 @@ def gpu() -> str:
              f"(`bench/bench_pretrain.py --device cuda`, `bench/bench_finetune.py --device cuda`). Aims: ≥ 1.5× HF "
              f"and ≥ 45 % MFU; measured: at best {best_ft:.2f}× HF's grouped bf16 `Trainer` and "
              f"{100 * best_mfu:.1f} % MFU, so **neither aim is met** on the GPU yet."]
-    return "\n".join(rows)
+    profiled = profile_table(_load("pretrain_cuda")["rows"])
+    return "\n".join(rows + ([""] + profiled if profiled else []))
 
 
 def probes() -> str:

@@ -42,10 +42,17 @@ def _run(script: str, *args: str, env: dict | None = None) -> subprocess.Complet
 def test_pretrain_script_runs_every_variant(tmp_path):
     out = tmp_path / "pretrain.json"
     proc = _run("bench_pretrain.py", "--presets", "tiny", "--batch", "2", "--seq", "32", "--steps", "1",
-                "--warmup", "1", "--batches", "1", "--out", str(out))
+                "--warmup", "1", "--batches", "1", "--profile", "1", "--out", str(out))
     result = json.loads(out.read_text())
     rows = result["rows"]
     assert [r["variant"] for r in rows] == ["hf", "bertlab", "bertlab-lean", "bertlab-full-head"]
+    for r in rows:  # one more step each, profiled: its busy time split by kind of work
+        pr = r["profile"]
+        assert pr["steps"] == 1 and pr["launches_per_step"] is None and pr["clock"].startswith("CPU")
+        assert 0 < pr["busy_ms_per_step"] <= pr["wall_ms_per_step"]
+        assert abs(sum(pr["by_kind_ms_per_step"].values()) - pr["busy_ms_per_step"]) < 0.05
+        assert pr["by_kind_ms_per_step"]["matmul"] > 0 and pr["by_kind_ms_per_step"]["optimizer"] > 0
+        assert pr["top"][0]["ms_per_step"] >= pr["top"][-1]["ms_per_step"]
     assert rows[0]["speedup_vs_hf"] == 1.0
     for r in rows:
         assert r["tokens_per_s"] > 0 and r["ms_per_step"] > 0
@@ -71,6 +78,31 @@ def test_pretrain_models_share_weights_and_the_check_catches_a_difference():
         ours.bert.encoder.layer[0].intermediate.dense.weight.mul_(3.0)
     with pytest.raises(RuntimeError, match="disagree"):
         bp.check_same_loss(hf, ours, setup)
+
+
+def test_profiled_work_is_sorted_into_kinds_by_its_names():
+    """CPU op names and CUDA kernel names (as torch's profiler reports them on an H100) land in their kind."""
+    bp = _module("bench_pretrain")
+    names = {
+        "aten::addmm": "matmul", "aten::bmm": "matmul", "nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTN": "matmul",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1": "matmul",
+        "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits": "attention",
+        "fmha_cutlassB_bf16_aligned_64x64_k64_sm80": "attention", "aten::_softmax": "attention",
+        "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, c10::BFloat16, float, float, "
+        "at::native::(anonymous namespace)::LogSoftMaxForwardEpilogue>": "loss",
+        "aten::_log_softmax_backward_data": "loss", "aten::nll_loss_forward": "loss",
+        "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>": "layernorm",
+        "aten::native_layer_norm_backward": "layernorm", "aten::bernoulli_": "dropout",
+        "void at::native::(anonymous namespace)::fused_dropout_kernel_vec<c10::BFloat16, float>": "dropout",
+        "void at::native::multi_tensor_apply_kernel<at::native::FusedAdamMathFunctor<float, 4>>": "optimizer",
+        "aten::_fused_adamw_": "optimizer", "aten::linalg_vector_norm": "optimizer",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::direct_copy_kernel_cuda": "memory",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>": "memory",
+        "aten::index_select": "memory", "aten::embedding_dense_backward": "memory",
+        "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl": "elementwise",
+        "aten::gelu_backward": "elementwise", "aten::add": "elementwise", "aten::argmax": "other",
+    }
+    assert {n: bp.kind_of(n) for n in names} == names
 
 
 def test_pretrain_flops_formula():

@@ -90,3 +90,21 @@ def test_a_fine_tuning_ratio_shows_each_round_and_warns_when_they_straddle_the_a
     line = said([20.0, 25.0], [32.0, 30.0])
     assert "SICK pairs, fp32" in line and "(rounds 1.60, 1.20; the rounds fall on both sides of 1.5" in line
     assert "(rounds 1.60, 1.55)" in said([20.0, 20.0], [32.0, 31.0])
+
+
+def test_a_profiled_step_is_shown_as_shares_of_its_busy_time():
+    tables = _tables()
+    row = {"preset": "base", "variant": "bertlab", "precision": "bf16",
+           "profile": {"steps": 3, "clock": "GPU kernels", "wall_ms_per_step": 200.0, "busy_ms_per_step": 100.0,
+                       "by_kind_ms_per_step": {"matmul": 60.0, "attention": 25.0, "other": 15.0},
+                       "launches_per_step": 1234.0, "top": []}}
+    table = tables.profile_table([row, {"preset": "base", "variant": "hf"}])  # an unprofiled row is left out
+    assert len([line for line in table if line.startswith("| base |")]) == 1
+    line = next(line for line in table if line.startswith("| base |"))
+    assert "| 200.0 | 100.0 | 60 % | 25 % | 0 % |" in line and line.endswith("| 1,234 |")
+    assert "waits on the host" in table[-1] and "3 profiled steps" in table[-1]
+    assert tables.profile_table([{"preset": "base", "variant": "hf"}]) == []
+    failed = {"preset": "base", "variant": "hf", "profile": {"error": "RuntimeError: CUPTI not available"}}
+    said = "The profile asked for failed (base hf: RuntimeError: CUPTI not available)."
+    assert tables.profile_table([failed]) == [said]
+    assert tables.profile_table([row, failed]) == table + ["", said]  # the profiled rows as before, then why not hf
