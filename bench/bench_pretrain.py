@@ -371,6 +371,7 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device, precisi
         profiles = {run.variant: profile_or_error(run, a.profile) for run in runs} if a.profile else {}
     peak = a.peak_tflops * 1e12 if device.type == "cuda" else None
     medians = {run.variant: statistics.median(run.times) for run in runs}
+    by_name = {run.variant: run for run in runs}
     rows = []
     for run in runs:
         sec = medians[run.variant]
@@ -381,6 +382,9 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device, precisi
             "masked_per_step": round(masked, 1), "ms_per_step": round(sec * 1000, 2),
             "ms_per_step_min": round(min(run.times) * 1000, 2), "tokens_per_s": round(tokens / sec, 1),
             "speedup_vs_hf": round(medians["hf"] / sec, 3) if "hf" in medians else None,
+            # each timed round's own ratio (the variants took turns step by step): the figure's spread
+            "speedup_vs_hf_per_step": ([round(h / t, 3) for h, t in zip(by_name["hf"].times, run.times)]
+                                       if "hf" in by_name else None),
             "mfu": round(needed / sec / peak, 4) if peak else None,
             "hfu": round(done / sec / peak, 4) if peak else None,
             "peak_mem_mb": run.peak_mem_mb(), "loss_diff_before_training": loss_diff, "encoder_params": n_enc,

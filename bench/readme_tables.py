@@ -519,6 +519,14 @@ def dashboard() -> str:
     return "\n".join(rows)
 
 
+def _middle_half(ratios: list[float] | None) -> str:
+    """' (q1–q3)' of per-step ratios (four or more, not all equal), else ''."""
+    if not ratios or len(ratios) < 4 or len(set(ratios)) == 1:
+        return ""
+    q1, _, q3 = statistics.quantiles(ratios, n=4)
+    return f" ({q1:.2f}–{q3:.2f})"
+
+
 def pretrain() -> str:
     """MLM pre-training tokens/s against HF's BertForMaskedLM (bench/bench_pretrain.py), fp32 and bf16."""
     rows = ["| shape | variant | precision | batch × seq | ms per step | tokens/s | vs HF "
@@ -535,14 +543,16 @@ def pretrain() -> str:
                     if r.get("matmul_work_vs_hf") is not None else ("–", "–"))
             rows.append(f"| {r['preset']} | {r['variant']} | {r.get('precision', m['precision'])} "
                         f"| {r['batch']} × {r['seq']} | {_num(r['ms_per_step'])} | {_num(r['tokens_per_s'])} "
-                        f"| {r['speedup_vs_hf']:.2f} | {work[0]} | {work[1]} |")
+                        f"| {r['speedup_vs_hf']:.2f}{_middle_half(r.get('speedup_vs_hf_per_step'))} "
+                        f"| {work[0]} | {work[1]} |")
         load = (f", load average {m['load_avg_start'][0]} at the start and {m['load_avg_end'][0]} at the end"
                 if m.get("load_avg_start") else "")
         heap = {"kept": ", the C heap kept between steps for both (`kept_heap`)",
                 "default": ", glibc's default heap"}.get(m.get("heap") or "", "")
         notes.append(f"{m['precision']}: {m['steps']} steps after {m['warmup']} warm-up, median{load}{heap}")
     rows += ["", f"(`python bench/bench_pretrain.py --precision …`, {m['device']}, {m['threads']} thread(s); "
-             + "; ".join(notes) + ")"]
+             + "; ".join(notes) + "; vs HF: the median steps' ratio, in brackets the middle half of the ratios of "
+             "steps taken in turn, where there were four or more)"]
     profiled = profile_table([r for name in ("pretrain", "pretrain_bf16") if (RESULTS / f"{name}.json").exists()
                               for r in _load(name)["rows"]])
     return "\n".join(rows + ([""] + profiled if profiled else []))

@@ -53,7 +53,8 @@ def test_pretrain_script_runs_every_variant(tmp_path):
         assert abs(sum(pr["by_kind_ms_per_step"].values()) - pr["busy_ms_per_step"]) < 0.05
         assert pr["by_kind_ms_per_step"]["matmul"] > 0 and pr["by_kind_ms_per_step"]["optimizer"] > 0
         assert pr["top"][0]["ms_per_step"] >= pr["top"][-1]["ms_per_step"]
-    assert rows[0]["speedup_vs_hf"] == 1.0
+    assert rows[0]["speedup_vs_hf"] == 1.0 and rows[0]["speedup_vs_hf_per_step"] == [1.0]
+    assert all(len(r["speedup_vs_hf_per_step"]) == 1 and r["speedup_vs_hf_per_step"][0] > 0 for r in rows)
     for r in rows:
         assert r["tokens_per_s"] > 0 and r["ms_per_step"] > 0
         assert r["loss_diff_before_training"] < 1e-3

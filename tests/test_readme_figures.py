@@ -108,3 +108,10 @@ def test_a_profiled_step_is_shown_as_shares_of_its_busy_time():
     said = "The profile asked for failed (base hf: RuntimeError: CUPTI not available)."
     assert tables.profile_table([failed]) == [said]
     assert tables.profile_table([row, failed]) == table + ["", said]  # the profiled rows as before, then why not hf
+
+
+def test_a_pre_training_ratio_shows_the_middle_half_of_its_steps():
+    tables = _tables()
+    assert tables._middle_half([1.2, 1.3, 1.4, 1.5, 1.6]) == " (1.25–1.55)"
+    assert tables._middle_half([1.3, 1.4, 1.5]) == "" and tables._middle_half(None) == ""
+    assert tables._middle_half([1.0] * 6) == ""  # HF against itself
