@@ -288,7 +288,8 @@ def profile_steps(run: VariantRun, steps: int) -> dict:
     busy = sum(own(e) for e in events)
     by_kind: dict[str, float] = {}
     for e in events:
-        by_kind[kind_of(e.key)] = by_kind.get(kind_of(e.key), 0.0) + own(e)
+        kind = kind_of(e.key)
+        by_kind[kind] = by_kind.get(kind, 0.0) + own(e)
     top = sorted(events, key=own, reverse=True)[:12]
     return {
         "steps": steps, "clock": "GPU kernels" if cuda else "CPU ops (self time)",
@@ -371,7 +372,7 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device, precisi
         profiles = {run.variant: profile_or_error(run, a.profile) for run in runs} if a.profile else {}
     peak = a.peak_tflops * 1e12 if device.type == "cuda" else None
     medians = {run.variant: statistics.median(run.times) for run in runs}
-    by_name = {run.variant: run for run in runs}
+    hf_times = next((run.times for run in runs if run.variant == "hf"), None)
     rows = []
     for run in runs:
         sec = medians[run.variant]
@@ -383,8 +384,7 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device, precisi
             "ms_per_step_min": round(min(run.times) * 1000, 2), "tokens_per_s": round(tokens / sec, 1),
             "speedup_vs_hf": round(medians["hf"] / sec, 3) if "hf" in medians else None,
             # each timed round's own ratio (the variants took turns step by step): the figure's spread
-            "speedup_vs_hf_per_step": ([round(h / t, 3) for h, t in zip(by_name["hf"].times, run.times)]
-                                       if "hf" in by_name else None),
+            "speedup_vs_hf_per_step": [round(h / t, 3) for h, t in zip(hf_times, run.times)] if hf_times else None,
             "mfu": round(needed / sec / peak, 4) if peak else None,
             "hfu": round(done / sec / peak, 4) if peak else None,
             "peak_mem_mb": run.peak_mem_mb(), "loss_diff_before_training": loss_diff, "encoder_params": n_enc,

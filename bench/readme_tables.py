@@ -183,22 +183,21 @@ def _finetune_table(name: str) -> list[str]:
     return rows
 
 
-def _like_for_like(name: str, variant: str, base: str) -> tuple[str, str] | None:
-    """('N.NN×' of `variant` over `base` in results file `name`, each round's own ratio when there were several),
-    or None when they are not there."""
+def _like_for_like(name: str, variant: str, base: str) -> str | None:
+    """'**N.NN×**' of `variant` over `base` in results file `name`, then each round's own ratio when there were
+    several; None when they are not there."""
     path = RESULTS / f"{name}.json"
     if not path.exists():
         return None
     by = {r["variant"]: r for r in _load(name)["rows"]}
     if variant not in by or base not in by:
         return None
-    key = "speedup_vs_" + base.replace("-", "_")
+    said = f"**{by[variant]['speedup_vs_' + base.replace('-', '_')]:.2f}×**"
     ours, theirs = by[variant].get("seconds_each") or [], by[base].get("seconds_each") or []
-    note = ""
     if len(ours) > 1 and len(ours) == len(theirs):  # the rounds ran in turns: each round's own ratio
         rounds = [t / o for o, t in zip(ours, theirs)]
-        note = f" (rounds {', '.join(f'{r:.2f}' for r in rounds)}{straddle(rounds, FINETUNE_AIM, at_most=False)})"
-    return f"{by[variant][key]:.2f}×", note
+        said += f" (rounds {', '.join(f'{r:.2f}' for r in rounds)}{straddle(rounds, FINETUNE_AIM, at_most=False)})"
+    return said
 
 
 FINETUNE_AIM = 1.5  # bertlab's speed over HF's grouped `Trainer`, the same arithmetic: at least this
@@ -222,7 +221,7 @@ def finetune() -> str:
     cells = [("SST-2, fp32", _like_for_like("finetune", "bertlab-fp32", "hf-grouped")),
              ("SICK pairs, fp32", _like_for_like("finetune_sick", "bertlab-fp32", "hf-grouped")),
              ("SST-2, bf16", _like_for_like("finetune_bf16", "bertlab-bf16", "hf-grouped-bf16"))]
-    said = "; ".join(f"{where} **{cell[0]}**{cell[1]}" for where, cell in cells if cell is not None)
+    said = "; ".join(f"{where} {cell}" for where, cell in cells if cell is not None)
     rows += ["", f"Against HF's `Trainer` with `group_by_length` in the same arithmetic (aim ≥ {FINETUNE_AIM}×): "
                  f"{said}."]
     return "\n".join(rows)
@@ -328,7 +327,10 @@ def compress() -> str:
         return f"{lost:.1f} points lost" if lost >= 0 else f"{-lost:.1f} points gained"
 
     SIZE_AIM = "int8 ≤ 0.4× the weights' size"  # noqa: N806 (the aim's key in the results file)
-    ORT_LIMIT = 1.1  # noqa: N806 (bench_compress.AIMS["int8_vs_ort_b1"])
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_compress import AIMS
+
+    ORT_LIMIT = AIMS["int8_vs_ort_b1"]  # noqa: N806
     ORT_AIM = "int8 ≤ 1.1× ONNX Runtime int8's time at batch 1"  # noqa: N806
 
     i8, st, pr = r["int8"], r["student"], r["pruned_50"]
@@ -532,12 +534,13 @@ def pretrain() -> str:
     rows = ["| shape | variant | precision | batch × seq | ms per step | tokens/s | vs HF "
             "| matmul GFLOP per step | HF's matmul work ÷ this |",
             "|---|---|---|---|---|---|---|---|---|"]
-    notes = []
+    notes, profiled = [], []
     for name in ("pretrain", "pretrain_bf16"):
         if not (RESULTS / f"{name}.json").exists():
             continue
         d = _load(name)
         m = d["meta"]
+        profiled += d["rows"]
         for r in d["rows"]:
             work = ((_num(r["matmul_gflop_per_step"]), f"{r['matmul_work_vs_hf']:.2f}")
                     if r.get("matmul_work_vs_hf") is not None else ("–", "–"))
@@ -553,11 +556,11 @@ def pretrain() -> str:
     rows += ["", f"(`python bench/bench_pretrain.py --precision …`, {m['device']}, {m['threads']} thread(s); "
              + "; ".join(notes) + "; vs HF: the median steps' ratio, in brackets the middle half of the ratios of "
              "steps taken in turn, where there were four or more)"]
-    profiled = profile_table([r for name in ("pretrain", "pretrain_bf16") if (RESULTS / f"{name}.json").exists()
-                              for r in _load(name)["rows"]])
+    profiled = profile_table(profiled)
     return "\n".join(rows + ([""] + profiled if profiled else []))
 
 
+# bench_pretrain.KINDS' names and its "other", in the order the table shows them (a test keeps the two alike)
 PROFILE_KINDS = ("matmul", "attention", "layernorm", "dropout", "elementwise", "memory", "loss", "optimizer", "other")
 
 

@@ -115,3 +115,14 @@ def test_a_pre_training_ratio_shows_the_middle_half_of_its_steps():
     assert tables._middle_half([1.2, 1.3, 1.4, 1.5, 1.6]) == " (1.25–1.55)"
     assert tables._middle_half([1.3, 1.4, 1.5]) == "" and tables._middle_half(None) == ""
     assert tables._middle_half([1.0] * 6) == ""  # HF against itself
+
+
+def test_the_profile_table_has_a_column_for_every_kind_the_benchmark_sorts_work_into():
+    import importlib.util as iu
+    import sys
+
+    spec = iu.spec_from_file_location("bench_pretrain", ROOT / "bench" / "bench_pretrain.py")
+    bp = iu.module_from_spec(spec)
+    sys.modules["bench_pretrain"] = bp
+    spec.loader.exec_module(bp)
+    assert sorted(_tables().PROFILE_KINDS) == sorted([kind for kind, _ in bp.KINDS] + ["other"])
