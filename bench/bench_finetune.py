@@ -22,6 +22,7 @@ autocast where the device multiplies bf16 natively (a GPU; a CPU with AVX-512 BF
   bertlab-bf16      the same in bf16 autocast whatever the device: like for like with `hf-grouped-bf16` (on a
                     CPU without native bf16, "auto" is fp32, so `bertlab` alone would not give this pair)
   bertlab-shuffled  the same loop (precision "auto") with its default seeded shuffle (no bucketing)
+  bertlab-shuffled-padded  `bertlab-shuffled` with packing off: what packing saves where batches pad most
   bertlab-padded    `bertlab` with the encoder's packing off (`model.bert.packing = False`): every padded
                     position computed, as before training packed the real tokens
   hf                `Trainer` + `BertForSequenceClassification` (attn_implementation="sdpa") with the
@@ -75,7 +76,8 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "minilm": (6, 384, 12, 1536),  # the offline default's shape (all-MiniLM-L6-v2)
     "base": (12, 768, 12, 3072),  # BERT-base
 }
-VARIANTS = ("bertlab", "bertlab-fp32", "bertlab-bf16", "bertlab-shuffled", "bertlab-padded", "hf", "hf-grouped",
+VARIANTS = ("bertlab", "bertlab-fp32", "bertlab-bf16", "bertlab-shuffled", "bertlab-padded",
+            "bertlab-shuffled-padded", "hf", "hf-grouped",
             "hf-grouped-bf16")
 BASELINES = ("hf", "hf-grouped", "hf-grouped-bf16")  # the speed-ups are over these
 BUCKETED = ("bertlab", "bertlab-fp32", "bertlab-bf16", "bertlab-padded")  # with BucketBatchSampler
@@ -200,7 +202,7 @@ def prepare_bertlab(spec: Mapping[str, Any], tok: Any, counting: CountingCollate
                             num_attention_heads=heads, intermediate_size=inter, pad_token_id=tok.pad_token_id,
                             task="sequence_classification", id2label=dict(task_data(spec["task"])[1])))
     counting.fn = functools.partial(collate, pad_token_id=tok.pad_token_id)
-    model.bert.packing = spec["variant"] != "bertlab-padded"
+    model.bert.packing = spec["variant"] not in ("bertlab-padded", "bertlab-shuffled-padded")
 
     precision = variant_precision(spec["variant"], torch.device(spec["device"]))
 

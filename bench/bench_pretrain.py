@@ -17,6 +17,11 @@ fp32); several precisions give one set of rows each, HF against bertlab within a
   bertlab-lean       the same model, a loss without metrics (no `.item()` host syncs)
   bertlab-full-head  bertlab with the head on all positions, as HF: separates the implementation from
                      the algorithmic saving of predicting only where it is needed
+  bertlab-unplanned  `bertlab` stepped without the host's packing plan (not run unless asked for): every step of
+                     the others runs inside `bertlab.model.packing_plan`, as the training loop's does, so the
+                     model knows from the host's copy of the mask that these full-length batches have no
+                     padding; without it, on a GPU, the model packs them after waiting for the device to find
+                     their tokens (bertlab before the plan). On a CPU the two are alike
 
 On a CPU every variant runs with the C heap kept between steps (`--heap kept`, `bertlab.runtime.kept_heap`, what
 bertlab's training loop does): glibc's defaults hand a step's freed memory back to the system and fault it in
@@ -59,7 +64,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -72,7 +77,8 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "minilm": (6, 384, 12, 1536),  # the offline default's shape (all-MiniLM-L6-v2)
     "base": (12, 768, 12, 3072),  # BERT-base
 }
-VARIANTS = ("hf", "bertlab", "bertlab-lean", "bertlab-full-head")
+VARIANTS = ("hf", "bertlab", "bertlab-lean", "bertlab-full-head", "bertlab-unplanned")
+DEFAULT_VARIANTS = VARIANTS[:4]  # bertlab-unplanned only when asked for: on a CPU it is `bertlab`
 # Dense (no sparsity) bf16 peak TFLOP/s from the vendors' data sheets, by a piece of the name torch reports
 # (`torch.cuda.get_device_name`); the first piece found in the name wins, so the more specific come first.
 PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
@@ -95,6 +101,7 @@ class Setup:
     preset: str
     batch: int
     seq: int
+    host_masks: list = field(default_factory=list)  # their attention masks on the CPU (for `packing_plan`)
 
 
 # -- models ------------------------------------------------------------------------------------
@@ -158,7 +165,7 @@ def full_head_loss(model: nn.Module, batch) -> torch.Tensor:
 
 
 LOSSES: dict[str, LossFn] = {"hf": hf_loss, "bertlab": lab_loss, "bertlab-lean": lean_loss,
-                             "bertlab-full-head": full_head_loss}
+                             "bertlab-full-head": full_head_loss, "bertlab-unplanned": lab_loss}
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -211,8 +218,10 @@ class VariantRun:
             before = torch.cuda.memory_allocated(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         t = time.perf_counter()
-        with autocast_context(self.precision, self.device):
-            loss = self.loss_fn(self.runner, self.setup.batches[self.done % len(self.setup.batches)])
+        i = self.done % len(self.setup.batches)
+        batch = self.setup.batches[i]
+        with autocast_context(self.precision, self.device), self._plan(i, batch):
+            loss = self.loss_fn(self.runner, batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.params, 1.0)
         self.optimizer.step()
@@ -223,6 +232,15 @@ class VariantRun:
         if cuda:
             self.transient_peak = max(self.transient_peak, torch.cuda.max_memory_allocated(self.device) - before)
         self.done += 1
+
+    def _plan(self, i: int, batch) -> contextlib.AbstractContextManager:
+        """The training loop's `packing_plan` for bertlab's variants (the host's copy of the mask); none for HF
+        and `bertlab-unplanned`."""
+        from bertlab.model import packing_plan
+
+        if self.variant in ("hf", "bertlab-unplanned") or not self.setup.host_masks:
+            return contextlib.nullcontext()
+        return packing_plan(self.setup.host_masks[i], batch.attention_mask)
 
     def peak_mem_mb(self) -> int | None:
         """Peak GPU memory of this variant alone: its weights and optimizer state plus its largest step."""
@@ -354,7 +372,7 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device, precisi
     """The rows of one shape in one precision ("fp32" or "bf16"): every variant on the same batches."""
     batches = make_batches(a.batches, a.batch, a.seq, a.seed, device)
     vocab = VOCAB_SIZE
-    setup = Setup(device, batches, vocab, preset, a.batch, a.seq)
+    setup = Setup(device, batches, vocab, preset, a.batch, a.seq, [b.attention_mask.cpu() for b in batches])
     hf, ours = build_models(preset, vocab, a.seq, a.seed)
     loss_diff = check_same_loss(hf, ours, setup)
     layers, hidden, _, _ = PRESETS[preset]
@@ -419,7 +437,8 @@ def _parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--presets", nargs="+", choices=tuple(PRESETS), default=["minilm", "base"])
-    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(DEFAULT_VARIANTS),
+                   help=f"default: {' '.join(DEFAULT_VARIANTS)}")
     p.add_argument("--batch", type=int, default=None, help="sequences per step (default 128 on cuda, 8 on cpu)")
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--steps", type=int, default=None, help="timed steps (default 30 on cuda, 5 on cpu)")

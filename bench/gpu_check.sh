@@ -10,8 +10,10 @@
 #   tests      pytest -m cuda tests/test_cuda.py
 #   sst2       bertlab finetune --task sst2 on every SST-2 training sentence: wall time, dev accuracy
 #   qa         bertlab finetune --task qa (SQuAD articles, the recipe's epochs), under a time cap
-#   bench_ft   bench/bench_finetune.py, BERT-base shape: bertlab against HF Trainer (bf16), same sentences
-#   bench_pt   bench/bench_pretrain.py, MiniLM and BERT-base shapes: tokens/s, MFU against the GPU's bf16 peak,
+#   bench_ft   bench/bench_finetune.py, BERT-base shape: bertlab (packed, and padded) against HF Trainer (bf16),
+#              same sentences
+#   bench_pt   bench/bench_pretrain.py, MiniLM and BERT-base shapes (bertlab-unplanned too): tokens/s, MFU against
+#              the GPU's bf16 peak,
 #              and 3 profiled steps per variant (where a step's GPU time goes, kernel launches per step)
 #   heads      bertlab train-default-heads continuing the shipped heads, as many steps as the time left allows
 #              (at most HEADS_MAX_S), a new seed and lr 3e-4 as the shipped file's later continuations
@@ -91,15 +93,20 @@ fi
 [ "$TINY" = 1 ] && $PY bench/gpu_bundle.py shrink "$WORK"
 
 BERTLAB=("$PY" -m bertlab.cli)
+# bertlab-padded (fine-tuning) and bertlab-unplanned (pre-training): what packing the real tokens costs or saves
+# on the GPU, with the host's plan (`bertlab.model.packing_plan`) and without it
+# (GPU_CHECK_PT_VARIANTS / GPU_CHECK_FT_VARIANTS: other lists, for a rerun that asks one question)
+read -r -a PT_VARIANTS <<<"${GPU_CHECK_PT_VARIANTS:-hf bertlab bertlab-lean bertlab-full-head bertlab-unplanned}"
+read -r -a FT_VARIANTS <<<"${GPU_CHECK_FT_VARIANTS:-bertlab bertlab-padded hf-grouped-bf16 hf}"
 if [ "$TINY" = 1 ]; then
   FT_SIZE=(--max-train-examples 64 --max-eval-examples 32 --epochs 1 --batch-size 16)
   SST2=(--max-length 32) QA=(--max-length 96 --doc-stride 32)
   BENCH_FT=(--presets tiny --examples 64 --warmup 1 --rounds 1 --batch 16)
-  BENCH_PT=(--presets tiny --batch 2 --seq 32 --steps 2 --warmup 1 --profile 1)
+  BENCH_PT=(--presets tiny --batch 2 --seq 32 --steps 2 --warmup 1 --profile 1 --variants "${PT_VARIANTS[@]}")
 else
   FT_SIZE=() SST2=() QA=()
-  BENCH_FT=(--presets base --examples 9600 --warmup 20 --rounds 1 --batch 32)
-  BENCH_PT=(--presets minilm base --profile 3)
+  BENCH_FT=(--presets base --examples "${GPU_CHECK_FT_EXAMPLES:-9600}" --warmup 20 --rounds 1 --batch 32)
+  BENCH_PT=(--presets minilm base --profile "${GPU_CHECK_PT_PROFILE:-3}" --variants "${PT_VARIANTS[@]}")
 fi
 
 # 1. the CUDA tests
@@ -112,7 +119,7 @@ step qa 150 "${BERTLAB[@]}" finetune --task qa --device "$DEVICE" --model defaul
   --no-progress "${FT_SIZE[@]}" "${QA[@]}"
 
 # 3. the speed benchmarks (their own JSON files, the same schema as bench/results/)
-step bench_ft 180 "$PY" bench/bench_finetune.py --device "$DEVICE" --variants bertlab hf-grouped-bf16 hf \
+step bench_ft 180 "$PY" bench/bench_finetune.py --device "$DEVICE" --variants "${FT_VARIANTS[@]}" \
   "${BENCH_FT[@]}" --out "$OUT/bench_finetune.json"
 step bench_pt 120 "$PY" bench/bench_pretrain.py --device "$DEVICE" "${BENCH_PT[@]}" --out "$OUT/bench_pretrain.json"
 

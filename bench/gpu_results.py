@@ -11,6 +11,13 @@ CPU (`evaluate_default_heads`, the same held-out text for both) into `default_he
 verdict: the new file replaces bertlab/assets/default_heads.safetensors only if it is better on every
 held-out figure (copy it by hand, with its .json, then re-run bench/readme_tables.py). A dry run
 (GPU_CHECK_DEVICE=cpu or GPU_CHECK_TINY=1) is refused unless --dry-run, which writes `*_dryrun.json`.
+`--note TEXT` stores what the reader must know of the code that ran (e.g. a default changed since) with the figures.
+
+    python bench/gpu_results.py FILES_AT --packing
+
+instead writes `packing_cuda.json` alone, from a rerun that asked whether packing pays on the GPU
+(GPU_CHECK_FT_VARIANTS with bertlab, bertlab-padded, bertlab-shuffled, bertlab-shuffled-padded;
+GPU_CHECK_PT_VARIANTS with bertlab and bertlab-unplanned; bench/README.md).
 """
 
 from __future__ import annotations
@@ -81,14 +88,62 @@ def compare_heads(new: Path) -> dict[str, Any]:
     return {"shipped": scores["shipped"], "gpu": scores["gpu"], "held_out": rows, "better_on_every_figure": better}
 
 
+PACKED_PADDED = (("bertlab", "bertlab-padded"), ("bertlab-shuffled", "bertlab-shuffled-padded"))
+PLANNED_UNPLANNED = ("bertlab", "bertlab-unplanned")
+
+
+def packing_figures(files: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """Packed against padded fine-tuning (each pair on the same sentences and batches) and pre-training with
+    the host's packing plan against without it, from one GPU check's benchmark files."""
+    ft = json.loads((files / "bench_finetune.json").read_text())
+    pt = json.loads((files / "bench_pretrain.json").read_text())
+    if summary["device"] != "cuda" or summary["tiny"]:
+        raise SystemExit(f"{files} holds a dry run: packing_cuda.json takes figures from a GPU alone.")
+    by = {r["variant"]: r for r in ft["rows"]}
+    pairs = []
+    for packed, padded in PACKED_PADDED:
+        if packed in by and padded in by:
+            a, b = by[packed], by[padded]
+            pairs.append({"packed": packed, "padded": padded, "padding": a["padding"],
+                          "packed_examples_per_s": a["examples_per_s"], "padded_examples_per_s": b["examples_per_s"],
+                          "packed_vs_padded": round(a["examples_per_s"] / b["examples_per_s"], 3)})
+    if not pairs:
+        raise SystemExit(f"{files}/bench_finetune.json has no packed/padded pair ({PACKED_PADDED}).")
+    pretrain = []
+    for preset in dict.fromkeys(r["preset"] for r in pt["rows"]):
+        rows = {r["variant"]: r for r in pt["rows"] if r["preset"] == preset}
+        if all(v in rows for v in PLANNED_UNPLANNED):
+            planned, unplanned = (rows[v] for v in PLANNED_UNPLANNED)
+            pretrain.append({"preset": preset, "batch": planned["batch"], "seq": planned["seq"],
+                             "planned_ms": planned["ms_per_step"], "unplanned_ms": unplanned["ms_per_step"],
+                             "planned_vs_hf": planned["speedup_vs_hf"], "unplanned_vs_hf": unplanned["speedup_vs_hf"],
+                             # each step's ratio (the variants took turns step by step): the figures' spread
+                             "per_step_vs_hf": [r.get("speedup_vs_hf_per_step") for r in (planned, unplanned)],
+                             "memory_ms": [(r.get("profile") or {}).get("by_kind_ms_per_step", {}).get("memory")
+                                           for r in (planned, unplanned)]})
+    return {"meta": {"gpu": summary["gpu"], "torch": summary["torch"], "cuda": summary["cuda"],
+                     "when": summary["when"], "finetune": {k: ft["meta"].get(k) for k in (
+                         "task", "examples", "batch", "warmup_steps", "rounds", "when")},
+                     "pretrain": {k: pt["meta"].get(k) for k in ("steps", "warmup", "precision", "when")},
+                     "commands": [s.get("command") for s in summary["steps"] if s.get("command")]},
+            "finetune": pairs, "pretrain": pretrain}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", type=Path, help="the folder the GPU check's files came back to (files_at)")
     p.add_argument("--results", type=Path, default=REPO / "bench" / "results")
     p.add_argument("--compare-heads", action="store_true", help="score the new heads and the shipped ones here")
     p.add_argument("--dry-run", action="store_true", help="accept a CPU or tiny dry run (writes *_dryrun.json)")
+    p.add_argument("--note", default=None, help="what a reader must know of the code that ran, kept with the figures")
+    p.add_argument("--packing", action="store_true", help="write packing_cuda.json alone (packed against padded)")
     a = p.parse_args()
     summary = json.loads((a.files / "summary.json").read_text())
+    if a.packing:
+        target = a.results / "packing_cuda.json"
+        target.write_text(json.dumps(packing_figures(a.files, summary), indent=2) + "\n")
+        print(f"written {target}")
+        return
     dry = summary["device"] != "cuda" or summary["tiny"]
     if dry and not a.dry_run:
         raise SystemExit(f"{a.files} holds a dry run (device {summary['device']}, tiny {summary['tiny']}): "
@@ -103,6 +158,7 @@ def main() -> None:
         "steps": [{k: v for k, v in s.items() if k != "result"} for s in summary["steps"]],
         "finetune_sst2": fine_tune_figures(steps["sst2"]) if "sst2" in steps else None,
         "finetune_qa": fine_tune_figures(steps["qa"]) if "qa" in steps else None,
+        "note": a.note,
         "start_model": "the offline default (package embeddings in float16 + bertlab's re-trained layers): "
                        "see bench/gpu_bundle.py",
     }
@@ -114,6 +170,7 @@ def main() -> None:
         if src.is_file():
             data = json.loads(src.read_text())
             data["meta"]["gpu"] = data["meta"].get("gpu") or gpu
+            data["meta"]["note"] = a.note
             target = a.results / f"{name.removeprefix('bench_')}_{suffix}.json"
             target.write_text(json.dumps(data, indent=2) + "\n")
             print(f"written {target}")

@@ -734,8 +734,61 @@ def gpu() -> str:
              f"(`bench/bench_pretrain.py --device cuda`, `bench/bench_finetune.py --device cuda`). Aims: ≥ 1.5× HF "
              f"and ≥ 45 % MFU; measured: at best {best_ft:.2f}× HF's grouped bf16 `Trainer` and "
              f"{100 * best_mfu:.1f} % MFU, so **neither aim is met** on the GPU yet."]
+    if m.get("note"):
+        rows += ["", f"Note: {m['note']}."]
     profiled = profile_table(_load("pretrain_cuda")["rows"])
-    return "\n".join(rows + ([""] + profiled if profiled else []))
+    return "\n".join(rows + ([""] + profiled if profiled else []) + [""] + packing_on_gpu(ft))
+
+
+def packing_on_gpu(ft: dict) -> list[str]:
+    """Packed against padded training on the GPU (packing_cuda.json, and the check's own pair when it has one):
+    the measurement behind training's padded path on a GPU (`BertModel.packing` "cpu")."""
+    d = _load("packing_cuda")
+    m = d["meta"]
+    rows = ["| packing on the GPU | padding | sentences | packed, examples/s | padded, examples/s | packed ÷ padded |",
+            "|---|---|---|---|---|---|"]
+    pairs = []  # (row label, padding, sentences, packed examples/s, padded examples/s)
+    by = {r["variant"]: r for r in ft["rows"]}
+    if "bertlab" in by and "bertlab-padded" in by:  # the full check's own pair (the device found the tokens)
+        a, b = by["bertlab"], by["bertlab-padded"]
+        pairs.append((f"bucketed, tokens found on the device ({ft['meta']['when'][:16]})", a["padding"],
+                      ft["meta"]["examples"], a["examples_per_s"], b["examples_per_s"]))
+    for r in d["finetune"]:
+        kind = "shuffled" if "shuffled" in r["packed"] else "bucketed"
+        pairs.append((f"{kind}, tokens found on the host ({m['when'][:16]})", r["padding"], m["finetune"]["examples"],
+                      r["packed_examples_per_s"], r["padded_examples_per_s"]))
+    for label, padding, n, packed, padded in pairs:
+        rows.append(f"| fine-tuning, {label} | {100 * padding:.1f} % | {n:,} | {_num(packed)} | {_num(padded)} "
+                    f"| {packed / padded:.2f} |")
+    best = max(pairs, key=lambda p: p[3] / p[4])
+    if best[3] < best[4]:
+        verdict = (f"The packed path was slower in every pair (at best {best[3] / best[4]:.2f}× the padded path's "
+                   f"speed, at {100 * best[1]:.0f} % padding). Why is not measured here; the likely causes: a packed "
+                   "batch has a new number of tokens almost every step (new matrix shapes), and batches this small "
+                   "leave an H100 waiting on the host, so computing the padding costs it little. Training on a GPU "
+                   "therefore takes the padded path by default (`model.bert.packing = \"cpu\"`; `True` packs there "
+                   "too).")
+    else:
+        verdict = (f"**The packed path was faster in a pair** ({best[3] / best[4]:.2f}× at {100 * best[1]:.0f} % "
+                   "padding), yet training on a GPU takes the padded path by default (`model.bert.packing = \"cpu\"`): "
+                   "measure again and revisit that default.")
+    rows += ["", f"SST-2, BERT-base shape, batch {m['finetune']['batch']}, bf16, {m['gpu']}; each pair trains the same "
+             f"sentences in the same batches, one run each, so a pair's ratio is its figure and rows of different "
+             f"runs are not compared. {verdict} Pre-training's full-length batches, with the host's plan (no padding "
+             "seen, so no mask and no packing) against without it (packed, tokens found on the device):", "",
+             "| pre-training (MLM) | batch × seq | with the plan, ms/step | without, ms/step | vs HF, with / without "
+             "| memory copies, ms/step, with / without |", "|---|---|---|---|---|---|"]
+    for r in d["pretrain"]:
+        mem = " / ".join("–" if x is None else _num(x, 1) for x in r["memory_ms"])
+        spread = [_middle_half(x) for x in r.get("per_step_vs_hf") or (None, None)]
+        rows.append(f"| {r['preset']} | {r['batch']} × {r['seq']} | {_num(r['planned_ms'])} "
+                    f"| {_num(r['unplanned_ms'])} | {r['planned_vs_hf']:.2f}{spread[0]} "
+                    f"/ {r['unplanned_vs_hf']:.2f}{spread[1]} | {mem} |")
+    rows += ["", f"Median of {m['pretrain']['steps']} steps each (in brackets the middle half of the steps' own "
+             f"ratios: where the two overlap, the difference is within the run's noise), {m['pretrain']['precision']} "
+             f"(`bench/gpu_check.sh` rerun with GPU_CHECK_FT_VARIANTS, GPU_CHECK_PT_VARIANTS; `bench/gpu_results.py "
+             f"--packing`; commands in bench/results/packing_cuda.json)."]
+    return rows
 
 
 def probes() -> str:

@@ -181,6 +181,36 @@ def test_a_forward_pass_never_waits_for_the_gpu(default_model):
         model.to("cpu")
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host-device syncs exist only on a GPU")
+def test_a_training_forward_never_waits_for_the_gpu_packed_from_the_hosts_plan_or_padded(default_model):
+    """Training on a GPU takes the padded path by default (`packing` "cpu"); packing asked for (True) and given
+    the host's plan (`packing_plan`, as the loop does) finds the real tokens on the host, not on the device."""
+    from bertlab.model import Packing, packing_plan
+
+    model, tok = default_model
+    model = model.to("cuda").train()
+    made = []
+    init = Packing.__init__
+    try:
+        ids, types, mask = _padded_batch(tok, "cuda")
+        host_mask = mask.cpu()
+        for packing in ("cpu", True):
+            model.bert.packing = packing
+            with pytest.MonkeyPatch.context() as mp, packing_plan(host_mask, mask):
+                mp.setattr(Packing, "__init__", lambda self, *a: (made.append(packing), init(self, *a))[1])
+                torch.cuda.synchronize()
+                torch.cuda.set_sync_debug_mode("error")
+                try:
+                    model(ids, token_type_ids=types, attention_mask=mask)
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+        assert made == [True]  # packed only when asked for, and then without waiting
+    finally:
+        model.bert.packing = "cpu"
+        model.eval().to("cpu")
+
+
 def test_a_segment_id_the_model_lacks_is_refused_in_words(tok):
     model = tiny_bert(tok)
     ids = torch.tensor([[2, 5, 6, 3]])

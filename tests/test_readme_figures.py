@@ -126,3 +126,26 @@ def test_the_profile_table_has_a_column_for_every_kind_the_benchmark_sorts_work_
     sys.modules["bench_pretrain"] = bp
     spec.loader.exec_module(bp)
     assert sorted(_tables().PROFILE_KINDS) == sorted([kind for kind, _ in bp.KINDS] + ["other"])
+
+
+def test_the_gpu_packing_verdict_follows_the_figures(monkeypatch):
+    """The GPU block says packing lost only while every packed/padded pair says so."""
+    import copy
+
+    tables = _tables()
+    real = tables._load("packing_cuda")
+    ft = {"meta": {"when": "2026-01-01T00:00:00Z", "examples": 100},
+          "rows": [{"variant": "bertlab", "padding": 0.05, "examples_per_s": 90.0},
+                   {"variant": "bertlab-padded", "padding": 0.05, "examples_per_s": 100.0}]}
+    monkeypatch.setattr(tables, "_load", lambda name: real if name == "packing_cuda" else None)
+    said = "\n".join(tables.packing_on_gpu(ft))
+    ratios = [0.9] + [r["packed_examples_per_s"] / r["padded_examples_per_s"] for r in real["finetune"]]
+    assert f"at best {max(ratios):.2f}× the padded path's speed" in said and "slower in every pair" in said
+    row = "| fine-tuning, bucketed, tokens found on the device (2026-01-01T00:00) | 5.0 % | 100 | 90.0 | 100.0 | 0.90 |"
+    assert row in said
+    faster = copy.deepcopy(real)
+    faster["finetune"][0]["packed_examples_per_s"] = 2 * faster["finetune"][0]["padded_examples_per_s"]
+    monkeypatch.setattr(tables, "_load", lambda name: faster if name == "packing_cuda" else None)
+    said = "\n".join(tables.packing_on_gpu(ft))
+    assert "**The packed path was faster in a pair** (2.00×" in said and "revisit that default" in said
+    assert "slower in every pair" not in said

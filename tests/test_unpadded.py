@@ -5,7 +5,9 @@ evaluation keep the padded shapes."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import threading
 
 import pytest
 import torch
@@ -43,8 +45,8 @@ def _padded(model):
 def packings(monkeypatch):
     made = []
     init = core.Packing.__init__
-    monkeypatch.setattr(core.Packing, "__init__", lambda self, *a: (made.append(1), init(self, *a))[1])
-    return made
+    monkeypatch.setattr(core.Packing, "__init__", lambda self, *a: (made.append(a), init(self, *a))[1])
+    return made  # each Packing's arguments: (mask, dtype[, index the host found])
 
 
 @pytest.mark.parametrize("task", TASKS, ids=str)
@@ -147,3 +149,89 @@ def test_the_word_table_gradient_accumulates_in_place_as_embedding_backward_does
     with torch.no_grad():
         model(ids, types, mask)  # and evaluation takes torch's own lookup
     assert emb._grad_buffer is None
+
+
+@contextlib.contextmanager
+def _no_device_lookups():
+    """Inside, finding the real tokens on the model's side fails the test (on a GPU it waits for the device)."""
+    def refuse(*a, **k):
+        raise AssertionError("the model looked for the real tokens itself")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.Tensor, "nonzero", refuse)
+        mp.setattr(torch.Tensor, "all", refuse)
+        yield
+
+
+def test_a_host_plan_packs_from_its_own_index_and_keeps_the_outputs(packings):
+    """The training loop's plan: the padding found on the host's mask, used for the device's copy of it."""
+    model = _model("token_classification").train()
+    ref = _padded(copy.deepcopy(model)).train()
+    ids, types, mask = _batch()
+    on_device = mask.clone()  # stands for the GPU copy: another tensor with the same values
+    want = ref(ids, types, mask).logits
+    with core.packing_plan(mask, on_device) as plan:
+        assert plan.padding == pytest.approx(1 - int(mask.sum()) / mask.numel())
+        with _no_device_lookups():
+            got = model(ids, types, on_device).logits
+    assert len(packings) == 1 and packings[0][2] is plan.index
+    assert torch.equal(plan.index, mask.reshape(-1).nonzero().squeeze(1))
+    keep = mask.bool()
+    assert (got[keep] - want[keep]).abs().max() <= 1e-5
+
+
+def test_a_plan_with_no_padding_skips_packing_and_other_masks_ignore_the_plan(packings):
+    model = _model("sequence_classification").train()
+    ids, types, mask = _batch()
+    full = torch.ones_like(mask)
+    with core.packing_plan(full, full.clone()) as plan:
+        with _no_device_lookups():
+            model(ids, types, plan.mask)
+        assert not packings  # nothing padded, and the model did not have to look to know it
+        model(ids, types, mask)  # a mask the plan is not for (a loss that made its own): found by the model
+    assert len(packings) == 1 and packings[0][2] is None
+    with core.packing_plan(mask, mask.clone()) as plan:
+        seen = []
+        worker = threading.Thread(target=lambda: seen.append(core._plan_for(plan.mask)))
+        worker.start()
+        worker.join()
+        assert seen == [None] and core._plan_for(plan.mask) is plan  # one thread's plan is not another's
+    assert core._plan_for(plan.mask) is None  # and it ends with the block
+
+
+def test_the_training_loop_hands_the_encoder_its_plan(packings):
+    from bertlab.training.loop import TrainConfig, train
+
+    model = _model("sequence_classification").train()
+    g = torch.Generator().manual_seed(2)
+    data = [{"ids": torch.randint(5, 100, (int(n),), generator=g), "label": i % 3}
+            for i, n in enumerate(torch.randint(3, 12, (16,), generator=g))]
+
+    def collate(rows):
+        ids = torch.nn.utils.rnn.pad_sequence([r["ids"] for r in rows], batch_first=True)
+        return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": (ids != 0).long(),
+                "labels": torch.tensor([r["label"] for r in rows])}
+
+    def loss(m, b):
+        logits = m(b["input_ids"], b["token_type_ids"], b["attention_mask"]).logits
+        return torch.nn.functional.cross_entropy(logits, b["labels"])
+
+    cfg = TrainConfig(max_steps=3, batch_size=4, device="cpu", precision="fp32", log_every=1, seed=0)
+    train(model, loss, data, cfg, collate=collate).raise_for_status()
+    assert len(packings) == 3 and all(len(a) == 3 and a[2] is not None for a in packings)
+
+
+def test_by_default_training_packs_on_a_cpu_alone():
+    """On an H100 the padded path measured faster (bench/results/packing_cuda.json): "cpu", the default, packs
+    there only; True packs on any device. (A mask on the meta device stands for a GPU's.)"""
+    model = _model("sequence_classification").train()
+    ids, types, mask = _batch()
+    elsewhere = mask.to("meta")
+    assert model.bert.packing == "cpu"
+    assert model.bert._packs(mask, None) and not model.bert._packs(elsewhere, None)
+    model.bert.packing = True
+    assert model.bert._packs(mask, None) and model.bert._packs(elsewhere, None)
+    model.bert.packing = False
+    assert not model.bert._packs(mask, None) and not model.bert._packs(elsewhere, None)
+    model.bert.packing = "always"
+    model.eval()
+    assert model.bert._packs(mask, None) and model.bert._packs(elsewhere, None)

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from bertlab.model import packing_plan
 from bertlab.runtime import derive_seed, kept_heap, out_of_memory_text, release_free_memory, resolve_device
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import (
@@ -231,6 +232,12 @@ def move_to_device(batch: Any, device: torch.device) -> Any:
         changes = {f.name: move_to_device(getattr(batch, f.name), device) for f in dataclasses.fields(batch) if f.init}
         return dataclasses.replace(batch, **changes)
     return batch
+
+
+def attention_mask_of(batch: Any) -> torch.Tensor | None:
+    """A batch's `attention_mask` (a dict's key or an object's field), or None."""
+    mask = batch.get("attention_mask") if isinstance(batch, Mapping) else getattr(batch, "attention_mask", None)
+    return mask if isinstance(mask, torch.Tensor) else None
 
 
 def stack_collate(examples: list[Any]) -> Any:
@@ -695,11 +702,13 @@ class _Run:
                 batch = self.collate(examples, generator=gen)
             else:
                 batch = self.collate(examples)
-            batch = move_to_device(batch, self.device)
+            host_batch, batch = batch, move_to_device(batch, self.device)
             self._last_batch = (len(idx), batch_shape(batch))
             sync = self.wrapped.no_sync() if self.info.distributed and micro < accum - 1 else contextlib.nullcontext()
+            # the padding found on the host's copy: on a GPU the encoder packs without waiting for the device
+            plan = packing_plan(attention_mask_of(host_batch), attention_mask_of(batch))
             with sync:
-                with autocast_context(self.cfg.precision, self.device):
+                with autocast_context(self.cfg.precision, self.device), plan:
                     loss, metrics = self._call_loss(batch)
                 (loss / accum).backward()
             self._record_micro(loss, metrics, len(idx), _count_tokens(batch))
