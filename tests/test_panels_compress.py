@@ -209,3 +209,32 @@ def test_variants_without_scores_are_plotted_by_size_not_at_no_height():
     fig = plot_variants([row("original", "original", 49.0, 87.3, 0.9), row("int8", "int8", 28.0, 22.7)])
     assert [list(tr.y) for tr in fig.data] == [[0.9]]
     assert "not scored, so not drawn: int8" in fig.layout.annotations[0].text
+
+
+def test_a_data_path_a_headless_model_cannot_use_is_said_unread_and_never_opened(tok, tmp_path, monkeypatch):
+    """Quantizing a model with no task head scores nothing: whatever the Data field holds (here a file
+    outside the workspace) is not opened, and the page says the field went unread."""
+    import bertlab.panels.compress as compress
+
+    ws = Workspace(tmp_path / "ws")
+    torch.manual_seed(0)
+    headless = Bert(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                               intermediate_size=64, max_position_embeddings=128)).eval()
+    p = CompressPanel(headless, tok, workspace=ws, latency_reps=1)
+    p.model_made = lambda name, m, t: None
+    opened = []
+    monkeypatch.setattr(compress.TaskData, "read", lambda *a, **k: opened.append(a) or pytest.fail("data read"))
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do-not-show-this\n")
+    p.path.value = str(secret)
+    p.method.value = "quantize"
+    p.start_button.click()
+    assert p.job.wait(60)
+    assert not errors(p) and not opened
+    warnings = [text for level, text in p.messages if level == "warning"]
+    assert warnings == [compress.DATA_UNREAD]
+    assert "do-not-show-this" not in p.message.value and "Data field was not read" in p.message.value
+    p.path.value = ""
+    p.start_button.click()
+    assert p.job.wait(60)
+    assert not [text for level, text in p.messages if level == "warning"]  # an empty field: nothing to say

@@ -57,6 +57,8 @@ HELP = ("Pick a fine-tuned model above (e.g. one just made in the Fine-tuning ta
         "Compress. Every variant of this session joins the table and the plot with the model it came from, "
         "and the model list above.")
 TASKS_SCORED = ("sst2", "nli", "ner")  # tasks whose held-out score the lab measures
+DATA_UNREAD = ("The Data field was not read: this model has no sentiment, NLI or NER head, so its variants are "
+               "compared by size and speed alone. To compare scores too, pick a fine-tuned model above.")
 LATENCY_REPS = 3
 
 
@@ -186,7 +188,8 @@ class CompressPanel(Panel):
         source = self._source() if task in TASKS_SCORED else None  # fails early on a path outside the workspace
         settings = {"keep": self.keep.value, "layers": self.layers.value, "temperature": self.temperature.value,
                     "alpha": self.alpha.value, "epochs": self.epochs.value, "lr": self.lr.value,
-                    "max_train": self.max_train.value or None, "max_dev": self.max_dev.value or None}
+                    "max_train": self.max_train.value or None, "max_dev": self.max_dev.value or None,
+                    "data_unread": task not in TASKS_SCORED and bool(self.path.value.strip())}
         self.messages = []
         self._busy_text = f"{METHODS[method]} of the model picked above…"
         self.show_messages(self.messages)  # the busy sign goes on top of the message line
@@ -217,7 +220,8 @@ class CompressPanel(Panel):
         row = self.comparison.add(made, original, named)
         self.made.append(made)
         self._draw_variants()
-        self.show_messages([("info", made_text(row, self.workspace.shown)),
+        unread = [("warning", DATA_UNREAD)] if settings.get("data_unread") else []
+        self.show_messages([("info", made_text(row, self.workspace.shown)), *unread,
                             *self.offer_model(row["name"], made.model, self.tok)])
 
     def _data(self, task: str, source: str | None, model: torch.nn.Module, tok: Tokenizer,
