@@ -286,3 +286,17 @@ def _until(condition, timeout: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the background thread did not catch up"
         time.sleep(0.05)
+
+
+def test_a_new_question_hides_the_tabs_results_before_the_box_shows(default_model, store_path, teacher):
+    """The page gets the widgets' changes in the order the kernel makes them: the tab's guesses must be hidden
+    before the question box appears, or a student sees both for a moment."""
+    student = _students(default_model, store_path, n=1)[0]
+    student.class_box.poll()
+    changes = []
+    student.fill_box.layout.observe(lambda c: changes.append(("guesses", c["new"])), names="display")
+    student.class_box.widget.layout.observe(lambda c: changes.append(("question box", c["new"])), names="display")
+    teacher.text.value = SENTENCE
+    teacher.push_button.click()
+    student.class_box.poll()
+    assert changes.index(("guesses", "none")) < changes.index(("question box", None)), changes

@@ -115,11 +115,13 @@ class ClassQuestionBox:
                 self.guess = None  # a new question (or none): nothing sent yet
                 self.figure_box.children = []
             self.question = mine
+            # the tab's own results hidden before the question shows: the page gets the widgets' changes in this
+            # order, so a student never sees a new question beside the answers it asks them to predict
+            self._hide_results(mine is not None and not mine.revealed and self.guess is None)
             if mine is None:
                 self._show_elsewhere()
             else:
                 self._show_question(mine)
-            self._hide_results(mine is not None and not mine.revealed and self.guess is None)
             state = (current.id, current.revealed) if current is not None else None
             if state != self._state:
                 self._state = state
