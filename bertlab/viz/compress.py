@@ -171,8 +171,10 @@ def variants_html(variants: Sequence[Mapping[str, Any]]) -> str:
             f"<td>{_latency(v, 1, '.1f')}</td><td>{_speedup(v, base, 1)}</td>"
             f"<td>{_latency(v, 32, '.0f')}</td><td>{_speedup(v, base, 32)}</td>"
             f"<td>{_cell(v.get('score'), '.3f')}</td><td>{scored_on}</td><td>{_cell(delta, '+.1f')}</td></tr>")
-    style = "border-collapse:collapse;font-size:0.9em"
-    return (f'<table class="bertlab-compress-table" style="{style}" cellpadding="4">{head}{"".join(rows)}</table>'
+    # words whole (the page's HTML widget breaks them anywhere in a narrow column): a wide table scrolls instead
+    style = "border-collapse:collapse;font-size:0.9em;word-break:normal;overflow-wrap:normal"
+    return (f'<div style="overflow-x:auto;max-width:100%"><table class="bertlab-compress-table" style="{style}" '
+            f'cellpadding="4">{head}{"".join(rows)}</table></div>'
             f'<div style="{MUTED};font-size:0.85em">Size: the saved weights (in memory when not saved); '
             "× original and Δ score (points) against the model it came from, Δ only between scores on the same "
             "held-out examples; latency on this machine's CPU, median of a few batches (fastest–slowest in "
