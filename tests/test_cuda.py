@@ -8,6 +8,7 @@ python has no ipywidgets, plotly, anywidget or voila): it runs everywhere."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -171,14 +172,21 @@ def test_a_forward_pass_never_waits_for_the_gpu(default_model):
     model = model.to("cuda")
     try:
         ids, types, mask = _padded_batch(tok, "cuda")
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
+        with _syncs_refused():
             model(ids, token_type_ids=types, attention_mask=mask)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
     finally:
         model.to("cpu")
+
+
+@contextlib.contextmanager
+def _syncs_refused():
+    """Inside, anything that waits for the GPU raises (torch's sync debug mode)."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
 
 
 @pytest.mark.cuda
@@ -199,12 +207,8 @@ def test_a_training_forward_never_waits_for_the_gpu_packed_from_the_hosts_plan_o
             model.bert.packing = packing
             with pytest.MonkeyPatch.context() as mp, packing_plan(host_mask, mask):
                 mp.setattr(Packing, "__init__", lambda self, *a: (made.append(packing), init(self, *a))[1])
-                torch.cuda.synchronize()
-                torch.cuda.set_sync_debug_mode("error")
-                try:
+                with _syncs_refused():
                     model(ids, token_type_ids=types, attention_mask=mask)
-                finally:
-                    torch.cuda.set_sync_debug_mode("default")
         assert made == [True]  # packed only when asked for, and then without waiting
     finally:
         model.bert.packing = "cpu"
