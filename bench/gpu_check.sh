@@ -10,10 +10,8 @@
 #   tests      pytest -m cuda tests/test_cuda.py
 #   sst2       bertlab finetune --task sst2 on every SST-2 training sentence: wall time, dev accuracy
 #   qa         bertlab finetune --task qa (SQuAD articles, the recipe's epochs), under a time cap
-#   bench_ft   bench/bench_finetune.py, BERT-base shape: bertlab (packed, and padded) against HF Trainer (bf16),
-#              same sentences
-#   bench_pt   bench/bench_pretrain.py, MiniLM and BERT-base shapes (bertlab-unplanned too): tokens/s, MFU against
-#              the GPU's bf16 peak,
+#   bench_ft   bench/bench_finetune.py, BERT-base shape: bertlab against HF Trainer (bf16), same sentences
+#   bench_pt   bench/bench_pretrain.py, MiniLM and BERT-base shapes: tokens/s, MFU against the GPU's bf16 peak,
 #              and 3 profiled steps per variant (where a step's GPU time goes, kernel launches per step)
 #   heads      bertlab train-default-heads continuing the shipped heads, as many steps as the time left allows
 #              (at most HEADS_MAX_S), a new seed and lr 3e-4 as the shipped file's later continuations
@@ -93,11 +91,10 @@ fi
 [ "$TINY" = 1 ] && $PY bench/gpu_bundle.py shrink "$WORK"
 
 BERTLAB=("$PY" -m bertlab.cli)
-# bertlab-padded (fine-tuning) and bertlab-unplanned (pre-training): what packing the real tokens costs or saves
-# on the GPU, with the host's plan (`bertlab.model.packing_plan`) and without it
-# (GPU_CHECK_PT_VARIANTS / GPU_CHECK_FT_VARIANTS: other lists, for a rerun that asks one question)
-read -r -a PT_VARIANTS <<<"${GPU_CHECK_PT_VARIANTS:-hf bertlab bertlab-lean bertlab-full-head bertlab-unplanned}"
-read -r -a FT_VARIANTS <<<"${GPU_CHECK_FT_VARIANTS:-bertlab bertlab-padded hf-grouped-bf16 hf}"
+# the benchmarks' variants; a rerun that asks one question gives other lists (GPU_CHECK_PT_VARIANTS,
+# GPU_CHECK_FT_VARIANTS: e.g. bertlab-unplanned, bertlab-padded, bertlab-shuffled-padded for packing, bench/README.md)
+read -r -a PT_VARIANTS <<<"${GPU_CHECK_PT_VARIANTS:-hf bertlab bertlab-lean bertlab-full-head}"
+read -r -a FT_VARIANTS <<<"${GPU_CHECK_FT_VARIANTS:-bertlab hf-grouped-bf16 hf}"
 if [ "$TINY" = 1 ]; then
   FT_SIZE=(--max-train-examples 64 --max-eval-examples 32 --epochs 1 --batch-size 16)
   SST2=(--max-length 32) QA=(--max-length 96 --doc-stride 32)
