@@ -92,6 +92,15 @@ PACKED_PADDED = (("bertlab", "bertlab-padded"), ("bertlab-shuffled", "bertlab-sh
 PLANNED_UNPLANNED = ("bertlab", "bertlab-unplanned")
 
 
+def packed_padded_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The packed/padded pairs (`PACKED_PADDED`) among bench_finetune.py's rows, each with its speed ratio."""
+    by = {r["variant"]: r for r in rows}
+    pairs = [(by[packed], by[padded]) for packed, padded in PACKED_PADDED if packed in by and padded in by]
+    return [{"packed": a["variant"], "padded": b["variant"], "padding": a["padding"],
+             "packed_examples_per_s": a["examples_per_s"], "padded_examples_per_s": b["examples_per_s"],
+             "packed_vs_padded": round(a["examples_per_s"] / b["examples_per_s"], 3)} for a, b in pairs]
+
+
 def packing_figures(files: Path, summary: dict[str, Any]) -> dict[str, Any]:
     """Packed against padded fine-tuning (each pair on the same sentences and batches) and pre-training with
     the host's packing plan against without it, from one GPU check's benchmark files."""
@@ -99,14 +108,7 @@ def packing_figures(files: Path, summary: dict[str, Any]) -> dict[str, Any]:
     pt = json.loads((files / "bench_pretrain.json").read_text())
     if summary["device"] != "cuda" or summary["tiny"]:
         raise SystemExit(f"{files} holds a dry run: packing_cuda.json takes figures from a GPU alone.")
-    by = {r["variant"]: r for r in ft["rows"]}
-    pairs = []
-    for packed, padded in PACKED_PADDED:
-        if packed in by and padded in by:
-            a, b = by[packed], by[padded]
-            pairs.append({"packed": packed, "padded": padded, "padding": a["padding"],
-                          "packed_examples_per_s": a["examples_per_s"], "padded_examples_per_s": b["examples_per_s"],
-                          "packed_vs_padded": round(a["examples_per_s"] / b["examples_per_s"], 3)})
+    pairs = packed_padded_pairs(ft["rows"])
     if not pairs:
         raise SystemExit(f"{files}/bench_finetune.json has no packed/padded pair ({PACKED_PADDED}).")
     pretrain = []
@@ -139,6 +141,7 @@ def main() -> None:
     p.add_argument("--packing", action="store_true", help="write packing_cuda.json alone (packed against padded)")
     a = p.parse_args()
     summary = json.loads((a.files / "summary.json").read_text())
+    a.results.mkdir(parents=True, exist_ok=True)
     if a.packing:
         target = a.results / "packing_cuda.json"
         target.write_text(json.dumps(packing_figures(a.files, summary), indent=2) + "\n")
@@ -164,7 +167,6 @@ def main() -> None:
     }
     heads = a.files / "heads.json"
     out["heads_on_gpu"] = json.loads(heads.read_text()) if heads.is_file() else None
-    a.results.mkdir(parents=True, exist_ok=True)
     for name in ("bench_finetune", "bench_pretrain"):
         src = a.files / f"{name}.json"
         if src.is_file():

@@ -747,16 +747,17 @@ def packing_on_gpu(ft: dict) -> list[str]:
     m = d["meta"]
     rows = ["| packing on the GPU | padding | sentences | packed, examples/s | padded, examples/s | packed ÷ padded |",
             "|---|---|---|---|---|---|"]
+    sys.path.insert(0, str(ROOT / "bench"))
+    from gpu_results import packed_padded_pairs
+
     pairs = []  # (row label, padding, sentences, packed examples/s, padded examples/s)
-    by = {r["variant"]: r for r in ft["rows"]}
-    if "bertlab" in by and "bertlab-padded" in by:  # the full check's own pair (the device found the tokens)
-        a, b = by["bertlab"], by["bertlab-padded"]
-        pairs.append((f"bucketed, tokens found on the device ({ft['meta']['when'][:16]})", a["padding"],
-                      ft["meta"]["examples"], a["examples_per_s"], b["examples_per_s"]))
-    for r in d["finetune"]:
-        kind = "shuffled" if "shuffled" in r["packed"] else "bucketed"
-        pairs.append((f"{kind}, tokens found on the host ({m['when'][:16]})", r["padding"], m["finetune"]["examples"],
-                      r["packed_examples_per_s"], r["padded_examples_per_s"]))
+    for found, when, n, measured in (  # the full check's own pairs (before the plan), then the packing rerun's
+            ("device", ft["meta"]["when"], ft["meta"]["examples"], packed_padded_pairs(ft["rows"])),
+            ("host", m["when"], m["finetune"]["examples"], d["finetune"])):
+        for r in measured:
+            kind = "shuffled" if "shuffled" in r["packed"] else "bucketed"
+            pairs.append((f"{kind}, tokens found on the {found} ({when[:16]})", r["padding"], n,
+                          r["packed_examples_per_s"], r["padded_examples_per_s"]))
     for label, padding, n, packed, padded in pairs:
         rows.append(f"| fine-tuning, {label} | {100 * padding:.1f} % | {n:,} | {_num(packed)} | {_num(padded)} "
                     f"| {packed / padded:.2f} |")

@@ -211,22 +211,22 @@ class Packing:
 
 class PackingPlan:
     """What the host knows of a batch's padding before the batch moves to a GPU: its share of padding and the
-    flat positions of its real tokens, found on the CPU mask. `BertModel` asked with that very mask on the
-    device (`packing_plan`) packs without waiting for the device (`nonzero` on a GPU tensor does), and not at
-    all when nothing is padded. Measured on an H100 (bench/results/finetune_cuda.json, pretrain_cuda.json):
-    packing that waited cost bucketed SST-2 fine-tuning more than its 5 % of padding saved."""
+    flat positions of its real tokens, found on the CPU mask before the forward. `BertModel` asked with that very
+    mask on the device (`packing_plan`) packs without waiting for the device (`nonzero` on a GPU tensor does), and
+    drops the mask when nothing is padded (bench/results/packing_cuda.json measures both on an H100)."""
 
     def __init__(self, cpu_mask: torch.Tensor, device_mask: torch.Tensor):
         self.mask = device_mask
         flat = cpu_mask.reshape(-1)
-        self.index_cpu = flat.nonzero().squeeze(1)
-        self.padding = 1.0 - len(self.index_cpu) / max(1, flat.numel())
+        self._index_cpu = flat.nonzero().squeeze(1)
+        self.padding = 1.0 - len(self._index_cpu) / max(1, flat.numel())
         self._index: torch.Tensor | None = None
 
     @property
     def index(self) -> torch.Tensor:
+        """The real tokens' flat positions, on the mask's device (copied there at the first ask)."""
         if self._index is None:
-            self._index = self.index_cpu.to(self.mask.device, non_blocking=True)
+            self._index = self._index_cpu.to(self.mask.device, non_blocking=True)
         return self._index
 
 
@@ -533,7 +533,7 @@ class BertModel(nn.Module):
         plan = _plan_for(attention_mask) if attention_mask is not None else None
         if plan is not None and plan.padding == 0.0:
             attention_mask = None  # the host saw no padding: no mask (on a GPU, SDPA may then take its flash kernel)
-        if self._packs(attention_mask, head_mask):
+        if self._packs(attention_mask, head_mask, plan):
             packing = Packing(attention_mask, x.dtype, plan.index if plan is not None else None)
             x = self.encoder(packing.pack(x), packing, None, rows)
             x = x if rows is not None else packing.pad(x)  # a last layer on a few rows came back padded already
@@ -541,19 +541,19 @@ class BertModel(nn.Module):
             x = self.encoder(x, additive_mask(attention_mask, x.dtype), head_mask, rows)
         return x, (self.pooler(x) if self.pooler is not None else None)
 
-    def _packs(self, attention_mask: torch.Tensor | None, head_mask: torch.Tensor | None) -> bool:
-        """Pack the real tokens (`Packing`) while training a batch with padding, unless a hook watches a layer
-        (hooks see [batch, seq] shapes) or heads are masked; by default ("cpu") on a CPU alone. Whether a GPU batch
-        has padding is known only from the host's `packing_plan` (the training loop's); without one a GPU batch is
-        packed. Evaluation keeps the padded path, whose outputs at the padding equal transformers' too, unless
-        `packing` is "always"."""
-        here = self.packing != "cpu" or attention_mask is None or attention_mask.device.type == "cpu"
-        wanted = self.packing == "always" or (bool(self.packing) and self.training and here)
-        if not wanted or attention_mask is None or head_mask is not None:
+    def _packs(self, attention_mask: torch.Tensor | None, head_mask: torch.Tensor | None,
+               plan: PackingPlan | None = None) -> bool:
+        """Pack the real tokens (`Packing`) while training a batch with padding (by default, "cpu", on a CPU
+        alone), unless a hook watches a layer (hooks see [batch, seq] shapes) or heads are masked. Evaluation
+        keeps the padded path, whose outputs at the padding equal transformers' too, unless `packing` is
+        "always". `plan`: the host's look at this mask (`packing_plan`); without one, a GPU mask is not looked
+        at (that waits for the device) and is packed whenever packing is asked for there."""
+        if attention_mask is None or head_mask is not None or not len(self.encoder.layer):
             return False
-        if not len(self.encoder.layer):
+        on_cpu = attention_mask.device.type == "cpu"
+        if self.packing != "always" and not (self.training and self.packing and (on_cpu or self.packing is True)):
             return False
-        if _plan_for(attention_mask) is None and attention_mask.device.type == "cpu" and bool(attention_mask.all()):
+        if plan is None and on_cpu and bool(attention_mask.all()):
             return False
         return not self.encoder.watched()
 

@@ -220,7 +220,7 @@ class CompressPanel(Panel):
         row = self.comparison.add(made, original, named)
         self.made.append(made)
         self._draw_variants()
-        unread = [("warning", DATA_UNREAD)] if settings.get("data_unread") else []
+        unread = [("warning", DATA_UNREAD)] if settings["data_unread"] else []
         self.show_messages([("info", made_text(row, self.workspace.shown)), *unread,
                             *self.offer_model(row["name"], made.model, self.tok)])
 
