@@ -60,6 +60,28 @@ def _activation(name: str):
 
 
 # ---------------------------------------------------------------------------------------------
+# Dropout
+# ---------------------------------------------------------------------------------------------
+def dropout_scale(x: torch.Tensor, p: float) -> torch.Tensor:
+    """Dropout's multiplier for x (its shape and dtype): 0 with probability p, else 1 / (1 - p), as `F.dropout`
+    scales. Drawn as 31-bit random integers compared with p * 2**31, so p holds to within 2**-31; on a CPU,
+    `bernoulli_`, which `F.dropout` draws its mask with there, costs about twice as much per element."""
+    draws = torch.empty(x.shape, dtype=torch.int32, device=x.device).random_()  # uniform on [0, 2**31)
+    scale = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    return torch.ge(draws, round(p * 2**31), out=scale).mul_(1.0 / (1.0 - p))  # 1 (kept) or 0, then scaled
+
+
+class Dropout(nn.Dropout):
+    """`nn.Dropout` (same p, the kept elements scaled by 1 / (1 - p), no weights) whose mask, while training on a
+    CPU, is `dropout_scale`'s; elsewhere (a GPU's fused kernel), in place or at p = 1 it is `F.dropout`'s."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training or not 0.0 < self.p < 1.0 or self.inplace or x.device.type != "cpu":
+            return super().forward(x)
+        return x * dropout_scale(x, self.p)
+
+
+# ---------------------------------------------------------------------------------------------
 # Embeddings: token + segment + position, summed, normalised.
 # ---------------------------------------------------------------------------------------------
 class _LookupIntoGrad(torch.autograd.Function):
@@ -112,7 +134,7 @@ class BertEmbeddings(nn.Module):
         # type_vocab_size 0 (DistilBERT): no segment embeddings at all
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, width) if cfg.type_vocab_size else None
         self.LayerNorm = nn.LayerNorm(width, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.position_offset = cfg.position_offset
         self.hook_word = HookPoint()  # [batch, seq, d_model]
         self.hook_token_type = HookPoint()  # [batch, seq, d_model]
@@ -205,7 +227,8 @@ class Packing:
 
     def pad(self, x: torch.Tensor) -> torch.Tensor:
         """[1, tokens, ...] -> [batch, seq, ...], zeros at the padding."""
-        flat = x.new_zeros(self.batch * self.seq, *x.shape[2:]).index_copy(0, self.index, x[0])
+        flat = x.new_zeros(self.batch * self.seq, *x.shape[2:]).index_copy_(0, self.index, x[0])  # in place: a
+        # fresh tensor's out-of-place index_copy copies the zeros first, and on a CPU takes several times as long
         return flat.view(self.batch, self.seq, *x.shape[2:])
 
 
@@ -255,6 +278,47 @@ def _plan_for(attention_mask: torch.Tensor) -> PackingPlan | None:
     return plan if plan is not None and plan.mask is attention_mask else None
 
 
+class _HeadMajor(torch.autograd.Function):
+    """qkv [batch, seq, 3 * d_model] (q, k, v side by side) -> [3, batch, head, seq, d_head], contiguous; its
+    backward lays the gradient back out in one copy (autograd's own, through a view of the permuted gradient,
+    copies it slower, element by element)."""
+
+    @staticmethod
+    def forward(ctx, qkv: torch.Tensor, n_heads: int) -> torch.Tensor:  # type: ignore[override]
+        b, n, width = qkv.shape
+        ctx.shape = qkv.shape
+        return qkv.view(b, n, 3, n_heads, width // (3 * n_heads)).permute(2, 0, 3, 1, 4).contiguous()
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        return grad.permute(1, 3, 0, 2, 4).reshape(ctx.shape), None
+
+
+def _cpu_dropout_attention(hp: AttentionHooks, dropout: nn.Dropout, x: torch.Tensor) -> bool:
+    """Whether `attend` takes `dropout_attention`: training with attention dropout on a CPU, the path left to
+    bertlab ("auto") and no hook reading the scores or the pattern. SDPA, given a dropout there, takes its
+    math path, which draws the mask with `bernoulli_` and checks the scores for rows of -inf at every call."""
+    return (dropout.training and 0.0 < dropout.p < 1.0 and x.device.type == "cpu" and torch.is_grad_enabled()
+            and hp.path == "auto" and not hp.uses_eager() and not hp.side_pattern())
+
+
+def dropout_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                      p: float) -> torch.Tensor:
+    """softmax(q k^T / sqrt(d_head) + mask), dropped out with probability p (`dropout_scale`), times v: the
+    attention of training. q [batch, head, q, d_head], k and v [batch, head, k, d_head] (contiguous is cheapest),
+    mask additive, broadcastable to [batch, head, q, k]. Returns z [batch, head, q, d_head]."""
+    b, h, n_q, d = q.shape
+    n_k = k.shape[2]
+    scores = torch.bmm((q * d**-0.5).reshape(b * h, n_q, d), k.reshape(b * h, n_k, d).transpose(1, 2))
+    scores = scores.view(b, h, n_q, n_k)
+    if mask is not None:
+        scores = scores + mask  # not in place: a view's in-place add costs its backward a copy
+    pattern = scores.softmax(dim=-1)  # [batch, head, q, k]
+    pattern = pattern * dropout_scale(pattern, p)
+    z = torch.bmm(pattern.reshape(b * h, n_q, n_k).to(v.dtype), v.reshape(b * h, n_k, d))
+    return z.view(b, h, n_q, d)
+
+
 def attend(
     hp: AttentionHooks, x: torch.Tensor, query: nn.Module, key: nn.Module, value: nn.Module,
     mask: torch.Tensor | None, head_mask: torch.Tensor | None, dropout: nn.Dropout,
@@ -275,20 +339,32 @@ def attend(
 
     sizes = [query.out_features, key.out_features, value.out_features]
     fused = one_projection(query, key, value)
-    if fused is not None:  # q, k and v are rows of one Linear (an int8 model's): one matmul for the three
-        qx, kx, vx = (padded(t) for t in fused(x).split(sizes, dim=-1))
-        qx = qx if x_query is None else padded(query(x_query))
-    elif packing is not None and x_query is None and _plain_linears(query, key, value):
-        # packed training: q, k and v from one matmul of the stacked weights, padded back in one copy
+    cpu_dropout = _cpu_dropout_attention(hp, dropout, x) and head_mask is None
+    if cpu_dropout and x_query is None and _plain_linears(query, key, value) and len(set(sizes)) == 1:
+        # training on a CPU: q, k and v from one matmul of the stacked weights, laid out head by head in one copy
+        # (padded back on the way when packed), so that the products below read them as they lie
         weight = torch.cat([query.weight, key.weight, value.weight])  # [3 * d_model, d_model]
         bias = torch.cat([query.bias, key.bias, value.bias])
-        qx, kx, vx = padded(F.linear(x, weight, bias)).split(sizes, dim=-1)
+        qkv = padded(F.linear(x, weight, bias))  # [batch, seq, 3 * d_model]
+        heads = _HeadMajor.apply(qkv, hp.n_heads).unbind(0)  # q, k, v: [batch, head, seq, d_head] each
+        q, k, v = (hook(t.transpose(1, 2)).transpose(1, 2) for hook, t in zip((hp.hook_q, hp.hook_k, hp.hook_v), heads))
     else:
-        qx, kx, vx = (padded(t) for t in (query(x if x_query is None else x_query), key(x), value(x)))
-    q = hp.hook_q(split(qx)).transpose(1, 2)  # [batch, head, seq, d_head]
-    k = hp.hook_k(split(kx)).transpose(1, 2)
-    v = hp.hook_v(split(vx)).transpose(1, 2)
-    if hp.uses_eager():
+        if fused is not None:  # q, k and v are rows of one Linear (an int8 model's): one matmul for the three
+            qx, kx, vx = (padded(t) for t in fused(x).split(sizes, dim=-1))
+            qx = qx if x_query is None else padded(query(x_query))
+        elif packing is not None and x_query is None and _plain_linears(query, key, value):
+            # packed training: q, k and v from one matmul of the stacked weights, padded back in one copy
+            weight = torch.cat([query.weight, key.weight, value.weight])  # [3 * d_model, d_model]
+            bias = torch.cat([query.bias, key.bias, value.bias])
+            qx, kx, vx = padded(F.linear(x, weight, bias)).split(sizes, dim=-1)
+        else:
+            qx, kx, vx = (padded(t) for t in (query(x if x_query is None else x_query), key(x), value(x)))
+        q = hp.hook_q(split(qx)).transpose(1, 2)  # [batch, head, seq, d_head]
+        k = hp.hook_k(split(kx)).transpose(1, 2)
+        v = hp.hook_v(split(vx)).transpose(1, 2)
+    if cpu_dropout:
+        z = dropout_attention(q, k, v, mask, dropout.p)
+    elif hp.uses_eager():
         scores = (q * hp.d_head**-0.5) @ k.transpose(-1, -2)  # scale the small tensor, not [q, k]
         if mask is not None:
             scores += mask
@@ -341,7 +417,7 @@ class BertSelfAttention(AttentionHooks):
         self.query = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.key = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.value = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
+        self.dropout = Dropout(cfg.attention_probs_dropout_prob)
 
     def forward(
         self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None,
@@ -370,7 +446,7 @@ class BertSelfOutput(nn.Module):
         self.n_heads = cfg.num_attention_heads
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.adapter = Adapter(cfg) if cfg.adapter_size else None
         self.hook_result = HookPoint()  # [batch, seq, head, d_model] each head's write (no bias)
         self.hook_attn_out = HookPoint()  # [batch, seq, d_model] all heads + bias
@@ -425,7 +501,7 @@ class BertLayerOutput(nn.Module):
         super().__init__()
         self.dense = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.adapter = Adapter(cfg) if cfg.adapter_size else None
         self.hook_mlp_out = HookPoint()  # [batch, seq, d_model]
 
@@ -617,7 +693,7 @@ class ClassificationHead(nn.Module):
     def __init__(self, cfg: BertConfig, act: Callable[[torch.Tensor], torch.Tensor]):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.dropout = nn.Dropout(classifier_dropout(cfg))
+        self.dropout = Dropout(classifier_dropout(cfg))
         self.out_proj = nn.Linear(cfg.hidden_size, cfg.num_labels)
         self.act = act
 
@@ -640,7 +716,7 @@ def add_task_heads(model: nn.Module, cfg: BertConfig, dropout_p: float | None = 
     if cfg.task == "sequence_classification" and sentence_act is not None:
         model.classifier = ClassificationHead(cfg, sentence_act)
     elif cfg.task in ("sequence_classification", "token_classification"):
-        model.dropout = nn.Dropout(classifier_dropout(cfg) if dropout_p is None else dropout_p)
+        model.dropout = Dropout(classifier_dropout(cfg) if dropout_p is None else dropout_p)
         model.classifier = nn.Linear(cfg.hidden_size, cfg.num_labels)
     elif cfg.task == "question_answering":
         model.qa_outputs = nn.Linear(cfg.hidden_size, 2)

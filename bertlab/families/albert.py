@@ -22,6 +22,7 @@ from bertlab.model import (
     Adapter,
     AttentionHooks,
     BertEmbeddings,
+    Dropout,
     ModelOutput,
     activation_fn,
     add_task_heads,
@@ -56,8 +57,8 @@ class AlbertAttention(nn.Module):
         self.value = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.attention_dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
-        self.output_dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.attention_dropout = Dropout(cfg.attention_probs_dropout_prob)
+        self.output_dropout = Dropout(cfg.hidden_dropout_prob)
         self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's, after attention
 
 
@@ -71,7 +72,7 @@ class AlbertLayer(nn.Module):
         self.ffn = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
         self.ffn_output = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
         self.act = activation_fn(cfg.hidden_act)
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's, after the MLP
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None,
@@ -152,7 +153,7 @@ class AlbertMLMHead(nn.Module):
 class AlbertSOPHead(nn.Module):
     def __init__(self, cfg: BertConfig):
         super().__init__()
-        self.dropout = nn.Dropout(cfg.extra.get("classifier_dropout_prob", 0.1))
+        self.dropout = Dropout(cfg.extra.get("classifier_dropout_prob", 0.1))
         # HF sizes it by config.num_labels (2 in every released ALBERT: in order / swapped)
         self.classifier = nn.Linear(cfg.hidden_size, len(cfg.extra.get("id2label") or (0, 1)))
 

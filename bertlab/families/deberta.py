@@ -35,6 +35,7 @@ from bertlab.model import (
     BertIntermediate,
     BertLayerOutput,
     BertSelfOutput,
+    Dropout,
     ModelOutput,
     activation_fn,
     add_task_heads,
@@ -120,7 +121,7 @@ class DebertaV2Embeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, width) if cfg.type_vocab_size else None
         self.embed_proj = nn.Linear(width, cfg.hidden_size, bias=False) if width != cfg.hidden_size else None
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.hook_word = HookPoint()  # [batch, seq, d_embed]
         self.hook_token_type = HookPoint()  # [batch, seq, d_embed] (only with segments)
         self.hook_position = HookPoint()  # [batch, seq, d_embed] (only with absolute positions)
@@ -164,13 +165,13 @@ class DisentangledSelfAttention(AttentionHooks):
         self.relative = relative_attention(cfg)
         self.span = attention_span(cfg)
         if self.relative:
-            self.pos_dropout = nn.Dropout(cfg.hidden_dropout_prob)
+            self.pos_dropout = Dropout(cfg.hidden_dropout_prob)
             if not self.share_att_key:
                 if "c2p" in self.terms:
                     self.pos_key_proj = nn.Linear(d, d)
                 if "p2c" in self.terms:
                     self.pos_query_proj = nn.Linear(d, d)
-        self.dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
+        self.dropout = Dropout(cfg.attention_probs_dropout_prob)
         # the reference divides every term by sqrt(d_head x number of terms), c2c included
         self.scale = math.sqrt(self.d_head * (1 + len(self.terms)))
         self.hook_c2c = HookPoint()  # [batch, head, query, key] content-to-content, scaled
@@ -248,7 +249,7 @@ class ConvLayer(nn.Module):
         d = cfg.hidden_size
         self.conv = nn.Conv1d(d, d, size, padding=(size - 1) // 2, groups=int(cfg.extra.get("conv_groups", 1)))
         self.LayerNorm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.act = CONV_ACTS[str(cfg.extra.get("conv_act", "tanh"))]
 
     def forward(self, embedded: torch.Tensor, residual: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -405,7 +406,7 @@ class ContextPooler(nn.Module):
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.dropout = nn.Dropout(float(cfg.extra.get("pooler_dropout", 0.0) or 0.0))
+        self.dropout = Dropout(float(cfg.extra.get("pooler_dropout", 0.0) or 0.0))
         self.act = activation_fn(str(cfg.extra.get("pooler_hidden_act", "gelu")))
 
     def forward(self, seq: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from bertlab.model import (
     Adapter,
     AttentionHooks,
     BertEmbeddings,
+    Dropout,
     ModelOutput,
     activation_fn,
     additive_mask,
@@ -35,7 +36,7 @@ class MultiHeadSelfAttention(AttentionHooks):
         self.k_lin = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.v_lin = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.out_lin = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
+        self.dropout = Dropout(cfg.attention_probs_dropout_prob)
         self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's
         self.hook_result = HookPoint()  # [batch, seq, head, d_model] each head's write (no bias)
         self.hook_attn_out = HookPoint()  # [batch, seq, d_model]
@@ -52,7 +53,7 @@ class FFN(nn.Module):
         self.lin1 = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
         self.lin2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
         self.act = activation_fn(cfg.hidden_act)
-        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
+        self.dropout = Dropout(cfg.hidden_dropout_prob)
         self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's
         self.hook_post = HookPoint()  # [batch, seq, d_mlp]
         self.hook_mlp_out = HookPoint()  # [batch, seq, d_model]
@@ -114,13 +115,13 @@ class DistilBert(FamilyModel):
         task = config.task
         if task == "sequence_classification":
             self.pre_classifier = nn.Linear(config.hidden_size, config.hidden_size)
-            self.dropout = nn.Dropout(config.extra.get("seq_classif_dropout", 0.2))
+            self.dropout = Dropout(config.extra.get("seq_classif_dropout", 0.2))
             self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         elif task == "token_classification":
-            self.dropout = nn.Dropout(config.hidden_dropout_prob)
+            self.dropout = Dropout(config.hidden_dropout_prob)
             self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         elif task == "question_answering":
-            self.dropout = nn.Dropout(config.extra.get("qa_dropout", 0.1))
+            self.dropout = Dropout(config.extra.get("qa_dropout", 0.1))
             self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.finish()
 
