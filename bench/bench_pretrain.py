@@ -267,14 +267,14 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("loss", ("cross_entropy", "nll_loss", "log_softmax", "logsoftmax")),
     ("attention", ("flash", "fmha", "attention", "softmax")),
     ("layernorm", ("layer_norm", "layernorm")),
-    ("dropout", ("dropout", "bernoulli", "philox")),
+    ("dropout", ("dropout", "bernoulli", "philox", "aten::random_")),  # random_: bertlab's CPU masks (dropout_scale)
     ("optimizer", ("adam", "multi_tensor", "foreach", "vector_norm", "clip_grad")),
     ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "aten::mm", "aten::addmm", "aten::bmm",
                 "aten::baddbmm", "aten::matmul")),
     ("memory", ("copy", "cast", "cat", "index", "gather", "scatter", "embedding", "fill", "zero")),
     ("elementwise", ("elementwise", "reduce_kernel", "aten::add", "aten::mul", "aten::div", "aten::sub",
                      "aten::sum", "aten::gelu", "aten::tanh", "aten::where", "aten::neg", "aten::sqrt",
-                     "aten::rsub", "aten::masked_fill", "aten::relu", "aten::threshold")),
+                     "aten::rsub", "aten::masked_fill", "aten::relu", "aten::threshold", "aten::ge")),
 )
 
 
