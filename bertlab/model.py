@@ -3,8 +3,8 @@
 Read top-down: embeddings, attention, one layer, the encoder, the heads, the whole model.
 Every HookPoint carries its shape in a comment. Two attention paths give the same numbers:
 the eager one materialises the pattern (used when a hook reads scores/pattern), the fused
-`scaled_dot_product_attention` is used otherwise; while training with dropout on a CPU, a third,
-`dropout_attention`, draws the pattern's dropout mask as the `Dropout` modules do there (`dropout_scale`).
+`scaled_dot_product_attention` is used otherwise. While training with dropout on a CPU the eager one runs too
+(on q, k and v laid out head by head), so that the pattern's mask is `Dropout`'s (`dropout_scale`), not SDPA's.
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ def _activation(name: str):
 # ---------------------------------------------------------------------------------------------
 def dropout_scale(x: torch.Tensor, p: float) -> torch.Tensor:
     """Dropout's multiplier for x (its shape and dtype): 0 with probability p, else 1 / (1 - p), as `F.dropout`
-    scales. Drawn as 31-bit random integers compared with p * 2**31, so p holds to within 2**-31; on a CPU,
-    `bernoulli_`, which `F.dropout` draws its mask with there, costs about twice as much per element."""
+    scales. Drawn as 31-bit random integers compared with p * 2**31, so p holds to within 2**-31: on a CPU that
+    costs less than `bernoulli_`, which `F.dropout` draws its mask with there (the pre-training profile's dropout
+    column, bench/results/pretrain.json, measures both libraries)."""
     draws = torch.empty(x.shape, dtype=torch.int32, device=x.device).random_()  # uniform on [0, 2**31)
     scale = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     return torch.ge(draws, round(p * 2**31), out=scale).mul_(1.0 / (1.0 - p))  # 1 (kept) or 0, then scaled
@@ -228,8 +229,8 @@ class Packing:
 
     def pad(self, x: torch.Tensor) -> torch.Tensor:
         """[1, tokens, ...] -> [batch, seq, ...], zeros at the padding."""
-        flat = x.new_zeros(self.batch * self.seq, *x.shape[2:]).index_copy_(0, self.index, x[0])  # in place: a
-        # fresh tensor's out-of-place index_copy copies the zeros first, and on a CPU takes several times as long
+        flat = x.new_zeros(self.batch * self.seq, *x.shape[2:]).index_copy_(0, self.index, x[0])  # in place: an
+        # out-of-place index_copy would copy the fresh zeros first
         return flat.view(self.batch, self.seq, *x.shape[2:])
 
 
@@ -282,7 +283,7 @@ def _plan_for(attention_mask: torch.Tensor) -> PackingPlan | None:
 class _HeadMajor(torch.autograd.Function):
     """t [batch, seq, n * d_model] (n tensors side by side: q, k and v, or one of them) -> [n, batch, head, seq,
     d_head], contiguous; its backward lays the gradient back out in one permuting copy (autograd's own backward of
-    `.contiguous()` on the permuted view took about 1.6 times as long on a CPU)."""
+    `.contiguous()` on the permuted view, through a reshape of a strided gradient, was slower on a CPU)."""
 
     @staticmethod
     def forward(ctx, t: torch.Tensor, n_heads: int, d_head: int) -> torch.Tensor:  # type: ignore[override]
@@ -295,28 +296,12 @@ class _HeadMajor(torch.autograd.Function):
 
 
 def _cpu_dropout_attention(hp: AttentionHooks, dropout: nn.Dropout, x: torch.Tensor) -> bool:
-    """Whether `attend` takes `dropout_attention`: training with attention dropout on a CPU, the path left to
-    bertlab ("auto") and no hook reading the scores or the pattern. SDPA, given a dropout there, takes its
-    math path, which draws the mask with `bernoulli_` and checks the scores for rows of -inf at every call."""
+    """Whether `attend` trains through its eager products, whose `Dropout` draws the pattern's mask with
+    `dropout_scale`: training with attention dropout on a CPU, the path left to bertlab ("auto") and no hook
+    reading the scores or the pattern. SDPA, given a dropout there, takes its math path, which draws the mask
+    with `bernoulli_` and checks the scores for rows of -inf at every call."""
     return (dropout.training and 0.0 < dropout.p < 1.0 and x.device.type == "cpu" and torch.is_grad_enabled()
             and hp.path == "auto" and not hp.uses_eager() and not hp.side_pattern())
-
-
-def dropout_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
-                      p: float) -> torch.Tensor:
-    """softmax(q k^T / sqrt(d_head) + mask), dropped out with probability p (`dropout_scale`), times v: the
-    attention of training. q [batch, head, q, d_head], k and v [batch, head, k, d_head] (contiguous is cheapest),
-    mask additive, broadcastable to [batch, head, q, k]. Returns z [batch, head, q, d_head]."""
-    b, h, n_q, d = q.shape
-    n_k = k.shape[2]
-    scores = torch.bmm((q * d**-0.5).reshape(b * h, n_q, d), k.reshape(b * h, n_k, d).transpose(1, 2))
-    scores = scores.view(b, h, n_q, n_k)
-    if mask is not None:
-        scores = scores + mask  # not in place: a view's in-place add costs its backward a copy
-    pattern = scores.softmax(dim=-1)  # [batch, head, q, k]
-    pattern = pattern * dropout_scale(pattern, p)
-    z = torch.bmm(pattern.reshape(b * h, n_q, n_k).to(v.dtype), v.reshape(b * h, n_k, d))
-    return z.view(b, h, n_q, d)
 
 
 def attend(
@@ -362,9 +347,7 @@ def attend(
         q = hp.hook_q(split(qx)).transpose(1, 2)  # [batch, head, seq, d_head]
         k = hp.hook_k(split(kx)).transpose(1, 2)
         v = hp.hook_v(split(vx)).transpose(1, 2)
-    if cpu_dropout:
-        z = dropout_attention(q, k, v, mask, dropout.p)
-    elif hp.uses_eager():
+    if cpu_dropout or hp.uses_eager():
         scores = (q * hp.d_head**-0.5) @ k.transpose(-1, -2)  # scale the small tensor, not [q, k]
         if mask is not None:
             scores += mask

@@ -1,7 +1,7 @@
 """Dropout while training on a CPU: the mask comes from 31-bit random integers (`dropout_scale`), not from
-`bernoulli_` (twice the cost per element there), and attention with dropout runs bertlab's own products
-(`dropout_attention`) on q, k and v laid out head by head, instead of SDPA's math path. Same probabilities, same
-scaling, same outputs and gradients as the eager reference given the same masks."""
+`bernoulli_` (dearer there), and attention with dropout trains through bertlab's eager products on q, k and v
+laid out head by head (`_HeadMajor`), instead of SDPA's math path. Same probabilities, same scaling, same outputs
+and gradients as the padded eager reference given the same masks."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def test_watched_patterns_and_evaluation_keep_their_paths(monkeypatch):
     model = _model()
     ids, types, mask = _batch(True)
     calls = []
-    monkeypatch.setattr(core, "dropout_attention", lambda *a: calls.append(a) or pytest.fail("own attention"))
+    monkeypatch.setattr(core._HeadMajor, "apply", lambda *a: calls.append(a) or pytest.fail("training's layout"))
     with torch.no_grad():
         model(ids, types, mask)  # no gradient: nothing to train, no reason to leave SDPA
     _, cache = model.run_with_cache(ids, token_type_ids=types, attention_mask=mask,
@@ -141,12 +141,18 @@ def test_watched_patterns_and_evaluation_keep_their_paths(monkeypatch):
 
 
 def test_the_dropout_drops_about_p_of_the_attention_weights():
-    """With the real masks, the mean of many dropped-out attentions is the plain attention (the scaling is right:
-    unscaled, it would be 0.9 of it), and each draw differs from it (weights are really dropped)."""
+    """With the real masks, the mean of many dropped-out attentions (a training layer's, on a CPU) is the plain
+    attention of evaluation (the scaling is right: unscaled, it would be 0.9 of it), and each draw differs from it
+    (weights are really dropped)."""
+    layer = _model().bert.encoder.layer[0].attention.self  # attention dropout 0.1, nothing else dropped here
     torch.manual_seed(3)
-    q, k, v = (torch.randn(8, 4, 16, 8) for _ in range(3))
-    plain = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(8), dim=-1) @ v
-    zs = torch.stack([core.dropout_attention(q, k, v, None, 0.1) for _ in range(400)])
+    for lin in (layer.query, layer.key, layer.value):  # q, k and v of unit scale, as plain random ones
+        torch.nn.init.normal_(lin.weight, std=32**-0.5)
+    x = torch.randn(8, 16, 32)
+    with torch.no_grad():
+        plain = layer.eval()(x, None, None)
+    layer.train()
+    zs = torch.stack([layer(x, None, None).detach() for _ in range(400)])
     error = (zs.mean(0) - plain).abs().mean().item()
     unscaled = (0.1 * plain).abs().mean().item()  # how far the mean would be without the 1 / (1 - p)
     assert error < unscaled / 4, (error, unscaled)
