@@ -7,10 +7,13 @@ order skips a partial last batch), tokenized once by bertlab's tokenizer (`featu
 same max length). The variants differ only in how they cut that epoch into batches and in the code that
 trains: so examples/s and real tokens/s are over the same sentences, and their ratios are like for like.
 The classifiers have the same shape (random initialisation: the speed does not depend on the weights),
-batch size, learning rate and linear decay, AdamW (fused on CUDA, no decay on biases/LayerNorm) and gradient
-clipping at 1.0. Precision is each variant's own (the row's `precision`): bertlab's default, "auto", is bf16
-autocast where the device multiplies bf16 natively (a GPU; a CPU with AVX-512 BF16 or AMX), else fp32; HF's
-`Trainer` defaults to fp32 (the GPU runs give it bf16=True, as before). Variants:
+batch size, learning rate and linear decay, AdamW with torch's fused kernel on every device (bertlab's
+`make_optimizer`; HF's default optimizer, `adamw_torch_fused` from torch 2.8, which the bench leaves to HF), no
+decay on biases/LayerNorm, and gradient clipping at 1.0 (bertlab's loop hands the clip to the fused step,
+`clip_and_step`); each row records the optimizer that ran (`optimizer`). Precision is each variant's own (the
+row's `precision`): bertlab's default, "auto", is bf16 autocast where the device multiplies bf16 natively (a GPU;
+a CPU with AVX-512 BF16 or AMX), else fp32; HF's `Trainer` defaults to fp32 (the GPU runs give it bf16=True, as
+before). Variants:
 
   bertlab           `training.loop.train` with `BucketBatchSampler` (batches of similar lengths, padded to
                     their longest) and `tasks.collate`; the lab's loss (`training.finetune.sequence_loss`:
@@ -84,6 +87,16 @@ BUCKETED = ("bertlab", "bertlab-fp32", "bertlab-bf16", "bertlab-padded")  # with
 TASKS = ("sst2", "sick")  # one sentence, sentence pairs
 LR = 2e-5
 RESULT = "RESULT "  # prefix of the worker's JSON line
+OPTIMIZERS: list[Any] = []  # the optimizer of each training call of this worker process, as it ran
+
+
+def describe_optimizer(optimizer: Any) -> str:
+    """"AdamW (fused)", "AdamW (foreach)", ...: the class and kernel of an optimizer as it ran (HF's `Trainer` wraps
+    it in accelerate's `AcceleratedOptimizer`)."""
+    inner = getattr(optimizer, "optimizer", optimizer)
+    fused, foreach = inner.defaults.get("fused"), inner.defaults.get("foreach")
+    kernel = "fused" if fused else {True: "foreach", False: "for-loop"}.get(foreach, "torch's default kernel")
+    return f"{type(inner).__name__} ({kernel})"
 
 
 # -- data ----------------------------------------------------------------------------------------
@@ -194,6 +207,7 @@ def prepare_bertlab(spec: Mapping[str, Any], tok: Any, counting: CountingCollate
     from bertlab.config import BertConfig
     from bertlab.model import Bert
     from bertlab.tasks import BucketBatchSampler, collate
+    from bertlab.training import loop
     from bertlab.training.loop import TrainConfig, train
 
     layers, hidden, heads, inter = PRESETS[spec["preset"]]
@@ -205,6 +219,13 @@ def prepare_bertlab(spec: Mapping[str, Any], tok: Any, counting: CountingCollate
     model.bert.packing = spec["variant"] not in ("bertlab-padded", "bertlab-shuffled-padded")
 
     precision = variant_precision(spec["variant"], torch.device(spec["device"]))
+    made = loop.make_optimizer
+
+    def make_optimizer(*args: Any, **kwargs: Any) -> torch.optim.Optimizer:  # the loop's own, recorded
+        OPTIMIZERS.append(made(*args, **kwargs))
+        return OPTIMIZERS[-1]
+
+    loop.make_optimizer = make_optimizer
 
     def run(features: list, steps: int | None) -> None:
         sampler = None
@@ -248,13 +269,15 @@ def prepare_hf(spec: Mapping[str, Any], tok: Any, counting: CountingCollate) -> 
             output_dir=out, per_device_train_batch_size=spec["batch"], num_train_epochs=1,
             max_steps=steps or -1, learning_rate=LR, weight_decay=0.01, warmup_steps=0, lr_scheduler_type="linear",
             max_grad_norm=1.0, seed=spec["seed"], bf16=bf16, use_cpu=not gpu,
-            optim="adamw_torch_fused" if gpu else "adamw_torch",
+            # optim left to HF: its default (adamw_torch_fused with this torch) is what a user of the Trainer gets
             **_sampling(transformers, grouped=spec["variant"].startswith("hf-grouped")),
             logging_strategy="no", save_strategy="no", eval_strategy="no", report_to="none", disable_tqdm=True,
             dataloader_num_workers=0,
         )
+        trainer = transformers.Trainer(model=model, args=args, train_dataset=data, data_collator=counting)
         try:
-            transformers.Trainer(model=model, args=args, train_dataset=data, data_collator=counting).train()
+            trainer.train()
+            OPTIMIZERS.append(trainer.optimizer)
         finally:
             shutil.rmtree(out, ignore_errors=True)
 
@@ -317,6 +340,7 @@ def worker(spec: Mapping[str, Any]) -> dict:
         "positions_per_s": round(positions / sec, 1), "padding": round(1 - tokens / positions, 3),
         "mean_len": round(positions / examples, 1), "load_before": load_before, "load_after": _load(),
         "peak_mem_mb": None, "peak_rss_mb": round(_max_rss_mb()), "rss_increase_mb": None,
+        "optimizer": describe_optimizer(OPTIMIZERS[-1]) if OPTIMIZERS else None,
     }
     if device.type == "cuda":
         out["peak_mem_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20)

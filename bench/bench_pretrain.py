@@ -4,10 +4,12 @@ same batches, same precision, same optimizer.
 Both models take the same masked batches (bertlab's `MLMCollator`, 15 % of the tokens chosen, 80/10/10)
 of full-length random-token sequences, start from the same weights (HF's initialisation copied into
 bertlab with its strict loader, and checked: both give the same loss before training), and train with
-the same AdamW (`training.loop.make_optimizer`: fused on CUDA, no decay on biases/LayerNorm), global
-gradient clipping at 1.0, and the same precision: `--precision` fp32, bf16 (autocast around both models'
-forward, as HF's `Trainer` does with bf16=True) or auto (bf16 on CUDA and on CPUs with native bf16, else
-fp32); several precisions give one set of rows each, HF against bertlab within a precision. Variants:
+the same AdamW (`training.loop.make_optimizer`: torch's fused kernel, no decay on biases/LayerNorm), global
+gradient clipping at 1.0 (HF: `clip_grad_norm_` then `step()`, as its `Trainer`; bertlab's variants:
+`training.loop.clip_and_step`, as its loop: the same clip, taken by the fused step), and the same precision:
+`--precision` fp32, bf16 (autocast around both models' forward, as HF's `Trainer` does with bf16=True) or auto
+(bf16 on CUDA and on CPUs with native bf16, else fp32); several precisions give one set of rows each, HF against
+bertlab within a precision. Variants:
 
   hf                 `BertForMaskedLM` (attn_implementation="sdpa"), `labels` with -100 off the masked
                      positions: its vocabulary projection runs on ALL positions
@@ -210,7 +212,7 @@ class VariantRun:
         self.transient_peak = 0  # bytes a step allocates on top of what was there before it (GPU)
 
     def step(self, timed: bool) -> None:
-        from bertlab.training.loop import autocast_context
+        from bertlab.training.loop import autocast_context, clip_and_step
 
         cuda = self.device.type == "cuda"
         _sync(self.device)
@@ -223,8 +225,11 @@ class VariantRun:
         with autocast_context(self.precision, self.device), self._plan(i, batch):
             loss = self.loss_fn(self.runner, batch)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.params, 1.0)
-        self.optimizer.step()
+        if self.variant == "hf":  # what HF's Trainer does
+            torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+            self.optimizer.step()
+        else:  # what bertlab's loop does
+            clip_and_step(self.optimizer, self.params, 1.0)
         self.optimizer.zero_grad(set_to_none=True)
         _sync(self.device)
         if timed:

@@ -178,9 +178,17 @@ def _finetune_table(name: str) -> list[str]:
     if name != ("finetune" if m["task"] == "sst2" else f"finetune_{m['task']}"):  # not the task's default file
         args += f" --out bench/results/{name}.json"
     rows += ["", f"(`python bench/bench_finetune.py --device {m['device']} --threads {m['threads']}{args}`, "
-             f"{m['rounds']} round(s), "
+             f"{m['rounds']} round(s), {_optimizers(d['rows'])}, "
              f"load average {load[0]} at the start and {load[1]} at the end, {m['when']})"]
     return rows
+
+
+def _optimizers(rows: list[dict]) -> str:
+    """The optimizer each variant ran, as the rows recorded it: one for all, or each variant's."""
+    ran = {r["variant"]: r.get("optimizer") or "optimizer not recorded" for r in rows}
+    if len(set(ran.values())) == 1:
+        return f"every variant {next(iter(ran.values()))}"
+    return "; ".join(f"{v}: {o}" for v, o in ran.items())
 
 
 def _like_for_like(name: str, variant: str, base: str) -> str | None:

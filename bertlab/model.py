@@ -10,6 +10,7 @@ the eager one materialises the pattern (used when a hook reads scores/pattern), 
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -65,12 +66,18 @@ def _activation(name: str):
 # ---------------------------------------------------------------------------------------------
 def dropout_scale(x: torch.Tensor, p: float) -> torch.Tensor:
     """Dropout's multiplier for x (its shape and dtype): 0 with probability p, else 1 / (1 - p), as `F.dropout`
-    scales. Drawn as 31-bit random integers compared with p * 2**31, so p holds to within 2**-31: on a CPU that
-    costs less than `bernoulli_`, which `F.dropout` draws its mask with there (the pre-training profile's dropout
-    column, bench/results/pretrain.json, measures both libraries)."""
-    draws = torch.empty(x.shape, dtype=torch.int32, device=x.device).random_()  # uniform on [0, 2**31)
-    scale = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    return torch.ge(draws, round(p * 2**31), out=scale).mul_(1.0 / (1.0 - p))  # 1 (kept) or 0, then scaled
+    scales. Two 16-bit draws come from each 32-bit random integer (its low half uniform on the int16s, its high
+    half on [0, 2**15): the integers are drawn on [0, 2**31)), each compared with p's share of its range, so the
+    rate holds to within 2**-16 of p: on a CPU that costs far less than `bernoulli_`, which `F.dropout` draws its
+    mask with there (the pre-training profile's dropout column, bench/results/pretrain.json, measures both)."""
+    n = x.numel()
+    draws = torch.empty((n + 1) // 2, dtype=torch.int32, device=x.device).random_()  # uniform on [0, 2**31)
+    halves = draws.view(torch.int16).view(-1, 2)  # [n / 2, 2]: both halves of each draw
+    low, high = (0, 1) if sys.byteorder == "little" else (1, 0)
+    scale = torch.empty(halves.shape, dtype=x.dtype, device=x.device)
+    torch.ge(halves[:, low], round(p * 2**16) - 2**15, out=scale[:, low])  # 1 (kept) or 0
+    torch.ge(halves[:, high], round(p * 2**15), out=scale[:, high])
+    return scale.view(-1)[:n].view(x.shape).mul_(1.0 / (1.0 - p))
 
 
 class Dropout(nn.Dropout):
@@ -86,34 +93,101 @@ class Dropout(nn.Dropout):
 # ---------------------------------------------------------------------------------------------
 # Embeddings: token + segment + position, summed, normalised.
 # ---------------------------------------------------------------------------------------------
+_ROW_GRADIENTS = threading.local()
+
+
+@contextmanager
+def row_gradients() -> Iterator[None]:
+    """While inside, in this thread, a `GradTable` zeroes only the rows written since it was last zeroed and tells
+    `clip_and_step` which rows to read. bertlab's training loop steps inside: it knows every write to a gradient
+    between a backward and the next zeroing (its clip and fused step only scale the gradients, which keeps zero
+    rows zero, and a non-finite norm taints the tables). Outside (anyone's own loop), a table is zeroed whole."""
+    before = getattr(_ROW_GRADIENTS, "on", False)
+    _ROW_GRADIENTS.on = True
+    try:
+        yield
+    finally:
+        _ROW_GRADIENTS.on = before
+
+
+class GradTable:
+    """An embedding table's gradient kept between training steps, and the rows written into it since it was last
+    zeroed. A batch touches a few hundred of a vocabulary's rows: inside `row_gradients`, zeroing those rows alone
+    and reading only them for the gradient's norm (`clip_and_step`) saves two passes over the whole table each
+    step. Clean while nothing but `add` wrote to the tensor (its version counter says so) inside `row_gradients`;
+    `taint` marks it otherwise, and the next zeroing then zeroes all of it."""
+
+    def __init__(self, like: torch.Tensor):
+        self.tensor = torch.zeros_like(like)
+        self.tensor._bertlab_grad_table = self  # type: ignore[attr-defined]  # how clip_and_step finds it
+        self.rows: list[torch.Tensor] = []  # ids added since the last zeroing
+        self.version: int | None = None  # the tensor's version after the last write known to keep zero rows zero
+
+    def clean(self) -> bool:
+        """Whether the rows not in `rows` are all zeros (no write but `add`'s since the last zeroing)."""
+        return self.version is not None and self.tensor._version == self.version
+
+    def taint(self) -> None:
+        """Something may have written any row (a non-finite clip): the next zeroing zeroes all of it."""
+        self.version = None
+
+    def zeroed(self) -> torch.Tensor:
+        """The tensor, all zeros: the rows written since the last zeroing, or all of it when unsure."""
+        if not self.clean() or not getattr(_ROW_GRADIENTS, "on", False):
+            self.tensor.zero_()
+        elif self.rows:
+            self.tensor.index_fill_(0, torch.cat(self.rows), 0.0)
+        self.rows = []
+        self.version = self.tensor._version if getattr(_ROW_GRADIENTS, "on", False) else None
+        return self.tensor
+
+    def add(self, ids: torch.Tensor, values: torch.Tensor) -> None:
+        """tensor[ids] += values (repeated ids add up), recorded."""
+        clean = self.clean()
+        self.tensor.index_add_(0, ids, values)
+        if clean:
+            self.rows.append(ids)
+            self.version = self.tensor._version
+
+    def touched(self) -> torch.Tensor | None:
+        """The rows that may be non-zero (each once), or None when any row may be."""
+        if not self.clean():
+            return None
+        return torch.unique(torch.cat(self.rows)) if self.rows else self.tensor.new_empty(0, dtype=torch.long)
+
+
 class _LookupIntoGrad(torch.autograd.Function):
     """`F.embedding` whose backward adds the looked-up rows' gradients into the table's `.grad` in place (set to
-    `buffer`, zeroed, when it is None) instead of returning a fresh [vocab, d] gradient: on a CPU a fresh table
-    of gradients is new memory every step, mapped page by page. The same sums as the ordinary backward."""
+    `table`'s kept tensor, zeroed, when it is None) instead of returning a fresh [vocab, d] gradient: on a CPU a
+    fresh table of gradients is new memory every step, mapped page by page. The same sums as the ordinary
+    backward."""
 
     @staticmethod
     def forward(ctx, ids: torch.Tensor, weight: torch.Tensor, padding_idx: int | None,  # type: ignore[override]
-                buffer: torch.Tensor) -> torch.Tensor:
+                table: GradTable) -> torch.Tensor:
         ctx.save_for_backward(ids)
-        ctx.weight, ctx.padding_idx, ctx.buffer = weight, padding_idx, buffer
+        ctx.weight, ctx.padding_idx, ctx.table = weight, padding_idx, table
         return F.embedding(ids, weight, padding_idx)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         (ids,) = ctx.saved_tensors
-        weight, flat = ctx.weight, ids.reshape(-1)
+        weight, flat, table = ctx.weight, ids.reshape(-1), ctx.table
         rows = grad.reshape(flat.shape[0], -1)  # [tokens, d]
         if ctx.padding_idx is not None:  # the padding row gets no gradient, as F.embedding's backward
             rows = rows * (flat != ctx.padding_idx).unsqueeze(1).to(rows.dtype)
         if weight.grad is None:
-            weight.grad = ctx.buffer.zero_()
-        weight.grad.index_add_(0, flat, rows.to(weight.grad.dtype))
+            weight.grad = table.zeroed()
+        if weight.grad is table.tensor:
+            table.add(flat, rows.to(weight.grad.dtype))
+        else:  # another gradient got there first (a tied decoder's): add into it
+            weight.grad.index_add_(0, flat, rows.to(weight.grad.dtype))
         return None, None, None, None
 
 
 def lookup(table: nn.Embedding, ids: torch.Tensor, owner: nn.Module) -> torch.Tensor:
-    """`table(ids)`; while `owner` trains a table on the CPU, the backward accumulates into one gradient buffer
-    kept between steps (`_LookupIntoGrad`), dropped when `owner` goes to evaluation."""
+    """`table(ids)`; while `owner` trains a table on the CPU, the backward accumulates into one gradient kept
+    between steps (`GradTable`), dropped when `owner` goes to evaluation."""
     w = table.weight
     plain = table.max_norm is None and not table.sparse and not table.scale_grad_by_freq
     busy = w.grad is not None and (w.grad.shape != w.shape or w.grad.dtype != w.dtype or w.grad.is_sparse)
@@ -121,10 +195,10 @@ def lookup(table: nn.Embedding, ids: torch.Tensor, owner: nn.Module) -> torch.Te
     if not (owner.training and torch.is_grad_enabled() and w.requires_grad and w.device.type == "cpu" and plain
             and not busy and not distributed):
         return table(ids)
-    buffer = getattr(owner, "_grad_buffer", None)
-    if buffer is None or buffer.shape != w.shape or buffer.dtype != w.dtype:
-        buffer = owner._grad_buffer = torch.zeros_like(w)
-    return _LookupIntoGrad.apply(ids, w, table.padding_idx, buffer)
+    kept = getattr(owner, "_grad_buffer", None)
+    if kept is None or kept.tensor.shape != w.shape or kept.tensor.dtype != w.dtype:
+        kept = owner._grad_buffer = GradTable(w)
+    return _LookupIntoGrad.apply(ids, w, table.padding_idx, kept)
 
 
 class BertEmbeddings(nn.Module):
@@ -143,7 +217,7 @@ class BertEmbeddings(nn.Module):
         self.hook_position = HookPoint()  # [batch, seq, d_model]
         self.hook_sum = HookPoint()  # [batch, seq, d_model] before LayerNorm
         self.hook_out = HookPoint()  # [batch, seq, d_model] normalised sum
-        self._grad_buffer: torch.Tensor | None = None  # the word table's gradient while training (`lookup`)
+        self._grad_buffer: GradTable | None = None  # the word table's gradient while training (`lookup`)
 
     def train(self, mode: bool = True) -> BertEmbeddings:
         if not mode:
@@ -295,6 +369,33 @@ class _HeadMajor(torch.autograd.Function):
         return grad.permute(1, 3, 0, 2, 4).reshape(ctx.shape), None, None
 
 
+class _PaddedHeadMajor(torch.autograd.Function):
+    """Packed q, k and v side by side (y [1, tokens, 3 * d_model]) -> q, k and v, each [batch, head, seq, d_head]
+    and contiguous, zeros at the padding: `Packing.pad` then `_HeadMajor`, with a backward that lays each gradient
+    back out token by token into one buffer and reads the real tokens' rows from it (autograd's, through `unbind`
+    and the padding, stacked the three gradients first: one more pass over the padded batch)."""
+
+    @staticmethod
+    def forward(ctx, y: torch.Tensor, packing: Packing, n_heads: int, d_head: int):  # type: ignore[override]
+        ctx.packing, ctx.shape = packing, y.shape
+        padded = packing.pad(y)  # [batch, seq, 3 * d_model]
+        t = padded.view(*padded.shape[:2], -1, n_heads, d_head).permute(2, 0, 3, 1, 4).contiguous()
+        return t[0], t[1], t[2]  # [batch, head, seq, d_head] each
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor | None):  # type: ignore[override]
+        packing = ctx.packing
+        some = next(g for g in grads if g is not None)
+        batch, n_heads, seq, d_head = some.shape
+        buf = some.new_empty(batch, seq, len(grads), n_heads, d_head)  # token by token, q, k and v side by side
+        for j, g in enumerate(grads):
+            if g is None:
+                buf[:, :, j].zero_()
+            else:
+                buf[:, :, j].copy_(g.permute(0, 2, 1, 3))
+        return buf.view(batch * seq, -1).index_select(0, packing.index).view(ctx.shape), None, None, None
+
+
 def _cpu_dropout_attention(hp: AttentionHooks, dropout: nn.Dropout, x: torch.Tensor) -> bool:
     """Whether `attend` trains through its eager products, whose `Dropout` draws the pattern's mask with
     `dropout_scale`: training with attention dropout on a CPU, the path left to bertlab ("auto") and no hook
@@ -329,9 +430,8 @@ def attend(
     if cpu_dropout and head_major:
         # training on a CPU: q, k and v laid out head by head, so that the products below read them as they lie;
         # packed, from one matmul, padded back and laid out in one copy each (unpacked, three matmuls measured faster)
-        if packing is not None:
-            qkv = packing.pad(_stacked_projection(x, query, key, value))  # [batch, seq, 3 * d_model]
-            heads = _HeadMajor.apply(qkv, hp.n_heads, hp.d_head).unbind(0)  # [batch, head, seq, d_head] each
+        if packing is not None:  # [batch, head, seq, d_head] each
+            heads = _PaddedHeadMajor.apply(_stacked_projection(x, query, key, value), packing, hp.n_heads, hp.d_head)
         else:
             heads = [_HeadMajor.apply(lin(x), hp.n_heads, hp.d_head).squeeze(0) for lin in (query, key, value)]
         q, k, v = (hook(t.transpose(1, 2)).transpose(1, 2) for hook, t in zip((hp.hook_q, hp.hook_k, hp.hook_v), heads))

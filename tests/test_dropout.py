@@ -1,7 +1,7 @@
-"""Dropout while training on a CPU: the mask comes from 31-bit random integers (`dropout_scale`), not from
-`bernoulli_` (dearer there), and attention with dropout trains through bertlab's eager products on q, k and v
-laid out head by head (`_HeadMajor`), instead of SDPA's math path. Same probabilities, same scaling, same outputs
-and gradients as the padded eager reference given the same masks."""
+"""Dropout while training on a CPU: the mask comes from the two 16-bit halves of 32-bit random integers
+(`dropout_scale`), not from `bernoulli_` (dearer there), and attention with dropout trains through bertlab's eager
+products on q, k and v laid out head by head (`_HeadMajor`), instead of SDPA's math path. Same probabilities (to
+within 2**-16), same scaling, same outputs and gradients as the padded eager reference given the same masks."""
 
 from __future__ import annotations
 
@@ -21,14 +21,18 @@ from bertlab.model import Bert, Dropout, dropout_scale
 @pytest.mark.parametrize("p", [0.1, 0.5])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_the_mask_drops_each_element_with_probability_p_and_scales_the_rest(p, dtype):
-    n = 400_000
+    n = 400_001  # odd: the last draw gives one half only
     torch.manual_seed(0)
     scale = dropout_scale(torch.empty(n, dtype=dtype), p)
     assert scale.dtype == dtype and scale.shape == (n,)
     kept = scale != 0
     assert set(scale[kept].unique().tolist()) == {torch.tensor(1 / (1 - p), dtype=dtype).item()}
-    dropped = 1 - kept.double().mean().item()
-    assert abs(dropped - p) < 5 * math.sqrt(p * (1 - p) / n), dropped  # five standard errors
+    for part in (kept, kept[0::2], kept[1::2]):  # all, and each half of the draws (their ranges differ) alone
+        dropped = 1 - part.double().mean().item()
+        assert abs(dropped - p) < 5 * math.sqrt(p * (1 - p) / len(part)), dropped  # five standard errors
+    neighbours = (kept[0:-1:2] & kept[1::2]).double().mean().item()  # both halves of a draw: independent
+    assert abs(neighbours - (1 - p) ** 2) < 5 * math.sqrt((1 - p) ** 2 * (1 - (1 - p) ** 2) / (n // 2)), neighbours
+    assert dropout_scale(torch.empty(3, 5, 7), p).shape == (3, 5, 7)
     torch.manual_seed(0)
     assert torch.equal(dropout_scale(torch.empty(n, dtype=dtype), p), scale)  # the global seed decides it
     assert not torch.equal(dropout_scale(torch.empty(n, dtype=dtype), p), scale)  # and the next draw differs
@@ -111,8 +115,14 @@ def test_training_attention_with_dropout_equals_the_eager_path_given_the_same_ma
     monkeypatch.setattr(F, "scaled_dot_product_attention", lambda *a, **k: (used.append(k), sdpa(*a, **k))[1])
     masks = _Masks()
     monkeypatch.setattr(core, "dropout_scale", masks)
+    layouts = []
+    for layout in (core._HeadMajor, core._PaddedHeadMajor):
+        monkeypatch.setattr(layout, "apply", lambda *a, f=layout.apply, name=layout.__name__: (layouts.append(name),
+                                                                                                f(*a))[1])
     out = model(ids, types, mask).logits
     assert masks.pattern_calls == 3 and not used  # bertlab's own attention in each layer, not SDPA's math path
+    # packed: q, k and v from one matmul, padded and laid out at once; unpadded: each of three laid out alone
+    assert layouts == ["_PaddedHeadMajor"] * 3 if padded else layouts == ["_HeadMajor"] * 9
     masks.__init__()
     expected = ref(ids, types, mask).logits
     assert masks.pattern_calls == 3
@@ -130,7 +140,8 @@ def test_watched_patterns_and_evaluation_keep_their_paths(monkeypatch):
     model = _model()
     ids, types, mask = _batch(True)
     calls = []
-    monkeypatch.setattr(core._HeadMajor, "apply", lambda *a: calls.append(a) or pytest.fail("training's layout"))
+    for layout in (core._HeadMajor, core._PaddedHeadMajor):
+        monkeypatch.setattr(layout, "apply", lambda *a: calls.append(a) or pytest.fail("training's layout"))
     with torch.no_grad():
         model(ids, types, mask)  # no gradient: nothing to train, no reason to leave SDPA
     _, cache = model.run_with_cache(ids, token_type_ids=types, attention_mask=mask,

@@ -35,6 +35,7 @@ from bertlab.training.loop import (
     TrainConfig,
     TrainEvent,
     TrainingError,
+    clip_and_step,
     lr_factor,
     make_optimizer,
     move_to_device,
@@ -120,13 +121,15 @@ def test_epochs_count_steps_and_skip_the_remainder():
 
 @contextlib.contextmanager
 def optimizer_steps():
-    """Record, before every optimizer step, the global gradient norm and the lr it will use."""
+    """Record, before every optimizer step, the global norm of the gradient it will use and its lr (a fused Adam
+    given a `grad_scale` divides each gradient by it as it reads it: `clip_and_step`)."""
     seen: list[tuple[float, float]] = []
 
     def record(opt, args, kwargs):
         grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-        seen.append((float(norm), opt.param_groups[0]["lr"]))
+        scale = getattr(opt, "grad_scale", None)
+        seen.append((float(norm if scale is None else norm / scale), opt.param_groups[0]["lr"]))
 
     handle = register_optimizer_step_pre_hook(record)
     try:
@@ -148,6 +151,42 @@ def test_clipping_bounds_the_gradient_the_optimizer_sees():
     reported = [h["grad_norm"] for h in res.history if h["kind"] == "train"]
     assert all(n > 0.5 for n in reported)  # the norm before clipping is what is reported
     assert unclipped[0][0] > 0.5 and reported[0] == pytest.approx(unclipped[0][0], rel=1e-4)
+
+
+@pytest.mark.parametrize("max_norm", [0.05, 1e6, None, 0.0])
+def test_clip_and_step_is_clip_grad_norm_then_step(max_norm):
+    """A fused AdamW takes the clip as its grad_scale: the same norm, weights and (clipped) gradients as
+    `clip_grad_norm_` then `step()`, to rounding; no clipping for none or 0, as the loop's `max_grad_norm`."""
+    data = make_data(32)
+    models = [Tiny(seed=1), Tiny(seed=1)]
+    opts = [make_optimizer(m, cfg(lr=1e-2, weight_decay=0.01), torch.device("cpu")) for m in models]
+    assert opts[1].defaults["fused"]
+    for step in range(4):
+        for m in models:
+            m.zero_grad(set_to_none=True)
+            ce_loss(m, {"x": torch.stack([d["x"] for d in data]) * (1 + 30 * step),
+                        "y": torch.stack([d["y"] for d in data])})[0].backward()
+        params = [list(m.parameters()) for m in models]
+        expected = torch.nn.utils.clip_grad_norm_(params[0], max_norm or float("inf"))
+        opts[0].step()
+        assert float(clip_and_step(opts[1], params[1], max_norm)) == pytest.approx(float(expected), rel=1e-6)
+        assert not hasattr(opts[1], "grad_scale")
+        for a, b in zip(*params):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
+            torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7)  # what the step used, as clipped
+    if max_norm == 0.05:
+        assert float(expected) > 0.05  # the clip did act
+
+
+def test_clip_and_step_falls_back_to_clip_grad_norm_for_other_optimizers():
+    model = Tiny()
+    ce_loss(model, {"x": torch.randn(4, 8) * 100, "y": torch.tensor([0, 1, 2, 0])})[0].backward()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    seen = []
+    opt.register_step_pre_hook(lambda o, a, k: seen.append(float(torch.nn.utils.get_total_norm(
+        [p.grad for p in model.parameters()]))))
+    assert float(clip_and_step(opt, list(model.parameters()), 0.5)) > 0.5
+    assert seen == [pytest.approx(0.5, rel=1e-4)]  # the gradients were clipped before the step
 
 
 def test_no_weight_decay_on_biases_and_layernorm():

@@ -139,16 +139,83 @@ def test_the_word_table_gradient_accumulates_in_place_as_embedding_backward_does
     table = emb.word_embeddings.weight
     assert float(table.grad[model.config.pad_token_id].abs().max()) == 0.0
     if task:  # nothing else writes the table's gradient: it is the kept buffer, reused the next step
-        assert table.grad is emb._grad_buffer
+        assert table.grad is emb._grad_buffer.tensor
         model.zero_grad(set_to_none=True)
         two_micro_batches(model)
-        assert table.grad is emb._grad_buffer
+        assert table.grad is emb._grad_buffer.tensor
         torch.testing.assert_close(table.grad, ref.bert.embeddings.word_embeddings.weight.grad)
     model.eval()
     assert emb._grad_buffer is None  # evaluation gives the memory back
     with torch.no_grad():
         model(ids, types, mask)  # and evaluation takes torch's own lookup
     assert emb._grad_buffer is None
+
+
+def test_a_grad_table_zeroes_the_rows_written_and_all_of_it_when_unsure():
+    weight = torch.randn(50, 4)
+    table = core.GradTable(weight)
+    ids = torch.tensor([3, 7, 3, 9])
+    with core.row_gradients():
+        assert table.zeroed() is table.tensor and not table.tensor.any()
+        table.add(ids, torch.ones(4, 4))
+        assert table.touched().tolist() == [3, 7, 9] and table.tensor[3].tolist() == [2.0] * 4
+        table.tensor.mul_(0.5)  # a write it did not make: it cannot vouch for the other rows any more
+        assert not table.clean() and table.touched() is None
+        table.tensor[20] = 1.0
+        assert not table.zeroed().any()  # zeroed whole
+        table.add(ids, torch.ones(4, 4))
+        table.tensor[20] = 1.0  # a row it never wrote, unknown to it (as a write through .data would be)...
+        table.version = table.tensor._version  # ...that it was told nothing of
+        assert table.zeroed()[20].tolist() == [1.0] * 4 and not table.tensor[[3, 7, 9]].any()  # rows alone
+        table.add(ids, torch.ones(4, 4))
+        table.taint()  # a clip by NaN
+        assert table.touched() is None and not table.zeroed().any()
+    table.tensor[20] = 1.0
+    table.version = table.tensor._version
+    assert not table.zeroed().any()  # outside the training loop's block: always whole
+
+
+def test_training_with_row_gradients_equals_torchs_embedding_backward(monkeypatch):
+    """The loop zeroes the word table's gradient by rows and clips with the norm of those rows: the same weights as
+    torch's own embedding backward (a fresh dense gradient each step) and clip_grad_norm_, step after step."""
+    from bertlab.training.loop import TrainConfig, train
+
+    g = torch.Generator().manual_seed(2)
+    data = [{"input_ids": torch.randint(5, 100, (int(n),), generator=g), "label": int(n) % 3}
+            for n in torch.randint(4, 12, (48,), generator=g)]
+
+    def collate(examples):
+        n = max(len(e["input_ids"]) for e in examples)
+        ids = torch.zeros(len(examples), n, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for i, e in enumerate(examples):
+            ids[i, :len(e["input_ids"])], mask[i, :len(e["input_ids"])] = e["input_ids"], 1
+        return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([e["label"] for e in examples])}
+
+    def loss(model, batch):
+        out = model(batch["input_ids"], torch.zeros_like(batch["input_ids"]), batch["attention_mask"])
+        return 100 * torch.nn.functional.cross_entropy(out.logits, batch["labels"])  # large: the clip acts
+
+    cfg = TrainConfig(lr=1e-2, max_steps=6, batch_size=8, seed=0, warmup_steps=0, max_grad_norm=1.0,
+                      precision="fp32", log_every=1)
+    ours, ref = _model("sequence_classification"), _model("sequence_classification")
+    res = train(ours, loss, data, cfg, collate=collate)
+    assert res.status == "completed" and ours.bert.embeddings._grad_buffer is not None
+    with monkeypatch.context() as mp:
+        mp.setattr(core, "lookup", lambda table, ids, owner: table(ids))  # torch's own embedding backward
+        mp.setattr(torch.optim.AdamW, "__init__", _unfused(torch.optim.AdamW.__init__))  # and its clip, then step
+        res_ref = train(ref, loss, data, cfg, collate=collate)
+    assert [h["grad_norm"] for h in res.history] == pytest.approx([h["grad_norm"] for h in res_ref.history], rel=1e-4)
+    assert min(h["grad_norm"] for h in res.history) > 1.0  # every step clipped
+    for (name, a), b in zip(ours.named_parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def _unfused(init):
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **{**kwargs, "fused": False})
+
+    return __init__
 
 
 @contextlib.contextmanager

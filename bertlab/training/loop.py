@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bertlab.model import packing_plan
+from bertlab.model import packing_plan, row_gradients
 from bertlab.runtime import derive_seed, kept_heap, out_of_memory_text, release_free_memory, resolve_device
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import (
@@ -394,6 +394,51 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> 
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.adam_betas, eps=cfg.adam_eps, fused=fused)
 
 
+def clip_and_step(
+    optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor], max_norm: float | None
+) -> torch.Tensor:
+    """Clip the gradients' global 2-norm to `max_norm` and take the optimizer's step; returns the norm before
+    clipping, as `clip_grad_norm_` does (none, 0 or inf: no clipping). The same arithmetic as `clip_grad_norm_` then
+    `step()` (coefficient max_norm / (norm + 1e-6), at most 1), but a fused Adam or AdamW (`make_optimizer`'s)
+    takes the coefficient as its `grad_scale`, dividing each gradient by 1 / coefficient as it reads it, instead of
+    a pass of its own that multiplies every gradient first; and a word table's gradient kept by `lookup`
+    (`GradTable`) is read for the norm in the rows the batch wrote alone (the others are zeros). No wait for the
+    device, except on a CPU with such a table (is the norm finite?)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    fused = (isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)) and optimizer.defaults.get("fused")
+             and getattr(optimizer, "grad_scale", None) is None and getattr(optimizer, "found_inf", None) is None
+             and not any(g.is_sparse for g in grads))
+    if not fused or not grads:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
+        optimizer.step()
+        return norm
+    tables = [t for g in grads if (t := getattr(g, "_bertlab_grad_table", None)) is not None and t.tensor is g]
+    rows = {id(t.tensor): t.touched() for t in tables}
+    norm = torch.nn.utils.get_total_norm(
+        [g if rows.get(id(g)) is None else g.index_select(0, rows[id(g)]) for g in grads], 2.0)
+    clip = bool(max_norm) and not math.isinf(max_norm)
+    if clip:
+        coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)  # clip_grad_norm_'s coefficient
+        optimizer.grad_scale = coef.reciprocal().float()  # type: ignore[attr-defined]  # the kernel divides by it
+    try:
+        optimizer.step()
+    finally:
+        if clip:
+            del optimizer.grad_scale  # type: ignore[attr-defined]
+    if tables and not bool(torch.isfinite(norm)):  # a scale of NaN turned the zero rows into NaN
+        for t in tables:
+            t.taint()
+    return norm
+    norm = torch.nn.utils.get_total_norm(grads, 2.0)
+    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)  # clip_grad_norm_'s coefficient
+    optimizer.grad_scale = coef.reciprocal().float()  # type: ignore[attr-defined]  # the kernel divides by it
+    try:
+        optimizer.step()
+    finally:
+        del optimizer.grad_scale  # type: ignore[attr-defined]
+    return norm
+
+
 def make_scheduler(
     optimizer: torch.optim.Optimizer, cfg: TrainConfig, total_steps: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
@@ -649,7 +694,7 @@ class _Run:
             # on a CPU the memory a step frees stays for the next (`kept_heap`) rather than being faulted in again;
             # every TRIM_EVERY steps the heap is still trimmed (the holes changing shapes leave), so one step in
             # TRIM_EVERY faults its memory in afresh
-            with kept_heap() if self.device.type == "cpu" else contextlib.nullcontext():
+            with kept_heap() if self.device.type == "cpu" else contextlib.nullcontext(), row_gradients():
                 while self.step < self.total_steps:
                     if self._should_stop():
                         status = "cancelled"
@@ -712,8 +757,7 @@ class _Run:
                     loss, metrics = self._call_loss(batch)
                 (loss / accum).backward()
             self._record_micro(loss, metrics, len(idx), _count_tokens(batch))
-        norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm or float("inf"))
-        self.optimizer.step()
+        norm = clip_and_step(self.optimizer, self.params, self.cfg.max_grad_norm)
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.window["grad_norm"] += norm.detach().float()
