@@ -173,7 +173,9 @@ def _finetune_table(name: str) -> list[str]:
                     f"| {_num(r['tokens_per_s'], 0)} | {r['padding']:.1%} | {ratios} | {r['peak_rss_mb']} |")
     args = "" if m["task"] == "sst2" else f" --task {m['task']}"
     if m["examples_asked"] != 768:  # the CPU default
-        args += f" --examples {m['examples_asked']} --rounds {m['rounds']}"
+        args += f" --examples {m['examples_asked']}"
+    if m["examples_asked"] != 768 or m["rounds"] != (1 if m["device"] == "cuda" else 2):  # not the default
+        args += f" --rounds {m['rounds']}"
     args += " --variants " + " ".join(r["variant"] for r in d["rows"])
     if name != ("finetune" if m["task"] == "sst2" else f"finetune_{m['task']}"):  # not the task's default file
         args += f" --out bench/results/{name}.json"
