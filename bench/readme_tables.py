@@ -174,8 +174,7 @@ def _finetune_table(name: str) -> list[str]:
     args = "" if m["task"] == "sst2" else f" --task {m['task']}"
     if m["examples_asked"] != 768:  # the CPU default
         args += f" --examples {m['examples_asked']}"
-    if m["examples_asked"] != 768 or m["rounds"] != (1 if m["device"] == "cuda" else 2):  # not the default
-        args += f" --rounds {m['rounds']}"
+    args += f" --rounds {m['rounds']}"  # always: the run's own, whatever the default
     args += " --variants " + " ".join(r["variant"] for r in d["rows"])
     if name != ("finetune" if m["task"] == "sst2" else f"finetune_{m['task']}"):  # not the task's default file
         args += f" --out bench/results/{name}.json"

@@ -123,6 +123,12 @@ class GradTable:
         self.rows: list[torch.Tensor] = []  # ids added since the last zeroing
         self.version: int | None = None  # the tensor's version after the last write known to keep zero rows zero
 
+    @staticmethod
+    def of(grad: torch.Tensor) -> GradTable | None:
+        """The table whose kept tensor `grad` is, if any."""
+        table = getattr(grad, "_bertlab_grad_table", None)
+        return table if table is not None and table.tensor is grad else None
+
     def clean(self) -> bool:
         """Whether the rows not in `rows` are all zeros (no write but `add`'s since the last zeroing)."""
         return self.version is not None and self.tensor._version == self.version
@@ -133,12 +139,13 @@ class GradTable:
 
     def zeroed(self) -> torch.Tensor:
         """The tensor, all zeros: the rows written since the last zeroing, or all of it when unsure."""
-        if not self.clean() or not getattr(_ROW_GRADIENTS, "on", False):
+        by_rows = getattr(_ROW_GRADIENTS, "on", False)
+        if not (by_rows and self.clean()):
             self.tensor.zero_()
         elif self.rows:
             self.tensor.index_fill_(0, torch.cat(self.rows), 0.0)
         self.rows = []
-        self.version = self.tensor._version if getattr(_ROW_GRADIENTS, "on", False) else None
+        self.version = self.tensor._version if by_rows else None
         return self.tensor
 
     def add(self, ids: torch.Tensor, values: torch.Tensor) -> None:
@@ -354,6 +361,11 @@ def _plan_for(attention_mask: torch.Tensor) -> PackingPlan | None:
     return plan if plan is not None and plan.mask is attention_mask else None
 
 
+def _head_major(t: torch.Tensor, n_heads: int, d_head: int) -> torch.Tensor:
+    """t [batch, seq, n * d_model] -> [n, batch, head, seq, d_head], contiguous (one permuting copy)."""
+    return t.view(*t.shape[:2], -1, n_heads, d_head).permute(2, 0, 3, 1, 4).contiguous()
+
+
 class _HeadMajor(torch.autograd.Function):
     """t [batch, seq, n * d_model] (n tensors side by side: q, k and v, or one of them) -> [n, batch, head, seq,
     d_head], contiguous; its backward lays the gradient back out in one permuting copy (autograd's own backward of
@@ -362,7 +374,7 @@ class _HeadMajor(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t: torch.Tensor, n_heads: int, d_head: int) -> torch.Tensor:  # type: ignore[override]
         ctx.shape = t.shape
-        return t.view(*t.shape[:2], -1, n_heads, d_head).permute(2, 0, 3, 1, 4).contiguous()
+        return _head_major(t, n_heads, d_head)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
@@ -378,9 +390,8 @@ class _PaddedHeadMajor(torch.autograd.Function):
     @staticmethod
     def forward(ctx, y: torch.Tensor, packing: Packing, n_heads: int, d_head: int):  # type: ignore[override]
         ctx.packing, ctx.shape = packing, y.shape
-        padded = packing.pad(y)  # [batch, seq, 3 * d_model]
-        t = padded.view(*padded.shape[:2], -1, n_heads, d_head).permute(2, 0, 3, 1, 4).contiguous()
-        return t[0], t[1], t[2]  # [batch, head, seq, d_head] each
+        q, k, v = _head_major(packing.pad(y), n_heads, d_head)  # [batch, head, seq, d_head] each
+        return q, k, v
 
     @staticmethod
     def backward(ctx, *grads: torch.Tensor | None):  # type: ignore[override]

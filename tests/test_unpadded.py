@@ -178,23 +178,18 @@ def test_a_grad_table_zeroes_the_rows_written_and_all_of_it_when_unsure():
 def test_training_with_row_gradients_equals_torchs_embedding_backward(monkeypatch):
     """The loop zeroes the word table's gradient by rows and clips with the norm of those rows: the same weights as
     torch's own embedding backward (a fresh dense gradient each step) and clip_grad_norm_, step after step."""
+    from bertlab.tasks import collate
+    from bertlab.tasks.features import ClassificationFeature
+    from bertlab.training.finetune import sequence_loss
     from bertlab.training.loop import TrainConfig, train
 
     g = torch.Generator().manual_seed(2)
-    data = [{"input_ids": torch.randint(5, 100, (int(n),), generator=g), "label": int(n) % 3}
-            for n in torch.randint(4, 12, (48,), generator=g)]
-
-    def collate(examples):
-        n = max(len(e["input_ids"]) for e in examples)
-        ids = torch.zeros(len(examples), n, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, e in enumerate(examples):
-            ids[i, :len(e["input_ids"])], mask[i, :len(e["input_ids"])] = e["input_ids"], 1
-        return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([e["label"] for e in examples])}
+    data = [ClassificationFeature(str(i), torch.randint(5, 100, (int(n),), generator=g).tolist(), [0] * int(n),
+                                  int(n) % 3) for i, n in enumerate(torch.randint(4, 12, (48,), generator=g))]
 
     def loss(model, batch):
-        out = model(batch["input_ids"], torch.zeros_like(batch["input_ids"]), batch["attention_mask"])
-        return 100 * torch.nn.functional.cross_entropy(out.logits, batch["labels"])  # large: the clip acts
+        value, metrics = sequence_loss(model, batch)  # the lab's fine-tuning loss
+        return 100 * value, metrics  # large: the clip acts
 
     cfg = TrainConfig(lr=1e-2, max_steps=6, batch_size=8, seed=0, warmup_steps=0, max_grad_norm=1.0,
                       precision="fp32", log_every=1)

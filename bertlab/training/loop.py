@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bertlab.model import packing_plan, row_gradients
+from bertlab.model import GradTable, packing_plan, row_gradients
 from bertlab.runtime import derive_seed, kept_heap, out_of_memory_text, release_free_memory, resolve_device
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import (
@@ -412,10 +412,9 @@ def clip_and_step(
         norm = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
         optimizer.step()
         return norm
-    tables = [t for g in grads if (t := getattr(g, "_bertlab_grad_table", None)) is not None and t.tensor is g]
-    rows = {id(t.tensor): t.touched() for t in tables}
-    norm = torch.nn.utils.get_total_norm(
-        [g if rows.get(id(g)) is None else g.index_select(0, rows[id(g)]) for g in grads], 2.0)
+    tables = [GradTable.of(g) for g in grads]  # a word table's kept gradient, else None
+    rows = [t.touched() if t is not None else None for t in tables]  # None: any row may be non-zero
+    norm = torch.nn.utils.get_total_norm([g if r is None else g.index_select(0, r) for g, r in zip(grads, rows)], 2.0)
     clip = bool(max_norm) and not math.isinf(max_norm)
     if clip:
         coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)  # clip_grad_norm_'s coefficient
@@ -425,17 +424,10 @@ def clip_and_step(
     finally:
         if clip:
             del optimizer.grad_scale  # type: ignore[attr-defined]
-    if tables and not bool(torch.isfinite(norm)):  # a scale of NaN turned the zero rows into NaN
-        for t in tables:
+    kept = [t for t in tables if t is not None]
+    if kept and not bool(torch.isfinite(norm)):  # a scale of NaN turned the zero rows into NaN
+        for t in kept:
             t.taint()
-    return norm
-    norm = torch.nn.utils.get_total_norm(grads, 2.0)
-    coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)  # clip_grad_norm_'s coefficient
-    optimizer.grad_scale = coef.reciprocal().float()  # type: ignore[attr-defined]  # the kernel divides by it
-    try:
-        optimizer.step()
-    finally:
-        del optimizer.grad_scale  # type: ignore[attr-defined]
     return norm
 
 
