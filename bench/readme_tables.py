@@ -510,7 +510,29 @@ def forward() -> str:
             f"median of {xm['repeats']} calls each in turns, {xm['threads']} thread(s), load average "
             f"{xm['load_average'][0]} (`BERTLAB_DATA=../shared/data python bench/bench_forward.py --mixed-only "
             "--threads 1`).")
+    if (RESULTS / "forward_capture.json").is_file():
+        rows += ["", _capture_views(_load("forward_capture"))]
     return "\n".join(rows)
+
+
+def _capture_views(d: dict) -> str:
+    """What capturing costs when a view asks only for what it draws (bench/results/forward_capture.json)."""
+    m = d["meta"]
+    each = "; ".join(
+        f"{FORWARD_MODELS.get(r['model'], r['model'])}: one layer's patterns {_num(r['view_layer_overhead'], 2)}×, "
+        f"one head's {_num(r['view_head_overhead'], 2)}×, everything {_num(r['capture_overhead'], 2)}× "
+        f"(plain {_num(r['bertlab_plain'])} ms)" for r in d["rows"])
+    seqs = sorted({r["seq"] for r in d["rows"]})
+    return (f"Capture that costs what a view shows, at {', '.join(map(str, seqs))} tokens, "
+            f"batch {d['rows'][0]['batch']}: "
+            f"`run_with_cache` asked for the patterns of one layer (or of one head in every layer, the head view) in "
+            f"float16, against the plain pass (aim ≤ 1.15×), in a later run than the table above. {each}. "
+            f"Median of {m['repeats']} calls each in turns, "
+            f"{m['threads']} thread(s), load average {m['load_average'][0]} (`python bench/bench_forward.py --lengths "
+            f"{' '.join(map(str, seqs))} --models {' '.join(r['model'] for r in d['rows'])} --repeats {m['repeats']} "
+            f"--threads {m['threads']} --out bench/results/forward_capture.json`)"
+            + (f"; rows kept from an earlier run (`--keep-other-rows`): median of {o['repeats']} calls, load average "
+               f"{o['load_average'][0]}." if (o := m.get("other_rows_meta")) else "."))
 
 
 def dashboard() -> str:

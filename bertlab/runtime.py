@@ -107,6 +107,50 @@ def release_free_memory() -> bool:
     return True
 
 
+def resident_bytes() -> int | None:
+    """This process's resident memory in bytes (Linux's /proc/self/statm), or None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+class HeapCreep:
+    """When a CPU training run trims the C heap between steps: only once the process's resident memory has crept
+    past what the run's first steps settled on (more than `growth` times it plus `slack`), then it learns the level
+    afresh from the next `settle` steps. Batches of changing shapes leave holes in a kept heap (`kept_heap`) that
+    can add up to gigabytes over a long run (a QA run once crept past 12 GB); a trim hands them back, and the next
+    step faults its memory in again, page by page (about a tenth of a short step's time), so trimming on a
+    fixed count of steps costs every run that never creeps. Where resident memory cannot be read (not Linux),
+    it trims every `every` steps. `after_step()` says whether it trimmed."""
+
+    def __init__(self, every: int, trim: Callable[[], object], *, growth: float = 1.5, slack: int = 128 * 2**20,
+                 settle: int = 3, resident: Callable[[], int | None] | None = None) -> None:
+        self.every, self.trim, self.growth, self.slack, self.settle = every, trim, growth, slack, settle
+        self.resident = resident or resident_bytes
+        self.steps = 0  # steps seen
+        self.level = 0  # the largest resident memory over the steps that settled it
+        self.settled = 0  # steps that went into `level` since the start or the last trim
+        self.trims = 0
+
+    def after_step(self) -> bool:
+        self.steps += 1
+        now = self.resident()
+        if now is None:
+            due = self.steps % self.every == 0
+        elif self.settled < self.settle:
+            self.level, self.settled = max(self.level, now), self.settled + 1
+            due = False
+        else:
+            due = now > self.level * self.growth + self.slack
+        if due:
+            self.trim()
+            self.trims += 1
+            self.level = self.settled = 0
+        return due
+
+
 # glibc's mallopt parameters (malloc.h) and what a training run sets them to
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 HEAP_MMAP_THRESHOLD = 32 * 2**20  # the largest glibc takes on 64-bit: blocks up to 32 MiB come from the heap

@@ -51,6 +51,31 @@ def test_capture_of_some_heads_equals_the_full_capture_and_leaves_outputs_alone(
     assert torch.equal(out.last_hidden_state, plain.last_hidden_state)  # the fused path ran, unchanged
 
 
+def test_a_pattern_captured_alone_takes_the_scores_memory_and_equals_the_softmax_of_the_scores():
+    model, (ids, types, mask) = _model(), _batch()
+    scores_and_patterns = lambda n: n.endswith(("hook_pattern", "hook_scores"))  # noqa: E731
+    with torch.inference_mode():
+        _, alone = model.run_with_cache(ids, types, mask, names=_patterns)  # the softmax written over the scores
+        _, both = model.run_with_cache(ids, types, mask, names=scores_and_patterns)  # scores read: a fresh pattern
+    for name in alone:
+        torch.testing.assert_close(alone[name], both[name], atol=0, rtol=0)
+        scores = both[name.replace("hook_pattern", "hook_scores")]
+        assert not torch.allclose(scores.sum(-1), torch.ones(()))  # the kept scores were not overwritten
+        torch.testing.assert_close(scores.softmax(-1), both[name], atol=0, rtol=0)
+    from bertlab.model import AttentionHooks, _softmax_in_place
+
+    hp = next(m for m in model.modules() if isinstance(m, AttentionHooks))
+    fp32 = torch.zeros(2, 2)
+    assert torch.is_grad_enabled() and not _softmax_in_place(hp, fp32)  # a graph may be recorded: never in place
+    with torch.no_grad():
+        assert _softmax_in_place(hp, fp32) and not _softmax_in_place(hp, fp32.bfloat16())
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert not _softmax_in_place(hp, fp32)
+        scores_name = next(n for n, p in model.hook_points.items() if p is hp.hook_scores)
+        with model.hooks([(scores_name, lambda x, name: None)]):  # something reads the scores
+            assert not _softmax_in_place(hp, fp32)
+
+
 def test_capture_computes_only_the_heads_asked_and_stores_them_compactly():
     model = _model()
     ids, types, mask = _batch()

@@ -787,13 +787,50 @@ def test_bert_checkpoints_load_in_bertlab_and_transformers(tmp_path: Path, word_
 
 
 # -- memory and precision on a CPU -----------------------------------------------------------------
-def test_a_cpu_run_hands_the_heaps_free_pages_back_every_few_steps_and_at_the_end(monkeypatch):
+def test_a_cpu_run_trims_the_heap_mid_run_only_when_its_memory_creeps_and_always_at_the_end(monkeypatch):
+    from bertlab import runtime
     from bertlab.training import loop
 
     calls = []
     monkeypatch.setattr(loop, "release_free_memory", lambda: calls.append(1) or True)
-    train(Tiny(), ce_loss, make_data(), cfg(max_steps=2 * loop.TRIM_EVERY + 3))
+    steps = 2 * loop.TRIM_EVERY + 3
+    monkeypatch.setattr(runtime, "resident_bytes", lambda: 2**30)  # memory that stays put
+    assert train(Tiny(), ce_loss, make_data(), cfg(max_steps=steps)).ok
+    assert len(calls) == 1  # only when the run ends
+    calls.clear()
+    rss = iter(range(2**30, 2**40, 400 * 2**20))  # 400 MiB more after every step: past 1.5x + 128 MiB of its level
+    monkeypatch.setattr(runtime, "resident_bytes", lambda: next(rss))
+    assert train(Tiny(), ce_loss, make_data(), cfg(max_steps=steps)).ok
+    assert 2 <= len(calls) - 1 < steps // 3  # trims in the run, each after a fresh level settled over 3 steps
+    calls.clear()
+    monkeypatch.setattr(runtime, "resident_bytes", lambda: None)  # not Linux: every TRIM_EVERY steps
+    assert train(Tiny(), ce_loss, make_data(), cfg(max_steps=steps)).ok
     assert len(calls) == 2 + 1  # steps 10 and 20, then once when the run ends
+
+
+def test_heap_creep_trims_past_its_settled_level_and_learns_the_level_again():
+    from bertlab.runtime import HeapCreep
+
+    mib = 2**20
+    trims: list[int] = []
+    seen = iter([100, 120, 110, 300, 307, 309, 50, 500, 60, 200, 209, None])  # MiB; None: unreadable
+    creep = HeapCreep(4, trim=lambda: trims.append(1), resident=lambda: (lambda v: v and v * mib)(next(seen)))
+    # three steps settle the level at 120 MiB; trimmed above 1.5 * 120 + 128 = 308 MiB
+    assert [creep.after_step() for _ in range(6)] == [False, False, False, False, False, True]
+    # the level is learnt again over the next three steps (max 500), then 1.5 * 500 + 128 = 878 MiB
+    assert [creep.after_step() for _ in range(5)] == [False, False, False, False, False]
+    assert creep.after_step() is True and creep.steps == 12 and creep.steps % 4 == 0  # unreadable: every 4th step
+    assert len(trims) == creep.trims == 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/statm")
+def test_resident_bytes_reads_this_process_and_sees_memory_taken():
+    from bertlab.runtime import resident_bytes
+
+    before = resident_bytes()
+    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, written
+    assert before is not None and resident_bytes() > before + 48 * 2**20
+    del block
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")

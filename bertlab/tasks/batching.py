@@ -22,18 +22,21 @@ def collate(features: Sequence[Feature], pad_token_id: int = 0) -> dict[str, tor
     class, [batch, seq] padded with IGNORE_INDEX for tokens) or start/end_positions [batch]."""
     if not features:
         raise FeatureError("cannot collate an empty batch.")
-    b, n = len(features), max(len(f.input_ids) for f in features)
-    input_ids = torch.full((b, n), pad_token_id, dtype=torch.long)  # [batch, seq]
-    token_type_ids = torch.zeros((b, n), dtype=torch.long)  # [batch, seq]
-    attention_mask = torch.zeros((b, n), dtype=torch.long)  # [batch, seq]
-    for i, f in enumerate(features):
-        k = len(f.input_ids)
-        input_ids[i, :k] = torch.tensor(f.input_ids)
-        token_type_ids[i, :k] = torch.tensor(f.token_type_ids)
-        attention_mask[i, :k] = 1
-    batch = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+    n = max(len(f.input_ids) for f in features)
+    lengths = torch.tensor([len(f.input_ids) for f in features])  # [batch]
+    batch = {
+        "input_ids": _padded([f.input_ids for f in features], n, pad_token_id),  # [batch, seq]
+        "token_type_ids": _padded([f.token_type_ids for f in features], n, 0),  # [batch, seq]
+        "attention_mask": (torch.arange(n) < lengths[:, None]).long(),  # [batch, seq]
+    }
     batch.update(_labels(features, n))
     return batch
+
+
+def _padded(rows: Sequence[Sequence[int]], n: int, fill: int) -> torch.Tensor:
+    """Rows of ints right-padded with `fill` to n, as one [rows, n] tensor made in one call (a tensor per row
+    written into a padded one took three ops per row: hundreds per batch)."""
+    return torch.tensor([[*r, *[fill] * (n - len(r))] for r in rows], dtype=torch.long)
 
 
 def _labels(features: Sequence[Feature], n: int) -> dict[str, torch.Tensor]:
@@ -41,10 +44,7 @@ def _labels(features: Sequence[Feature], n: int) -> dict[str, torch.Tensor]:
     if hasattr(first, "label"):  # sequence classification
         return {"labels": torch.tensor([f.label for f in features], dtype=torch.long)}  # [batch]
     if hasattr(first, "labels"):  # token classification
-        labels = torch.full((len(features), n), IGNORE_INDEX, dtype=torch.long)  # [batch, seq]
-        for i, f in enumerate(features):
-            labels[i, : len(f.labels)] = torch.tensor(f.labels)
-        return {"labels": labels}
+        return {"labels": _padded([f.labels for f in features], n, IGNORE_INDEX)}  # [batch, seq]
     if hasattr(first, "start_position"):  # question answering
         return {
             "start_positions": torch.tensor([f.start_position for f in features], dtype=torch.long),  # [batch]

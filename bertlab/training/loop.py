@@ -32,7 +32,14 @@ import torch.distributed as dist
 from torch import nn
 
 from bertlab.model import GradTable, packing_plan, row_gradients
-from bertlab.runtime import derive_seed, kept_heap, out_of_memory_text, release_free_memory, resolve_device
+from bertlab.runtime import (
+    HeapCreep,
+    derive_seed,
+    kept_heap,
+    out_of_memory_text,
+    release_free_memory,
+    resolve_device,
+)
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import (
     DiskFullError,
@@ -341,7 +348,7 @@ def _destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
-TRIM_EVERY = 10  # optimizer steps between two `release_free_memory` calls on a CPU
+TRIM_EVERY = 10  # on a CPU where resident memory cannot be read: steps between two mid-run trims (`HeapCreep`)
 
 
 def native_bf16(device: torch.device) -> bool:
@@ -684,8 +691,9 @@ class _Run:
             self._emit("start", message=f"training {self.total_steps} steps on {on}", model=self.model,
                        precision=precision)
             # on a CPU the memory a step frees stays for the next (`kept_heap`) rather than being faulted in again;
-            # every TRIM_EVERY steps the heap is still trimmed (the holes changing shapes leave), so one step in
-            # TRIM_EVERY faults its memory in afresh
+            # the heap is trimmed in the middle of a run only once the holes changing shapes leave have made the
+            # process's memory creep (`HeapCreep`)
+            creep = HeapCreep(TRIM_EVERY, trim=release_free_memory)
             with kept_heap() if self.device.type == "cpu" else contextlib.nullcontext(), row_gradients():
                 while self.step < self.total_steps:
                     if self._should_stop():
@@ -693,8 +701,8 @@ class _Run:
                         break
                     self._train_step()
                     self.step += 1
-                    if self.device.type == "cpu" and self.step % TRIM_EVERY == 0:
-                        release_free_memory()
+                    if self.device.type == "cpu":
+                        creep.after_step()
                     self._after_step()
             if status == "completed":
                 self._maybe_eval()
