@@ -485,13 +485,13 @@ def attend(
 
 
 def _softmax_in_place(hp: AttentionHooks, scores: torch.Tensor) -> bool:
-    """Whether the eager path may write the pattern over the scores: no graph is being recorded (the backward of
-    softmax needs its own output only, but a recorded graph may hold the scores), nothing reads the scores, and they
-    are fp32 outside autocast (which computes softmax in fp32 from lower precision). Capturing one layer's patterns
-    at 512 tokens then maps one [batch, head, 512, 512] tensor instead of two (each a fresh 50 MB of pages at batch
-    4, MiniLM: the time of the layer's products)."""
-    return (not torch.is_grad_enabled() and not hp.hook_scores.active and scores.dtype == torch.float32
-            and not torch.is_autocast_enabled(scores.device.type))
+    """Whether the eager path may write the pattern over the scores: on a CPU (where it was measured; a GPU keeps
+    its caching allocator's blocks and its own kernels), no graph is being recorded (a recorded graph may hold the
+    scores), nothing reads the scores, and they are fp32 outside autocast (which computes softmax in fp32 from lower
+    precision). Capturing one layer's patterns at 512 tokens then maps one [batch, head, 512, 512] tensor instead of
+    two (each a fresh 50 MB of pages at batch 4: as long as the layer's products)."""
+    return (scores.device.type == "cpu" and not torch.is_grad_enabled() and not hp.hook_scores.active
+            and scores.dtype == torch.float32 and not torch.is_autocast_enabled("cpu"))
 
 
 def one_projection(query: nn.Module, key: nn.Module, value: nn.Module) -> nn.Module | None:
