@@ -489,7 +489,8 @@ def _softmax_in_place(hp: AttentionHooks, scores: torch.Tensor) -> bool:
     its caching allocator's blocks and its own kernels), no graph is being recorded (a recorded graph may hold the
     scores), nothing reads the scores, and they are fp32 outside autocast (which computes softmax in fp32 from lower
     precision). Capturing one layer's patterns at 512 tokens then maps one [batch, head, 512, 512] tensor instead of
-    two (each a fresh 50 MB of pages at batch 4: as long as the layer's products)."""
+    two, each of them fresh pages that cost about what the layer's products do (bench/results/forward_capture.json
+    measures the views)."""
     return (scores.device.type == "cpu" and not torch.is_grad_enabled() and not hp.hook_scores.active
             and scores.dtype == torch.float32 and not torch.is_autocast_enabled("cpu"))
 

@@ -120,9 +120,9 @@ class HeapCreep:
     """When a CPU training run trims the C heap between steps: only once the process's resident memory has crept
     past what the run's first steps settled on (more than `growth` times it plus `slack`), then it learns the level
     afresh from the next `settle` steps. Batches of changing shapes leave holes in a kept heap (`kept_heap`) that
-    can add up to gigabytes over a long run (a QA run once crept past 12 GB); a trim hands them back, and the next
-    step faults its memory in again, page by page (about a tenth of a short step's time), so trimming on a
-    fixed count of steps costs every run that never creeps. Where resident memory cannot be read (not Linux),
+    can add up to gigabytes over a long run (a long QA run once did); a trim hands them back, and the next step
+    faults its memory in again, page by page, so trimming on a fixed count of steps costs every run that never
+    creeps. Where resident memory cannot be read (not Linux),
     it trims every `every` steps. `after_step()` says whether it trimmed."""
 
     def __init__(self, every: int, trim: Callable[[], object], *, growth: float = 1.5, slack: int = 128 * 2**20,
