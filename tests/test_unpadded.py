@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import time
 
 import pytest
 import torch
@@ -204,6 +205,43 @@ def test_training_with_row_gradients_equals_torchs_embedding_backward(monkeypatc
     assert min(h["grad_norm"] for h in res.history) > 1.0  # every step clipped
     for (name, a), b in zip(ours.named_parameters(), ref.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_two_runs_at_the_same_time_each_train_as_they_would_alone():
+    """Two students' runs in one process (threads, as two panels or a shared kernel): each keeps its own word-table
+    gradient, its own row flag and its own heap watch, and ends with the weights it reaches alone."""
+    from bertlab.tasks import collate
+    from bertlab.tasks.features import ClassificationFeature
+    from bertlab.training.finetune import sequence_loss
+    from bertlab.training.loop import TrainConfig, train
+
+    g = torch.Generator().manual_seed(3)
+    data = [ClassificationFeature(str(i), torch.randint(5, 100, (int(n),), generator=g).tolist(), [0] * int(n),
+                                  int(n) % 3) for i, n in enumerate(torch.randint(4, 12, (48,), generator=g))]
+    cfgs = [TrainConfig(lr=lr, max_steps=6, batch_size=8, seed=0, warmup_steps=0, max_grad_norm=1.0,
+                        precision="fp32", log_every=1) for lr in (1e-2, 3e-3)]
+    alone = [_model("sequence_classification") for _ in cfgs]
+    for model, cfg in zip(alone, cfgs):
+        assert train(model, sequence_loss, data, cfg, collate=collate).ok
+    together = [_model("sequence_classification") for _ in cfgs]
+    for model in together:  # each backward pauses just before the word table's gradient: the other run steps in
+        model.bert.embeddings.register_forward_hook(
+            lambda module, args, out: out.register_hook(lambda grad: time.sleep(0.002)) and None)
+    start, results = threading.Barrier(len(cfgs)), [None] * len(cfgs)
+
+    def run(i: int) -> None:
+        start.wait(30)
+        results[i] = train(together[i], sequence_loss, data, cfgs[i], collate=collate)
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(len(cfgs))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert all(r is not None and r.ok for r in results)
+    for a, b in zip(alone, together):
+        for (name, x), y in zip(a.named_parameters(), b.parameters()):
+            torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def _unfused(init):

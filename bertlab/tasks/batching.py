@@ -22,15 +22,22 @@ def collate(features: Sequence[Feature], pad_token_id: int = 0) -> dict[str, tor
     class, [batch, seq] padded with IGNORE_INDEX for tokens) or start/end_positions [batch]."""
     if not features:
         raise FeatureError("cannot collate an empty batch.")
-    n = max(len(f.input_ids) for f in features)
-    lengths = torch.tensor([len(f.input_ids) for f in features])  # [batch]
-    batch = {
-        "input_ids": _padded([f.input_ids for f in features], n, pad_token_id),  # [batch, seq]
-        "token_type_ids": _padded([f.token_type_ids for f in features], n, 0),  # [batch, seq]
-        "attention_mask": (torch.arange(n) < lengths[:, None]).long(),  # [batch, seq]
-    }
-    batch.update(_labels(features, n))
+    ids, types, mask = pad_inputs([f.input_ids for f in features], [f.token_type_ids for f in features], pad_token_id)
+    batch = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+    batch.update(_labels(features, ids.shape[1]))
     return batch
+
+
+def pad_inputs(
+    input_ids: Sequence[Sequence[int]], token_type_ids: Sequence[Sequence[int] | None], pad_token_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """input ids right-padded with `pad_token_id` to the longest row, segment ids (0 at the padding, and in a row
+    given as None) and the attention mask: each [batch, seq]. What every collator here pads a batch with."""
+    n = max(len(r) for r in input_ids)
+    lengths = torch.tensor([len(r) for r in input_ids])  # [batch]
+    types = [t if t is not None else () for t in token_type_ids]
+    return (_padded(input_ids, n, pad_token_id), _padded(types, n, 0),
+            (torch.arange(n) < lengths[:, None]).long())
 
 
 def _padded(rows: Sequence[Sequence[int]], n: int, fill: int) -> torch.Tensor:

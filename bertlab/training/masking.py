@@ -40,6 +40,7 @@ import torch
 from torch import Tensor
 
 from bertlab.runtime import derive_seed
+from bertlab.tasks.batching import pad_inputs
 from bertlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -513,17 +514,9 @@ class MLMCollator:
         )
 
     def _pad(self, examples: Sequence[Any]) -> tuple[Tensor, Tensor, Tensor, Tensor | None, list[int | None]]:
-        seqs = [list(_field(e, "input_ids")) for e in examples]
-        n = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), n), self.tokenizer.pad_token_id, dtype=torch.long)  # [b, s]
-        types = torch.zeros((len(seqs), n), dtype=torch.long)  # [b, s]
-        attn = torch.zeros((len(seqs), n), dtype=torch.long)  # [b, s]
-        for i, (e, s) in enumerate(zip(examples, seqs)):
-            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-            tt = _field(e, "token_type_ids", None)
-            if tt is not None:
-                types[i, : len(s)] = torch.tensor(list(tt), dtype=torch.long)
-            attn[i, : len(s)] = 1
+        ids, types, attn = pad_inputs([list(_field(e, "input_ids")) for e in examples],  # [b, s] each
+                                      [_field(e, "token_type_ids", None) for e in examples],
+                                      self.tokenizer.pad_token_id)
         raw_labels = [_field(e, "label", None) for e in examples]
         labels = None if any(lab is None for lab in raw_labels) else torch.tensor(raw_labels, dtype=torch.long)
         indices = [_field(e, "index", None) for e in examples]

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from bertlab.config import BertConfig
 from bertlab.model import Bert
+from bertlab.tasks.batching import pad_inputs
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import Document, load_corpus
 from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, train
@@ -386,7 +387,8 @@ def evaluate_nsp(
     correct = 0
     for i in range(0, len(pairs), batch_size):
         part = pairs[i : i + batch_size]
-        ids, types, mask = _pad_pairs(part, tokenizer.pad_token_id)
+        ids, types, mask = pad_inputs([p.input_ids for p in part], [p.token_type_ids for p in part],
+                                      tokenizer.pad_token_id)
         logits = model(ids.to(device), types.to(device), mask.to(device)).nsp_logits
         labels = torch.tensor([p.label for p in part], device=device)
         correct += int((logits.argmax(-1) == labels).sum())
@@ -423,18 +425,6 @@ def _chunks(
             if max_tokens and total >= max_tokens:
                 return out
     return out
-
-
-def _pad_pairs(pairs: Sequence[PairExample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """input ids, segment ids, attention mask: each [batch, seq], right-padded."""
-    n = max(len(p.input_ids) for p in pairs)
-    ids = torch.full((len(pairs), n), pad_id, dtype=torch.long)
-    types = torch.zeros_like(ids)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(pairs):
-        k = len(p.input_ids)
-        ids[i, :k], types[i, :k], mask[i, :k] = torch.tensor(p.input_ids), torch.tensor(p.token_type_ids), 1
-    return ids, types, mask
 
 
 def curve_point(event: TrainEvent) -> dict[str, Any]:
