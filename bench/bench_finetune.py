@@ -47,6 +47,12 @@ a fresh process, every other round in reverse order (a drift in background load 
 alike); the rates are over the summed time. The parent stops if two variants did not see the same number of
 sentences and tokens. The load average goes into the JSON: the machine may be shared.
 
+Each variant's matmul work is counted, not estimated (`matmul_gflop`; off with `--no-count-work`): in the first
+round, after everything above was read, the same epoch trains once more, untimed, under torch's `FlopCounterMode`
+(forward and backward, the same batches: checked). `matmul_work_vs_<baseline>` (the baseline's count / the
+variant's) is the speed-up that less arithmetic alone gives when both libraries' products run at the same speed: a
+like-for-like speed-up above it comes from elsewhere (fewer passes over memory, cheaper dropout, less Python).
+
     BERTLAB_DATA=../shared/data python bench/bench_finetune.py [--quick] [--device cpu|cuda] [--presets minilm base]
 """
 
@@ -302,6 +308,22 @@ def variant_precision(variant: str, device: torch.device) -> str:
     return resolve_precision({"bertlab-fp32": "fp32", "bertlab-bf16": "bf16"}.get(variant, "auto"), device)
 
 
+def matmul_flops(run: Run, timed: list, counting: CountingCollate) -> int:
+    """The matmul FLOPs of the timed epoch, as torch's `FlopCounterMode` counts them: the same epoch trained once
+    more, untimed, after the timed one (the same batches: checked), forward and backward. The linears, the heads
+    and the attention products torch has formulas for (a CPU's fused attention kernels have none; training with
+    dropout, both libraries take eager or math attention there, whose products are counted)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    timed_batches = list(counting.batches)
+    counting.reset()
+    with FlopCounterMode(display=False) as counter:
+        run(timed, None)
+    if counting.batches != timed_batches:
+        raise RuntimeError("the epoch counted for its matmul work was not cut into the timed epoch's batches.")
+    return counter.get_total_flops()
+
+
 def worker(spec: Mapping[str, Any]) -> dict:
     """One variant in this process: warm up, train one timed epoch, then speed and memory as a dict."""
     torch.set_num_threads(spec["threads"])
@@ -341,11 +363,14 @@ def worker(spec: Mapping[str, Any]) -> dict:
         "mean_len": round(positions / examples, 1), "load_before": load_before, "load_after": _load(),
         "peak_mem_mb": None, "peak_rss_mb": round(_max_rss_mb()), "rss_increase_mb": None,
         "optimizer": describe_optimizer(OPTIMIZERS[-1]) if OPTIMIZERS else None,
+        "matmul_gflop": None,
     }
     if device.type == "cuda":
         out["peak_mem_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20)
     else:
         out["rss_increase_mb"] = round(_max_rss_mb() - rss_before)
+    if spec.get("count_work"):  # after everything above was read: the counted epoch changes none of it
+        out["matmul_gflop"] = round(matmul_flops(run, timed, counting) / 1e9, 2)
     return out
 
 
@@ -388,8 +413,10 @@ def add_speedups(rows: list[dict]) -> None:
     for r in rows:
         for base in BASELINES:
             ref = by_variant.get(base)
-            r[f"speedup_vs_{base.replace('-', '_')}"] = (
-                round(r["examples_per_s"] / ref["examples_per_s"], 3) if ref else None)
+            key = base.replace("-", "_")
+            r[f"speedup_vs_{key}"] = round(r["examples_per_s"] / ref["examples_per_s"], 3) if ref else None
+            counted = ref is not None and r.get("matmul_gflop") and ref.get("matmul_gflop")
+            r[f"matmul_work_vs_{key}"] = round(ref["matmul_gflop"] / r["matmul_gflop"], 3) if counted else None
 
 
 HEADER = ("| preset | variant | precision | sentences | s | examples/s | real tokens/s | positions/s | vs hf "
@@ -431,6 +458,8 @@ def _parse() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true",
                    help="MiniLM shape, bertlab against hf and hf-grouped, 128 sentences, 1 warm-up step")
+    p.add_argument("--no-count-work", dest="count_work", action="store_false",
+                   help="skip counting each variant's matmul work (one more untimed epoch per variant, first round)")
     p.add_argument("--out", default=None, help="default bench/results/finetune.json (sst2), finetune_sick.json")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # internal: run one variant (JSON spec)
     a = p.parse_args()
@@ -475,7 +504,7 @@ def main() -> None:
             for variant in a.variants if i % 2 == 0 else a.variants[::-1]:
                 spec = {"preset": preset, "variant": variant, "batch": a.batch, "examples": a.examples, "task": a.task,
                         "warmup": a.warmup, "max_length": a.max_length, "threads": a.threads, "seed": a.seed,
-                        "device": a.device}
+                        "device": a.device, "count_work": i == 0 and a.count_work}
                 runs[variant].append(run_in_subprocess(spec))
         part = [merge_rounds(runs[v]) for v in a.variants]
         add_speedups(part)

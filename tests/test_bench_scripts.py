@@ -166,6 +166,13 @@ def test_finetune_script_times_every_variant_over_the_same_sentences(tmp_path, s
     # length-bucketing: both bucketing samplers pad less than random batches over the same epoch
     assert rows["bertlab"]["padding"] < rows["hf"]["padding"]
     assert rows["hf-grouped"]["padding"] < rows["hf"]["padding"]
+    # each variant's matmul work, counted over the same epoch: packing and the [CLS]-only last layer do less
+    # than HF's grouped batches, which do less than its random ones (more padding)
+    assert all(r["matmul_gflop"] > 0 for r in rows.values())
+    assert rows["hf"]["matmul_gflop"] > rows["hf-grouped"]["matmul_gflop"] > rows["bertlab-fp32"]["matmul_gflop"]
+    assert rows["hf-grouped"]["matmul_work_vs_hf_grouped"] == 1.0
+    assert rows["bertlab-fp32"]["matmul_work_vs_hf_grouped"] == pytest.approx(
+        rows["hf-grouped"]["matmul_gflop"] / rows["bertlab-fp32"]["matmul_gflop"], rel=0.01)
     meta = result["meta"]
     assert meta["examples"] == 64 and meta["timed"] == "one epoch" and len(meta["load_avg_start"]) == 3
     assert "| tiny | hf-grouped | fp32 | 64 |" in proc.stdout
@@ -186,17 +193,41 @@ def test_the_timed_sentences_are_a_seeded_sample_of_whole_batches():
 def test_speedups_need_the_same_sentences_in_every_variant():
     bf = _module("bench_finetune")
 
-    def row(variant, eps, examples=64, tokens=900):
-        return {"variant": variant, "examples_per_s": eps, "examples": examples, "tokens": tokens}
+    def row(variant, eps, examples=64, tokens=900, work=None):
+        return {"variant": variant, "examples_per_s": eps, "examples": examples, "tokens": tokens, "matmul_gflop": work}
 
-    rows = [row("bertlab", 30.0), row("hf", 10.0), row("hf-grouped", 20.0)]
+    rows = [row("bertlab", 30.0, work=50.0), row("hf", 10.0, work=100.0), row("hf-grouped", 20.0, work=60.0)]
     bf.add_speedups(rows)
     assert [(r["speedup_vs_hf"], r["speedup_vs_hf_grouped"]) for r in rows] == [(3.0, 1.5), (1.0, 0.5), (2.0, 1.0)]
+    assert [(r["matmul_work_vs_hf"], r["matmul_work_vs_hf_grouped"]) for r in rows] == [
+        (2.0, 1.2), (1.0, 0.6), (1.667, 1.0)]
+    uncounted = [row("bertlab", 30.0, work=50.0), row("hf-grouped", 20.0)]  # --no-count-work, or an older file
+    bf.add_speedups(uncounted)
+    assert uncounted[0]["matmul_work_vs_hf_grouped"] is None and uncounted[0]["speedup_vs_hf_grouped"] == 1.5
     with pytest.raises(RuntimeError, match="same sentences"):
         bf.add_speedups([row("bertlab", 30.0, tokens=800), row("hf", 10.0)])
     alone = [row("bertlab", 30.0)]
     bf.add_speedups(alone)
     assert alone[0]["speedup_vs_hf"] is None
+
+
+def test_matmul_work_is_counted_over_the_timed_epochs_own_batches():
+    bf = _module("bench_finetune")
+    counting = bf.CountingCollate(lambda feats: {"input_ids": torch.ones(len(feats), 4, dtype=torch.long),
+                                                 "attention_mask": torch.ones(len(feats), 4)})
+    weight = torch.randn(4, 8)
+    cut = {"size": 2}
+
+    def run(features, steps):
+        for i in range(0, len(features), cut["size"]):
+            counting(features[i:i + cut["size"]])["attention_mask"] @ weight  # [n, 4] @ [4, 8]
+
+    run(list(range(6)), None)  # the timed epoch: three batches of two
+    assert bf.matmul_flops(run, list(range(6)), counting) == 2 * 6 * 4 * 8
+    assert counting.batches == [(2, 8, 8)] * 3
+    cut["size"] = 3  # a second epoch cut otherwise would count other work
+    with pytest.raises(RuntimeError, match="not cut into the timed epoch's batches"):
+        bf.matmul_flops(run, list(range(6)), counting)
 
 
 def test_bertlab_buckets_as_many_batches_as_hf_groups_by_length():

@@ -89,7 +89,33 @@ def test_a_fine_tuning_ratio_shows_each_round_and_warns_when_they_straddle_the_a
 
     line = said([20.0, 25.0], [32.0, 30.0])
     assert "SICK pairs, fp32" in line and "(rounds 1.60, 1.20; the rounds fall on both sides of 1.5" in line
-    assert "(rounds 1.60, 1.55)" in said([20.0, 20.0], [32.0, 31.0])
+    clear = said([20.0, 20.0], [32.0, 31.0])
+    sick = clear.split("SICK pairs")[1].split("SST-2")[0]
+    assert "(rounds 1.60, 1.55" in sick and "both sides" not in sick
+
+
+def test_a_fine_tuning_ratio_says_what_the_arithmetic_alone_gives_and_never_rounds_onto_the_aim(monkeypatch):
+    import copy
+
+    tables = _tables()
+    real = {name: tables._load(name) for name in ("finetune", "finetune_sick", "finetune_bf16")}
+
+    def said(speedup: float, work: float | None) -> str:
+        d = copy.deepcopy(real["finetune_sick"])
+        by = {r["variant"]: r for r in d["rows"]}
+        by["bertlab-fp32"].update(speedup_vs_hf_grouped=speedup, matmul_work_vs_hf_grouped=work)
+        monkeypatch.setattr(tables, "_load", lambda name: d if name == "finetune_sick" else real[name])
+        return tables.finetune()
+
+    text = said(1.36, 1.33)
+    assert "SICK pairs, fp32 **1.36×** (" in text and "the matmul work alone differs 1.33×)" in text
+    assert "| 1.36 | – |" in text  # the table's cell
+    text = said(1.495, None)  # not counted (--no-count-work, an older file): nothing said of the work
+    assert "SICK pairs, fp32 **1.495×**" in text and "| 1.495 | – |" in text
+    assert "alone differs" not in text.splitlines()[-1].split("SICK pairs")[1].split(";")[0]
+    assert "SICK pairs, fp32 **1.50×**" in said(1.5, 1.4) and "SICK pairs, fp32 **1.51×**" in said(1.506, 1.4)
+    assert [tables._against_aim(x, 1.5) for x in (1.4949, 1.495, 1.4999, 1.5, 1.504, None)] == [
+        "1.49", "1.495", "1.4999", "1.50", "1.50", "–"]
 
 
 def test_a_profiled_step_is_shown_as_shares_of_its_busy_time():
