@@ -28,6 +28,7 @@ from bertlab.hooks import (
     HookPoint,
     NameFilter,
     hooks,
+    module_hooked,
     name_hook_points,
     reads_only,
     select,
@@ -82,7 +83,14 @@ def dropout_scale(x: torch.Tensor, p: float) -> torch.Tensor:
 
 class Dropout(nn.Dropout):
     """`nn.Dropout` (same p, the kept elements scaled by 1 / (1 - p), no weights) whose mask, while training on a
-    CPU, is `dropout_scale`'s; elsewhere (a GPU's fused kernel), in place or at p = 1 it is `F.dropout`'s."""
+    CPU, is `dropout_scale`'s; elsewhere (a GPU's fused kernel), in place or at p = 1 it is `F.dropout`'s. In eval
+    mode, with no hook to run, a call hands its input back without nn.Module's call machinery (as a `HookPoint`
+    does): a layer calls two or three of them, and at batch 1 each call costs about what a small kernel does."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training or module_hooked(self):
+            return super().__call__(x)
+        return x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or not 0.0 < self.p < 1.0 or self.inplace or x.device.type != "cpu":

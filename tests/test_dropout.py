@@ -52,6 +52,30 @@ def test_the_module_is_nn_dropout_on_a_cpu_with_the_new_mask():
     assert torch.equal(Dropout(0.0)(x), x) and torch.equal(Dropout(1.0)(x), torch.zeros_like(x))
 
 
+def test_in_eval_mode_a_call_hands_its_input_back_unless_a_hook_is_to_run(monkeypatch):
+    drop = Dropout(0.3).eval()
+    calls = []
+    monkeypatch.setattr(torch.nn.Module, "_call_impl", lambda self, *a, **k: calls.append(self) or a[0])
+    x = torch.randn(4, 8)
+    assert drop(x) is x and calls == []  # no nn.Module machinery in eval mode with nothing to run
+    monkeypatch.undo()
+    seen = []
+    handle = drop.register_forward_hook(lambda module, args, out: seen.append(out) or out * 2)
+    torch.testing.assert_close(drop(x), 2 * x)  # a hook on the module still runs, and may change the output
+    handle.remove()
+    from torch.nn.modules import module as torch_module
+
+    handle = torch_module.register_module_forward_hook(lambda module, args, out: seen.append(module) and None)
+    try:
+        drop(x)  # a hook registered for every module sees it too
+    finally:
+        handle.remove()
+    assert len(seen) == 2 and seen[-1] is drop
+    drop.train()
+    out = drop(torch.ones(1000))
+    assert (out == 0).any() and not torch.equal(out, torch.ones(1000))  # training: dropout as before
+
+
 def test_elsewhere_and_in_place_the_module_is_torchs(monkeypatch):
     def refuse(x, p):
         raise AssertionError("dropout_scale drew a mask off the CPU or in place")

@@ -18,6 +18,7 @@ pickled model gets a fresh engine that builds itself from the copy.
 from __future__ import annotations
 
 import logging
+import operator
 import warnings
 from typing import Any, NamedTuple
 
@@ -250,16 +251,21 @@ def _packed_slots(linear: nn.Module) -> list[Slot]:
     return [(linear._modules, "_packed_params")] + ([(packed.__dict__, "_packed_params")] if packed is not None else [])
 
 
-def _same(slot: Slot, built_from: Any) -> bool:
-    return slot[0].get(slot[1]) is built_from
+def _unchanged(built: _Built) -> bool:
+    """Whether every slot still holds what the engine was built from: looked up and compared by identity in C
+    (`map` over `dict.get` and `operator.is_`), with no Python call per slot: at batch 1, after the model's
+    kernels have run, a Python frame for each of a model's ~200 slots costs as much as one of its small kernels."""
+    return all(map(operator.is_, map(dict.get, built.tables, built.names), built.parts))
 
 
 class _Built(NamedTuple):
     """What an engine built, and from what: replaced at once, so a call on another thread sees all of one."""
 
-    slots: list[Slot]  # where the parts it was built from sit (`_slots`)
+    tables: list[dict]  # where the parts it was built from sit (`_slots`): each slot's table ...
+    names: list[str]  # ... and its name there
     parts: list[Any]  # what was in those slots then
     model: Any  # the compiled `_Model`, or None: this model cannot run here
+    has_embeddings: bool  # the compiled model runs the embeddings too (read here, not from the compiled module)
     hooks: list[dict]  # the hook tables of every module of the model: a hook in any sends the call back
     attention: list[AttentionHooks]  # the modules with an attention path to respect
 
@@ -291,7 +297,7 @@ class Int8Engine:
         if built.model is None or any_hooked(built.hooks) or any(m.path == "eager" for m in built.attention):
             return None  # not an int8 BERT; a hook watches; a lesson asked for the eager attention path
         mask = additive_mask(attention_mask, torch.float32)
-        if built.model.has_embeddings:
+        if built.has_embeddings:
             return built.model(input_ids, token_type_ids, mask)
         x = model.embeddings(input_ids, token_type_ids)
         if model.embeddings_project is not None:
@@ -302,11 +308,14 @@ class Int8Engine:
 
     def _current(self, model: BertModel) -> _Built:
         built = self._built
-        if built is None or not all(map(_same, built.slots, built.parts)):
+        if built is None or not _unchanged(built):
             slots = _slots(model)
             modules = list(model.modules())
-            built = self._built = _Built(slots, [table.get(name) for table, name in slots], _build(model),
-                                         hook_tables(modules), [m for m in modules if isinstance(m, AttentionHooks)])
+            compiled_model = _build(model)
+            built = self._built = _Built(
+                [table for table, _ in slots], [name for _, name in slots], [table.get(name) for table, name in slots],
+                compiled_model, compiled_model is not None and compiled_model.has_embeddings,
+                hook_tables(modules), [m for m in modules if isinstance(m, AttentionHooks)])
         return built
 
 
