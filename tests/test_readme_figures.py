@@ -112,10 +112,12 @@ def test_a_fine_tuning_ratio_says_what_the_arithmetic_alone_gives_and_never_roun
     assert "| 1.36 | – |" in text  # the table's cell
     text = said(1.495, None)  # not counted (--no-count-work, an older file): nothing said of the work
     assert "SICK pairs, fp32 **1.495×**" in text and "| 1.495 | – |" in text
-    assert "alone differs" not in text.splitlines()[-1].split("SICK pairs")[1].split(";")[0]
+    assert "alone differs" not in text.splitlines()[-1].split("SICK pairs")[1].split("SST-2")[0]
     assert "SICK pairs, fp32 **1.50×**" in said(1.5, 1.4) and "SICK pairs, fp32 **1.51×**" in said(1.506, 1.4)
     assert [tables._against_aim(x, 1.5) for x in (1.4949, 1.495, 1.4999, 1.5, 1.504, None)] == [
         "1.49", "1.495", "1.4999", "1.50", "1.50", "–"]
+    assert [tables._against_aim(x, 1.15, at_most=True) for x in (1.154, 1.15, 1.1449, 1.16)] == [
+        "1.154", "1.15", "1.14", "1.16"]
 
 
 def test_a_profiled_step_is_shown_as_shares_of_its_busy_time():

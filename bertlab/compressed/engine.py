@@ -311,10 +311,11 @@ class Int8Engine:
         if built is None or not _unchanged(built):
             slots = _slots(model)
             modules = list(model.modules())
+            tables, names = (list(column) for column in zip(*slots))
             compiled_model = _build(model)
             built = self._built = _Built(
-                [table for table, _ in slots], [name for _, name in slots], [table.get(name) for table, name in slots],
-                compiled_model, compiled_model is not None and compiled_model.has_embeddings,
+                tables, names, list(map(dict.get, tables, names)), compiled_model,
+                compiled_model is not None and compiled_model.has_embeddings,
                 hook_tables(modules), [m for m in modules if isinstance(m, AttentionHooks)])
         return built
 
