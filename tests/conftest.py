@@ -18,6 +18,13 @@ TINY = dict(
 )
 
 
+def pytest_report_header(config) -> str:
+    """Say which kind of CPU the suite runs on: `--precision auto` means bf16 where it is native."""
+    from bertlab.training.loop import native_bf16
+
+    return f"bertlab: this CPU {'has' if native_bf16(torch.device('cpu')) else 'has no'} native bf16"
+
+
 def _hf_quiet():
     import transformers
 
