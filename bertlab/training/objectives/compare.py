@@ -8,7 +8,7 @@ pre-training put there, where fine-tuning can learn the task from the SST-2 sent
     score = sst2_score(folder, train_examples, dev_examples)             # {"accuracy": ...}
     probe = sst2_probe(folder, train_examples, dev_examples)             # {"accuracy": ...}
 
-The bench (bench/bench_objectives.py) and the Pre-training tab's comparison both use these.
+The Pre-training tab's comparison uses these.
 """
 
 from __future__ import annotations
