@@ -33,6 +33,9 @@ def test_a_changed_figure_is_caught(tmp_path, monkeypatch, capsys):
     assert render.main(["--check"]) == 1 and "docs/benchmarks.md (fillmask)" in capsys.readouterr().out
     assert render.main([]) == 0 and "| 999.0 |" in (docs / "benchmarks.md").read_text()
     assert render.main(["--check"]) == 0
+    with (docs / "cli.md").open("a") as page:  # a block no table declares would never be rewritten
+        page.write("<!-- figures:typed -->\n| 1 |\n<!-- /figures:typed -->\n")
+    assert render.main(["--check"]) == 1 and "docs/cli.md (typed: no table declares it)" in capsys.readouterr().out
 
 
 def test_an_aim_column_compares_the_unrounded_figure():
