@@ -2,7 +2,7 @@
 #
 #   make app     create .venv if needed, install, serve the dashboard (Voila) on PORT
 #   make test    install (skipped when up to date) and run the whole test suite
-#   make bench   install and run every bench/*.py (BENCH_ARGS=--quick for a short run)
+#   make bench   install, run every bench/bench_*.py (BENCH_ARGS=--quick for a short run), rewrite the docs' tables
 #   make docs    build the documentation site into site/ (MkDocs, warnings as errors)
 #   make lint    ruff over bertlab, tests and bench
 #   make results re-measure the docs' fine-tuning table with today's defaults, then rewrite it
@@ -29,7 +29,7 @@ PY := $(BIN)/python
 STAMP := $(VENV)/.bertlab-installed
 TOOLS_STAMP := $(VENV)/.bertlab-tools-installed
 TORCH_SPEC := $(or $(shell sed -n 's/^[[:space:]]*"\(torch[=<>~!][^"]*\)".*/\1/p' pyproject.toml | head -n 1),torch)
-BENCH_SCRIPTS := $(filter-out bench/finetune_table.py,$(sort $(wildcard bench/*.py)))  # that one: make results
+BENCH_SCRIPTS := $(sort $(wildcard bench/bench_*.py))  # the fine-tuning table: make results
 
 .PHONY: help install app test bench results docs lint check-torch clean
 
@@ -87,7 +87,8 @@ test: $(STAMP)
 bench: $(STAMP)
 	@$(if $(BENCH_SCRIPTS),,echo "no bench/*.py scripts yet")
 	@set -e; export BERTLAB_DATA="$${BERTLAB_DATA:-$(abspath ../shared/data)}"; \
-	for script in $(BENCH_SCRIPTS); do echo "== $$script"; $(PY) $$script $(BENCH_ARGS); done
+	for script in $(BENCH_SCRIPTS); do echo "== $$script"; $(PY) $$script $(BENCH_ARGS); done; \
+	$(PY) bench/render.py
 
 results: $(STAMP)
 	@export BERTLAB_DATA="$${BERTLAB_DATA:-$(abspath ../shared/data)}"; \

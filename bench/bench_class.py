@@ -1,11 +1,10 @@
 """A class on one server: N simulated students in headless Chromium, all at once.
 
-Starts `bertlab serve --class N` (plain Voila with culling when this bertlab has no `--class`),
-waits until its pre-heated kernels are idle, then opens one Chromium with N browser contexts (one
-student each, arriving evenly over `--arrive-within` seconds). Every student does the Mask flow
-(types a sentence with a [MASK] as soon as the text box shows, then `--rounds` more, each time
-pressing Predict and waiting for the chart's new guesses) and then the Attention flow (moves the
-Layer slider, waits for the heatmap of layer 1). Reports:
+Starts `bertlab serve --class N`, waits until its pre-heated kernels are idle, then opens one
+Chromium with N browser contexts (one student each, arriving evenly over `--arrive-within` seconds).
+Every student does the Mask flow (types a sentence with a [MASK] as soon as the text box shows, then
+`--rounds` more, each time pressing Predict and waiting for the chart's new guesses) and then the
+Attention flow (moves the Layer slider, waits for the heatmap of layer 1). Reports:
 
   page_ready_s        page requested -> the Mask chart drawn (p50 / p95 / max)
   mask_edit_ms        sentence typed -> the chart shows its guesses, in the browser (p50 / p95);
@@ -16,13 +15,12 @@ Layer slider, waits for the heatmap of layer 1). Reports:
                       model, while the panel's "The model reads" line already shows the sentence
   pss_mb              proportional memory of each kernel (/proc/PID/smaps_rollup) and the total,
                       with the pages open after the flows
-  kernels_left        kernel processes alive `--linger` s after every page closed (and the pool)
 
 No network beyond loopback: a request to any other host is refused and counted. The machine's
 load average is recorded next to the figures (this benchmark is about a shared machine).
 
     python bench/bench_class.py --n 10 [--n 30] [--rounds 2] [--arrive-within 60]
-    python bench/bench_class.py --quick          # N = 2, one round, short linger
+    python bench/bench_class.py --quick          # N = 2, one round
 """
 
 from __future__ import annotations
@@ -131,18 +129,9 @@ def _free_port() -> int:
 
 
 def serve_command(n: int, port: int, class_dir: Path) -> tuple[list[str], str]:
-    """`bertlab serve --class N` when this bertlab has it, else plain Voila with culling on."""
-    help_text = subprocess.run([sys.executable, "-m", "bertlab.cli", "serve", "--help"],
-                               capture_output=True, text=True, cwd=REPO).stdout
-    if "--class" in help_text:
-        return ([sys.executable, "-m", "bertlab.cli", "serve", "--class", str(n), "--no-browser",
-                 "--port", str(port), "--class-dir", str(class_dir)]
-                + (["--per-client", "0"] if "--per-client" in help_text else []),  # every student is on loopback
-                f"bertlab serve --class {n}")
-    cmd = [sys.executable, "-m", "voila", str(REPO / "bertlab" / "apps" / "bertlab.ipynb"), f"--port={port}",
-           "--no-browser", "--Voila.ip=127.0.0.1", "--preheat_kernel=True", "--pool_size=1",
-           "--MappingKernelManager.cull_idle_timeout=30", "--MappingKernelManager.cull_interval=10"]
-    return cmd, "voila (plain, culling 30 s, pool 1)"
+    """`bertlab serve --class N` on loopback, every student from one address (`--per-client 0`)."""
+    return ([sys.executable, "-m", "bertlab.cli", "serve", "--class", str(n), "--no-browser", "--port", str(port),
+             "--class-dir", str(class_dir), "--per-client", "0"], f"bertlab serve --class {n}")
 
 
 def status(url: str) -> dict | None:
@@ -404,81 +393,6 @@ async def _watch(proc: subprocess.Popen) -> None:
         await asyncio.sleep(2)
 
 
-def server_pids(root: int) -> list[int]:
-    """The server and its helpers (every process under it that is not a kernel)."""
-    kids, out, todo = _children(), [root], [root]
-    kernels = set(kernel_pids(root))
-    while todo:
-        for c in kids.get(todo.pop(), []):
-            todo.append(c)
-            if c not in kernels:
-                out.append(c)
-    return out
-
-
-def _parts(server: int) -> dict[int, str]:
-    """Each process this run cares about, by pid: "kernels", "server" (with its helpers, the kernel zygote
-    included) or "browsers" (every chromium process under this script)."""
-    kernels = set(kernel_pids(server))
-    kids, browsers, todo = _children(), [], [os.getpid()]
-    while todo:
-        for c in kids.get(todo.pop(), []):
-            todo.append(c)
-            try:
-                if b"chrom" in Path(f"/proc/{c}/cmdline").read_bytes():
-                    browsers.append(c)
-            except OSError:
-                continue
-    parts = {p: "server" for p in server_pids(server) if p not in kernels}
-    parts.update({p: "kernels" for p in kernels})
-    parts.update({p: "browsers" for p in browsers})
-    return parts
-
-
-def cpu_by_part(server: int) -> dict[str, float]:
-    """CPU seconds used so far by the kernels, the server (with its helpers) and the browsers this
-    script started, summed over the processes alive now. For a stretch of time use `CpuMeter`: a
-    difference of two of these loses what processes that ended in between used, and takes off their
-    CPU from before the stretch."""
-    out = {"kernels": 0.0, "server": 0.0, "browsers": 0.0}
-    for pid, part in _parts(server).items():
-        out[part] += _cpu_s(pid)
-    return out
-
-
-class CpuMeter:
-    """CPU seconds by part (`_parts`) over a stretch, process by process: a process born in the stretch
-    counts whole, one that ends in it keeps what it had used at its last `sample()`. Sample every few
-    seconds (`run_sampling`) while processes come and go (pool refills, culled kernels)."""
-
-    def __init__(self, server: int) -> None:
-        self.server = server
-        self.start = self._read()
-        self.last = dict(self.start)
-
-    def _read(self) -> dict[int, tuple[str, float]]:
-        return {pid: (part, _cpu_s(pid)) for pid, part in _parts(self.server).items()}
-
-    def sample(self) -> None:
-        for pid, (part, cpu) in self._read().items():
-            if cpu > 0 or pid not in self.last:  # 0.0: it ended between listing and reading
-                self.last[pid] = (part, cpu)
-
-    def totals(self) -> dict[str, float]:
-        """CPU seconds by part since the meter was made (a last sample taken now)."""
-        self.sample()
-        out = {"kernels": 0.0, "server": 0.0, "browsers": 0.0}
-        for pid, (part, cpu) in self.last.items():
-            out[part] += max(cpu - self.start.get(pid, (part, 0.0))[1], 0.0)
-        return out
-
-    async def run_sampling(self, every_s: float = 2.0) -> None:
-        """Sample until cancelled."""
-        while True:
-            await asyncio.sleep(every_s)
-            self.sample()
-
-
 async def run_class(n: int, args: argparse.Namespace, want: dict, chromium: str) -> dict:
     from playwright.async_api import async_playwright
 
@@ -496,8 +410,6 @@ async def run_class(n: int, args: argparse.Namespace, want: dict, chromium: str)
                      for i in range(n)]
             delays = [args.arrive_within * i / max(n - 1, 1) for i in range(n)]
             t0 = time.monotonic()
-            meter = CpuMeter(proc.pid)
-            sampling = asyncio.ensure_future(meter.run_sampling())
             flows = asyncio.gather(*(student(s, browser, url, d, p, want, args)
                                      for s, d, p in zip(students, delays, plans)))
             watch = asyncio.ensure_future(_watch(proc))
@@ -508,25 +420,16 @@ async def run_class(n: int, args: argparse.Namespace, want: dict, chromium: str)
             watch.cancel()
             contexts = flows.result()
             flows_s = time.monotonic() - t0
-            sampling.cancel()
-            cpu = meter.totals()
             load_during = os.getloadavg()
-            open_status = status(url)
             kernels = kernel_pids(proc.pid)
             pss = {pid: pss_mb(pid) for pid in kernels}
-            server_pss = sum(pss_mb(pid) or 0 for pid in server_pids(proc.pid))
             for c in contexts:
                 await c.close()
             await browser.close()
-        closed = time.monotonic()
-        while time.monotonic() - closed < args.linger:
-            time.sleep(2)
-        left, left_status = kernel_pids(proc.pid), status(url)
     finally:
         stop_server(proc)
     known = [v for v in pss.values() if v is not None]
     stale = [f"student {s.index}: {line}" for s in students for line in s.stale]
-    pool_after = (left_status or {}).get("pool", {})
     return {
         "n": n,
         "server": label,
@@ -543,34 +446,14 @@ async def run_class(n: int, args: argparse.Namespace, want: dict, chromium: str)
         "stale_while_the_kernel_had_the_result": sum("had read it" in line for line in stale),
         "stale_details": stale,
         "flows_s": round(flows_s, 1),
-        "cpu_s_during_flows": {part: round(v, 1) for part, v in cpu.items()},
-        "status_with_pages_open": open_status,
         "kernels_with_pages_open": len(kernels),
         "pss_mb": {"per_kernel": [round(v, 1) for v in known],
                    "per_kernel_median": round(statistics.median(known), 1) if known else None,
-                   "kernels_total": round(sum(known), 1), "server": round(server_pss, 1)},
-        "kernels_left": {"after_s": args.linger, "count": len(left),
-                         "pool_ready": pool_after.get("ready"), "pool_starting": pool_after.get("starting"),
-                         "of_closed_pages": (len(left) - pool_after.get("ready", 0) - pool_after.get("starting", 0))
-                         if left_status else None},
+                   "kernels_total": round(sum(known), 1)},
         "refused_requests": sorted({u for s in students for u in s.refused})[:20],
         "page_errors": sorted({e for s in students for e in s.errors})[:20],
         "load_avg": {"before": [round(x, 2) for x in load_before], "after_flows": [round(x, 2) for x in load_during]},
     }
-
-
-def table(rows: list[dict]) -> str:
-    lines = ["| N | page ready p50 / p95 / max s | mask edit p50 / p95 ms | attention edit p50 / p95 ms | "
-             "stale | PSS per kernel (median) / total MB | kernels left | load (1 min) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        pr, me, ae, pss = r["page_ready_s"], r["mask_edit_ms"], r["attention_edit_ms"], r["pss_mb"]
-        lines.append(
-            f"| {r['n']} | {pr['p50']} / {pr['p95']} / {pr['max']} | {me['p50']} / {me['p95']} | "
-            f"{ae['p50']} / {ae['p95']} | {r['stale_charts']} of {r['charts_checked']} | "
-            f"{pss['per_kernel_median']} / {pss['kernels_total']} | {r['kernels_left']['count']} after "
-            f"{r['kernels_left']['after_s']} s | {r['load_avg']['after_flows'][0]} |")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -580,17 +463,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arrive-within", type=float, default=60.0,
                    help="students arrive evenly over this many seconds (default 60)")
     p.add_argument("--wait", type=float, default=240.0, help="seconds to wait for a page or a chart (default 240)")
-    p.add_argument("--linger", type=float, default=60.0,
-                   help="seconds after the pages close before counting kernels (default 60)")
     p.add_argument("--stale-after", type=float, default=60.0,
                    help="a chart not redrawn this many seconds after its kernel read the text is stale (default 60)")
     p.add_argument("--preheat-timeout", type=float, default=900.0,
                    help="seconds to wait for the pre-heated pool before the students arrive (default 900)")
-    p.add_argument("--quick", action="store_true", help="N = 2, one round, arriving together, 45 s linger")
+    p.add_argument("--quick", action="store_true", help="N = 2, one round, arriving together")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
     if args.quick:
-        args.n, args.rounds, args.arrive_within, args.linger = [2], 1, 0.0, 45.0
+        args.n, args.rounds, args.arrive_within = [2], 1, 0.0
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         raise SystemExit("chromium is not installed (apt-get install -y chromium).")
@@ -598,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for n in args.n or [10]:
         rows.append(asyncio.run(run_class(n, args, want, chromium)))
-        print(table(rows[-1:]), flush=True)
+        print(json.dumps({k: rows[-1][k] for k in ("n", "page_ready_s", "mask_edit_ms", "stale_charts")}), flush=True)
     result = {
         "meta": {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
                  "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
@@ -607,7 +488,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(table(rows))
     return 0
 
 

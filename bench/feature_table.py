@@ -2,7 +2,7 @@
 features (`bertlab finetune --task ner --mode feature --features X`: embeddings, last, second-to-last,
 sum-last-4, concat-last-4, mix) and the fine-tuning row (`bertlab finetune --task ner`), all on the same
 seeded train subset and scored on the same dev sentences. Writes bench/results/feature_table.json and, unless
---no-readme, the docs block `figures:feature-table` (bench/readme_tables.py).
+--no-readme, the docs block `figures:feature-table` of docs/benchmarks.md (bench/render.py).
 
 The head on the features is linear for every row (the paper: a two-layer BiLSTM). Its lr and epochs are
 chosen first on the train subset alone (fit on 80 %, scored on the other 20 %; `head_choice` in the file),
@@ -150,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
     if not args.no_readme:
         sys.path.insert(0, str(ROOT / "bench"))
-        import readme_tables
+        import render
 
-        readme_tables.main([])
+        render.main([])
     return 0
 
 

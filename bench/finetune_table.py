@@ -3,15 +3,14 @@
 Each row is one `bertlab finetune` command (the task's defaults unless the row says otherwise), run in a
 fresh process; its dev metric, wall time, device, torch threads and date go to
 bench/results/finetune_table.json (rows merged by name: a row re-run replaces only itself), and the
-`figures:finetune-table` block of docs/results.md is rewritten from that file by bench/readme_tables.py. Only rows
-measured with the defaults of the current code are shown: a row whose command no longer matches the
-file (a changed default) is dropped from the table until it is run again.
+`figures:finetune-table` block of docs/results.md is rewritten from that file by bench/render.py. Only rows
+measured with the defaults of the current code are shown (`shown_rows`): a row whose settings no longer
+match the code's defaults is left out of the table until it is run again.
 
     BERTLAB_DATA=../shared/data python bench/finetune_table.py                 # every row (hours on a CPU)
     python bench/finetune_table.py --only nli --only ner --threads 1 --cpus 1  # some rows, pinned to core 1
     python bench/finetune_table.py --list                                      # the rows and their commands
     python bench/finetune_table.py --sweep nli-lr1e-4 --task nli -- --lr 1e-4  # a tuning run: finetune_sweep.json
-    python bench/finetune_table.py --only qa --from-sweep qa-lr2e-4-e3          # a sweep run that is today's default
 
 `make results` runs every row.
 """
@@ -132,26 +131,36 @@ def row_from_results(name: str, task: str, args: list[str], summary: dict[str, A
     }
 
 
-def row_from_sweep(table_row: Row, sweep_name: str) -> dict[str, Any]:
-    """The sweep run `sweep_name` as `table_row`'s measurement: refused unless the sweep ran the row's
-    task with the settings that the row's command means today (same start, epochs, lr, batch, length)."""
+TASK_NAMES = {"sst2": "SST-2", "nli": "SICK (NLI)", "ner": "CoNLL-2003 (NER)", "qa": "SQuAD v1.1 (QA)"}
+
+
+def dev_figure(r: dict[str, Any]) -> str:
+    """The row's dev metric in words, and after each epoch when there were several."""
+    m, hist = r["metrics"], r.get("history", [])
+    scale = 1 if r["task"] == "qa" else 100
+    if r["task"] == "qa":
+        text = f"EM {m['exact_match']:.1f}, F1 {m['f1']:.1f}"
+    else:
+        text = f"{'entity F1' if r['task'] == 'ner' else 'accuracy'} {100 * m[r['main_metric']]:.1f}"
+    if len(hist) > 1:
+        text += "; by epoch " + " / ".join(f"{scale * h[r['main_metric']]:.1f}" for h in hist)
+    return text
+
+
+def shown_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of finetune_table.json measured with the defaults the code has today, in task order, each with
+    its task named and its dev figure in words ("shown")."""
     sys.path.insert(0, str(ROOT))
     from bertlab.training.finetune_defaults import recipe
 
-    sweeps = {r["name"]: r for r in _read(SWEEP).get("rows", [])}
-    if sweep_name not in sweeps:
-        raise SystemExit(f"no sweep run {sweep_name!r} in {SWEEP.name}")
-    sweep = dict(sweeps[sweep_name])
-    mode = table_row.args[table_row.args.index("--mode") + 1] if "--mode" in table_row.args else "full"
-    rec = recipe(table_row.task, mode)
-    ran = (sweep["task"], sweep["mode"], sweep["model"], sweep["epochs"], sweep["lr"], sweep["batch_size"],
-           sweep["max_length"], sweep.get("warmup_ratio"))
-    today = (table_row.task, mode, rec.model, rec.epochs, rec.lr, rec.batch_size, rec.max_length, rec.warmup_ratio)
-    if ran != today:
-        raise SystemExit(f"sweep {sweep_name} ran {ran}, but row {table_row.name} means {today} today")
-    sweep.update(name=table_row.name, command=shlex.join(table_row.command()), from_sweep=sweep_name,
-                 data=table_row.data)
-    return sweep
+    def current(r: dict[str, Any]) -> bool:
+        rec = recipe(r["task"], r["mode"])
+        return ((r["model"], r["epochs"], r["lr"], r["batch_size"], r["max_length"], r.get("warmup_ratio"))
+                == (rec.model, rec.epochs, rec.lr, rec.batch_size, rec.max_length, rec.warmup_ratio))
+
+    order = list(TASK_NAMES)
+    rows = sorted((r for r in data["rows"] if current(r)), key=lambda r: (order.index(r["task"]), r["name"]))
+    return [{**r, "task": TASK_NAMES[r["task"]], "shown": dev_figure(r)} for r in rows]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,12 +173,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", default=None, help="a tuning run of this name into finetune_sweep.json "
                                                        "(with --task and finetune options after --)")
     parser.add_argument("--task", default=None, help="the task of a --sweep run")
-    parser.add_argument("--record", default=None, metavar="OUT",
-                        help="with --sweep: record the finished run in OUT (its finetune_results.json) instead "
-                             "of running; the options after -- are the ones it was run with")
-    parser.add_argument("--from-sweep", default=None, metavar="NAME",
-                        help="with one --only ROW: take the sweep run NAME as that row's measurement, when the "
-                             "sweep ran with exactly the row's defaults of today (the run is not repeated)")
     parser.add_argument("extra", nargs="*", help="finetune options of a --sweep run (after --)")
     args = parser.parse_args(argv)
     if args.list:
@@ -179,20 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.sweep:
         if not args.task:
             parser.error("--sweep needs --task")
-        if args.record:
-            summary = json.loads((Path(args.record) / "finetune_results.json").read_text(encoding="utf-8"))
-            row = row_from_results(args.sweep, args.task, list(args.extra), summary, None, args.threads, args.cpus)
-        else:
-            row = run(args.sweep, args.task, list(args.extra), args.threads, args.cpus)
+        row = run(args.sweep, args.task, list(args.extra), args.threads, args.cpus)
         merge_row(SWEEP, row)
         print(json.dumps({k: row[k] for k in ("name", "score", "history", "train_s", "threads")}))
-        return 0
-    if args.from_sweep:
-        if not args.only or len(args.only) != 1:
-            parser.error("--from-sweep needs exactly one --only ROW")
-        row = row_from_sweep(rows_by_name()[args.only[0]], args.from_sweep)
-        merge_row(TABLE, row)
-        print(json.dumps({k: row[k] for k in ("name", "score", "train_s", "threads", "from_sweep")}))
         return 0
     chosen = [rows_by_name()[n] for n in (args.only or [r.name for r in ROWS])]
     for r in chosen:
@@ -202,9 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({k: row[k] for k in ("name", "score", "train_s", "threads")}), flush=True)
     if not args.no_readme:
         sys.path.insert(0, str(ROOT / "bench"))
-        import readme_tables
+        import render
 
-        readme_tables.main([])
+        render.main([])
     return 0
 
 

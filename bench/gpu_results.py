@@ -9,15 +9,10 @@ SST-2 and QA fine-tunes' figures, the heads run's figures as measured there), `f
 `out/gpu-heads/default_heads.safetensors`. `--compare-heads` then scores that file and the shipped one on this
 CPU (`evaluate_default_heads`, the same held-out text for both) into `default_heads_cuda.json`, with the
 verdict: the new file replaces bertlab/assets/default_heads.safetensors only if it is better on every
-held-out figure (copy it by hand, with its .json, then re-run bench/readme_tables.py). A dry run
-(GPU_CHECK_DEVICE=cpu or GPU_CHECK_TINY=1) is refused unless --dry-run, which writes `*_dryrun.json`.
+held-out figure (copy it by hand, with its .json, then re-run bench/render.py). Then the GPU block of
+docs/benchmarks.md is rewritten from the files (bench/render.py). A dry run (GPU_CHECK_DEVICE=cpu or
+GPU_CHECK_TINY=1) is refused unless --dry-run, which writes `*_dryrun.json` and prints the block it makes.
 `--note TEXT` stores what the reader must know of the code that ran (e.g. a default changed since) with the figures.
-
-    python bench/gpu_results.py FILES_AT --packing
-
-instead writes `packing_cuda.json` alone, from a rerun that asked whether packing pays on the GPU
-(GPU_CHECK_FT_VARIANTS with bertlab, bertlab-padded, bertlab-shuffled, bertlab-shuffled-padded;
-GPU_CHECK_PT_VARIANTS with bertlab and bertlab-unplanned; bench/README.md).
 """
 
 from __future__ import annotations
@@ -88,49 +83,6 @@ def compare_heads(new: Path) -> dict[str, Any]:
     return {"shipped": scores["shipped"], "gpu": scores["gpu"], "held_out": rows, "better_on_every_figure": better}
 
 
-PACKED_PADDED = (("bertlab", "bertlab-padded"), ("bertlab-shuffled", "bertlab-shuffled-padded"))
-PLANNED_UNPLANNED = ("bertlab", "bertlab-unplanned")
-
-
-def packed_padded_pairs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The packed/padded pairs (`PACKED_PADDED`) among bench_finetune.py's rows, each with its speed ratio."""
-    by = {r["variant"]: r for r in rows}
-    pairs = [(by[packed], by[padded]) for packed, padded in PACKED_PADDED if packed in by and padded in by]
-    return [{"packed": a["variant"], "padded": b["variant"], "padding": a["padding"],
-             "packed_examples_per_s": a["examples_per_s"], "padded_examples_per_s": b["examples_per_s"],
-             "packed_vs_padded": round(a["examples_per_s"] / b["examples_per_s"], 3)} for a, b in pairs]
-
-
-def packing_figures(files: Path, summary: dict[str, Any]) -> dict[str, Any]:
-    """Packed against padded fine-tuning (each pair on the same sentences and batches) and pre-training with
-    the host's packing plan against without it, from one GPU check's benchmark files."""
-    ft = json.loads((files / "bench_finetune.json").read_text())
-    pt = json.loads((files / "bench_pretrain.json").read_text())
-    if summary["device"] != "cuda" or summary["tiny"]:
-        raise SystemExit(f"{files} holds a dry run: packing_cuda.json takes figures from a GPU alone.")
-    pairs = packed_padded_pairs(ft["rows"])
-    if not pairs:
-        raise SystemExit(f"{files}/bench_finetune.json has no packed/padded pair ({PACKED_PADDED}).")
-    pretrain = []
-    for preset in dict.fromkeys(r["preset"] for r in pt["rows"]):
-        rows = {r["variant"]: r for r in pt["rows"] if r["preset"] == preset}
-        if all(v in rows for v in PLANNED_UNPLANNED):
-            planned, unplanned = (rows[v] for v in PLANNED_UNPLANNED)
-            pretrain.append({"preset": preset, "batch": planned["batch"], "seq": planned["seq"],
-                             "planned_ms": planned["ms_per_step"], "unplanned_ms": unplanned["ms_per_step"],
-                             "planned_vs_hf": planned["speedup_vs_hf"], "unplanned_vs_hf": unplanned["speedup_vs_hf"],
-                             # each step's ratio (the variants took turns step by step): the figures' spread
-                             "per_step_vs_hf": [r.get("speedup_vs_hf_per_step") for r in (planned, unplanned)],
-                             "memory_ms": [(r.get("profile") or {}).get("by_kind_ms_per_step", {}).get("memory")
-                                           for r in (planned, unplanned)]})
-    return {"meta": {"gpu": summary["gpu"], "torch": summary["torch"], "cuda": summary["cuda"],
-                     "when": summary["when"], "finetune": {k: ft["meta"].get(k) for k in (
-                         "task", "examples", "batch", "warmup_steps", "rounds", "when")},
-                     "pretrain": {k: pt["meta"].get(k) for k in ("steps", "warmup", "precision", "when")},
-                     "commands": [s.get("command") for s in summary["steps"] if s.get("command")]},
-            "finetune": pairs, "pretrain": pretrain}
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("files", type=Path, help="the folder the GPU check's files came back to (files_at)")
@@ -138,15 +90,9 @@ def main() -> None:
     p.add_argument("--compare-heads", action="store_true", help="score the new heads and the shipped ones here")
     p.add_argument("--dry-run", action="store_true", help="accept a CPU or tiny dry run (writes *_dryrun.json)")
     p.add_argument("--note", default=None, help="what a reader must know of the code that ran, kept with the figures")
-    p.add_argument("--packing", action="store_true", help="write packing_cuda.json alone (packed against padded)")
     a = p.parse_args()
     summary = json.loads((a.files / "summary.json").read_text())
     a.results.mkdir(parents=True, exist_ok=True)
-    if a.packing:
-        target = a.results / "packing_cuda.json"
-        target.write_text(json.dumps(packing_figures(a.files, summary), indent=2) + "\n")
-        print(f"written {target}")
-        return
     dry = summary["device"] != "cuda" or summary["tiny"]
     if dry and not a.dry_run:
         raise SystemExit(f"{a.files} holds a dry run (device {summary['device']}, tiny {summary['tiny']}): "
@@ -190,6 +136,13 @@ def main() -> None:
     target = a.results / f"gpu_check_{suffix}.json"
     target.write_text(json.dumps(out, indent=2) + "\n")
     print(f"written {target}")
+    sys.path.insert(0, str(REPO / "bench"))
+    import render
+
+    if dry:  # the block these files make, without touching the docs
+        print(render.block("benchmarks.md", "gpu", a.results, suffix))
+    elif a.results.resolve() == render.RESULTS.resolve():
+        render.main([])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """A stand-in for the two JupyterHub API calls the class service makes (bertlab.hubservice), so that
 JupyterHub's own HubAuth runs against it on loopback: GET /hub/api/user (who owns this token, with
 its groups and scopes) and GET /hub/api/users/NAME (the admin flag, for the service's own token).
-Used by tests/test_class_service.py and bench/bench_class_service.py; tests/test_class_service_hub.py
+Used by tests/test_class_service.py; tests/test_class_service_hub.py
 uses a real hub."""
 
 from __future__ import annotations

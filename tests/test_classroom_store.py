@@ -154,21 +154,3 @@ def test_guesses_are_normalised_and_bad_ones_say_what_to_do():
 def test_an_unknown_question_kind_is_refused(path):
     with pytest.raises(ValueError, match="mask, nsp"):
         ClassStore(path).push(Question("poll", "?"))  # type: ignore[arg-type]
-
-
-def test_the_class_store_bench_runs_and_counts_every_answer(tmp_path):
-    """bench/bench_class_store.py at a tiny size (timings are never asserted)."""
-    import json
-
-    from bertlab.panels.classroom import POLL_IDLE_S, POLL_LIVE_S
-
-    bench = Path(__file__).resolve().parents[1] / "bench" / "bench_class_store.py"
-    out = tmp_path / "class_store.json"
-    proc = subprocess.run([sys.executable, str(bench), "--students", "3", "--idle-s", "0.2", "--live-s", "0.1",
-                           "--out", str(out)], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(out.read_text())
-    assert result["students"] == result["answers_counted"] == 3 and result["one_poll"]["changed_us"] > 0
-    assert "| 3 |" in proc.stdout
-    source = bench.read_text()
-    assert f"POLL_IDLE_S, POLL_LIVE_S = {POLL_IDLE_S}, {POLL_LIVE_S}" in source  # the bench polls as the tab does

@@ -1,5 +1,5 @@
-"""bench/finetune_table.py writes the docs' fine-tuning rows; bench/readme_tables.py shows only the rows
-measured with today's defaults, and the defaults table comes from the code."""
+"""bench/finetune_table.py writes the docs' fine-tuning rows, and the page shows only the rows measured with
+today's defaults."""
 
 from __future__ import annotations
 
@@ -7,8 +7,6 @@ import importlib.util
 import json
 import sys
 from pathlib import Path
-
-import pytest
 
 from bertlab.training.finetune_defaults import RECIPES, recipe
 
@@ -54,38 +52,12 @@ def test_every_row_is_a_finetune_command_and_names_are_unique():
     assert all((r.task, "full") in RECIPES for r in table.ROWS)
 
 
-def test_the_readme_shows_only_rows_measured_with_todays_defaults(monkeypatch, tmp_path):
-    tables, table = _module("readme_tables"), _module("finetune_table")
+def test_the_page_shows_only_rows_measured_with_todays_defaults(tmp_path):
+    table = _module("finetune_table")
     today = table.row_from_results("nli", "nli", [], _summary(), 400.0, 1, "1", data="SICK TRAIN")
     old = table.row_from_results("ner", "ner", [], _summary("ner", epochs=99), 400.0, 2, None, data="CoNLL")
     (tmp_path / "finetune_table.json").write_text(json.dumps({"rows": [today, old]}))
-    monkeypatch.setattr(tables, "RESULTS", tmp_path)
-    text = tables.finetune_table()
+    text = _module("render").block("results.md", "finetune-table", tmp_path)
     assert "SICK TRAIN" in text and "CoNLL" not in text  # the row of other defaults is left out
-    missing = next(line for line in text.splitlines() if line.startswith("Not yet measured"))
-    assert "ner" in missing and " nli," not in missing and "qa" in missing  # to re-run with --only
-    assert "accuracy **85.7 %**; by epoch 80.0 / 85.7" in text and "6.3 min" in text and "1 thread, core 1" in text
-
-
-@pytest.mark.parametrize("task", ["sst2", "nli", "ner", "qa"])
-def test_the_defaults_table_is_the_codes(task):
-    text = _module("readme_tables").finetune_defaults()
-    line = next(x for x in text.splitlines() if x.startswith(f"| {task} |"))
-    r = recipe(task)
-    assert f"| {r.batch_size} | {r.max_length} |" in line and f"{r.lr:g} / " in line and r.basis in line
-
-
-def test_a_sweep_run_stands_for_a_row_only_when_it_ran_that_rows_defaults(tmp_path, monkeypatch):
-    table = _module("finetune_table")
-    sweep_file = tmp_path / "sweep.json"
-    monkeypatch.setattr(table, "SWEEP", sweep_file)
-    same = table.row_from_results("nli-same", "nli", ["--lr", "5e-5"], _summary(), 12.0, 1, None)
-    other = table.row_from_results("nli-lr1e-4", "nli", ["--lr", "1e-4"], _summary(lr=1e-4), 12.0, 1, None)
-    for row in (same, other):
-        table.merge_row(sweep_file, row)
-    row = table.row_from_sweep(table.rows_by_name()["nli"], "nli-same")
-    assert (row["name"], row["command"], row["from_sweep"]) == ("nli", "bertlab finetune --task nli", "nli-same")
-    with pytest.raises(SystemExit, match="means"):
-        table.row_from_sweep(table.rows_by_name()["nli"], "nli-lr1e-4")
-    with pytest.raises(SystemExit, match="means"):  # a sweep of another mode's defaults is no full-mode row
-        table.row_from_sweep(table.rows_by_name()["nli-adapter"], "nli-same")
+    assert "| SICK (NLI) | SICK TRAIN | full |" in text and "accuracy 85.7; by epoch 80.0 / 85.7" in text
+    assert "| 6.3 min |" in text

@@ -320,16 +320,3 @@ def test_a_dead_zygote_is_replaced_and_students_still_get_a_seat(lone_fork_serve
     new = _zygotes(srv)
     assert new and old not in new  # a new zygote took its place
     assert "exited with -9: starting a new one" in srv.log.read_text()
-
-
-@pytest.mark.slow
-def test_memory_bench_measures_the_class_server_with_forked_kernels(tmp_path):
-    out = tmp_path / "memory_fork_kernels.json"
-    cmd = [sys.executable, str(REPO / "bench" / "bench_memory.py"), "--mode", "serve-fork", "--seats", "1",
-           "--settle", "1", "--timeout", "300", "--out", str(out)]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    subprocess.run(cmd, check=True, env=env, cwd=REPO, timeout=600, capture_output=True)
-    row = json.loads(out.read_text())["rows"][0]
-    assert row["seats"] == 1 and row["kernels_found"] == 1  # the pool's kernel, a child of the zygote
-    assert 0 < row["uss_per_kernel_mb"] <= row["pss_per_kernel_mb"] < row["pss_total_mb"]
-    assert row["preheat_s"] > 0 and len(row["load_avg_at_start"]) == 3

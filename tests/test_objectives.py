@@ -294,40 +294,6 @@ def test_bad_input_ends_in_one_line(argv, says, tmp_path, small_tok, capsys):
     assert len(err) == 1 and err[0].startswith(f"bertlab {argv[0]}: ") and says in err[0], err
 
 
-@pytest.mark.slow
-def test_the_objectives_bench_writes_its_results_and_readme_block(tmp_path, documents, shared_data, monkeypatch):
-    import importlib.util
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n\n".join(" ".join(d.sentences) for d in documents * 2) + "\n", encoding="utf-8")
-    out = tmp_path / "objectives.json"
-
-    def module(name: str, path: Path):
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-
-    bench = module("bench_objectives", root / "bench" / "bench_objectives.py")
-    assert bench.main(["--quick", "--objectives", "roberta", "electra", "--corpus", str(corpus), "--out", str(out),
-                       "--no-png"]) == 0
-    result = json.loads(out.read_text())
-    assert [r["objective"] for r in result["rows"]] == ["roberta", "electra"]
-    for r in result["rows"]:
-        assert 0.0 <= r["sst2"]["accuracy"] <= 1.0 and r["sst2"]["dev_examples"] == 64
-        assert 0.0 <= r["probe"]["accuracy"] <= 1.0 and r["probe"]["dev_examples"] == 64
-        steps = [p["step"] for p in result["curves"][r["objective"]]]
-        assert steps[0] == 0 and steps[-1] == 6  # --quick sets 6 steps
-    assert result["meta"]["tokens_per_run"] == 6 * 16 * 64 and "random_init" in result
-    tables = module("readme_tables", root / "bench" / "readme_tables.py")
-    monkeypatch.setattr(tables, "RESULTS", tmp_path)
-    block = tables.objectives()
-    assert "| roberta | `RobertaForMaskedLM` |" in block and "random weights" in block
-    assert "linear probe" in block and 0.0 <= result["random_init"]["probe"]["accuracy"] <= 1.0
-
-
 # -- the linear probe of frozen features (compare.linear_probe / sst2_probe) -------------------
 def test_the_linear_probe_separates_separable_features_and_not_shuffled_labels():
     from bertlab.training.objectives.compare import linear_probe

@@ -45,7 +45,7 @@ class ReplaySection(Panel):
         self.answer_hold = AnswerHold.of_kernel()  # the class question's answer, until the teacher reveals it
         self.runs: dict[str, ReplayRun] = {}
         self.result: Replay | None = None
-        self.draw_ms: list[float] = []  # how long each redraw took (bench/bench_replay.py reads it)
+        self.draw_ms: list[float] = []  # how long each redraw took
         self._figure_cache: dict[tuple, go.Figure] = {}
         self._shown_view: str | None = None  # the view the figure widget on show draws
         self._prebuilt: tuple | None = None  # the selection whose figures are being built in the background

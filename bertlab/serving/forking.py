@@ -158,7 +158,7 @@ def register_comm_targets() -> None:
     page asks for every widget's state in one message) at import, and only if a kernel is running then.
     The zygote imported it before any kernel existed, so a forked kernel would have neither: a browser's
     `jupyter.widget.control` comm was closed at once and the page fell back to asking each widget for its
-    state in turn; in the rush bench (bench/bench_rush.py, 10 or 100 students) no Chromium page then showed
+    state in turn; in a rush of 10 or 100 simulated students no Chromium page then showed
     the Mask tab's text box."""
     widgets = sys.modules.get("ipywidgets")
     if widgets is not None:

@@ -8,7 +8,7 @@ pre-training put there, where fine-tuning can learn the task from the SST-2 sent
     score = sst2_score(folder, train_examples, dev_examples)             # {"accuracy": ...}
     probe = sst2_probe(folder, train_examples, dev_examples)             # {"accuracy": ...}
 
-The bench (bench/bench_objectives.py) and the Pre-training tab's comparison both use these.
+The Pre-training tab's comparison uses these.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 PROBE_TEMPLATE = "Paris is the capital of {mask}."
 PROBE_TARGET = "france"
 # 3 epochs at 3e-4: a mini model fine-tuned for one epoch (94 steps of 32) at 1e-4 never leaves the loss plateau
-# at ln 2 and says the majority label, pre-trained or not (docs/results.md, "Under one budget")
+# at ln 2 and says the majority label, pre-trained or not
 SST2_SETTINGS = {"mode": "full", "epochs": 3, "lr": 3e-4, "batch_size": 32, "max_length": 64, "warmup_ratio": 0.1}
 PROBE_SETTINGS = {"max_length": 64, "l2": 1e-3, "max_iter": 500}
 
