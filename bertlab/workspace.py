@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bertlab import settings
-from bertlab.inputs import check_path_text
+from bertlab.inputs import InputError, check_path_text, echo
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ REFUSED: dict[str, str] = {
     "model": ("Only models in the list, the Hugging Face cache, the teacher's model folders or your workspace "
               "can be loaded here: pick a model from the list, or type a run folder of yours (runs/...)."),
 }
+_PLAIN_NAME = re.compile(r"[\w][\w .-]*")  # a folder name an export may go to: no markup, no leading dot
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
 
 
@@ -141,6 +142,28 @@ class Workspace:
                 continue
             return path
         raise FileExistsError(f"could not make a new run folder in {parent}")
+
+    def export_folder(self, user_text: str = "") -> Path:
+        """Where exports and lab records go. Class mode: the workspace's `exports/` (what was typed is not
+        asked). One-person mode: the folder typed (default EXPORTS_DIR), a plain folder name (or names
+        with `/`) inside the working folder: no absolute path, no `~`, nothing that `..` or a link leads
+        out of it to, no markup in a name; anything else is an InputError saying what to type."""
+        if self.confined:
+            return self.exports
+        text = check_path_text(user_text.strip(), "folder") or EXPORTS_DIR
+        parts = text.replace("\\", "/").split("/")
+        if text.startswith(("/", "~")) or any(p == ".." for p in parts) or not all(
+                _PLAIN_NAME.fullmatch(p) for p in parts if p not in ("", ".")):
+            raise InputError(
+                f"The folder {echo(text)} is not a plain folder name inside the working folder: type a name such as "
+                f"{EXPORTS_DIR} or exports/week-1 (letters, digits, spaces, - _ . only; no / or ~ at the start, "
+                "no ..).")
+        home = Path(os.path.realpath(Path.cwd()))
+        folder = Path(os.path.realpath(home / text))
+        if not _within(folder, home):  # a link that leads out
+            raise InputError(f"The folder {echo(text)} leads outside the working folder: type another name, "
+                             f"e.g. {EXPORTS_DIR}.")
+        return folder
 
     # -- the gate for typed paths ---------------------------------------------------------------
     def resolve(self, user_text: str, kind: Kind = "data") -> Path:
