@@ -143,6 +143,16 @@ class Workspace:
             return path
         raise FileExistsError(f"could not make a new run folder in {parent}")
 
+    def finished_runs(self) -> list[Path]:
+        """The run folders under `runs` that hold a finished model (config.json and its weights, which a
+        run writes last and all at once), newest first; [] when there are none (nothing is made)."""
+        runs = self.runs if self.root is None or self._made or self.root.is_dir() else None
+        if runs is None or not runs.is_dir():
+            return []
+        found = [p for p in runs.iterdir() if not p.name.startswith(".") and p.is_dir() and not p.is_symlink()
+                 and (p / "config.json").is_file() and any(p.glob("*.safetensors"))]
+        return sorted(found, key=lambda p: p.name, reverse=True)  # names start with the date and time
+
     def export_folder(self, user_text: str = "") -> Path:
         """Where exports and lab records go. Class mode: the workspace's `exports/` (what was typed is not
         asked). One-person mode: the folder typed (default EXPORTS_DIR), a plain folder name (or names
