@@ -83,7 +83,8 @@ def test_compression_rows_and_picker_entries_name_the_model_they_came_from(tok, 
 def _saved_run(folder, tok, seed=1):
     from bertlab.training.checkpoint import save_model_atomically
 
-    model = tiny_bert(tok, seed=seed).with_heads(task="sequence_classification", id2label={0: "negative", 1: "positive"})
+    labels = {0: "negative", 1: "positive"}
+    model = tiny_bert(tok, seed=seed).with_heads(task="sequence_classification", id2label=labels)
     save_model_atomically(model, tok, folder)
     return model
 
