@@ -31,6 +31,7 @@ import math
 import os
 import re
 import shutil
+import stat
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -237,6 +238,7 @@ def compact_snapshots(folder: str | Path, weights_file: str | Path) -> tuple[int
     tmp = folder.with_name(f".tmp-{folder.name}-{uuid.uuid4().hex[:8]}")
     tmp.mkdir(mode=0o700)
     try:
+        os.chmod(tmp, stat.S_IMODE(folder.stat().st_mode))  # as private as the folder it replaces
         anchor_sha = _file_sha256(weights_file)
         anchor = os.path.relpath(weights_file, folder)
         with safe_open(str(weights_file), "pt") as f:
