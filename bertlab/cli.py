@@ -42,6 +42,7 @@ WORKDIR_ENV = "BERTLAB_WORKDIR"  # read by the dashboards: their kernels work in
 TOKEN_ENV = "BERTLAB_TOKEN"  # `serve`'s token, from the environment (never argv; kernels do not inherit it)
 PROJECTOR_ENV = "BERTLAB_PROJECTOR"  # bertlab.settings.PROJECTOR_ENV (not imported: --help stays light)
 DEFAULT_CULL_IDLE_S = 40  # bertlab.serving.plan.DEFAULT_CULL_IDLE_S (not imported: --help stays light)
+MAX_MESSAGE_CHARS = 400  # an error message longer than this is cut (it may quote what was pasted)
 
 
 class AppNotFoundError(FileNotFoundError):
@@ -441,7 +442,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         log.debug("the error in full:", exc_info=e)  # -v shows the traceback
         text = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        print(f"bertlab {args.command}: {' '.join(str(text).split()) or type(e).__name__}", file=sys.stderr)
+        line = " ".join(str(text).split()) or type(e).__name__
+        if len(line) > MAX_MESSAGE_CHARS:  # e.g. an OSError that quotes a pasted essay as its file name
+            line = f"{line[: MAX_MESSAGE_CHARS - 1]}… ({len(line):,} characters)"
+        print(f"bertlab {args.command}: {line}", file=sys.stderr)
         return 1
 
 

@@ -39,15 +39,27 @@ def device(text: str) -> str:
     return name
 
 
+def path_text(text: str) -> str:
+    """argparse type of a file or folder name: refused in one line (the value shortened) when it is too
+    long to be a path at all, before anything looks for it."""
+    from bertlab.inputs import InputError, check_path_text
+
+    try:
+        return check_path_text(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def existing_path(text: str) -> str:
     """argparse type of an input file or folder that must exist (returned as given)."""
-    if not Path(text).expanduser().exists():
+    if not Path(path_text(text)).expanduser().exists():
         raise argparse.ArgumentTypeError(f"{text[:200]!r}: no such file or folder")
     return text
 
 
 def model_source(text: str) -> str:
     """argparse type of --model: a folder (which must exist when the text is clearly a path) or a hub name."""
+    path_text(text)
     if text.startswith((".", "/", "~")) and not Path(text).expanduser().exists():
         raise argparse.ArgumentTypeError(f"{text[:200]!r}: no such folder (give a model folder, a Hugging Face "
                                          f"name such as bert-base-uncased, or leave --model out)")

@@ -29,6 +29,7 @@ def data_path(*parts: str) -> Path:
 
 # -- class mode: one server, many students -------------------------------------------
 DEFAULT_UPLOAD_MAX_MB = 20
+DEFAULT_WORKSPACE_MB = 1000  # one student's workspace in class mode: a few finished runs and one training
 # The models bertlab ships, by the names `bertlab.load` takes: nothing to download, nothing outside the
 # package, so class mode lets any student load them. Defined here (no torch) for loading, the fine-tuning
 # defaults and the workspace alike.
@@ -95,6 +96,13 @@ def upload_max_bytes() -> int:
     if mb <= 0:
         raise ValueError(f"BERTLAB_UPLOAD_MAX_MB must be above 0, not {raw[:40]!r}.")
     return int(mb * 2**20)
+
+
+def workspace_max_bytes() -> int:
+    """The most one student's workspace may hold in class mode, in bytes (`BERTLAB_WORKSPACE_MB`, default
+    1000 MB): a run does not start when the workspace has no room for it."""
+    raw = os.environ.get("BERTLAB_WORKSPACE_MB", "").strip()
+    return _positive_int("BERTLAB_WORKSPACE_MB", raw, "megabytes") * 2**20 if raw else DEFAULT_WORKSPACE_MB * 2**20
 
 
 def queue_path() -> Path | None:

@@ -22,6 +22,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import tempfile
 import threading
 import time
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from bertlab import settings
-from bertlab.inputs import check_path_text
+from bertlab.inputs import InputError, check_path_text, echo
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,14 @@ RUNS_DIR = "bertlab-runs"  # one-person mode: runs go here, relative to the work
 EXPORTS_DIR = "bertlab-exports"  # one-person mode: the Export tab's default folder
 SUBFOLDERS = ("runs", "uploads", "exports")
 PRIVATE = 0o700
+RUN_ROOM_BYTES = 600 * 2**20  # room a fine-tune of the offline default takes while it trains (checkpoint, snapshots)
 REFUSED: dict[str, str] = {
     "data": ("Only files in your workspace or the class data folder can be used here: upload your file, "
              "or pick the class data."),
     "model": ("Only models in the list, the Hugging Face cache, the teacher's model folders or your workspace "
               "can be loaded here: pick a model from the list, or type a run folder of yours (runs/...)."),
 }
+_PLAIN_NAME = re.compile(r"[\w][\w .-]*")  # a folder name an export may go to: no markup, no leading dot
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
 
 
@@ -54,6 +57,10 @@ class PathNotAllowed(ValueError):
 
 class UploadTooLarge(ValueError):
     """An upload over the class limit (`settings.upload_max_bytes()`)."""
+
+
+class NoRoomForRun(ValueError):
+    """A run that would not fit: the workspace's share (class mode) or the disk is full, or nearly."""
 
 
 class Workspace:
@@ -129,9 +136,11 @@ class Workspace:
 
     def new_run_dir(self, prefix: str, parent: str | os.PathLike | None = None) -> Path:
         """A new, empty folder `<parent>/<YYYYmmdd-HHMMSS>-<prefix>-<random>` (parent: `self.runs`).
-        Made with mkdir(exist_ok=False), so two runs started in the same second never share one."""
+        Made with mkdir(exist_ok=False), so two runs started in the same second never share one.
+        NoRoomForRun, before anything is made, when the run would not fit (`check_room`)."""
         parent = Path(parent) if parent is not None else self.runs
         parent.mkdir(parents=True, exist_ok=True)
+        self.check_room(parent)
         stem = f"{time.strftime('%Y%m%d-%H%M%S')}-{_slug(prefix)}"
         for _ in range(100):
             path = parent / f"{stem}-{secrets.token_hex(3)}"
@@ -141,6 +150,66 @@ class Workspace:
                 continue
             return path
         raise FileExistsError(f"could not make a new run folder in {parent}")
+
+    def check_room(self, where: str | os.PathLike | None = None, need: int = RUN_ROOM_BYTES) -> None:
+        """NoRoomForRun when a run needing `need` bytes while it trains would not fit: in class mode past
+        the workspace's share (`settings.workspace_max_bytes()`); in both modes on a disk (that of `where`,
+        default the workspace) with less than `need` free. Says how much is used and what to do."""
+        if self.confined:
+            used, limit = disk_use(self.root), settings.workspace_max_bytes()
+            if used + need > limit:
+                raise NoRoomForRun(
+                    f"Your workspace holds {_size(used)} of the {_size(limit)} each student has here, and a run needs "
+                    f"about {_size(need)} while it trains, so it would not fit. Your finished runs stay in the model "
+                    "list; ask your teacher to clear old runs or give more room (BERTLAB_WORKSPACE_MB).")
+        target = Path(where) if where is not None else (self.root if self.root is not None else Path.cwd())
+        free = shutil.disk_usage(_existing(target)).free
+        if free < need:
+            raise NoRoomForRun(
+                f"The disk has {_size(free)} free, and a run needs about {_size(need)} while it trains: it would fill "
+                "the disk. " + ("Tell your teacher: the server's disk is full." if self.confined else
+                                "Free some space (delete old runs in bertlab-runs/) and start again."))
+
+    def discard_run_dir(self, path: str | os.PathLike) -> bool:
+        """Remove a run folder that `new_run_dir` made when nothing was written to it (a Start that failed
+        before its run began); True when it was removed. A folder holding anything is left as it is."""
+        try:
+            os.rmdir(path)  # only an empty folder: never a run that wrote something
+        except OSError:
+            return False
+        return True
+
+    def finished_runs(self) -> list[Path]:
+        """The run folders under `runs` that hold a finished model (config.json and its weights, which a
+        run writes last and all at once), newest first; [] when there are none (nothing is made)."""
+        runs = self.runs if self.root is None or self._made or self.root.is_dir() else None
+        if runs is None or not runs.is_dir():
+            return []
+        found = [p for p in runs.iterdir() if not p.name.startswith(".") and p.is_dir() and not p.is_symlink()
+                 and (p / "config.json").is_file() and any(p.glob("*.safetensors"))]
+        return sorted(found, key=lambda p: p.name, reverse=True)  # names start with the date and time
+
+    def export_folder(self, user_text: str = "") -> Path:
+        """Where exports and lab records go. Class mode: the workspace's `exports/` (what was typed is not
+        asked). One-person mode: the folder typed (default EXPORTS_DIR), a plain folder name (or names
+        with `/`) inside the working folder: no absolute path, no `~`, nothing that `..` or a link leads
+        out of it to, no markup in a name; anything else is an InputError saying what to type."""
+        if self.confined:
+            return self.exports
+        text = check_path_text(user_text.strip(), "folder") or EXPORTS_DIR
+        parts = text.replace("\\", "/").split("/")
+        if text.startswith(("/", "~")) or any(p == ".." for p in parts) or not all(
+                _PLAIN_NAME.fullmatch(p) for p in parts if p not in ("", ".")):
+            raise InputError(
+                f"The folder {echo(text)} is not a plain folder name inside the working folder: type a name such as "
+                f"{EXPORTS_DIR} or exports/week-1 (letters, digits, spaces, - _ . only; no / or ~ at the start, "
+                "no ..).")
+        home = Path(os.path.realpath(Path.cwd()))
+        folder = Path(os.path.realpath(home / text))
+        if not _within(folder, home):  # a link that leads out
+            raise InputError(f"The folder {echo(text)} leads outside the working folder: type another name, "
+                             f"e.g. {EXPORTS_DIR}.")
+        return folder
 
     # -- the gate for typed paths ---------------------------------------------------------------
     def resolve(self, user_text: str, kind: Kind = "data") -> Path:
@@ -239,11 +308,36 @@ def _session(class_mode: bool, parent: str) -> Workspace:
     return Workspace.new(parent) if class_mode else Workspace(None)
 
 
+def disk_use(folder: str | os.PathLike) -> int:
+    """Bytes the files under `folder` take on disk (a file hard-linked twice counted once); 0 when absent."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for top, _, files in os.walk(folder):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(top, name))
+            except OSError:  # removed meanwhile (a run pruning its checkpoints)
+                continue
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def _existing(path: Path) -> Path:
+    """`path`, or its nearest folder above that exists (what disk it will be on)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
 def _size(n: int) -> str:
+    if n >= 100 * 2**20:
+        return f"{n / 2**20:,.0f} MB"
     return f"{n / 2**20:.3g} MB" if n >= 2**20 else f"{n / 1024:.3g} kB"
 
 

@@ -97,6 +97,15 @@ def test_finetune_path_field_refuses_server_files_with_one_message(classroom, es
     assert not panel.runs  # refused before any run (or run folder) was made
 
 
+def test_a_start_past_the_students_share_says_so_and_makes_nothing(classroom, tok, monkeypatch):
+    monkeypatch.setenv("BERTLAB_WORKSPACE_MB", "100")  # less than a run needs while it trains
+    panel = FinetunePanel(tiny_bert(tok), tok, device="cpu")
+    panel.start_button.click()
+    assert panel.job.wait(30) and not panel.runs
+    assert errors(panel.messages).startswith("Your workspace holds ") and "ask your teacher" in errors(panel.messages)
+    assert not list(Workspace.for_session().runs.iterdir())
+
+
 def test_finetune_reads_the_class_data_and_the_students_own_files(classroom, tok):
     panel = FinetunePanel(tiny_bert(tok), tok, device="cpu")
     panel.path.value = "sst2"  # relative: the class data folder
@@ -221,7 +230,8 @@ def test_one_person_mode_keeps_free_paths(monkeypatch, tmp_path, tok, corpus_cal
     assert pretrain.job.wait(30) and corpus_calls == [str(anywhere)]
     export = ExportPanel(tiny_bert(tok), tok, figures=lambda: {"Mask: top": go.Figure(go.Bar(y=[1]))})
     assert export.folder in export.widget.children
-    export.folder.value = str(anywhere / "exports")
+    monkeypatch.chdir(anywhere)  # exports go to a folder inside the working one, as typed
+    export.folder.value = "exports"
     export.format.value = "html"
     export.export_button.click()
     assert (anywhere / "exports" / "mask-top.html").is_file()

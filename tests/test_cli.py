@@ -364,3 +364,39 @@ def test_import_bertlab_is_light_and_its_names_come_on_first_use():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "bertlab.loading", "bertlab.loading", "True"]
+
+
+LONG = "a" * 26_000  # a pasted essay where a path goes
+
+
+@pytest.mark.parametrize("argv", [
+    ["finetune", "--task", "sst2", "--out", "run", "--data", LONG],
+    ["finetune", "--task", "sst2", "--out", "run", "--model", LONG],
+    ["finetune", "--task", "sst2", "--out", LONG],
+    ["pretrain", "--out", "run", "--model", LONG],
+    ["evaluate", "--task", "sst2", "--model", "default", "--data", LONG],
+    ["evaluate", "--task", "sst2", "--model", LONG],
+], ids=["finetune-data", "finetune-model", "finetune-out", "pretrain-model", "evaluate-data", "evaluate-model"])
+def test_an_over_long_path_is_one_short_line(argv, capsys, tmp_path, monkeypatch):
+    """A 26,000-character --data or --model was an OSError traceback (File name too long) echoing the value."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and len(err) < 600, err[:300]
+    assert "26,000 characters long" in err and not list(tmp_path.iterdir())
+
+
+def test_a_long_error_message_is_cut_to_one_short_line(capsys, monkeypatch):
+    """An OSError that quotes a long name (here: raised by the command itself) prints one short line."""
+    def command(args):
+        raise OSError(36, "File name too long", LONG)
+
+    parser = cli.build_parser(only="download")
+    monkeypatch.setattr(cli, "build_parser", lambda only="": parser)
+    monkeypatch.setattr(parser, "parse_args", lambda argv: type("A", (), {"verbose": False, "command": "download",
+                                                                          "func": staticmethod(command)})())
+    assert cli.main(["download"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and len(err) < 600 and "26,0" in err

@@ -702,3 +702,82 @@ def test_a_new_task_head_starts_from_the_runs_seed_not_from_what_ran_before(synt
         models.append(r.model.state_dict())
     assert models[0].keys() == models[1].keys()
     assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# What a run leaves on disk
+# ---------------------------------------------------------------------------------------------
+def test_a_finished_run_keeps_its_model_and_replay_and_says_what_it_dropped(synthetic, tok, tmp_path):
+    """A finished run kept its last checkpoint (the weights again + the optimizer state, 3x the model) and
+    fp16 snapshots with a full first one: now one weights file and the snapshots stored as what changed."""
+    from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper, iter_snapshots
+
+    out = tmp_path / "run"
+    keeper = SnapshotKeeper(out / REPLAY_DIR)
+    cfg = quick("sst2", synthetic["sst2"], tok, epochs=1, out_dir=str(out), checkpoint_every=2)
+    r = finetune(cfg, callbacks=[keeper], tokenizer=tok)
+    assert r.status == "completed" and r.saved_to == out
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "finetune_results.json", "model.safetensors",
+                                                     REPLAY_DIR, "tokenizer.json", "tokenizer_config.json",
+                                                     "vocab.txt"]  # no checkpoints/, nothing twice
+    disk = read_results(out)["disk"]
+    assert disk["dropped"].startswith("checkpoints/ (checkpoint-") and "optimizer state" in disk["dropped"]
+    assert "what changed" in disk["replay"]
+    frames = dict((step, {n: p.detach().clone() for n, p in m.named_parameters()})
+                  for step, m in iter_snapshots(load(out)[0], out / REPLAY_DIR, last_first=False))
+    assert list(frames) == keeper.saved
+    for name, p in r.model.named_parameters():  # the last frame is the final model
+        torch.testing.assert_close(frames[keeper.saved[-1]][name], p.detach(), atol=1e-6, rtol=1e-6)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real small filesystem (a tmpfs of `size` bytes) at tmp_path / "disk"; skipped where mounting is not
+    allowed (not root)."""
+    mounted = []
+
+    def make(size: str) -> Path:
+        where = tmp_path / "disk"
+        where.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                              capture_output=True, check=False)
+        if done.returncode:
+            pytest.skip(f"cannot mount a small filesystem here: {done.stderr.decode()[:200]}")
+        mounted.append(where)
+        return where
+
+    yield make
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], check=False)  # lazily: a loaded model may still map a file
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return [str(p.relative_to(folder)) for p in folder.rglob("*") if p.name.startswith((".tmp-", ".trash-"))]
+
+
+def test_a_run_that_fills_the_disk_ends_with_its_last_good_checkpoint(synthetic, tok, small_disk):
+    """On a 20 MB filesystem the first checkpoint (~13 MB with the optimizer state) fits, the second does
+    not: the run ends failed with the disk-full message, its first checkpoint whole, nothing half-written."""
+    from bertlab.training.checkpoint import read_state
+
+    out = small_disk("20m") / "run"
+    cfg = quick("sst2", synthetic["sst2"], tok, epochs=2, out_dir=str(out), checkpoint_every=4,
+                extra_train={"keep_last": 1})
+    r = finetune(cfg, tokenizer=tok)
+    assert r.status == "failed" and r.error.startswith(f"the disk is full while writing {out / 'checkpoints'}")
+    assert r.saved_to == out / "checkpoints" / "checkpoint-4" and read_state(r.saved_to).step == 4
+    model, _ = load(r.saved_to)  # the last good checkpoint loads
+    assert model.config.id2label == {0: "negative", 1: "positive"}
+    assert _leftovers(out) == [] and not (out / "config.json").exists()
+    assert read_results(out)["status"] == "failed"
+
+
+def test_a_final_save_that_fills_the_disk_keeps_the_last_checkpoint(synthetic, tok, small_disk):
+    """Training ends, its last checkpoint fits, the final model does not: a message, and the checkpoint."""
+    out = small_disk("16m") / "run"
+    cfg = quick("sst2", synthetic["sst2"], tok, epochs=1, out_dir=str(out))
+    with pytest.raises(DiskFullError, match=f"^the disk is full while writing {out}: free some space"):
+        finetune(cfg, tokenizer=tok)
+    kept = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert len(kept) == 1 and load(out / "checkpoints" / kept[0])[0] is not None
+    assert _leftovers(out.parent) == [] and not (out / "config.json").exists()

@@ -43,7 +43,8 @@ def test_the_page_inlines_plotly_once_escapes_inputs_and_embeds_attention_views(
     assert "No tab had drawn anything yet" in empty
 
 
-def test_the_export_tab_records_the_opened_tabs_inputs_figures_attention_and_seeds(default_model, tmp_path):
+def test_the_export_tab_records_the_opened_tabs_inputs_figures_attention_and_seeds(default_model, tmp_path,
+                                                                                    monkeypatch):
     state = ModelState(*default_model)
     tabs = (("Mask", "bertlab.panels.mask:MaskPanel"), ("Next sentence", "bertlab.panels.nsp:NSPPanel"),
             ("Attention", "bertlab.panels.attention:AttentionPanel"), ("Export", "bertlab.panels.export:ExportPanel"))
@@ -53,7 +54,8 @@ def test_the_export_tab_records_the_opened_tabs_inputs_figures_attention_and_see
     nsp = app.panels["Next sentence"]
     nsp.text_b.value = "It rained all day."
     export = app.open(3)
-    export.folder.value = str(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    export.folder.value = "."  # the working folder itself
     export.student.value = "Ada Lovelace"
     export.record_button.click()
     saved = list(tmp_path.glob("*.html"))

@@ -118,9 +118,11 @@ def test_a_repeated_export_downloads_under_the_name_it_is_announced_and_saved_wi
     assert (tmp_path / "exports" / "mask-top-k.html").read_text() == "from an earlier session"
 
 
-def test_a_name_already_downloaded_gets_the_time_even_when_the_folder_cannot_keep_copies(panel, tmp_path):
+def test_a_name_already_downloaded_gets_the_time_even_when_the_folder_cannot_keep_copies(panel, tmp_path,
+                                                                                         monkeypatch):
     (tmp_path / "a-file").write_text("not a folder")
-    panel.folder.value = str(tmp_path / "a-file")
+    monkeypatch.chdir(tmp_path)
+    panel.folder.value = "a-file"
     panel.clock = lambda: datetime(2026, 11, 24, 9, 12, 5)
     panel.choice.value, panel.format.value = "Mask: top-k", "html"
     panel.export_button.click()
@@ -188,9 +190,10 @@ def test_png_without_kaleido_explains_and_gives_html_instead(panel, monkeypatch,
     assert (tmp_path / "exports" / "mask-top-k.html").is_file()
 
 
-def test_a_folder_that_cannot_be_written_still_gives_the_link(panel, tmp_path):
+def test_a_folder_that_cannot_be_written_still_gives_the_link(panel, tmp_path, monkeypatch):
     (tmp_path / "a-file").write_text("not a folder")
-    panel.folder.value = str(tmp_path / "a-file")
+    monkeypatch.chdir(tmp_path)
+    panel.folder.value = "a-file"
     panel.choice.value, panel.format.value = "Mask: top-k", "html"
     panel.export_button.click()
     assert "Could not save it in the folder" in notes(panel, "warning") and "Errno" not in notes(panel, "warning")
@@ -248,3 +251,44 @@ def test_set_model_makes_attention_views_with_the_new_model(panel):
     state = page_state(link_file(panel)[2].decode("utf-8"))
     assert state["shape"][:2] == [2, 4]  # the tiny model's layers x heads
     assert list(panel.choice.options) == ["Attention: heatmap", "Mask: top-k"]
+
+
+# -- where files go in one-person mode ------------------------------------------------------------
+@pytest.mark.parametrize("typed", ["{outside}", "../../", "../../up", "<b>x</b>", "~/x", "exports/<i>"])
+def test_the_lab_record_and_exports_stay_inside_the_working_folder(default_model, tabs, tmp_path, monkeypatch, typed):
+    """One-person mode wrote the record to /etc (the server ran as root), `../../` reached two folders
+    above, and `<b>x</b>` made folders `<b>x<` and `b>`: a typed folder is now a plain one inside."""
+    work = tmp_path / "home" / "work"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    panel = ExportPanel(*default_model, figures=tabs)
+    panel.folder.value = typed.format(outside=outside)
+    before = sorted(tmp_path.rglob("*"))
+    panel.record_button.click()
+    panel.choice.value, panel.format.value = "Mask: top-k", "html"
+    panel.export_button.click()
+    assert sorted(tmp_path.rglob("*")) == before  # nothing written anywhere
+    error = notes(panel, "error")
+    assert "not a plain folder name inside the working folder" in error and panel.link.value == ""
+
+
+def test_a_plain_folder_inside_the_working_folder_gets_the_record(default_model, tabs, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    panel = ExportPanel(*default_model, figures=tabs)
+    panel.folder.value = "exports/week-1"
+    panel.student.value = "<b>Ada</b>"
+    panel.record_button.click()
+    assert [p.name for p in (tmp_path / "exports" / "week-1").iterdir()] == ["lab-record-b-ada-b.html"]
+
+
+def test_a_link_out_of_the_working_folder_is_refused(default_model, tabs, tmp_path, monkeypatch):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "work" / "out").symlink_to(tmp_path / "outside")
+    monkeypatch.chdir(tmp_path / "work")
+    panel = ExportPanel(*default_model, figures=tabs)
+    panel.folder.value = "out"
+    panel.record_button.click()
+    assert "leads outside the working folder" in notes(panel, "error") and not list((tmp_path / "outside").iterdir())

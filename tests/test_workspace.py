@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ from tiny_models import tiny_bert
 
 from bertlab import settings
 from bertlab.training.checkpoint import save_model_atomically
-from bertlab.workspace import REFUSED, PathNotAllowed, UploadTooLarge, Workspace
+from bertlab.workspace import REFUSED, NoRoomForRun, PathNotAllowed, UploadTooLarge, Workspace
 
 SECRET = "root:x:0:0"  # the first line of /etc/passwd: must never reach a message
 
@@ -201,3 +202,70 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+# ---------------------------------------------------------------------------------------------
+# Room for a run
+# ---------------------------------------------------------------------------------------------
+def test_a_run_past_the_students_share_is_refused_before_anything_is_made(classroom, monkeypatch):
+    """In class mode 30 students could fill the disk in a lesson: each workspace has a share, and a Start
+    that would go past it says so (what is used, the share, what to do) before the disk fills."""
+    monkeypatch.setenv("BERTLAB_WORKSPACE_MB", "700")
+    ws = Workspace.for_session()
+    first = ws.new_run_dir("sst2-full")
+    (first / "model.safetensors").write_bytes(os.urandom(150 * 2**20))  # a finished run
+    with pytest.raises(NoRoomForRun) as info:
+        ws.new_run_dir("sst2-full")
+    assert str(info.value).startswith("Your workspace holds 150 MB of the 700 MB each student has here, and a run "
+                                      "needs about 600 MB while it trains")
+    assert "ask your teacher" in str(info.value) and str(ws.root) not in str(info.value)
+    assert [p.name for p in ws.runs.iterdir()] == [first.name]  # nothing made
+    monkeypatch.setenv("BERTLAB_WORKSPACE_MB", "1000")
+    assert ws.new_run_dir("sst2-full").is_dir()
+
+
+def test_a_run_that_would_fill_the_disk_is_refused(tmp_path, monkeypatch):
+    """On a real 8 MB filesystem a run (which needs hundreds of MB while it trains) is refused at Start."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(where)], capture_output=True,
+                          check=False)
+    if done.returncode:
+        pytest.skip("cannot mount a small filesystem here")
+    try:
+        monkeypatch.chdir(where)
+        with pytest.raises(NoRoomForRun, match=r"^The disk has 8 MB free, and a run needs about 600 MB"):
+            Workspace(None).new_run_dir("sst2-full")
+        assert not list(Path("bertlab-runs").iterdir())
+    finally:
+        monkeypatch.chdir(tmp_path)
+        subprocess.run(["umount", "-l", str(where)], check=False)  # lazily: a loaded model may still map a file
+
+
+def test_a_failed_start_leaves_no_run_folder(classroom):
+    ws = Workspace.for_session()
+    run = ws.new_run_dir("sst2-full")
+    assert ws.discard_run_dir(run) and not run.exists() and list(ws.runs.iterdir()) == []
+    kept = ws.new_run_dir("sst2-full")
+    (kept / "finetune_results.json").write_text("{}")
+    assert not ws.discard_run_dir(kept) and kept.is_dir()  # a run that wrote something stays
+
+
+def test_two_students_starting_in_the_same_second_never_touch_each_others_files(classroom, monkeypatch, tok):
+    monkeypatch.setattr(time, "strftime", lambda *args: "20260101-120000")
+    ann, bob = Workspace.new(), Workspace.new()
+    runs = {ws: ws.new_run_dir("sst2-full") for ws in (ann, bob)}
+    for ws, run in runs.items():
+        save_model_atomically(tiny_bert(tok, seed=len(str(ws.root))), tok, run)
+    assert ann.finished_runs() == [runs[ann]] and bob.finished_runs() == [runs[bob]]
+    for me, other in ((ann, bob), (bob, ann)):
+        for text in (str(runs[other]), f"../{other.root.name}/runs/{runs[other].name}", ws_relative(me, runs[other])):
+            with pytest.raises(PathNotAllowed):
+                me.model_source(text)
+            with pytest.raises(PathNotAllowed):
+                me.resolve(f"{text}/model.safetensors", "data")
+        assert me.export_folder("../../etc") == me.exports  # class mode: the typed folder is not asked
+
+
+def ws_relative(ws: Workspace, path: Path) -> str:
+    return os.path.relpath(path, ws.root)

@@ -58,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                                        "are stored int8 per row. Give --task to score it against the original.")
     q.add_argument("--model", required=True, type=options.model_source,
                    help="a folder or hub name (a fine-tuned model to score it)")
-    q.add_argument("--out", required=True, help="output folder")
+    q.add_argument("--out", required=True, type=options.path_text, help="output folder")
     q.add_argument("--task", default=None, choices=list(TASKS), help="score original and result on this task")
 
     pr = methods.add_parser("prune", help="remove the least important attention heads (Michel et al. 2019)",
@@ -69,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     pr.add_argument("--keep", type=float, default=0.5, help="fraction of the heads kept (default %(default)s)")
     pr.add_argument("--importance-examples", type=int, default=256,
                     help="training examples the head scores average over (default %(default)s)")
-    pr.add_argument("--out", required=True, help="output folder")
+    pr.add_argument("--out", required=True, type=options.path_text, help="output folder")
 
     d = methods.add_parser("distill", help="train a student with fewer layers on a teacher's soft targets",
                            description="A student with --layers layers, started from every other teacher layer, "
@@ -80,7 +80,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     teacher.add_argument("--teacher", dest="model", type=_teacher, help=argparse.SUPPRESS)  # the old name
     d.add_argument("--layers", type=options.positive_int, required=True, help="the student's layers")
     d.add_argument("--task", required=True, choices=list(TASKS), help="the teacher's task: " + ", ".join(TASKS))
-    d.add_argument("--out", required=True, help="output folder")
+    d.add_argument("--out", required=True, type=options.path_text, help="output folder")
     d.add_argument("--temperature", type=float, default=2.0, help="soft-target temperature T (default %(default)s)")
     d.add_argument("--alpha", type=float, default=0.5, help="weight of the soft targets (default %(default)s)")
     d.add_argument("--hidden-weight", type=float, default=0.0,

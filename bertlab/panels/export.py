@@ -233,8 +233,9 @@ class ExportPanel(Panel):
         The download has the copy's name, the one the note gives: a name taken already (in the folder,
         or by an earlier download here) gets the time added (`stamped`), so a repeated export is not
         renamed by the browser ("name (1).png") nor saved under another name than it is announced."""
-        folder = Path(self._folder or self.workspace.exports) if self.workspace.confined else (
-            Path(self.folder.value.strip() or DEFAULT_FOLDER).expanduser())
+        given = self._folder is not None and (self.workspace.confined or self.folder.value.strip() == str(self._folder))
+        # the folder the program gave (as given); else one typed: a plain folder in the working one (export_folder)
+        folder = Path(self._folder) if given else self.workspace.export_folder(self.folder.value)
         with contextlib.suppress(OSError):  # a folder that cannot be read: the save says why below
             if filename in self._given or (folder / filename).exists():
                 filename = stamped(filename, self.clock())

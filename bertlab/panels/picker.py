@@ -4,6 +4,7 @@ model made in the training tabs. Switching here updates every tab (see ModelStat
 from __future__ import annotations
 
 import logging
+import os
 
 import ipywidgets as widgets
 
@@ -42,6 +43,8 @@ class ModelPicker(Panel):
         super().__init__()
         self.state = state
         self.workspace = workspace or Workspace.for_session()
+        for run in self.workspace.finished_runs():  # a reloaded page lists what this workspace trained
+            state.offer(self.workspace.shown(run), os.path.realpath(run))
         self.choice = widgets.Dropdown(
             options=list(state.entries), value=state.name, description="Model",
             layout=widgets.Layout(flex="0 1 auto"),  # as wide as the longest name, shrinking before Load wraps

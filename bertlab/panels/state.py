@@ -72,6 +72,15 @@ class ModelState:
             self._tell()
         return unique
 
+    def offer(self, name: str, source: str) -> str | None:
+        """List a model that loads from `source` when first picked (e.g. a run saved in an earlier page of
+        this workspace); nothing when the list has it already. Returns the name it is listed under."""
+        if self.listed_as(source) is not None or name in self.entries:
+            return None
+        self.entries[name] = ModelEntry(name, source)
+        self._tell()
+        return name
+
     def listed_as(self, source: str | None) -> str | None:
         """The name of the entry that loads the same model as `source` (see `bertlab.loading.source_key`:
         "default" is the offline default, a folder by its real path), None when none does."""

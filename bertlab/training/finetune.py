@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -62,7 +63,7 @@ from bertlab.tasks import (
 )
 from bertlab.tasks.layer_features import FEATURES
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.checkpoint import save_model_atomically, write_error, write_text_atomically
+from bertlab.training.checkpoint import WEIGHTS_FILE, save_model_atomically, write_error, write_text_atomically
 from bertlab.training.finetune_defaults import Recipe, recipe
 from bertlab.training.loop import ScoredRun, TrainConfig, TrainEvent, TrainResult, resolve_precision, train
 
@@ -586,9 +587,11 @@ def _finish(result: FinetuneResult, cfg: FinetuneConfig) -> None:
     if cfg.out_dir is None or (dist.is_initialized() and dist.get_rank() != 0):
         return  # under torchrun, process 0 writes
     folder = Path(cfg.out_dir)
+    disk: dict[str, Any] = {}
     if result.status == "completed":
         result.saved_to = save_model_atomically(result.model, result.tokenizer, folder)
         log.info("fine-tuned model saved to %s (load it with bertlab.load(%r))", folder, str(folder))
+        disk = keep_what_a_finished_run_needs(folder)
     else:  # a failed or cancelled run writes no final model: its last checkpoint stays
         result.saved_to = result.train.last_checkpoint
         if result.saved_to is not None:
@@ -597,8 +600,35 @@ def _finish(result: FinetuneResult, cfg: FinetuneConfig) -> None:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise write_error(e, folder) from e
-    summary = {**result.summary(), "config": cfg.to_dict()}
+    summary = {**result.summary(), **({"disk": disk} if disk else {}), "config": cfg.to_dict()}
     write_text_atomically(folder / RESULTS_FILE, json.dumps(summary, indent=2, default=str) + "\n")
+
+
+def keep_what_a_finished_run_needs(folder: Path) -> dict[str, Any]:
+    """A completed run's folder cut to what using and replaying it needs, and what was dropped (for its
+    results file): its model (one weights file), its replay snapshots stored as what changed (see
+    `training.snapshots.compact_snapshots`), no checkpoints (the last one is a second copy of the weights
+    plus the optimizer state, 3x the model, which only resuming an unfinished run needs). A snapshot store
+    that fails (a full disk) leaves the snapshots as they were, and says so."""
+    from bertlab.training.snapshots import REPLAY_DIR, compact_snapshots
+
+    disk: dict[str, Any] = {}
+    checkpoints = folder / CHECKPOINTS
+    if checkpoints.is_dir():
+        names = sorted(p.name for p in checkpoints.iterdir() if not p.name.startswith("."))
+        shutil.rmtree(checkpoints, ignore_errors=True)
+        disk["dropped"] = (f"{CHECKPOINTS}/ ({', '.join(names) or 'empty'}): the weights again and the optimizer "
+                           "state, which only resuming an unfinished run needs; the model is "
+                           f"{WEIGHTS_FILE}")
+    if (folder / REPLAY_DIR).is_dir():
+        try:
+            before, after = compact_snapshots(folder / REPLAY_DIR, folder / WEIGHTS_FILE)
+            disk["replay"] = (f"{REPLAY_DIR}/: the snapshots stored as what changed, against the final weights "
+                              f"({before / 1e6:.1f} MB -> {after / 1e6:.1f} MB)")
+        except Exception as e:  # noqa: BLE001 - the run itself is saved; its snapshots stay as they were
+            log.warning("the replay snapshots of %s stay as they were: %s", folder, e)
+            disk["replay"] = f"{REPLAY_DIR}/: kept as written during the run ({e})"
+    return disk
 
 
 def read_results(folder: str | Path) -> dict[str, Any]:

@@ -72,7 +72,8 @@ def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p.add_argument("--model", default=None, type=options.model_source,
                    help="a folder or hub name; 'default' = the offline default, 'default-encoder' = its encoder as "
                         "the package ships it (default: the task's start, see above)")
-    p.add_argument("--out", required=True, help="output folder: the fine-tuned model, results, checkpoints/")
+    p.add_argument("--out", required=True, type=options.path_text,
+                   help="output folder: the fine-tuned model, results, checkpoints/")
     p.add_argument("--mode", default=d.mode, choices=list(MODES),
                    help="full: all weights; feature: frozen encoder, head only; adapter: Houlsby adapters "
                         "(default %(default)s)")

@@ -55,7 +55,7 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", type=options.device, default="auto", help=options.DEVICE_HELP)
     p.add_argument("--precision", default=d.precision, choices=["auto", "bf16", "fp32"],
                    help="auto (default): bf16 autocast where the device has native bf16 (recent CPUs, GPUs), else fp32")
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", required=True, type=options.path_text,
                    help="output folder: checkpoints, and the final model in OUT/final (written only when the run "
                         "completes)")
     p.set_defaults(func=cmd_pretrain)

@@ -13,15 +13,25 @@ which a run touched a few thousand rows), so feature-based and adapter runs stay
 in their own folder, never among the loop's `checkpoint-<step>` folders, so resuming and pruning
 checkpoints do not see them.
 Each file is written under a temporary name and renamed into place: never half there.
+
+A finished run's snapshots are then stored as what changed (`compact_snapshots`): each one against the next,
+the last against the run's own final weights file (which the run keeps anyway), a matrix as the rows that
+moved, in int8 with one scale per row; vectors (biases, LayerNorm) as they are, in float16. The chain is
+quantised closed-loop (each delta is taken against what the later snapshots give back, not their exact
+weights), so errors do not add up along it. A replay then reads the final weights and walks back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import math
 import os
 import re
+import shutil
+import stat
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -42,6 +52,10 @@ _NAME_RE = re.compile(r"^step-(\d+)\.safetensors$")
 _FULL = "full"  # metadata key: "1" when the file holds every parameter
 _BASE = "base"  # metadata key: the step of the full snapshot a partial one was written against
 _ROWS = "@rows"  # "<name>@rows": the row indices a row-sparse "<name>" holds
+_SCALE = "@scale"  # "<name>@scale": the per-row scale of an int8 "<name>", a change since the next snapshot
+_ANCHOR = "anchor"  # metadata: the final weights file a compacted snapshot's chain ends in (relative path)
+_ANCHOR_SHA = "anchor_sha256"
+_NAMES = "names"  # metadata: the parameters a compacted snapshot gives (JSON list)
 ROW_TOLERANCE = 1e-3  # a row moved when a weight changed by more than this share of the row's largest one
 
 
@@ -147,7 +161,10 @@ def load_snapshot(model: torch.nn.Module, folder: str | Path, step: int) -> set[
         have = ", ".join(str(s.step) for s in snaps) or "none"
         raise SnapshotError(f"no snapshot at step {step} (steps kept: {have}).")
     with safe_open(str(by_step[step].path), "pt") as f:
-        based_on = (f.metadata() or {}).get(_BASE)
+        meta = f.metadata() or {}
+    if _ANCHOR in meta:
+        return _load_compacted(model, Path(folder), [s for s in snaps if s.step >= step])
+    based_on = meta.get(_BASE)
     base = [by_step[int(based_on)]] if based_on is not None and int(based_on) in by_step else \
         [s for s in snaps if s.full and s.step <= step][-1:]
     if not base or not base[0].full:
@@ -175,6 +192,154 @@ def load_snapshot(model: torch.nn.Module, folder: str | Path, step: int) -> set[
                         p[rows.to(p.device)] = t.to(p.device, p.dtype)
                     stored.add(name)
     return set(params) - stored
+
+
+def _weights_at(folder: Path, snaps: list[Snapshot], snap: Snapshot) -> dict[str, torch.Tensor]:
+    """The float32 weights a not yet compacted snapshot gives: its full base, then its own file over it."""
+    with safe_open(str(snap.path), "pt") as f:
+        based_on = (f.metadata() or {}).get(_BASE)
+    by_step = {s.step: s for s in snaps}
+    base = by_step.get(int(based_on)) if based_on is not None else None
+    base = base or ([s for s in snaps if s.full and s.step <= snap.step][-1:] or [None])[0]
+    if base is None:
+        raise SnapshotError(f"no full snapshot for step {snap.step}: the run's first one is missing.")
+    out: dict[str, torch.Tensor] = {}
+    for part in dict.fromkeys([base, snap]):
+        with safe_open(str(part.path), "pt") as f:
+            keys = set(f.keys())
+            for name in (k for k in keys if not k.endswith(_ROWS)):
+                t = f.get_tensor(name).float()
+                if name + _ROWS in keys:
+                    out[name][f.get_tensor(name + _ROWS)] = t
+                else:
+                    out[name] = t
+    return out
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def compact_snapshots(folder: str | Path, weights_file: str | Path) -> tuple[int, int]:
+    """Store a finished run's snapshots in `folder` as what changed (module docstring), their chain ending in
+    `weights_file` (the run's final model.safetensors, whose names are the snapshots' parameter names).
+    All at once: the new files go to a folder beside `folder` that then takes its place, so a failure (a full
+    disk) leaves the snapshots as they were. Returns (bytes before, bytes after); (n, n) when there was
+    nothing to do (no snapshots, or compacted already)."""
+    folder, weights_file = Path(folder), Path(weights_file)
+    snaps = list_snapshots(folder)
+    before = snapshot_bytes(folder)
+    if not snaps or _is_compacted(snaps[-1]):
+        return before, before
+    tmp = folder.with_name(f".tmp-{folder.name}-{uuid.uuid4().hex[:8]}")
+    tmp.mkdir(mode=0o700)
+    try:
+        os.chmod(tmp, stat.S_IMODE(folder.stat().st_mode))  # as private as the folder it replaces
+        anchor_sha = _file_sha256(weights_file)
+        anchor = os.path.relpath(weights_file, folder)
+        with safe_open(str(weights_file), "pt") as f:
+            weights = {k: f.get_tensor(k).float() for k in f.keys()}
+        given: dict[str, torch.Tensor] = {}  # what the snapshots after this one give back, per parameter
+        for i, snap in enumerate(reversed(snaps)):
+            target = _weights_at(folder, snaps, snap)
+            if i == 0:
+                given = {n: weights[n].clone() if n in weights and weights[n].shape == t.shape else None
+                         for n, t in target.items()}
+            tensors = _changes(target, given)
+            meta = {_ANCHOR: anchor, _ANCHOR_SHA: anchor_sha, _FULL: "0", "step": str(snap.step),
+                    _NAMES: json.dumps(sorted(target))}
+            save_file(tensors, str(tmp / snap.path.name), metadata=meta)
+        for p in tmp.iterdir():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+        trash = folder.with_name(f".trash-{folder.name}-{uuid.uuid4().hex[:8]}")
+        os.rename(folder, trash)
+        os.rename(tmp, folder)
+        shutil.rmtree(trash, ignore_errors=True)
+    except Exception as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_error(e, folder, "store the snapshots of") from e
+    return before, snapshot_bytes(folder)
+
+
+def _is_compacted(snap: Snapshot) -> bool:
+    with safe_open(str(snap.path), "pt") as f:
+        return _ANCHOR in (f.metadata() or {})
+
+
+def _changes(target: dict[str, torch.Tensor], given: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor]:
+    """What one snapshot stores so that `given` (what the later ones give back, updated in place) becomes
+    `target`: a matrix's rows that moved by more than ROW_TOLERANCE of their largest weight, as int8 changes
+    with a float32 scale per row (and their indices when not all rows moved); any other tensor that moved, as
+    it is (float16), as is one that the final weights file lacks (None in `given`)."""
+    out: dict[str, torch.Tensor] = {}
+    for name, t in target.items():
+        before = given[name]
+        if before is None:
+            out[name] = t.to(torch.float16)
+            given[name] = out[name].float()
+            continue
+        change = t - before
+        if t.dim() == 2:
+            moved = change.abs().amax(dim=1)  # [rows]
+            rows = (moved > ROW_TOLERANCE * t.abs().amax(dim=1).clamp(min=1e-6)).nonzero().flatten()  # [moved]
+            if len(rows) == 0:
+                continue
+            scale = (moved[rows] / 127).clamp(min=1e-12)  # [moved rows]
+            q = (change[rows] / scale[:, None]).round().clamp(-127, 127).to(torch.int8)  # [moved rows, cols]
+            out[name], out[name + _SCALE] = q, scale
+            if len(rows) < t.shape[0]:
+                out[name + _ROWS] = rows
+            before[rows] += q.float() * scale[:, None]
+        elif change.abs().max() > ROW_TOLERANCE * t.abs().max().clamp(min=1e-6):
+            out[name] = t.to(torch.float16)
+            given[name] = out[name].float()
+    return out
+
+
+def _load_compacted(model: torch.nn.Module, folder: Path, chain: list[Snapshot]) -> set[str]:
+    """Load the first snapshot of `chain` (a compacted one and every later one): the final weights, then
+    each snapshot's changes from the last back to the first."""
+    with safe_open(str(chain[0].path), "pt") as f:
+        meta = f.metadata() or {}
+    weights_file = folder / meta[_ANCHOR]
+    if not weights_file.is_file() or _file_sha256(weights_file) != meta.get(_ANCHOR_SHA):
+        raise SnapshotError(f"the snapshots are stored against the run's final weights ({meta[_ANCHOR]}), which are "
+                            "missing or were replaced since: this run cannot be replayed.")
+    names = json.loads(meta[_NAMES])
+    params = dict(model.named_parameters())
+    with safe_open(str(weights_file), "pt") as f:
+        have = set(f.keys())
+        values = {n: f.get_tensor(n).float() if n in have else None for n in names}
+    for snap in reversed(chain):
+        with safe_open(str(snap.path), "pt") as f:
+            if _ANCHOR not in (f.metadata() or {}):
+                raise SnapshotError(f"{snap.path.name} was not stored with the others: replay this run again "
+                                    "from its own folder.")
+            keys = set(f.keys())
+            for name in (k for k in keys if not k.endswith((_ROWS, _SCALE))):
+                t = f.get_tensor(name)
+                if name + _SCALE not in keys:
+                    values[name] = t.float()
+                    continue
+                change = t.float() * f.get_tensor(name + _SCALE)[:, None]
+                if name + _ROWS in keys:
+                    values[name][f.get_tensor(name + _ROWS)] += change
+                else:
+                    values[name] += change
+    with torch.no_grad():
+        for name, t in values.items():
+            p = params.get(name)
+            if p is None or t is None or tuple(p.shape) != tuple(t.shape):
+                what = "no such parameter" if p is None else f"shape {tuple(p.shape)} here"
+                raise SnapshotError(f"{chain[0].path.name} does not fit this model: {name} ({what}). "
+                                    "Replay a run with the model it trained.")
+            p.copy_(t.to(p.dtype))
+    return set(params) - set(names)
 
 
 def iter_snapshots(model: torch.nn.Module, folder: str | Path, last_first: bool = True,
