@@ -177,6 +177,7 @@ class MaskPanel(Panel):
         with self.busy(self.predict_button, self.each_button), self.reporting():
             self._read_words()
             self._refresh(rescore=self.scoring)
+            self._label_words()  # after the chart: the page draws the guesses first
 
     def _on_word(self, index: int, change) -> None:
         if self._relabelling or change["owner"].disabled:
@@ -218,8 +219,7 @@ class MaskPanel(Panel):
 
     # -- the words to click --------------------------------------------------------------------
     def _read_words(self) -> None:
-        """Split the text into words and rebuild the toggles; a word stays hidden if it is still
-        the same word at the same place."""
+        """Split the text into words; a word stays hidden if it is still the same word at the same place."""
         old = self.words
         self.words, warning, self._cut = read_words(self.model, self.tok, self.text.value)
         self._word_notes = [("warning", warning)] if warning else []
@@ -229,6 +229,9 @@ class MaskPanel(Panel):
                 "a later word.",
             ))
         self.hidden = {i for i in self.hidden if i < len(self.words) and i < len(old) and old[i] == self.words[i]}
+
+    def _label_words(self) -> None:
+        """Put the words on the toggles, making only those a longer text needs."""
         shown = self.words[:MAX_WORD_BUTTONS]
         while len(self._buttons) < len(shown):  # made once per place, then relabelled: an edit sends what changed
             self._buttons.append(self._word_button(len(self._buttons)))
