@@ -155,6 +155,47 @@ def class_load() -> str:
     return "\n".join(rows)
 
 
+def mask_edit() -> str:
+    """One student alone: a Mask edit to its chart in Chromium (bench_class.py --n 1), with the load it ran under."""
+    d = _load("class_one")
+    rows = ["| students | Mask edit → chart p50 / p95 / max, ms | edits timed | Attention edit → chart, ms "
+            "| load avg (1 min) before / after |", "|---|---|---|---|---|"]
+    for r in d["rows"]:
+        mask, load = r["mask_edit_ms"], r["load_avg"]
+        rows.append(f"| {r['n']} | {_num(mask['p50'], 0)} / {_num(mask['p95'], 0)} / {_num(mask['max'], 0)} "
+                    f"| {mask['n']} | {_num(r['attention_edit_ms']['p50'], 0)} "
+                    f"| {_num(load['before'][0], 2)} / {_num(load['after_flows'][0], 2)} |")
+    rows += ["", f"(`python bench/{d['meta']['command']}`, {d['meta']['cpus']} cores, {d['meta']['when']})"]
+    return "\n".join(rows)
+
+
+def classic_panel() -> str:
+    """The lectures' classic sentences: each model's verdict and top 5 (bench_panel.py)."""
+    d = _load("classic_panel")
+    measured = [r for r in d["rows"] if r["measured"]]
+    rows = ["| sentence | " + " | ".join(f"{r['model']}: top 5" for r in measured) + " |",
+            "|---|" + "---|" * len(measured)]
+    for i, first in enumerate(measured[0]["sentences"] if measured else []):
+        cells = [f"{'✓' if r['sentences'][i]['hit'] else '✗'} {', '.join(r['sentences'][i]['top'])}" for r in measured]
+        rows.append(f"| {first['sentence']} | " + " | ".join(cells) + " |")
+    rows.append("| **in its top 5** | " + " | ".join(f"**{r['hits']} of {r['total']}**" for r in measured) + " |")
+    rows.append("")
+    rows += [f"{r['model']}: not measured here ({r['why']})." for r in d["rows"] if not r["measured"]]
+    rows.append(f"(`python bench/{d['meta']['command']}`, {d['meta']['when']})")
+    return "\n".join(rows)
+
+
+def install() -> str:
+    """A first install from a checkout, timed (bench_install.py)."""
+    d = _load("install")
+    load = d["load_avg"]
+    return (f"| what | wall time | CPU time | venv size | load avg (1 min) before / after |\n|---|---|---|---|---|\n"
+            f"| `{d['what']}` | {d['wall_s'] / 60:.1f} min | {d['cpu_s']:.0f} s | {d['venv_mb']:,} MB "
+            f"| {load['before'][0]:.2f} / {load['after'][0]:.2f} |\n\n"
+            f"(`python bench/{d['meta']['command']}`, {d['meta']['cpus']} cores, Python {d['meta']['python']}, "
+            f"pip reading {'; '.join(d['pip_index']) or 'PyPI'}, {d['meta']['when']})")
+
+
 TASK_NAMES = {"sst2": "SST-2 sentences", "sick": "SICK sentence pairs"}
 
 
@@ -1084,6 +1125,9 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "objectives": objectives,
     "replay": replay,
     "feature-table": feature_table,
+    "mask-edit": mask_edit,
+    "classic-panel": classic_panel,
+    "install": install,
 }
 
 
