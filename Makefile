@@ -1,6 +1,7 @@
 # bertlab: from a fresh clone to a running dashboard.
 #
-#   make app     create .venv if needed, install, serve the dashboard (Voila) on PORT
+#   make app     create .venv if needed, install, serve the dashboard (Voila) on PORT, with
+#                BERTLAB_DATA (default ../shared/data, as for bench) for the training tabs
 #   make test    install (skipped when up to date) and run the whole test suite
 #   make bench   install, run every bench/bench_*.py (BENCH_ARGS=--quick for a short run), rewrite the docs' tables
 #   make docs    build the documentation site into site/ (MkDocs, warnings as errors)
@@ -78,8 +79,11 @@ else
 endif
 
 # -- what people run -----------------------------------------------------------------------
+# The training tabs read their data sets from BERTLAB_DATA: ../shared/data unless it is set, as for bench.
 app: $(STAMP)
-	$(BIN)/bertlab serve --port $(PORT) $(if $(MODEL),--model "$(MODEL)")
+	@data="$${BERTLAB_DATA:-$(abspath ../shared/data)}"; \
+	[ -d "$$data" ] || echo "No data folder at $$data: the training tabs need one (make app BERTLAB_DATA=/path/to/data)."; \
+	BERTLAB_DATA="$$data" $(BIN)/bertlab serve --port $(PORT) $(if $(MODEL),--model "$(MODEL)")
 
 test: $(STAMP)
 	$(BIN)/pytest $(PYTEST_ARGS)

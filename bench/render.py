@@ -252,6 +252,35 @@ TABLES: list[Table] = [
         ("stale charts", lambda r: f"{r['stale_charts']} of {r['charts_checked']}", "")),
         "{meta[cpus]} cores shared with the students' headless browsers, {meta[when]} "
         "(`python bench/{meta[command]}`)"),
+    Table("class.md", "mask-edit", "class_one", (
+        ("students", "n", ""),
+        ("Mask edit → chart p50 / p95 / max, ms", lambda r: "{p50:,.0f} / {p95:,.0f} / {max:,.0f}".format(
+            **r["mask_edit_ms"]), ""),
+        ("edits timed", "mask_edit_ms.n", ""), ("Attention edit → chart p50, ms", "attention_edit_ms.p50", ",.0f"),
+        ("load average before / after", lambda r: "{:.1f} / {:.1f}".format(
+            r["load_avg"]["before"][0], r["load_avg"]["after_flows"][0]), "")),
+        "{meta[cpus]} cores, {meta[when]} (`python bench/{meta[command]}`)"),
+    Table("models.md", "classic-panel", "classic_panel", (
+        ("sentence", "sentence", ""), ("in the top 5", lambda r: "yes" if r["hit"] else "no", ""),
+        ("top 5", "top", ", ".join)),
+        "{rows[0][model]}: {rows[0][hits]} of {rows[0][total]} in its top 5, {meta[when]} "
+        "(`python bench/{meta[command]}`)",
+        rows=lambda d: next(r["sentences"] for r in d["rows"] if r["measured"])),
+    Table("install.md", "install", "install", (
+        ("what", "what", ""), ("wall time", "wall_s", duration), ("CPU time", "cpu_s", duration),
+        ("venv size, MB", "venv_mb", ","),
+        ("load average before / after", lambda r: "{:.1f} / {:.1f}".format(
+            r["load_avg"]["before"][0], r["load_avg"]["after"][0]), "")),
+        "{meta[cpus]} cores, Python {meta[python]}, this machine's package index, {meta[when]} "
+        "(`python bench/{meta[command]}`)",
+        rows=lambda d: [d]),
+    Table("results.md", "run-disk", "run_disk", (
+        ("run", "name", ""), ("steps", "steps", ","), ("weights, MB", "MB.weights", ",.1f"),
+        ("checkpoints, MB", "MB.checkpoints", ",.1f"), ("replay, MB", "MB.replay", ",.1f"),
+        ("total, MB", "MB.total", ",.1f"), ("≤ 150 MB", lambda r: "yes" if r["MB"]["total"] <= 150 else "no", "")),
+        "{what}; {machine[threads]} thread, load average {machine[load]:.1f} (`python bench/bench_run_disk.py`)",
+        rows=lambda d: [{"name": {"tab": "the Fine-tuning tab", "cli": "`bertlab finetune`"}[k], **v}
+                        for k, v in d["runs"].items()]),
     Table("jupyterhub.md", "hub-sizing", "jupyterhub_sizing", (
         ("process", "name", ""), ("RSS MB", "rss_mb", ",.1f"), ("PSS MB", "pss_mb", ",.1f"),
         ("private (USS) MB", "uss_mb", ",.1f")),

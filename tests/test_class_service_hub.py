@@ -182,7 +182,7 @@ def test_the_teachers_page_pushes_to_both_students_pages_and_their_guesses_come_
                 teacher.wait_for_selector(".bertlab-answer-count")
                 for name, page in pages.items():
                     box = page.locator(".bertlab-class-question")
-                    box.get_by_text("to buy a gallon of milk").wait_for(timeout=60_000)  # the page's kernel polls
+                    box.get_by_text("to keep it cold").wait_for(timeout=60_000)  # the page's kernel polls
                     assert page.locator(".bertlab-mask-guesses").is_hidden()  # predict first
                     box.locator("input[type=text]").fill(guesses[name])
                     box.get_by_role("button", name="Send").click()

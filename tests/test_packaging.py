@@ -164,6 +164,10 @@ def test_make_app_serves_with_the_cli(tmp_path):
     os.utime(venv / ".bertlab-installed", (later, later))
     out = make_dry_run("app", f"VENV={venv}", "PORT=9000", "MODEL=bert-base-uncased")
     assert f'{venv}/bin/bertlab serve --port 9000 --model "bert-base-uncased"' in out
+    # the training tabs' data, found where `make bench` finds it (unless BERTLAB_DATA says otherwise)
+    shared = (REPO.parent / "shared" / "data").resolve()
+    assert f'data="${{BERTLAB_DATA:-{shared}}}"' in out and 'BERTLAB_DATA="$data"' in out
+    assert "make app BERTLAB_DATA=/path/to/data" in out  # what it says when there is none
 
 
 # -- .ci/run -----------------------------------------------------------------------------------

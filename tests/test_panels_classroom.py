@@ -300,3 +300,56 @@ def test_a_new_question_hides_the_tabs_results_before_the_box_shows(default_mode
     teacher.push_button.click()
     student.class_box.poll()
     assert changes.index(("guesses", "none")) < changes.index(("question box", None)), changes
+
+
+def _tab_sentences() -> list[str]:
+    """Every sentence a tab opens with: the str constants of each tab's module, templates spelled."""
+    import importlib
+
+    from bertlab.panels.app import TABS
+    from bertlab.tokenizer import spell_specials
+
+    out = []
+    for _, spec in TABS:
+        module = importlib.import_module(spec.split(":")[0])
+        for name, value in vars(module).items():
+            if name.isupper() and isinstance(value, str) and " " in value:
+                out.append(spell_specials(value) if "{mask}" in value else value)
+    return out
+
+
+def test_the_teachers_default_question_is_no_tabs_default():
+    """Each student's tab shows the model's answer for its own default sentence on page load: the
+    question the teacher's page opens with must be another sentence, or it is answered before it is asked."""
+    from bertlab.classroom.questions import same_sentence
+    from bertlab.panels import teacher
+    from bertlab.tokenizer import spell_specials
+
+    asked = spell_specials(teacher.DEFAULT_TEMPLATE)
+    defaults = _tab_sentences()
+    assert any("[MASK]" in d for d in defaults) and len(defaults) > 10  # the scan finds the tabs' sentences
+    assert not [d for d in defaults if same_sentence(d, asked, "[MASK]")]
+    assert not {teacher.DEFAULT_A, teacher.DEFAULT_B} & set(defaults)  # the pair: the Next sentence tab's
+
+
+def test_a_student_who_opened_the_page_before_the_push_never_saw_the_answer(default_model, store_path, teacher):
+    """The student's Mask tab opens (no question yet), the teacher pushes the question their page opens
+    with: neither before nor after the push did the tab show guesses for its sentence, and after the
+    student's guess the tab still holds them back until the reveal."""
+    (student,) = _students(default_model, store_path, n=1)
+    on_load = [p.tokens for p in student.predictions]
+    assert on_load  # the tab's own default shows its guesses at once
+    teacher.push_button.click()
+    asked = teacher.question.text
+    from bertlab.classroom.questions import same_sentence
+
+    assert not same_sentence(student.text.value, asked, "[MASK]")  # what the page showed on load
+    student.class_box.poll()
+    student.text.value = asked  # the student copies the question into the tab
+    student.class_box.input.value = "fridge"
+    student.class_box.send_button.click()
+    assert _shown(student.fill_box) and not student.predictions
+    assert HELD_NOTE[:40] in html.unescape(student.message.value)
+    teacher.reveal_button.click()
+    student.class_box.poll()
+    assert student.predictions  # the reveal frees them

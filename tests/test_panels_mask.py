@@ -7,6 +7,7 @@ import ipywidgets as widgets
 import numpy as np
 import plotly.graph_objects as go
 import pytest
+from ipywidgets.widgets.widget import _instances
 
 from bertlab.analysis.mask import fill_mask, mask_each_word
 from bertlab.panels import mask as mask_panel
@@ -272,3 +273,47 @@ def test_mask_each_word_shows_a_busy_sign_and_disables_its_buttons(panel, monkey
     panel.each_button.click()
     assert seen == [(True, True, True)]
     assert not panel.each_button.disabled and "bertlab-busy" not in panel.message.value
+
+
+# -- what an edit sends to the browser ----------------------------------------------------------
+def test_an_edit_opens_no_widget_and_redraws_the_chart_in_one_message(panel, monkeypatch):
+    """A new sentence relabels the word toggles and patches the chart's bars and title in place:
+    no widget is opened (each one is a round of messages and views in the page), one figure message."""
+    sentences = [f"The {w} went to the {{m}} after school." for w in ("cat", "dog", "boy", "girl")]
+    panel.text.value = sentences[0].format(m=panel.tok.mask_token)
+    chart, toggles = fill(panel), list(panel.word_buttons.children)
+    messages: list[str] = []
+    for name in ("_send_update_msg", "_send_restyle_msg", "_send_relayout_msg", "_send_addTraces_msg"):
+        real = getattr(chart, name)
+        monkeypatch.setattr(chart, name, lambda *a, _real=real, _name=name, **k: (messages.append(_name),
+                                                                                 _real(*a, **k)))
+    opened = len(_instances)
+    for s in sentences[1:]:
+        panel.text.value = s.format(m=panel.tok.mask_token)
+        expected = fill_mask(panel.model, panel.tok, panel.text.value, k=5)[0]
+        assert list(fill(panel).data[0].y) == [c.token for c in expected.candidates]
+    assert len(_instances) == opened  # nothing opened, nothing left behind
+    assert fill(panel) is chart and list(panel.word_buttons.children) == toggles
+    assert messages == ["_send_update_msg"] * 3
+    assert [b.description for b in toggles][:2] == ["The", "girl"]
+
+
+def test_guesses_already_on_show_are_not_sent_again(panel, monkeypatch):
+    chart = fill(panel)
+    sent: list[int] = []
+    real = chart._send_update_msg
+    monkeypatch.setattr(chart, "_send_update_msg", lambda *a, **k: (sent.append(1), real(*a, **k)))
+    panel._on_question()  # e.g. a class question came and went: the same guesses, from the cache
+    panel.predict_button.click()
+    assert sent == [] and fill(panel) is chart
+
+
+def test_a_relabelled_toggle_hides_its_new_word_and_a_fixed_one_does_nothing(panel):
+    panel.text.value = f"{panel.tok.mask_token} sat on the mat."
+    first = panel.word_buttons.children[0]
+    assert first.disabled and first.value  # the typed mask: shown hidden, nothing to click
+    panel.text.value = "The cat sat on the mat."
+    assert panel.word_buttons.children[0] is first and not first.disabled and not first.value
+    first.value = True
+    assert panel.hidden == {0} and first.button_style == "warning"
+    assert "'the'" in fill(panel).layout.annotations[0].text.lower()

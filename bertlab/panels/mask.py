@@ -19,9 +19,9 @@ from bertlab.inputs import InputError
 from bertlab.panels.base import Level, Panel, lacks, unknown_notes
 from bertlab.panels.classroom import POLL_LIVE_S, AnswerHold
 from bertlab.panels.explain import ExplainSection
-from bertlab.panels.views import above, class_question, hidden_by
+from bertlab.panels.views import Hold, above, class_question, hidden_by
 from bertlab.tokenizer import Tokenizer, spell_specials
-from bertlab.viz.figure_widget import show_figure, show_or_clear
+from bertlab.viz.figure_widget import show_figure, show_or_clear, shown_figure
 from bertlab.viz.mask import (
     empty_figure,
     guess_notes,
@@ -30,6 +30,7 @@ from bertlab.viz.mask import (
     plot_word_predictability,
     reads_html,
     score_notes,
+    update_fill_mask,
     word_tip,
 )
 from bertlab.viz.replaced import plot_replaced
@@ -101,6 +102,9 @@ class MaskPanel(Panel):
         self._fill_notes: list[tuple[Level, str]] = []
         self._each_notes: list[tuple[Level, str]] = []
         self._cache: dict[tuple[str, tuple[int, ...], bool], list[MaskPrediction]] = {}
+        self._buttons: list[widgets.ToggleButton] = []  # one per word place, reused from text to text
+        self._relabelling = Hold()  # set while the words are put on the buttons (not the student's clicks)
+        self._drawn: tuple[list[MaskPrediction], int] | None = None  # (guesses, k) on show: not redrawn unchanged
 
         self.fill_box = widgets.VBox([])
         self.fill_box.add_class("bertlab-mask-guesses")  # for the browser tests
@@ -139,6 +143,7 @@ class MaskPanel(Panel):
         """Same text and hidden words, another model (and maybe another tokenizer: words re-read)."""
         self.model, self.tok = model, tok
         self._cache.clear()
+        self._drawn = None  # drawn whole again (the theme may have changed too)
         self.explain.set_model(model, tok, refresh=False)  # _on_text refreshes it
         self._on_text()
 
@@ -172,8 +177,11 @@ class MaskPanel(Panel):
         with self.busy(self.predict_button, self.each_button), self.reporting():
             self._read_words()
             self._refresh(rescore=self.scoring)
+            self._label_words()  # after the chart: the page draws the guesses first
 
     def _on_word(self, index: int, change) -> None:
+        if self._relabelling or change["owner"].disabled:
+            return
         with self.reporting():
             (self.hidden.add if change["new"] else self.hidden.discard)(index)
             change["owner"].button_style = "warning" if change["new"] else ""
@@ -211,8 +219,7 @@ class MaskPanel(Panel):
 
     # -- the words to click --------------------------------------------------------------------
     def _read_words(self) -> None:
-        """Split the text into words and rebuild the toggles; a word stays hidden if it is still
-        the same word at the same place."""
+        """Split the text into words; a word stays hidden if it is still the same word at the same place."""
         old = self.words
         self.words, warning, self._cut = read_words(self.model, self.tok, self.text.value)
         self._word_notes = [("warning", warning)] if warning else []
@@ -222,22 +229,31 @@ class MaskPanel(Panel):
                 "a later word.",
             ))
         self.hidden = {i for i in self.hidden if i < len(self.words) and i < len(old) and old[i] == self.words[i]}
-        for button in self.word_buttons.children:
-            button.close()
-        self.word_buttons.children = [self._word_button(i, w) for i, w in enumerate(self.words[:MAX_WORD_BUTTONS])]
 
-    def _word_button(self, index: int, word: str) -> widgets.ToggleButton:
-        typed = word == self.tok.mask_token
-        hidden = typed or index in self.hidden
-        tip, fixed = word_tip(self.tok, word)  # fixed: nothing to hide, the button only shows the word
-        button = widgets.ToggleButton(
-            value=hidden, description=word if len(word) <= 18 else word[:17] + "…",
-            disabled=fixed, button_style="warning" if hidden else "", tooltip=tip,
-            layout=widgets.Layout(width="auto", margin="1px"),
-        )
-        if not fixed:
-            button.observe(lambda change: self._on_word(index, change), names="value")
+    def _label_words(self) -> None:
+        """Put the words on the toggles, making only those a longer text needs."""
+        shown = self.words[:MAX_WORD_BUTTONS]
+        while len(self._buttons) < len(shown):  # made once per place, then relabelled: an edit sends what changed
+            self._buttons.append(self._word_button(len(self._buttons)))
+        with self._relabelling():
+            for i, word in enumerate(shown):
+                self._label(self._buttons[i], i, word)
+        if len(self.word_buttons.children) != len(shown):
+            self.word_buttons.children = self._buttons[:len(shown)]
+
+    def _word_button(self, index: int) -> widgets.ToggleButton:
+        button = widgets.ToggleButton(layout=widgets.Layout(width="auto", margin="1px"))
+        button.observe(lambda change: self._on_word(index, change), names="value")
         return button
+
+    def _label(self, button: widgets.ToggleButton, index: int, word: str) -> None:
+        """Show `word` (the index-th) on `button`: hidden or not, fixed when there is nothing to hide."""
+        hidden = word == self.tok.mask_token or index in self.hidden
+        tip, fixed = word_tip(self.tok, word)  # fixed: nothing to hide, the button only shows the word
+        with button.hold_sync():
+            button.value, button.disabled, button.tooltip = hidden, fixed, tip
+            button.description = word if len(word) <= 18 else word[:17] + "…"
+            button.button_style = "warning" if hidden else ""
 
     # -- computing -------------------------------------------------------------------------------
     def _predict(self) -> bool:
@@ -312,6 +328,8 @@ class MaskPanel(Panel):
         rtd = self.replaced is not None  # a discriminator hides nothing: no word buttons, top k or whole words
         for w in (self.word_buttons, self.k, self.whole_word):
             w.layout.display = "none" if rtd else None
+        if rtd or not self.predictions:
+            self._drawn = None  # the guesses' figure makes way: the next one is drawn whole
         if rtd:
             self.reads.value = ""
             show_figure(self.fill_box, plot_replaced(self.replaced))
@@ -324,8 +342,13 @@ class MaskPanel(Panel):
             return
         self.reads.value = reads_html(self.predictions[0].tokens, self.tok)
         k = self.k.value
-        show_figure(self.fill_box, plot_fill_mask([replace(p, candidates=p.candidates[:k]) for p in self.predictions],
-                                                     mask_token=self.tok.mask_token))
+        if self._drawn is not None and self._drawn[0] is self.predictions and self._drawn[1] == k:
+            return  # the cache handed back the guesses on show: nothing changed
+        shown = [replace(p, candidates=p.candidates[:k]) for p in self.predictions]
+        fig = shown_figure(self.fill_box)
+        if self._drawn is None or fig is None or not update_fill_mask(fig, shown):
+            show_figure(self.fill_box, plot_fill_mask(shown, mask_token=self.tok.mask_token))
+        self._drawn = (self.predictions, k)
 
     def _draw_scores(self) -> None:
         show_or_clear(self.each_box, None if self.scores is None else plot_word_predictability(

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 
 import ipywidgets as widgets
 
 from bertlab import hub
+from bertlab.analysis.classics import guess_classics
 from bertlab.inputs import echo
 from bertlab.panels.base import Panel, busy_html
 from bertlab.panels.runs import BackgroundRun, in_background
-from bertlab.panels.state import ModelState
+from bertlab.panels.state import DEFAULT_NAME, ModelState
 from bertlab.panels.views import Hold
 from bertlab.settings import in_hub_cache
 from bertlab.viz.picker import hub_options, model_card, model_lacks, small_note
@@ -55,7 +57,8 @@ class ModelPicker(Panel):
         )
         self.load_button = widgets.Button(description="Load", tooltip="Load this model and show it in every tab",
                                           layout=widgets.Layout(width="auto", flex="0 0 auto"))
-        self.card = widgets.HTML(model_card(state.model, state.name))
+        self._classics: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its classics, once
+        self.card = widgets.HTML(self._card(state))
         self.hold = Hold()  # set while _on_state rewrites the dropdown (its changes are not the student's)
         self.help = widgets.HTML(help_html(CLASS_HELP if self.workspace.confined else HELP))
         # Recommended hub models: size, download progress, then load (in a background thread).
@@ -195,5 +198,16 @@ class ModelPicker(Panel):
         with self.hold():
             self.choice.options = list(state.entries)
             self.choice.value = state.name
-        self.card.value = model_card(state.model, state.name)
+        self.card.value = self._card(state)
+
+    def _card(self, state: ModelState) -> str:
+        """The model's card, with how it guesses the lectures' examples (one batched forward per model)."""
+        model = state.model
+        if model not in self._classics:
+            try:
+                self._classics[model] = guess_classics(model, state.tok) if model.has_mlm else None
+            except Exception:  # the card still says what the model is
+                log.exception("scoring the lectures' examples failed")
+                self._classics[model] = None
+        return model_card(model, state.name, self._classics[model], real_bert=state.name == DEFAULT_NAME)
 

@@ -33,9 +33,11 @@ from bertlab.viz.theme import MUTED
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TEMPLATE = "The man went to the {mask} to buy a gallon of milk."  # spelled with the model's mask token
-DEFAULT_A = "The man went to the store."
-DEFAULT_B = "He bought a gallon of milk."
+# The question the teacher's page opens with: never a tab's own default (every student's tab shows the
+# model's answer for that one as soon as the page loads, before any question is pushed).
+DEFAULT_TEMPLATE = "She put the milk back in the {mask} to keep it cold."  # spelled with the model's mask token
+DEFAULT_A = "I left my umbrella at home this morning."
+DEFAULT_B = "I got soaked on the way to work."
 NO_STORE = ("The teacher's view needs the class store, which `bertlab serve --class N` starts: serve the class "
             "with it and open the teacher's address it prints (or set BERTLAB_CLASS_STORE to the class's "
             "class.sqlite). On JupyterHub the hub's class service holds it: start the hub with "

@@ -88,7 +88,10 @@ class SyncedFigureWidget(go.FigureWidget):
         super().__init__(*args, **kwargs)
 
     def _sync_state(self) -> None:
-        self._widget_layout = copy.deepcopy(self._layout_obj._props)
+        # The template is shared, not copied: the largest part of the layout, it is replaced (a theme
+        # switch), never edited, so an edit's copy (and traitlets' comparison with the last) skips it.
+        self._widget_layout = {key: value if key == "template" else copy.deepcopy(value)
+                               for key, value in self._layout_obj._props.items()}
         self._widget_data = copy.deepcopy(self._data)
 
     def _send_update_msg(self, *args, **kwargs) -> None:

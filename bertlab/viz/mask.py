@@ -12,7 +12,7 @@ from plotly.subplots import make_subplots
 from bertlab.analysis.mask import MaskPrediction, WordScore
 from bertlab.inputs import echo
 from bertlab.tokenizer import DEFAULT_SPECIALS, WORDPIECE_PREFIX, Tokenizer, join_wordpieces
-from bertlab.viz.text import plain_text
+from bertlab.viz.text import plain_text, plain_texts
 from bertlab.viz.theme import HIDDEN_MARK, OKABE_ITO, Theme, current, finish
 
 BAR = OKABE_ITO[5]  # sky blue
@@ -49,17 +49,12 @@ def plot_fill_mask(predictions: Sequence[MaskPrediction], style: Theme | None = 
         vertical_spacing=min(0.12, 0.5 / n),
     )
     for row, pred in enumerate(predictions, start=1):
-        tokens = [c.token for c in pred.candidates]
         fig.add_trace(
             go.Bar(
-                x=[c.probability for c in pred.candidates],
-                y=tokens,
+                **_bars(pred),
                 orientation="h",
-                marker_color=[TRUE_BAR if c.token_id == pred.original_id else BAR for c in pred.candidates],
-                text=[_percent(c.probability) for c in pred.candidates],
                 textposition="auto",
                 hovertemplate="<b>%{y}</b><br>probability %{x:.4g}<extra></extra>",
-                name=pred.label,
                 showlegend=False,
             ),
             row=row, col=1,
@@ -73,6 +68,35 @@ def plot_fill_mask(predictions: Sequence[MaskPrediction], style: Theme | None = 
         margin=dict(l=120, r=20, t=60, b=50), bargap=0.25,
     )
     return finish(fig, t)
+
+
+def _bars(pred: MaskPrediction) -> dict:
+    """What one hidden piece's bar trace shows (its guesses, most probable first)."""
+    return dict(
+        x=[c.probability for c in pred.candidates],
+        y=[c.token for c in pred.candidates],
+        marker_color=[TRUE_BAR if c.token_id == pred.original_id else BAR for c in pred.candidates],
+        text=[_percent(c.probability) for c in pred.candidates],
+        name=pred.label,
+    )
+
+
+def update_fill_mask(fig: go.Figure, predictions: Sequence[MaskPrediction]) -> bool:
+    """Show `predictions` in `fig`, a `plot_fill_mask` figure of as many hidden pieces and guesses each,
+    by changing only its bars and subplot titles (one message on a FigureWidget: nothing else is sent).
+    False, and `fig` untouched, when its shape differs: draw it with `plot_fill_mask` instead."""
+    bars, titles = fig.data, fig.layout.annotations
+    if not predictions or len(bars) != len(predictions) or len(titles) != len(predictions) or any(
+            b.type != "bar" or len(b.y or ()) != len(p.candidates) for b, p in zip(bars, predictions)):
+        return False
+    with fig.batch_update():
+        for bar, pred in zip(bars, predictions):
+            new = _bars(pred)
+            new["y"], new["name"] = plain_texts(new["y"]), plain_text(new["name"])  # as `finish` draws them
+            bar.update(new)
+        for title, pred in zip(titles, predictions):
+            title.text = fill_mask_title(pred)
+    return True
 
 
 def fill_mask_title(pred: MaskPrediction) -> str:

@@ -7,12 +7,19 @@ import html
 import torch
 
 from bertlab import hub
+from bertlab.analysis.classics import ClassicResult, classics_line
 from bertlab.settings import in_hub_cache
 from bertlab.viz.theme import OFF_TEXT, OK_TEXT, help_html
 
+REAL_BERT = ("For a lesson on a real BERT: run <code>bertlab download bert-base-uncased</code> once while online, "
+             "then <code>bertlab serve --class N --model bert-base-uncased</code> (no network needed in class).")
 
-def model_card(model: torch.nn.Module, name: str) -> str:
-    """HTML: what the current model is and which heads it has (the picker's card); names escaped."""
+
+def model_card(model: torch.nn.Module, name: str, classics: list[ClassicResult] | None = None,
+               real_bert: bool = False) -> str:
+    """HTML: what the current model is and which heads it has (the picker's card); names escaped.
+    `classics`: how it guesses the lectures' examples (`guess_classics`; None: not shown); `real_bert`:
+    say how to have a real BERT for a lesson (on the offline default's card)."""
     c = model.config
     n = sum(p.numel() for p in model.parameters()) / 1e6
     task = html.escape((c.task or "").replace("_", " "))
@@ -32,8 +39,19 @@ def model_card(model: torch.nn.Module, name: str) -> str:
     return (
         f'<div style="line-height:1.6"><b>{html.escape(name)}</b> · {c.num_hidden_layers} layers · '
         f"{c.hidden_size} wide · {c.num_attention_heads} heads · {n:.1f} M parameters · "
-        f"vocabulary {c.vocab_size:,} · up to {c.max_position_embeddings} tokens<br>{heads}</div>"
+        f"vocabulary {c.vocab_size:,} · up to {c.max_position_embeddings} tokens<br>{heads}{_classics(classics)}"
+        f"{'<br>' + REAL_BERT if real_bert else ''}</div>"
     )
+
+
+def _classics(results: list[ClassicResult] | None) -> str:
+    """The card's line on the lectures' examples, each sentence and the model's top guesses in its tooltip."""
+    if not results:
+        return ""
+    tip = "\n".join(f"{'✓' if r.hit else '✗'} {r.sentence} → {', '.join(r.top)}" for r in results)
+    good = sum(r.hit for r in results) >= 0.75 * len(results)
+    return (f'<br><span style="{OK_TEXT if good else OFF_TEXT}" title="{html.escape(tip)}" '
+            f'class="bertlab-classics">{html.escape(classics_line(results), quote=False)}</span>')
 
 
 PICK_HUB = "— recommended hub models —"

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from bertlab.classroom.questions import same_sentence
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,8 +105,12 @@ def test_teacher_pushes_students_answer_and_the_reveal_reaches_both(class_server
 
     teacher = _page(chromium_browser, teacher_url, ".bertlab-teacher", height=1100)
     students = [_page(chromium_browser, students_url, ".bertlab-tabs") for _ in range(2)]
-    for s in students:  # no question yet: no class box
+    asked = teacher.locator(".bertlab-teacher textarea").first.input_value()
+    for s in students:  # no question yet: no class box; the Mask tab shows its own sentence's guesses
         assert s.locator(".bertlab-class-question").is_hidden()
+        s.wait_for_selector(".bertlab-mask-guesses .js-plotly-plot")
+        shown = s.locator(".bertlab-tabs textarea").first.input_value()
+        assert not same_sentence(shown, asked, "[MASK]"), shown  # the page-load default is not the question
 
     teacher.get_by_role("button", name="Push to the class").click()
     teacher.wait_for_selector(".bertlab-answer-count")
@@ -127,6 +133,13 @@ def test_teacher_pushes_students_answer_and_the_reveal_reaches_both(class_server
                 s.screenshot(path=str(d / "student-guess.png"), full_page=False)
         box.get_by_role("button", name="Send").click()
         s.get_by_text(f"Sent: '{guess}'").wait_for()
+
+    # After the guess, the question's sentence typed into the Mask tab still shows no guess before the reveal.
+    tab = students[0].locator(".bertlab-tabs textarea").first
+    tab.fill(asked)
+    students[0].get_by_role("button", name="Predict").click()
+    students[0].get_by_text("held back until the teacher reveals it").wait_for(timeout=60_000)
+    assert students[0].locator(".bertlab-mask-guesses .js-plotly-plot .ytick").count() == 0
 
     teacher.wait_for_function(
         "() => document.querySelector('.bertlab-answer-count')?.textContent === '2'", timeout=60_000)
