@@ -303,13 +303,14 @@ class FinetunePanel(Panel):
 
     def _left_queue(self, run: FinetuneRun) -> None:
         run.add(Outcome("error", words.left_queue_text(run.label)))
-        self.progress_text.value = ""
+        self._busy_text, self.progress_text.value = None, ""
         self.show_message(run.error, "warning")
         self._seen[run.label] = len(run.events)
 
     def _failed(self, run: FinetuneRun, cfg: FinetuneConfig, error: BaseException) -> None:
         """The job raised (on the kernel's thread): say so; a run that never started leaves no row."""
         self._seen[run.label] = len(run.events)  # what it said before is over
+        self._busy_text = None
         if isinstance(error, Cancelled):  # cancelled while the word features were computed: nothing trained
             run.add(Outcome("error", words.features_cancelled_text(run.label)))
             self.show_message(run.error, "warning")
