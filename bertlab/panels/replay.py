@@ -1,7 +1,7 @@
 """The "Replay" section of the training tabs: a time slider over the snapshots a run kept, and the probe
 sentence as the model read it at that step in the Mask, Attention, Embeddings and logit-lens views.
 
-Each run of the tab joins the run list (`add_run`, from the training thread when the run ends); the probe
+Each run of the tab joins the run list (`add_run`, on the kernel's thread when the run ends); the probe
 is read by every snapshot once (`analysis.replay`), so a slider move only draws a frame already computed.
 """
 
