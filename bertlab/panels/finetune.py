@@ -19,12 +19,13 @@ from typing import Any
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from bertlab.analysis.replay import ReplayRun
 from bertlab.loading import is_offline_default, load
 from bertlab.model import Bert
 from bertlab.panels.base import Panel, labelled
 from bertlab.panels.data_source import DataSource
 from bertlab.panels.finetune_diff import ChangedSection, measure_change
-from bertlab.panels.replay import ReplaySection
+from bertlab.panels.replay import ReplaySection, read_run
 from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, error_text, run_controls
 from bertlab.panels.use import PICKED as USE_PICKED
 from bertlab.panels.use import UsePanel
@@ -259,7 +260,8 @@ class FinetunePanel(Panel):
         self._seen[run.label] = 0
         self.progress.value, self.progress.max = 0, 1
         self.draw()
-        self.job.start(functools.partial(self._train, run, cfg, self.tok, source), queue=run.label,
+        self.job.start(functools.partial(self._train, run, cfg, self.tok, source, self.replay.probe.value),
+                       queue=run.label,
                        on_place=lambda ahead: run.add(Note(words.waiting_place_text(run.label, waiting_text(ahead)))),
                        on_left_queue=functools.partial(self._left_queue, run),
                        on_error=functools.partial(self._failed, run, cfg), redraw=self.draw, on_done=self.draw)
@@ -268,7 +270,8 @@ class FinetunePanel(Panel):
         self.cancel()
         self.progress_text.value = words.CANCELLING
 
-    def _train(self, run: FinetuneRun, cfg: FinetuneConfig, tok: Tokenizer, source: str | None) -> None:
+    def _train(self, run: FinetuneRun, cfg: FinetuneConfig, tok: Tokenizer, source: str | None,
+               probe: str | None = None) -> None:
         """The background job (its place in the class queue is taken): read the data, fine-tune, measure what
         changed. It only appends events to `run`; the tab draws them (`draw`, on the kernel's thread)."""
         if run.start != PICKED:  # the task's start encoder instead of the offline default
@@ -290,10 +293,16 @@ class FinetunePanel(Panel):
             return
         result = finetune(cfg, callbacks=callbacks, cancel=self.job.cancel_event, tokenizer=tok,
                           train_examples=data.train, eval_examples=data.dev)
-        run.add(Outcome("snapshots", keeper.folder))
         run.add(Outcome("result", result))
         if result.status == "failed" or result.train.step == 0:
             return
+        probe = tok.spell(REPLAY_PROBE) if probe is None else probe
+        try:  # Replay shows its busy sign meanwhile (see `_finished`)
+            replayed = read_run(ReplayRun(run.label, result.model, result.tokenizer, keeper.folder, run.base), probe)
+            run.add(Outcome("replay", (keeper.folder, probe, replayed)))
+        except Exception:  # noqa: BLE001 - the run itself is done and kept; Replay reads it again
+            log.exception("reading the replay of %s failed", run.label)
+            run.add(Outcome("replay", (keeper.folder, None, None)))
         try:  # the section shows its busy sign meanwhile (see `_finished`)
             run.add(Outcome("change", measure_change(run.base, result.model, result.tokenizer, run.task, dev,
                                                      cfg.max_length or 128)))
@@ -357,6 +366,11 @@ class FinetunePanel(Panel):
                 self._finished_features(run, event.value)
             else:
                 self._finished(run, event.value)
+        elif isinstance(event, Outcome) and event.what == "replay":
+            folder, probe, replayed = event.value
+            result = run.result
+            self.replay.offer(run.label, result.model, result.tokenizer, folder, self.workspace.hide_root,
+                              base=run.base, probe=probe, read=replayed)
         elif isinstance(event, Outcome) and event.what == "change":
             self.changed.add(run.label, event.value)
         elif isinstance(event, Outcome) and event.what == "change error":
@@ -382,10 +396,8 @@ class FinetunePanel(Panel):
         self.use.show_model(result.model, result.tokenizer, name, before=run.base, dev=run.dev, task=run.task)
         self._draw_confusion(run, result.metrics)
         self.show_messages(notes + self.offer_model(name, result.model, result.tokenizer))
-        folder = run.outcome("snapshots")
-        if folder is not None:
-            self.replay.offer(run.label, result.model, result.tokenizer, folder, self.workspace.hide_root,
-                              base=run.base)
+        if run.outcome("replay") is None:
+            self.replay.waiting(words.replaying_text(run.label))
         if run.outcome("change") is None and run.outcome("change error") is None:
             self.changed.measuring(words.measuring_text(run.label))
 

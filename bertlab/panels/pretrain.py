@@ -24,9 +24,10 @@ import torch
 
 from bertlab.analysis import normalise_masks
 from bertlab.analysis.mask import Candidate, fill_mask
+from bertlab.analysis.replay import ReplayRun
 from bertlab.panels.base import Level, Panel, input_notes, note_html
 from bertlab.panels.pretrain_compare import CompareView
-from bertlab.panels.replay import ReplaySection
+from bertlab.panels.replay import ReplaySection, read_run
 from bertlab.panels.runs import error_text, run_controls
 from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.training.checkpoint import save_model_atomically
@@ -316,7 +317,8 @@ class PretrainPanel(Panel):
         self._draw_curves(f"{self.run.label}: {words.PREPARING}")
         self.draw()
         run = self.run
-        self.job.start(functools.partial(self._train, run, tok, self.probe_every.value),
+        self.job.start(functools.partial(self._train, run, tok, self.probe_every.value, self.replay.probe.value,
+                                         len(self.replay.runs) + 1),
                        queue=f"pre-training {cfg.size}",
                        on_place=lambda ahead: run.add(Note(waiting_text(ahead, leave="Stop"))),
                        on_left_queue=self._left_queue, on_error=functools.partial(self._failed, run),
@@ -348,7 +350,8 @@ class PretrainPanel(Panel):
                               shared_layers=self.shared_layers.value if not self.shared_layers.disabled else None)
 
     # -- section 2: the run (in the background thread: it only appends events to `run`) --------------
-    def _train(self, run: PretrainRun, tok: Tokenizer, probe_every: int) -> None:
+    def _train(self, run: PretrainRun, tok: Tokenizer, probe_every: int, replay_probe: str,
+               replay_number: int) -> None:
         """The background job (its place in the class queue is taken): load, build, train, save."""
         cfg = run.config
         docs = self._load(cfg.corpus)
@@ -382,8 +385,16 @@ class PretrainPanel(Panel):
             except (OSError, ValueError, RuntimeError) as e:
                 log.exception("keeping the pre-trained model failed")
                 run.add(Outcome("save error", self.workspace.hide_root(str(e))))
-            run.add(Outcome("snapshots", keeper.folder))
         run.add(Outcome("result", result))
+        if result.status != "failed" and result.step > 0:  # read for Replay here (it shows a busy sign meanwhile)
+            label = words.replay_label(cfg, result.step, replay_number)
+            probe = run.probe or replay_probe
+            try:
+                replayed = read_run(ReplayRun(label, trained, tok, keeper.folder), probe)
+            except Exception:  # noqa: BLE001 - the run itself is done and kept; Replay reads it again and says why
+                log.exception("reading the replay of %s failed", label)
+                replayed = None
+            run.add(Outcome("replay", (label, trained, tok, keeper.folder, probe, replayed)))
 
     def _left_queue(self) -> None:
         self.show_run_message(words.LEFT_QUEUE, "warning")
@@ -417,6 +428,9 @@ class PretrainPanel(Panel):
                 self.probe_html.value = note_html("error", words.probe_error_text(event.value))
             elif isinstance(event, Outcome) and event.what == "result":
                 self._finish(run, event.value)
+            elif isinstance(event, Outcome) and event.what == "replay":
+                label, trained, tok, folder, probe, replayed = event.value
+                self.replay.offer(label, trained, tok, folder, self.workspace.hide_root, probe=probe, read=replayed)
         self._seen = len(events)
         if run.ended:
             return
@@ -462,8 +476,8 @@ class PretrainPanel(Panel):
             self.model_made(name, kept, tok)
         self.show_run_message(words.joined_text(done, result.step, acc, name, said, self.model_made is not None),
                               level)
-        self.replay.offer(words.replay_label(cfg, result.step, len(self.replay.runs) + 1), trained, tok,
-                          run.outcome("snapshots"), self.workspace.hide_root, probe=run.probe or None)
+        if run.outcome("replay") is None:
+            self.replay.waiting(words.replaying_text(run.label))
 
     def _on_download(self, _=None) -> None:
         """A download link for the last kept model's folder (made on demand: a model is megabytes)."""

@@ -112,6 +112,10 @@ def measuring_text(label: str) -> str:
     return f"Measuring what {label} changed…"
 
 
+def replaying_text(label: str) -> str:
+    return f"Reading the probe with every snapshot of {label}…"
+
+
 def not_measured_text(label: str, error: str) -> str:
     return f"What {label} changed could not be measured: {error}"
 

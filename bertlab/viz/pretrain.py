@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import html
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -204,7 +205,9 @@ def plot_pretrain_curves(points: Sequence[Mapping[str, float | None]], title: st
     fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
     fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=3)
     if no_pair:
-        fig.add_annotation(text=html.escape(no_pair), xref="x3 domain", yref="y3 domain", x=0.5, y=0.5,
+        lines = textwrap.wrap(no_pair, 26)  # inside one third of the figure's width
+        fig.add_annotation(text="<br>".join(html.escape(line) for line in lines), xref="x3 domain",
+                           yref="y3 domain", x=0.5, y=0.8,
                            showarrow=False, font={"color": "#666"},
                            name="no pair task")
     fig.update_xaxes(title_text="step", rangemode="tozero")

@@ -119,6 +119,10 @@ def not_packed_text(error: str) -> str:
     return f"The model could not be packed: {error}"
 
 
+def replaying_text(label: str) -> str:
+    return f"Reading the probe with every snapshot of {label}…"
+
+
 def probe_error_text(error: str) -> str:
     return f"The probe cannot be read: {error}"
 
