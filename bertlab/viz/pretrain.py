@@ -205,7 +205,7 @@ def plot_pretrain_curves(points: Sequence[Mapping[str, float | None]], title: st
     fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
     fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=3)
     if no_pair:
-        lines = textwrap.wrap(no_pair, 26)  # inside one third of the figure's width
+        lines = textwrap.wrap(no_pair, 26, break_on_hyphens=False)  # inside one third of the figure's width
         fig.add_annotation(text="<br>".join(html.escape(line) for line in lines), xref="x3 domain",
                            yref="y3 domain", x=0.5, y=0.8,
                            showarrow=False, font={"color": "#666"},
