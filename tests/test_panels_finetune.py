@@ -23,6 +23,8 @@ from bertlab.tasks import CONLL_LABELS, NLI_LABELS, SST2_LABELS, get_task, read_
 from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.finetune_defaults import recipe
+from bertlab.training.loop import TrainEvent
+from bertlab.training.run_state import FinetuneRun
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 needs_data = pytest.mark.skipif(not (SHARED_DATA / "sst2").is_dir(), reason="shared data folder not present")
@@ -140,25 +142,23 @@ def test_use_it_follows_the_model_just_made_and_draws_cls_before_after(session):
 # ---------------------------------------------------------------------------------------------
 # Cancel, out of memory, a closed tab, malformed data
 # ---------------------------------------------------------------------------------------------
-def test_cancel_mid_run_keeps_a_usable_checkpoint_and_model(tok, tmp_path, shared_data):
+def test_cancel_mid_run_keeps_a_usable_checkpoint_and_model(tok, tmp_path, shared_data, monkeypatch):
     made: list = []
     panel = small_panel(tiny_bert(tok), tok, tmp_path / "runs", made)
     assert panel.data.value == "default"  # BERTLAB_DATA
-    real, seen = panel._on_event, []
+    real = FinetuneRun.add
 
-    def cancel_at_3(run, event):
+    def cancel_at_3(run, event):  # the training thread reports step 3: Cancel (the job's cancel is thread-safe)
         real(run, event)
-        if event.kind == "step" and event.step == 1:
-            panel.start_button.click()  # a second Start while running is refused with a message
-            seen.append(errors(panel))
-        if event.kind == "step" and event.step >= 3:
-            panel.cancel_button.click()
+        if isinstance(event, TrainEvent) and event.kind == "step" and event.step >= 3:
+            panel.job.cancel()
 
-    panel._on_event = cancel_at_3
+    monkeypatch.setattr(FinetuneRun, "add", cancel_at_3)
     panel.start_button.click()
+    panel.start_button.click()  # a second Start while running is refused with a message
+    assert "in progress" in errors(panel) and len(panel.runs) == 1
     assert panel.job.wait(120)
     run = panel.runs[0]
-    assert "in progress" in seen[0] and len(panel.runs) == 1
     assert run.status == "cancelled" and run.step == 3
     assert not panel.start_button.disabled and panel.cancel_button.disabled
     name, model, _ = made[0]

@@ -24,11 +24,8 @@ from bertlab.training.masking import (
 )
 from bertlab.training.pretrain import new_model
 from bertlab.training.preview import example_pairs, mask_every_strategy, mask_example
-from bertlab.viz.pretrain import (
-    masked_example_html,
-    plot_pretrain_curves,
-    progress_text,
-)
+from bertlab.viz.pretrain import masked_example_html, plot_pretrain_curves
+from bertlab.viz.pretrain_words import progress_text
 
 KIND = {"none": MaskKind.NOT_CHOSEN, "mask": MaskKind.MASK, "random": MaskKind.RANDOM, "kept": MaskKind.KEPT}
 WORDS = ("cat dog bird fish tree house river road car boat city park garden school market farm "  # noqa: SIM905
@@ -309,6 +306,6 @@ def _stop_after_two_steps(p) -> None:
     p.steps.value = 2000
     p.start.click()
     deadline = time.monotonic() + 60
-    while p.progress.value < 2 and p.job.running and time.monotonic() < deadline:
+    while (p.run is None or p.run.step < 2) and p.job.running and time.monotonic() < deadline:
         time.sleep(0.02)
     p.stop.click()

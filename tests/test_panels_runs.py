@@ -183,3 +183,32 @@ def test_check_idle_refuses_while_a_job_runs():
         gate.set()
         assert job.wait(5)
     job.check_idle()
+
+
+def test_callbacks_and_redraws_run_on_the_thread_that_started_the_job():
+    """The work never draws: `redraw` (while it runs and once at the end) and `on_done` run on the starting
+    thread; without an event loop `wait()` runs them."""
+    import time
+
+    job = BackgroundRun("test-home")
+    where: list[tuple[str, threading.Thread]] = []
+    job.start(lambda: time.sleep(1.5), redraw=lambda: where.append(("redraw", threading.current_thread())),
+              on_done=lambda: where.append(("done", threading.current_thread())))
+    assert job.running and job.wait(10) and not job.running
+    assert {t for _, t in where} == {threading.current_thread()}
+    assert [w for w, _ in where].count("redraw") >= 3 and where[-1][0] == "done"  # ticks, the last redraw, done
+
+
+def test_in_an_event_loop_the_loop_runs_them_without_wait():
+    """In a kernel (an asyncio loop on the kernel's thread) nobody calls wait(): the loop redraws and ends it."""
+    import asyncio
+    import time
+
+    async def main() -> tuple[list[threading.Thread], BackgroundRun]:
+        job, seen, done = BackgroundRun("test-loop"), [], asyncio.Event()
+        job.start(lambda: time.sleep(1.5), redraw=lambda: seen.append(threading.current_thread()), on_done=done.set)
+        await asyncio.wait_for(done.wait(), 10)
+        return seen, job
+
+    seen, job = asyncio.run(main())
+    assert len(seen) >= 2 and all(t is threading.main_thread() for t in seen) and not job.running

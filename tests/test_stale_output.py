@@ -172,7 +172,7 @@ def test_the_run_status_says_training_once(tmp_path):
     p = _small_run_panel(tmp_path, "the cat saw a [MASK] .")
     said = []
     shown = p.show_run_message
-    p.show_run_message = lambda text, level="info": (said.append(text), shown(text, level))
+    p.show_run_message = lambda text, level="info", **kw: (said.append(text), shown(text, level, **kw))
     p.start.click()
     assert p.job.wait(120)
     start = [t for t in said if "Press Stop" in t]

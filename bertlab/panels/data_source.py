@@ -13,7 +13,7 @@ from bertlab.inputs import InputError
 from bertlab.panels.base import Panel
 from bertlab.settings import DataNotFoundError, data_dir, upload_max_bytes
 from bertlab.tasks import DataSourceError, DataSplit, get_task, read_train_dev
-from bertlab.viz.finetune import data_note
+from bertlab.viz.finetune_words import data_note
 from bertlab.viz.theme import help_html
 from bertlab.workspace import UploadTooLarge, Workspace, save_upload
 

@@ -13,19 +13,19 @@ import dataclasses
 import functools
 import html
 import logging
-import threading
 from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from bertlab.analysis.replay import ReplayRun
 from bertlab.loading import is_offline_default, load
 from bertlab.model import Bert
 from bertlab.panels.base import Panel, labelled
 from bertlab.panels.data_source import DataSource
 from bertlab.panels.finetune_diff import ChangedSection, measure_change
-from bertlab.panels.replay import ReplaySection
+from bertlab.panels.replay import ReplaySection, read_run
 from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, error_text, run_controls
 from bertlab.panels.use import PICKED as USE_PICKED
 from bertlab.panels.use import UsePanel
@@ -34,30 +34,16 @@ from bertlab.tasks import TASKS
 from bertlab.tasks.layer_features import FEATURE_TEXT, FEATURES, Cancelled
 from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
-from bertlab.training.feature_head import HEAD, FeatureHeadResult, finetune_features
-from bertlab.training.finetune import (
-    MODES,
-    FinetuneConfig,
-    SessionRun,
-    dev_curves,
-    finetune,
-    subset,
-    with_schedule,
-)
-from bertlab.training.finetune_defaults import START_NAMES, Recipe, recipe
-from bertlab.training.loop import TrainEvent
+from bertlab.training.feature_head import FeatureHeadResult, finetune_features
+from bertlab.training.finetune import MODES, FinetuneConfig, finetune, subset, with_schedule
+from bertlab.training.finetune_defaults import Recipe, recipe
 from bertlab.training.queue import waiting_text
+from bertlab.training.run_state import Event, FinetuneRun, Note, Outcome, dev_curves
 from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
+from bertlab.viz import finetune_words as words
 from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
-from bertlab.viz.finetune import (
-    picker_name,
-    plot_confusion_matrix,
-    plot_training_curves,
-    progress_html,
-    run_notes,
-    runs_html,
-    start_text,
-)
+from bertlab.viz.finetune import plot_confusion_matrix, plot_training_curves, progress_html, runs_html
+from bertlab.viz.finetune_words import REPLAY_PROBE
 from bertlab.viz.knows import plot_layer_weights
 from bertlab.viz.text import plain_text
 from bertlab.viz.theme import help_html
@@ -65,24 +51,11 @@ from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-MODE_HELP = {
-    "full": "every weight learns",
-    "feature": "frozen encoder, only the head learns",
-    "adapter": "Houlsby adapters + LayerNorms + head learn",
-}
-PICKED = "picked"  # the "Start from" choice: the model picked above (SessionRun.start)
+__all__ = ["REPLAY_PROBE", "FinetunePanel"]  # REPLAY_PROBE: bench/bench_replay.py reads it here
+
+PICKED = "picked"  # the "Start from" choice: the model picked above (FinetuneRun.start)
 OWN_HEAD = "own head"  # the "Features" choice of feature mode that trains the model's own head (a whole model)
 FEATURES_TASK = "ner"  # the task the BERT paper's feature choices (its Table 7) are for
-FEATURES_HELP = (f"The BERT paper's feature-based NER: each word's vectors (its first piece) at every layer of the "
-                 f"frozen encoder are computed once and cached, and a {HEAD} head (the paper: a two-layer BiLSTM) "
-                 "learns on the chosen ones; “mix” learns a weight per layer with it (plotted after the run). "
-                 "The head stays in this tab; “the model's own head” makes a whole model for the model list.")
-REPLAY_PROBE = "This movie was {mask}, the best I have seen all year."  # spelled with the model's mask token
-HELP = (
-    "Pick a task, its data and a way to adapt the encoder, then press Start. Every run of this session "
-    "stays on the plot (labelled task · mode) so full fine-tuning, a frozen encoder and adapters compare. "
-    "Cancel keeps the model so far; finished and cancelled models join the model list above."
-)
 
 
 class FinetunePanel(Panel):
@@ -100,8 +73,8 @@ class FinetunePanel(Panel):
         self.workspace = workspace or Workspace.for_session()
         self.runs_dir = Path(runs_dir) if runs_dir is not None else None
         self.device = device
-        self.runs: list[SessionRun] = []
-        self._draw_lock = threading.Lock()
+        self.runs: list[FinetuneRun] = []  # every run of the session, oldest first
+        self._seen: dict[str, int] = {}  # run label -> how many of its events the view has shown
         on_gpu = resolve_device(device).type == "cuda"
 
         self.task = labelled(widgets.Dropdown, "Task", "min(100%, 640px)", value="sst2",
@@ -109,12 +82,12 @@ class FinetunePanel(Panel):
         self.mode = widgets.ToggleButtons(
             options=[(m, m) for m in MODES], value="full", description="Adapt",
             style={"description_width": "initial", "button_width": "90px"},
-            tooltips=[MODE_HELP[m] for m in MODES],
+            tooltips=[words.MODE_HELP[m] for m in MODES],
         )
         self.mode_help = widgets.HTML(self._mode_note("full"))
         self.features = labelled(widgets.Dropdown, "Features", "min(100%, 640px)", value=OWN_HEAD, options=[
-            ("the model's own head on the last layer", OWN_HEAD), *[(f"{n}: {FEATURE_TEXT[n]}", n) for n in FEATURES]])
-        self.features_help = widgets.HTML(help_html(html.escape(FEATURES_HELP)))
+            (words.OWN_HEAD_TEXT, OWN_HEAD), *[(f"{n}: {FEATURE_TEXT[n]}", n) for n in FEATURES]])
+        self.features_help = widgets.HTML(help_html(html.escape(words.FEATURES_HELP)))
         self.features_box = widgets.VBox([self.features, self.features_help], layout=widgets.Layout(display="none"))
         self.source = DataSource(self, self.workspace, lambda: self.task.value)
         self.data, self.path, self.upload = self.source.choice, self.source.path, self.source.upload
@@ -134,8 +107,7 @@ class FinetunePanel(Panel):
         self._encoders: dict[str, tuple[Bert, Tokenizer]] = {}  # start encoders loaded by this panel
         self._apply_recipe()
         self.start_button, self.cancel_button, self.job, self.progress, self.progress_text = run_controls(
-            "bertlab-finetune", "Start", "Fine-tune the model picked above (a copy of it)",
-            "Stop after the current step; the model so far is kept")
+            "bertlab-finetune", "Start", words.START_TOOLTIP, words.CANCEL_TOOLTIP)
         self._curves_fig = plot_training_curves({}, "accuracy")
         self.curves = SyncedFigureWidget(self._curves_fig)
         self.curves_box = widgets.Box([self.curves])
@@ -145,10 +117,10 @@ class FinetunePanel(Panel):
         self._mix_fig: go.Figure | None = None
         self.mix_box = widgets.Box([])
         self.use = UsePanel(model, tok, dev_examples=self.dev_examples)
-        self.replay = ReplaySection(tok, tok.spell(REPLAY_PROBE), intro="Replay a run of this session.")
-        self.replay.show_message("Fine-tune a model above: its run can then be replayed here.")
+        self.replay = ReplaySection(tok, tok.spell(REPLAY_PROBE), intro=words.REPLAY_INTRO)
+        self.replay.show_message(words.REPLAY_WAITING)
         self.changed = ChangedSection()
-        self.help = widgets.HTML(help_html(HELP))
+        self.help = widgets.HTML(help_html(words.HELP))
 
         self.task.observe(self._on_task, names="value")
         self.mode.observe(self._on_mode, names="value")
@@ -174,12 +146,8 @@ class FinetunePanel(Panel):
                 self.runs_table,
                 self.confusion_box,
                 self.mix_box,
-                widgets.HTML('<h3 style="margin:14px 0 4px 0">Use it</h3>'),
-                self.use.widget,
-                widgets.HTML('<h3 style="margin:14px 0 4px 0">Replay</h3>'),
-                self.replay.widget,
-                widgets.HTML('<h3 style="margin:14px 0 4px 0">What changed</h3>'),
-                self.changed.widget,
+                *(w for title, section in zip(words.SECTIONS, (self.use, self.replay, self.changed))
+                  for w in (widgets.HTML(f'<h3 style="margin:14px 0 4px 0">{title}</h3>'), section.widget)),
             ],
             layout=widgets.Layout(width="100%"),
         )
@@ -250,23 +218,24 @@ class FinetunePanel(Panel):
         r = self.recipe
         self.epochs.value, self.lr.value, self.batch.value = r.epochs, r.lr, r.batch_size
         self.max_length.value = min(r.max_length, self.max_length.max)
-        options = [("the model picked above", PICKED)]
+        options = [(words.PICKED_TEXT, PICKED)]
         if is_offline_default(self.model) and r.model is not None:  # the package's encoder is the better start
-            options.append((f"{START_NAMES[r.model]} (this task's default)", r.model))
+            options.append((words.start_choice_text(r.model), r.model))
         self.start_from.options = options
         self.start_from.value = options[-1][1]
         self._show_start_note()
 
     def _show_start_note(self) -> None:
         choice, offered = self.start_from.value, len(self.start_from.options) > 1
-        text = start_text(self.task.value, None if choice == PICKED else choice, self.recipe.model if offered else None)
+        start, default = None if choice == PICKED else choice, self.recipe.model if offered else None
+        text = words.start_text(self.task.value, start, default)
         self.start_note.value = help_html(html.escape(text), "span")
 
     def dev_examples(self, task: str) -> list[Any]:
         """Dev examples of `task` from the chosen data source (for the [CLS] picture of a picked model)."""
         return self.source.read(task, self.source.chosen()).dev
 
-    # -- a run ------------------------------------------------------------------------------------
+    # -- a run (its state: training.run_state.FinetuneRun) ----------------------------------------
     def _on_start(self, _=None) -> None:
         with self.reporting():
             self.start()
@@ -283,79 +252,84 @@ class FinetunePanel(Panel):
             # out_dir: a new folder, made now: no other run (of any session) can get the same one
             device=self.device, out_dir=str(self.workspace.new_run_dir(f"{task}-{mode}", parent=self.runs_dir)),
         )
-        run = SessionRun(self._label(task, mode if features is None else f"{mode} ({features})"), task, mode,
-                         Path(cfg.out_dir), base=self.model, start=self.start_from.value, features=features)
+        run = FinetuneRun(label=self._label(task, mode if features is None else f"{mode} ({features})"), config=cfg,
+                          task=task, mode=mode, out_dir=Path(cfg.out_dir), picked=self.model,
+                          start=self.start_from.value, features=features)
+        run.add(Note(words.reading_text(run.label), busy=True))
         self.runs.append(run)
-        self.show_message(f"{run.label}: reading the data…")
+        self._seen[run.label] = 0
         self.progress.value, self.progress.max = 0, 1
-        self._draw_curves()
-        self.job.start(functools.partial(self._train, run, cfg, self.tok, source), queue=run.label,
-                       on_place=lambda ahead: self.show_message(f"{run.label}: {waiting_text(ahead)}"),
+        self.draw()
+        self.job.start(functools.partial(self._train, run, cfg, self.tok, source, self.replay.probe.value),
+                       queue=run.label,
+                       on_place=lambda ahead: run.add(Note(words.waiting_place_text(run.label, waiting_text(ahead)))),
                        on_left_queue=functools.partial(self._left_queue, run),
-                       on_error=functools.partial(self._failed, run, cfg), on_done=self._ended)
+                       on_error=functools.partial(self._failed, run, cfg), redraw=self.draw, on_done=self.draw)
 
     def _on_cancel(self, _=None) -> None:
         self.cancel()
-        self.progress_text.value = "Cancelling: finishing the current step and saving a checkpoint…"
+        self.progress_text.value = words.CANCELLING
 
-    def _train(self, run: SessionRun, cfg: FinetuneConfig, tok: Tokenizer, source: str | None) -> None:
-        """The background job (its place in the class queue is taken): read the data, fine-tune, report."""
+    def _train(self, run: FinetuneRun, cfg: FinetuneConfig, tok: Tokenizer, source: str | None,
+               probe: str | None = None) -> None:
+        """The background job (its place in the class queue is taken): read the data, fine-tune, measure what
+        changed. It only appends events to `run`; the tab draws them (`draw`, on the kernel's thread)."""
         if run.start != PICKED:  # the task's start encoder instead of the offline default
-            self.show_message(f"{run.label}: loading {START_NAMES.get(run.start, run.start)}…")
-            run.base, tok = self._start_encoder(run.start)
-            cfg = dataclasses.replace(cfg, model=run.base)
+            run.add(Note(words.loading_text(run.label, run.start), busy=True))
+            base, tok = self._start_encoder(run.start)
+            run.add(Outcome("base", base))
+            cfg = dataclasses.replace(cfg, model=base)
         data = self.source.read(run.task, source)
         cfg = with_schedule(cfg, len(data.train))
-        run.dev = subset(data.dev, cfg.max_eval_examples, cfg.seed, "dev")  # what finetune scores
-        self.show_message(f"{run.label}: {data.note}")
+        dev = subset(data.dev, cfg.max_eval_examples, cfg.seed, "dev")  # what finetune scores
+        run.add(Outcome("dev", dev))
+        run.add(Note(f"{run.label}: {data.note}"))
         keeper = SnapshotKeeper(run.out_dir / REPLAY_DIR)  # a few weights-only snapshots, for the replay
-        callbacks = [functools.partial(self._on_event, run), keeper]
+        callbacks = [run.add, keeper]
         if run.features is not None:  # a head on cached word features: reported here, not a whole model
-            self.show_message(f"{run.label}: computing the frozen encoder's word features (once; cached)…")
-            self._finished_features(run, finetune_features(
-                cfg, callbacks, self.job.cancel_event, tokenizer=tok, train_examples=data.train,
-                eval_examples=data.dev))
+            run.add(Note(words.features_text(run.label), busy=True))
+            run.add(Outcome("result", finetune_features(cfg, callbacks, self.job.cancel_event, tokenizer=tok,
+                                                        train_examples=data.train, eval_examples=data.dev)))
             return
         result = finetune(cfg, callbacks=callbacks, cancel=self.job.cancel_event, tokenizer=tok,
                           train_examples=data.train, eval_examples=data.dev)
-        self._finished(run, result)
-        self._replay_and_compare(run, result, keeper.folder, cfg.max_length or 128)
+        run.add(Outcome("result", result))
+        if result.status == "failed" or result.train.step == 0:
+            return
+        probe = tok.spell(REPLAY_PROBE) if probe is None else probe
+        try:  # Replay shows its busy sign meanwhile (see `_finished`)
+            replayed = read_run(ReplayRun(run.label, result.model, result.tokenizer, keeper.folder, run.base), probe)
+            run.add(Outcome("replay", (keeper.folder, probe, replayed)))
+        except Exception:  # noqa: BLE001 - the run itself is done and kept; Replay reads it again
+            log.exception("reading the replay of %s failed", run.label)
+            run.add(Outcome("replay", (keeper.folder, None, None)))
+        try:  # the section shows its busy sign meanwhile (see `_finished`)
+            run.add(Outcome("change", measure_change(run.base, result.model, result.tokenizer, run.task, dev,
+                                                     cfg.max_length or 128)))
+        except Exception as e:  # noqa: BLE001 - the run itself is done and kept
+            log.exception("measuring what %s changed failed", run.label)
+            run.add(Outcome("change error", words.not_measured_text(run.label, str(e))))
 
-    def _left_queue(self, run: SessionRun) -> None:
-        run.status = "cancelled"
-        self.progress_text.value = ""
-        self.show_message(f"{run.label}: you left the class queue before the run started; nothing ran.", "warning")
+    def _left_queue(self, run: FinetuneRun) -> None:
+        run.add(Outcome("error", words.left_queue_text(run.label)))
+        self._busy_text, self.progress_text.value = None, ""
+        self.show_message(run.error, "warning")
+        self._seen[run.label] = len(run.events)
 
-    def _failed(self, run: SessionRun, cfg: FinetuneConfig, error: BaseException) -> None:
+    def _failed(self, run: FinetuneRun, cfg: FinetuneConfig, error: BaseException) -> None:
+        """The job raised (on the kernel's thread): say so; a run that never started leaves no row."""
+        self._seen[run.label] = len(run.events)  # what it said before is over
+        self._busy_text = None
         if isinstance(error, Cancelled):  # cancelled while the word features were computed: nothing trained
-            run.status = "cancelled"
-            self.show_message(f"{run.label}: cancelled while computing the word features; nothing trained.",
-                              "warning")
+            run.add(Outcome("error", words.features_cancelled_text(run.label)))
+            self.show_message(run.error, "warning")
             self.runs.remove(run)
             return
-        run.status = "failed"
-        run.error = error_text(error, self.workspace.hide_root, cfg.batch_size, cfg.max_length)
+        run.add(Outcome("error", error_text(error, self.workspace.hide_root, cfg.batch_size, cfg.max_length)))
         self.show_message(f"{run.label}: {run.error}", "error")
         if run.total_steps == 0 and not run.history:  # it never started: no row, no run number, no curve
             self.runs.remove(run)
-
-    def _ended(self) -> None:
-        self._draw_curves()
-        self._draw_table()
-
-    def _replay_and_compare(self, run: SessionRun, result: Any, folder: Path, max_length: int) -> None:
-        """A run that took a step joins the Replay section (replayed at once) and "What changed" (measured
-        against its base). Never raises: the run itself is done and kept."""
-        if result.status == "failed" or run.step == 0:
-            return
-        self.replay.offer(run.label, result.model, result.tokenizer, folder, self.workspace.hide_root, base=run.base)
-        try:
-            with self.changed.busy(text=f"Measuring what {run.label} changed…"):
-                change = measure_change(run.base, result.model, result.tokenizer, run.task, run.dev, max_length)
-            self.changed.add(run.label, change)
-        except Exception as e:  # noqa: BLE001
-            log.exception("measuring what %s changed failed", run.label)
-            self.changed.show_message(f"What {run.label} changed could not be measured: {e}", "error")
+        self._seen[run.label] = len(run.events)
 
     def _start_encoder(self, source: str) -> tuple[Bert, Tokenizer]:
         """The start encoder `source` (e.g. the package's MiniLM encoder), loaded once per panel."""
@@ -363,40 +337,78 @@ class FinetunePanel(Panel):
             self._encoders[source] = load(source)
         return self._encoders[source]
 
-    def _ran(self, run: SessionRun, result: Any) -> bool:
-        """Record how the run ended; False (and the loop's own message, out of memory included) if it failed."""
-        run.status, run.step, run.summary = result.status, result.train.step, result.summary()
+    # -- drawing, on the kernel's thread, from the runs' state ----------------------------------
+    def draw(self) -> None:
+        """Show what the runs reported since the last draw: the lines they said, their ends (Use it, the
+        model list, Replay, What changed), the progress line, the curves and the table."""
+        for run in list(self.runs):
+            events = run.snapshot()
+            for event in events[self._seen.get(run.label, 0):]:
+                self._show_event(run, event)
+            self._seen[run.label] = len(events)
+        run = self.runs[-1] if self.runs else None
+        last = run.last_event if run is not None else None
+        if run is not None and last is not None:
+            self.progress.max = max(1, run.total_steps)
+            self.progress.value = min(run.step, self.progress.max)
+            self.progress_text.value = progress_html(run, last)
+        self._draw_curves()
+        self._draw_table()
+
+    def _show_event(self, run: FinetuneRun, event: Event) -> None:
+        """One event of `run`, new to the view: a line it said, or what its work handed back."""
+        if isinstance(event, Note):  # work under way says so with the busy sign, until the next line
+            self._busy_text = event.text if event.busy else None
+            self.show_messages([] if event.busy else [(event.level, event.text)])
+        elif isinstance(event, Outcome) and event.what == "result":
+            self._busy_text = None
+            if isinstance(event.value, FeatureHeadResult):
+                self._finished_features(run, event.value)
+            else:
+                self._finished(run, event.value)
+        elif isinstance(event, Outcome) and event.what == "replay":
+            folder, probe, replayed = event.value
+            result = run.result
+            self.replay.offer(run.label, result.model, result.tokenizer, folder, self.workspace.hide_root,
+                              base=run.base, probe=probe, read=replayed)
+        elif isinstance(event, Outcome) and event.what == "change":
+            self.changed.add(run.label, event.value)
+        elif isinstance(event, Outcome) and event.what == "change error":
+            self.changed.failed(event.value)
+
+    def _ran(self, run: FinetuneRun, result: Any) -> bool:
+        """False (and the loop's own message, out of memory included) if the run failed."""
         if result.status == "failed":
-            run.error = f"the run failed: {result.error}"
-            self.show_message(f"{run.label}: {run.error}", "error")
+            self.show_message(f"{run.label}: {words.loop_failed_text(result.error)}", "error")
         return result.status != "failed"
 
-    def _finished(self, run: SessionRun, result: Any) -> None:
-        """Report how the run ended; a completed or cancelled model joins the picker and "Use it"."""
-        run.id2label = dict(result.model.config.id2label)
+    def _finished(self, run: FinetuneRun, result: Any) -> None:
+        """Report how the run ended; a completed or cancelled model joins the picker, "Use it", Replay."""
         if not self._ran(run, result):
             return
         if run.step == 0:
-            self.show_message(f"{run.label}: cancelled before the first step; nothing to keep.", "warning")
+            self.show_message(words.nothing_kept_text(run.label), "warning")
             return
-        name = picker_name(run)
-        saved = f"; saved in {self.workspace.shown(result.saved_to)}" if result.saved_to else ""
-        notes = run_notes(run, result.metrics if result.status == "completed" else {},
-                          f"{saved}. It joins the model list as “{name}”.", len(run.dev))
+        name = words.picker_name(run)
+        saved = self.workspace.shown(result.saved_to) if result.saved_to else None
+        notes = words.run_notes(run, result.metrics if result.status == "completed" else {},
+                                words.kept_text(saved, name), len(run.dev))
         self.use.show_model(result.model, result.tokenizer, name, before=run.base, dev=run.dev, task=run.task)
         self._draw_confusion(run, result.metrics)
         self.show_messages(notes + self.offer_model(name, result.model, result.tokenizer))
+        if run.outcome("replay") is None:
+            self.replay.waiting(words.replaying_text(run.label))
+        if run.outcome("change") is None and run.outcome("change error") is None:
+            self.changed.measuring(words.measuring_text(run.label))
 
-    def _finished_features(self, run: SessionRun, result: FeatureHeadResult) -> None:
+    def _finished_features(self, run: FinetuneRun, result: FeatureHeadResult) -> None:
         """Report a head trained on cached features; a mix run plots its learned weight per layer."""
         if not self._ran(run, result):
             return
         self._draw_mix(run, result)
-        self.show_messages(run_notes(run, result.metrics, f" ({FEATURE_TEXT[result.features]}, a {HEAD} head; the "
-                                     "encoder stayed frozen). The head stays in this tab: it is not a whole model "
-                                     "for the model list."))
+        self.show_messages(words.run_notes(run, result.metrics, words.head_kept_text(FEATURE_TEXT[result.features])))
 
-    def _draw_mix(self, run: SessionRun, result: FeatureHeadResult) -> None:
+    def _draw_mix(self, run: FinetuneRun, result: FeatureHeadResult) -> None:
         """The learned scalar mix of a "mix" run (after the run), titled with the model and the run."""
         mix = result.mix
         if mix is None or run.step == 0:
@@ -408,37 +420,17 @@ class FinetunePanel(Panel):
         self._mix_fig = plot_layer_weights([group], title)
         show_figure(self.mix_box, self._mix_fig)
 
-    def _on_event(self, run: SessionRun, event: TrainEvent) -> None:
-        """A loop event (from the training thread): record it and redraw. Never raises."""
-        try:
-            if event.kind == "start":
-                run.status, run.total_steps, run.precision = "running", event.total_steps, event.precision
-                self.progress.max = max(1, event.total_steps)
-            elif (entry := event.history_entry()) is not None:
-                run.history.append(entry)
-            elif event.kind == "checkpoint":
-                run.checkpoint = event.path
-            run.step = event.step
-            self.progress.value = min(event.step, self.progress.max)
-            self.progress_text.value = progress_html(run, event)
-            if self.job.redraw.due(force=event.kind in ("eval", "end")):
-                self._draw_curves()
-        except Exception:
-            log.exception("the fine-tuning panel could not show a training event")
-
-    # -- drawing ----------------------------------------------------------------------------------
     def _draw_curves(self) -> None:
         """Every run's loss and dev curve (redrawn in place while the runs stay the same)."""
-        with self._draw_lock:
-            metric, curves = dev_curves(self.runs)
-            scored = [len(r.dev) for r in self.runs if r.dev]
-            self._curves_fig = plot_training_curves(curves, metric, dev_examples=min(scored) if scored else None)
-            self.curves = show_figure(self.curves_box, self._curves_fig)
+        metric, curves = dev_curves(self.runs)
+        scored = [len(r.dev) for r in self.runs if r.dev]
+        self._curves_fig = plot_training_curves(curves, metric, dev_examples=min(scored) if scored else None)
+        self.curves = show_figure(self.curves_box, self._curves_fig)
 
     def _draw_table(self) -> None:
         self.runs_table.value = runs_html(self.runs, self.workspace.shown)
 
-    def _draw_confusion(self, run: SessionRun, metrics: dict[str, Any]) -> None:
+    def _draw_confusion(self, run: FinetuneRun, metrics: dict[str, Any]) -> None:
         matrix = metrics.get("confusion_matrix")
         if matrix is None or not run.id2label:
             self._confusion_fig, self.confusion_box.children = None, ()
@@ -456,12 +448,8 @@ class FinetunePanel(Panel):
 
     def _device_note(self) -> str:
         device = resolve_device(self.device)
-        tip = ("the whole training set fits in minutes." if device.type == "cuda" else
-               f"keep runs small: about {CPU_MAX_TRAIN:,} examples and 1–2 epochs take a minute or two.")
-        return help_html(f"Trains on <b>{html.escape(describe_device(device))}</b>: {tip}", "span")
+        return help_html(words.device_html(describe_device(device), device.type == "cuda", CPU_MAX_TRAIN), "span")
 
     @staticmethod
     def _mode_note(mode: str) -> str:
-        return help_html(MODE_HELP[mode], "span", extra=";margin-left:8px")
-
-
+        return help_html(words.MODE_HELP[mode], "span", extra=";margin-left:8px")

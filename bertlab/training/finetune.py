@@ -643,52 +643,6 @@ def read_results(folder: str | Path) -> dict[str, Any]:
 EVALS_PER_EPOCH = 4  # dev evaluations per epoch: enough points for a live curve
 
 
-@dataclass
-class SessionRun:
-    """What a session keeps of one fine-tuning run: its history as the loop reports it, how it ended."""
-
-    label: str  # "sst2 · full" (+ " #2" for a repeat)
-    task: str
-    mode: str
-    out_dir: Path
-    base: Bert  # the model the run started from (the "before" of the [CLS] picture)
-    history: list[dict[str, Any]] = field(default_factory=list)  # train/eval entries (TrainEvent.history_entry)
-    status: str = "starting"  # starting, running, completed, cancelled, failed
-    step: int = 0
-    total_steps: int = 0
-    summary: dict[str, Any] = field(default_factory=dict)  # FinetuneResult.summary() at the end
-    dev: list[Any] = field(default_factory=list)  # the dev examples the run scored
-    id2label: dict[int, str] = field(default_factory=dict)
-    checkpoint: str | None = None
-    error: str | None = None
-    start: str = "picked"  # "Start from": the model picked in the app, or a start encoder's `bertlab.load` source
-    features: str | None = None  # feature mode's choice of layers (tasks.layer_features.FEATURES); None = own head
-    precision: str | None = None  # what the loop computes in ("bf16" autocast or "fp32"), from its start event
-
-    @property
-    def metric(self) -> str:
-        return get_task(self.task).main_metric
-
-    @property
-    def score(self) -> float | None:
-        """The last dev evaluation's main metric (task scale), None before any."""
-        evals = [h for h in self.history if h.get("kind") == "eval"]
-        return evals[-1][self.metric] if evals else None
-
-    def percent(self, value: float) -> float:
-        """The task's main metric in percent (SQuAD's F1 already is)."""
-        return value if self.task == "qa" else 100 * value
-
-
-def dev_curves(runs: Sequence[SessionRun]) -> tuple[str, dict[str, list[dict[str, Any]]]]:
-    """(dev metric name, label -> history) with every run's dev metric in percent under that name, so that
-    runs of different tasks share one axis."""
-    metrics = {r.metric for r in runs}
-    name = f"{metrics.pop()} (%)" if len(metrics) == 1 else "main metric (%)"
-    return name, {r.label: [{**h, name: r.percent(h[r.metric])} if h["kind"] == "eval" and r.metric in h else h
-                            for h in list(r.history)] for r in runs}
-
-
 def with_schedule(cfg: FinetuneConfig, n_train: int) -> FinetuneConfig:
     """`cfg` set to evaluate a few times an epoch (EVALS_PER_EPOCH), log ~20 times an epoch and checkpoint
     once an epoch, keeping the last checkpoint only (with its optimizer state it is 3× the model's size)."""
@@ -713,7 +667,7 @@ def dev_loss(model: Bert, tok: Tokenizer, task: str, examples: Sequence[Any], ma
 
 
 __all__ = [
-    "DEFAULT_MAX_LENGTH", "MODES", "EvalSet", "SessionRun", "dev_curves", "dev_loss", "with_schedule",
+    "DEFAULT_MAX_LENGTH", "MODES", "EvalSet", "dev_loss", "with_schedule",
     "FinetuneConfig", "FinetuneError", "FinetuneResult",
     "evaluate", "evaluate_set", "featurize", "finetune", "is_trainable", "read_results", "require_task_head",
     "set_trainable", "sequence_loss", "span_loss", "subset", "token_loss", "with_task_head",

@@ -15,10 +15,11 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from bertlab.analysis.predict import AnswerResult, ClassPrediction, EntityPrediction
+from bertlab.analysis.predict import AnswerResult, ClassPrediction, EntityPrediction, SpanPrediction
 from bertlab.analysis.sample_size import examples_text, measured_on, too_few
 from bertlab.tokenizer import DEFAULT_SPECIALS
-from bertlab.training.finetune_defaults import START_NAMES
+from bertlab.training.loop import TrainEvent
+from bertlab.training.run_state import FinetuneRun
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.text import plain_text
 from bertlab.viz.theme import OKABE_ITO, Theme, current, finish, labelled_points, plot_area, point_text
@@ -30,23 +31,16 @@ START_COLOR, END_COLOR = OKABE_ITO[0], OKABE_ITO[4]
 DECIMALS = 4
 
 
-def _history(run: Any) -> list[Mapping[str, Any]]:
-    """A loop history from a FinetuneResult, a TrainResult, or the list itself."""
-    if hasattr(run, "train") and hasattr(run.train, "history"):
-        return list(run.train.history)
-    if hasattr(run, "history") and not isinstance(run, (list, tuple)):
-        return list(run.history)
-    return list(run)
-
-
 # ---------------------------------------------------------------------------------------------
 # Curves and confusion
 # ---------------------------------------------------------------------------------------------
-def plot_training_curves(runs: Mapping[str, Any], metric: str, x: str = "step",
+History = Sequence[Mapping[str, Any]]  # a loop history: dicts with kind "train" (loss) or "eval" (scores)
+
+
+def plot_training_curves(runs: Mapping[str, History], metric: str, x: str = "step",
                          style: Theme | None = None, dev_examples: int | None = None) -> go.Figure:
     """Training loss (left) and dev `metric` (right) against `x` ("step" or "epoch"), one
-    colour per run: e.g. {"full": result_a, "feature": result_b, "adapter": result_c}.
-    A run is a FinetuneResult, a TrainResult, or a loop history (dicts with kind train/eval).
+    colour per run: e.g. {"full": history_a, "feature": history_b} (`FinetuneRun.history`, `dev_curves`).
     `dev_examples`: how many examples the dev figures were measured on (named in the title; a
     warning below a meaningful size). Shares (accuracy, F1: in 0..1, or 0..100 when `metric` names "%")
     keep a fixed full axis."""
@@ -60,7 +54,7 @@ def plot_training_curves(runs: Mapping[str, Any], metric: str, x: str = "step",
     shares = True
     for n, (name, run) in enumerate(runs.items()):
         color = t.color(n)
-        history = _history(run)
+        history = list(run)
         train = [h for h in history if h.get("kind") == "train"]
         evals = [h for h in history if h.get("kind") == "eval" and metric in h]
         top = 100.0 if "%" in metric else 1.0  # a share in percent or in 0..1
@@ -290,7 +284,7 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def progress_html(run: Any, event: Any) -> str:
+def progress_html(run: FinetuneRun, event: TrainEvent) -> str:
     """One line of a fine-tuning run (label, precision, history, metric, score) at a loop event: step, epoch,
     loss, speed, last dev score, time left."""
     parts = [f"<b>{html.escape(run.label)}</b>", f"step {event.step}/{event.total_steps}", f"epoch {event.epoch:.2f}"]
@@ -312,7 +306,7 @@ def progress_html(run: Any, event: Any) -> str:
     return " · ".join(parts)
 
 
-def runs_html(runs: Sequence[Any], shown: Callable[[str], str] = str) -> str:
+def runs_html(runs: Sequence[FinetuneRun], shown: Callable[[str], str] = str) -> str:
     """A table of this session's runs: how each ended, its dev score, what it trained, where it is."""
     if not runs:
         return ""
@@ -332,7 +326,7 @@ def runs_html(runs: Sequence[Any], shown: Callable[[str], str] = str) -> str:
             f'{"".join(rows)}</table>')
 
 
-def top_spans_html(spans: Sequence[Any]) -> str:
+def top_spans_html(spans: Sequence[SpanPrediction]) -> str:
     """The k best answer spans with their probabilities, as a small table."""
     rows = "".join(
         f'<tr><td style="padding:1px 8px">{i}</td><td style="padding:1px 8px">{html.escape(s.text)}</td>'
@@ -341,32 +335,6 @@ def top_spans_html(spans: Sequence[Any]) -> str:
     )
     return (f'<table style="font-size:0.9em;border-collapse:collapse"><tr><th>#</th><th style="text-align:left">'
             f'span</th><th>probability</th></tr>{rows}</table>' if spans else "")
-
-
-def picker_name(run: Any) -> str:
-    """The name a fine-tuned model takes in the model list: "task · mode (score[, cancelled at step N])"."""
-    shown = f"{run.metric}={run.score:.3g}" if run.score is not None else "not evaluated"
-    cancelled = f", cancelled at step {run.step}" if run.status == "cancelled" else ""
-    return f"{run.task} · {run.mode} ({shown}{cancelled})"
-
-
-def run_notes(run: Any, metrics: Mapping[str, Any], what: str, n_dev: int = 0) -> list[tuple[str, str]]:
-    """(level, text) notes on how a run ended: its end and dev score (on `n_dev` examples when given) and
-    `what` became of it, the sample-size warning, F1 by entity type (NER), exact match and F1 (SQuAD)."""
-    done = run.status == "completed"
-    ended = "finished" if done else f"cancelled at step {run.step} of {run.total_steps}"
-    scored = "" if run.score is None else f", dev {run.metric} {run.score:.3g}" + (
-        f" on {examples_text(n_dev, 'dev examples')}" if n_dev else "")
-    notes = [("info" if done else "warning", f"{run.label}: {ended}{scored}{what}")]
-    few = too_few(n_dev, "dev examples") if run.score is not None and n_dev else ""
-    if few:  # the one rule of bertlab.analysis.sample_size, as the curves and the confusion matrix say it
-        notes.append(("warning", few))
-    if metrics.get("per_type"):  # NER: how each entity type fares
-        per_type = ", ".join(f"{t} {v['f1']:.2f}" for t, v in sorted(metrics["per_type"].items()))
-        notes.append(("info", f"F1 by entity type: {per_type}."))
-    if "exact_match" in metrics:  # QA
-        notes.append(("info", f"Exact match {metrics['exact_match']:.1f}, F1 {metrics['f1']:.1f} (SQuAD, 0-100)."))
-    return notes
 
 
 USE_KINDS = {"sst2": "sentiment", "nli": "entailment", "classification": "sentence classification",
@@ -379,33 +347,3 @@ def using_html(name: str, kind: str, labels: Iterable[Any]) -> str:
     listed = ", ".join(str(v) for v in labels)
     return (f"Using <b>{html.escape(name)}</b>: {USE_KINDS[kind]}"
             f"{f' ({html.escape(listed)})' if listed and len(listed) < 120 else ''}.")
-
-
-def start_text(task: str, start: str | None, default: str | None) -> str:
-    """The note beside "Start from": `start` the start encoder chosen (None: the model picked above),
-    `default` the task's default start encoder where it is offered (None: it is not)."""
-    if start is None and default is not None:
-        return (f"The default for {task} starts from {START_NAMES[default]}: the offline default's re-trained "
-                "layers fine-tune worse on this task.")
-    if start is None:
-        return "Fine-tunes a copy of the model picked above."
-    return (f"Fine-tunes a copy of {START_NAMES[start]}, not the offline default picked above: bertlab's MLM/NSP "
-            "heads re-trained its layers, which fine-tune worse on this task (see the documentation: Results, "
-            "fine-tuning).")
-
-
-def data_note(choice: str, data_dir: str, uploaded: str | None, upload_limit: int | None = None) -> str:
-    """The note under a data source `choice` ("default", "path", "upload"), as HTML: BERTLAB_DATA's folder
-    (`data_dir`), the file `uploaded` (its name on the student's machine; None: none yet). `upload_limit`
-    (bytes) is given in class mode, which also says where a path may point."""
-    notes = {
-        "default": f"The task's copy under BERTLAB_DATA ({html.escape(data_dir)}).",
-        "path": "A data file in the task's format, or a folder holding its train and dev files.",
-        "upload": (f"Uploaded: {html.escape(uploaded)}" if uploaded is not None
-                   else "Upload a file in the task's format (SST-2 TSV, SICK TSV, CoNLL text, SQuAD JSON)."),
-    }
-    if upload_limit is not None:
-        notes["path"] += " In class: a path inside the class data folder (e.g. sst2) or your workspace."
-        if uploaded is None:
-            notes["upload"] += f" Up to {upload_limit / 2**20:g} MB."
-    return notes[choice]

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import html
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -186,10 +187,11 @@ def curve_xy(points: Sequence[Mapping[str, float | None]], key: str) -> tuple[li
 
 
 def plot_pretrain_curves(points: Sequence[Mapping[str, float | None]], title: str = "",
-                         style: Theme | None = None) -> go.Figure:
+                         style: Theme | None = None, no_pair: str | None = None) -> go.Figure:
     """MLM loss, MLM accuracy and NSP/SOP accuracy against the step, one subplot each.
 
     `points`: dicts with "step" and any of "mlm_loss", "mlm_acc", "nsp_acc" (None or absent = no value).
+    `no_pair`: why the NSP/SOP subplot stays empty (the run has no pair task), written inside it.
     Always three traces, so a live figure only needs new x/y."""
     t = style or current()
     fig = make_subplots(rows=1, cols=3, subplot_titles=[name for _, name in CURVES], horizontal_spacing=0.08)
@@ -202,28 +204,18 @@ def plot_pretrain_curves(points: Sequence[Mapping[str, float | None]], title: st
     fig.update_yaxes(rangemode="tozero", row=1, col=1)
     fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
     fig.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=3)
+    if no_pair:
+        lines = textwrap.wrap(no_pair, 26, break_on_hyphens=False)  # inside one third of the figure's width
+        fig.add_annotation(text="<br>".join(html.escape(line) for line in lines), xref="x3 domain",
+                           yref="y3 domain", x=0.5, y=0.8,
+                           showarrow=False, font={"color": "#666"},
+                           name="no pair task")
     fig.update_xaxes(title_text="step", rangemode="tozero")
     fig.update_layout(
         title={"text": title or "Press Start: the curves fill in as the model learns", "font": {"size": 14}},
         height=330, width=960, plot_bgcolor="white", margin={"l": 50, "r": 20, "t": 70, "b": 50},
     )
     return finish(fig, t)
-
-
-def progress_text(step: int, total: int, tokens_per_s: float | None, elapsed_s: float) -> str:
-    """"step 40 / 200 · 5,300 tokens/s · about 0:32 left"."""
-    parts = [f"step {step} / {total}"]
-    if tokens_per_s:
-        parts.append(f"{tokens_per_s:,.0f} tokens/s")
-    if 0 < step < total:
-        left = round(elapsed_s / step * (total - step))
-        parts.append(f"about {left // 60}:{left % 60:02d} left")
-    return " · ".join(parts)
-
-
-def ended_text(how: str, step: int, total: int) -> str:
-    """The progress line once a run is over: "stopped at step 87 / 3000" (no time left to show)."""
-    return f"{how} at step {step} / {total}"
 
 
 def probe_html(probe: str, rows: Sequence[tuple[int, Sequence[Candidate]]], max_rows: int = 8,
@@ -241,11 +233,3 @@ def probe_html(probe: str, rows: Sequence[tuple[int, Sequence[Candidate]]], max_
     return (f'<div style="margin:4px 0"><b>{html.escape(probe)}</b>: the top guesses for the '
             f'{html.escape(mask_token)}</div>'
             f'<table class="bl-probe" style="border-collapse:collapse">{body}</table>')
-
-
-def no_probe_text(tok: Tokenizer, template: str) -> str:
-    """What a run without a usable probe says, in the probe's place (`template`: an example probe, spelled
-    with the tokenizer's mask token)."""
-    mask = tok.mask_token
-    return (f"The probe has no {mask}, so this run shows no guesses as it trains: put {mask} where a word "
-            f"should go (e.g. '{tok.spell(template)}') and press Start again to watch them.")
