@@ -414,6 +414,7 @@ def test_a_failed_start_adds_no_row_no_run_number_and_no_empty_axes(tok, tmp_pat
         panel.start_button.click()
         assert panel.job.wait(30) and "does not exist" in errors(panel)
     assert panel.runs == [] and panel.runs_table.value == ""  # no "failed 0/?" rows
+    assert list(tmp_path.iterdir()) == []  # and no empty run folder
     assert len(panel.curves.data) == 0 and "Fine-tune a model" in panel.curves.layout.annotations[0].text
     assert panel._label("sst2", "full") == "sst2 · full"  # the next run is not "#3"
     assert panel.figures() == {}

@@ -324,11 +324,13 @@ class FinetunePanel(Panel):
             run.add(Outcome("error", words.features_cancelled_text(run.label)))
             self.show_message(run.error, "warning")
             self.runs.remove(run)
+            self.workspace.discard_run_dir(run.out_dir)  # its folder, if nothing was written to it
             return
         run.add(Outcome("error", error_text(error, self.workspace.hide_root, cfg.batch_size, cfg.max_length)))
         self.show_message(f"{run.label}: {run.error}", "error")
         if run.total_steps == 0 and not run.history:  # it never started: no row, no run number, no curve
             self.runs.remove(run)
+            self.workspace.discard_run_dir(run.out_dir)  # and no folder: a failed Start leaves nothing
         self._seen[run.label] = len(run.events)
 
     def _start_encoder(self, source: str) -> tuple[Bert, Tokenizer]:
