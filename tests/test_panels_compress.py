@@ -5,6 +5,7 @@ the student's workspace; refusals and a path outside the workspace show as messa
 
 from __future__ import annotations
 
+import html
 import random
 from pathlib import Path
 
@@ -140,7 +141,70 @@ def test_a_run_shows_a_busy_sign_and_cancel_stops_it(panel):
     assert panel.job.wait(60)
     assert not errors(panel) and "bertlab-busy" not in panel.message.value
     assert not panel.start_button.disabled and panel.cancel_button.disabled
-    assert panel.variants[-1]["method"] != "distilled" or panel.made_list  # a student so far joins, or nothing
+    assert all(v["method"] != "distilled" for v in panel.variants) and not panel.made_list
+
+
+def test_a_cancelled_distillation_does_not_join_the_model_list(panel):
+    """Cancelled after its first steps: no row, no entry in the model list, no folder; the message says so."""
+    panel.method.value = "distill"
+    panel.layers.value, panel.epochs.value = 1, 50
+    real = panel._on_event
+
+    def cancel_at_2(event):
+        real(event)
+        if event.kind == "step" and event.step == 2:
+            panel.cancel_button.click()
+
+    panel._on_event = cancel_at_2
+    panel.start_button.click()
+    assert panel.job.wait(60) and panel.job.cancelled
+    assert [v["method"] for v in panel.variants] == ["original"] and not panel.made_list
+    warnings = " ".join(text for level, text in panel.messages if level == "warning")
+    assert "not kept" in warnings and not errors(panel)
+    assert not list(panel.workspace.runs.glob("*compress-distill*"))  # the run's folder went with it
+
+
+def test_one_latency_per_model_per_session(panel):
+    """The original scored again on other dev examples keeps the latency it was timed with first."""
+    panel.method.value = "quantize"
+    panel.start_button.click()
+    assert panel.job.wait(60) and not errors(panel)
+    panel.max_dev.value = 10
+    panel.method.value = "prune"
+    panel.start_button.click()
+    assert panel.job.wait(60) and not errors(panel)
+    originals = [v for v in panel.variants if v["method"] == "original"]
+    assert [v["eval_examples"] for v in originals] == [24, 10]
+    for field in ("latency_ms_b1", "latency_ms_b32", "latency_range_b1", "latency_range_b32"):
+        assert originals[0][field] == originals[1][field], field
+    assert "timed once a session" in panel.table.value
+
+
+def test_a_pruned_row_says_why_it_is_barely_smaller(panel):
+    """A small model's heads are a small part of its weights: the row says how much pruning took, measured."""
+    panel.method.value = "prune"
+    panel.start_button.click()
+    assert panel.job.wait(60) and not errors(panel)
+    row = panel.variants[-1]
+    assert row["method"] == "pruned" and row["why"]
+    assert "of this model's weights" in row["why"] and "matmul work" in row["why"]
+    assert "under 1% of this model's weights" in row["why"]  # 2 layers 32 wide beside 30,522 embedding rows
+    assert html.escape(row["why"]) in panel.message.value and html.escape(row["why"]) in panel.table.value
+
+
+def test_pruned_why_speaks_of_noise_or_of_when_it_was_timed():
+    from bertlab.compress.lab import pruned_why
+
+    base = {"memory_mb": 10.0, "disk_mb": None, "latency_ms_b1": 10.0, "latency_range_b1": (9.0, 11.0)}
+    shares = {"weights_removed": 0.08, "embeddings_share": 0.5, "work_removed": 0.2}
+    slower = {"memory_mb": 9.2, "disk_mb": None, "latency_ms_b1": 16.0, "latency_range_b1": (15.0, 17.0)}
+    text = pruned_why(slower, base, shares)
+    assert "8% of this model's weights" in text and "50% of it" in text and "20% of its matmul work" in text
+    assert "0.62× the original's speed" in text and "different moments" in text and "1.25×" in text
+    close = {**slower, "latency_ms_b1": 10.2, "latency_range_b1": (9.5, 10.9)}
+    assert "cannot be told apart" in pruned_why(close, base, shares)
+    clearly = {"memory_mb": 5.0, "disk_mb": None, "latency_ms_b1": 5.0, "latency_range_b1": (4.9, 5.1)}
+    assert pruned_why(clearly, base, shares) == "" and pruned_why(slower, base, {}) == ""
 
 
 def test_a_variant_compressed_again_is_compared_with_its_own_row(panel, tok):

@@ -23,7 +23,7 @@ from typing import Any
 from torch import nn
 
 from bertlab.compress.distill import DistillConfig, distill
-from bertlab.compress.measure import Variant, measure
+from bertlab.compress.measure import Variant, count_parameters, embedding_parameters, matmul_flops, measure
 from bertlab.compress.prune import CurvePoint, accuracy_curve, head_importance, heads_to_prune, prune
 from bertlab.compress.quantize import quantize
 from bertlab.compressed.storage import save_compressed
@@ -38,6 +38,7 @@ from bertlab.training.loop import TrainEvent
 METHODS = ("quantize", "prune", "distill")
 IMPORTANCE_EXAMPLES = 256  # training examples the head scores average over
 LATENCY_SENTENCES = 160  # dev sentences the latency is timed on (cycled)
+WORK_SENTENCES = 8  # dev sentences a pruned model's matmul work is counted on
 PLAIN_SENTENCES = ["the film was a delight from start to end .", "a dull , tired story with nothing new ."]  # no head
 
 
@@ -166,7 +167,44 @@ def run_prune(model: nn.Module, tok: Tokenizer, data: TaskData, keep: float = 0.
     folder = save_variant(small, tok, out_dir)
     gone = heads_to_prune(model, scores, keep)
     variant = measure_variant(small, tok, data, name or f"pruned {keep:.0%}", "pruned", folder, reps, batch_sizes)
-    return CompressedModel(small, variant, curve, {"pruned_heads": {str(k): v for k, v in gone.items()}})
+    timed = data.sentences(WORK_SENTENCES)
+    length = min(128, max_tokens(model))
+    shares = {"weights_removed": 1 - count_parameters(small) / count_parameters(model),
+              "embeddings_share": embedding_parameters(model) / count_parameters(model),
+              "work_removed": 1 - matmul_flops(small, tok, timed, length) / matmul_flops(model, tok, timed, length)}
+    return CompressedModel(small, variant, curve, {"pruned_heads": {str(k): v for k, v in gone.items()}, **shares})
+
+
+def pruned_why(row: dict[str, Any], base: dict[str, Any], summary: dict[str, Any]) -> str:
+    """Plain words for a pruned row whose size or speed barely moved (or got worse) against `base`, from what was
+    measured: the share of the weights and of the matmul work pruning took away, and the two timings. "" when the
+    row is clearly smaller and faster."""
+    if "weights_removed" not in summary:
+        return ""
+    size = (row.get("disk_mb") or row["memory_mb"]) / (base.get("disk_mb") or base["memory_mb"])
+    b1, base_b1 = row.get("latency_ms_b1"), base.get("latency_ms_b1")
+    speed = base_b1 / b1 if b1 and base_b1 else None
+    if size <= 0.8 and (speed is None or speed >= 1.1):
+        return ""
+    def share(x: float) -> str:
+        return f"{x:.0%}" if x >= 0.01 else "under 1%"
+
+    parts = [f"Pruning removes only the dropped heads' query, key, value and output weights: "
+             f"{share(summary['weights_removed'])} of this model's weights (the embeddings, "
+             f"{share(summary['embeddings_share'])} of it, and the feed-forward layers stay), and "
+             f"{share(summary['work_removed'])} of its matmul work per sentence."]
+    if speed is not None and speed < 1.1:
+        spread, base_spread = row.get("latency_range_b1"), base.get("latency_range_b1")
+        overlap = bool(spread and base_spread) and spread[0] <= base_spread[1] and base_spread[0] <= spread[1]
+        if overlap:
+            parts.append(f"A time {summary['work_removed']:.0%} shorter at most is within how much the timings "
+                         f"vary here (fastest–slowest in the table): the two cannot be told apart.")
+        else:
+            parts.append(f"It timed {speed:.2f}× the original's speed: the two were timed at different moments, "
+                         f"so a change in this machine's load shows as a difference the models do not have; at "
+                         f"best it would run {1 / (1 - summary['work_removed']):.2f}× as fast, if the time were "
+                         f"all matmul work.")
+    return " ".join(parts)
 
 
 def run_distill(model: nn.Module, tok: Tokenizer, data: TaskData, cfg: DistillConfig,
@@ -178,35 +216,53 @@ def run_distill(model: nn.Module, tok: Tokenizer, data: TaskData, cfg: DistillCo
     result = distill(model, tok, cfg, callbacks, cancel, train_examples=data.train, eval_examples=data.dev)
     if result.status == "failed":
         raise CompressError(f"distillation failed: {result.train.error}")
-    if result.train.step == 0:
-        raise CompressError("cancelled before the first step: no student to keep.")
+    if result.status == "cancelled" or result.train.step == 0:  # a half-trained student is no variant to compare
+        raise CompressError(f"cancelled after step {result.train.step} of {result.train.total_steps}: the "
+                            "half-trained student is not kept.")
     result.student.cpu()  # latency is measured on the CPU, like every variant's
     variant = measure_variant(result.student, tok, data, name or f"student {cfg.layers} layers", "distilled",
                               result.saved_to, reps, batch_sizes)
     return CompressedModel(result.student, variant, summary=result.summary())
 
 
+LATENCY_FIELDS = ("latency_ms_b1", "latency_ms_b32", "latency_range_b1", "latency_range_b32")
+
+
 class Comparison:
     """A session's comparison table: its rows (dicts of `Variant.as_dict()`), each variant's with the row of
     the model it came from (`baseline`), an original measured once per model and dev examples; every row
-    named after the model it came from (`named`: its name in the model list), names kept unique."""
+    named after the model it came from (`named`: its name in the model list), names kept unique. Each model
+    is timed once per session: a row of it on other dev examples shows the same latency."""
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
         self._originals: dict[tuple[int, str], dict[str, Any]] = {}  # (id(model), dev key) -> its row
+        self._timings: dict[int, tuple[nn.Module, dict[str, Any]]] = {}  # id(model) -> (model, its latency fields)
+
+    def timing(self, model: nn.Module) -> dict[str, Any] | None:
+        """The latency fields `model` was timed with in this session, or None."""
+        kept = self._timings.get(id(model))
+        return kept[1] if kept is not None and kept[0] is model else None
+
+    def _keep_timing(self, model: nn.Module, row: dict[str, Any]) -> None:
+        if self.timing(model) is None:
+            self._timings[id(model)] = (model, {k: row.get(k) for k in LATENCY_FIELDS})
 
     def original(self, model: nn.Module, tok: Tokenizer, data: TaskData | None, named: str, reps: int = 5,
                  measuring: Callable[[], None] | None = None) -> dict[str, Any]:
         """The row of the model a run starts from (a variant made here is its own original when compressed
         further), measured and added the first time (`measuring()` is called before): a run on other dev
-        examples scores the original again on those."""
+        examples scores the original again on those, and shows the latency it was timed with before."""
         key = (id(model), data.key if data is not None else "")
         if key not in self._originals:
             if measuring is not None:
                 measuring()
             label = f"original ({model.family.num_layers} layers)"
-            variant = measure_variant(model, tok, data, self.unique(f"{named}: {label}"), "original", reps=reps)
-            self._originals[key] = {**variant.as_dict(), "baseline": None, "label": label}
+            timed = self.timing(model)
+            variant = measure_variant(model, tok, data, self.unique(f"{named}: {label}"), "original", reps=reps,
+                                      batch_sizes=() if timed is not None else (1, 32))
+            self._originals[key] = {**variant.as_dict(), **(timed or {}), "baseline": None, "label": label}
+            self._keep_timing(model, self._originals[key])
             self.rows.append(self._originals[key])
         return self._originals[key]
 
@@ -215,7 +271,9 @@ class Comparison:
         row = {**made.variant.as_dict(), "baseline": original}
         row["label"] = row["name"]  # the method's short name, for the plot's markers
         row["name"] = self.unique(f"{named} → {row['name']}")
+        row["why"] = pruned_why(row, original, made.summary)
         self.rows.append(row)
+        self._keep_timing(made.model, row)
         self._originals[(id(made.model), row.get("eval_key", ""))] = row  # compressing it further compares with it
         return row
 

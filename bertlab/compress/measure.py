@@ -80,6 +80,29 @@ def latency_samples(model: nn.Module, tok: Tokenizer, sentences: Sequence[str], 
     return times
 
 
+@torch.inference_mode()
+def matmul_flops(model: nn.Module, tok: Tokenizer, sentences: Sequence[str], max_length: int = 128) -> int:
+    """Floating-point operations of the model's matrix products (torch's FlopCounterMode) over one forward
+    pass of each of `sentences` at batch 1: the work a compression can take away."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    device = model_device(model)
+    total = 0
+    with eval_mode(model):
+        for text in sentences:
+            b = tok.encode_batch([text], max_length=max_length)
+            with FlopCounterMode(display=False) as counter:
+                model(*(t.to(device) for t in (b.input_ids, b.token_type_ids, b.attention_mask)))
+            total += counter.get_total_flops()
+    return total
+
+
+def embedding_parameters(model: nn.Module) -> int:
+    """Parameters of the embedding tables (each tied table once)."""
+    seen = {id(m.weight): m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding)}
+    return sum(seen.values())
+
+
 @dataclass
 class Variant:
     """One model of a comparison: what it is, what it weighs, how fast, how good."""
@@ -140,4 +163,4 @@ def measure(model: nn.Module, tok: Tokenizer, name: str, method: str, sentences:
 
 
 __all__ = ["MB", "Variant", "count_parameters", "disk_bytes", "latency_ms", "latency_samples", "measure",
-           "memory_bytes", "timing_batches"]
+           "memory_bytes", "timing_batches", "matmul_flops", "embedding_parameters"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -108,7 +109,7 @@ class CompressPanel(Panel):
         self.options = widgets.VBox()
         self.start_button, self.cancel_button, self.job, self.progress, self.progress_text = run_controls(
             "bertlab-compress", "Compress", "Compress the model picked above (a copy of it)",
-            "Stop the run (distillation keeps the student so far)", icon="compress")
+            "Stop the run (nothing is kept: a half-trained student is no variant to compare)", icon="compress")
         self._curve_fig = empty_figure("Prune or distil a model to see its curve here.")
         self.curve = SyncedFigureWidget(self._curve_fig)
         self.curve_box = widgets.Box([self.curve])
@@ -216,7 +217,11 @@ class CompressPanel(Panel):
         self._teacher_score = original.get("score")
         self._metric = data.task.main_metric if data is not None else "accuracy"
         folder = self.workspace.new_run_dir(f"compress-{method}", parent=self.runs_dir)
-        made = self._compress(method, model, tok, data, folder, settings)
+        try:
+            made = self._compress(method, model, tok, data, folder, settings)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)  # this run's own folder: a failed or cancelled run leaves nothing
+            raise
         row = self.comparison.add(made, original, named)
         self.made.append(made)
         self._draw_variants()
