@@ -78,23 +78,24 @@ def test_each_method_makes_a_variant_that_joins_the_table_the_plot_and_the_list(
         assert not errors(panel), errors(panel)
         assert not panel.start_button.disabled and "bertlab-busy" not in panel.message.value
     names = [v["name"] for v in panel.variants]
-    assert [v["method"] for v in panel.variants] == ["original", "int8", "pruned", "distilled"], names
+    assert [v["method"] for v in panel.variants] == ["original", "int8", "int8 (onnxruntime)", "pruned",
+                                                     "distilled"], names
     original = panel.variants[0]
     assert all(v["baseline"] == original for v in panel.variants[1:])  # each compared with the model it came from
     assert all(v["score"] is not None and v["latency_ms_b1"] > 0 for v in panel.variants)
-    int8, pruned, student = panel.variants[1:]
+    int8, ort, pruned, student = panel.variants[1:]
     assert int8["disk_mb"] < 0.4 * original["memory_mb"]
     assert pruned["heads"] == 4 and student["layers"] == 1
     # the table: one row per variant; the plot: one marker per variant, grouped by method
-    assert panel.table.value.count("<tr>") == 1 + 4
+    assert panel.table.value.count("<tr>") == 1 + 5
     plot = panel.plot_box.children[0]
-    assert sorted(t.name for t in plot.data) == ["distilled", "int8", "original", "pruned"]
-    assert sum(len(t.x) for t in plot.data) == 4
+    assert sorted(t.name for t in plot.data) == ["distilled", "int8", "int8 (onnxruntime)", "original", "pruned"]
+    assert sum(len(t.x) for t in plot.data) == 5
     # the last curve drawn is the student's (loss by step); the pruning curve was drawn before it
     assert panel.curve_box.children[0].data[0].x
-    # the variants joined the model list, and each folder in the workspace reloads
-    assert [name for name, _ in panel.made_list] == names[1:]
-    folders = [Path(v["folder"]) for v in panel.variants[1:]]
+    # the variants joined the model list (not ONNX Runtime's file: no torch model), and each folder reloads
+    assert [name for name, _ in panel.made_list] == [names[1], *names[3:]]
+    folders = [Path(v["folder"]) for v in (int8, pruned, student)]
     assert all(ws_runs in f.parents for f in folders)
     again, _ = bertlab.load(str(folders[1]))
     assert heads_per_layer(again) == heads_per_layer(panel.made_list[1][1])
@@ -302,3 +303,44 @@ def test_a_data_path_a_headless_model_cannot_use_is_said_unread_and_never_opened
     p.start_button.click()
     assert p.job.wait(60)
     assert not [text for level, text in p.messages if level == "warning"]  # an empty field: nothing to say
+
+
+def test_int8_runs_beside_onnx_runtime_on_the_same_sentences(panel):
+    """The int8 model exported to ONNX: ONNX Runtime's row beside torch's, timed in turns, scored on the same
+    dev examples, the .onnx file in the variant's folder; a missing onnxruntime is said plainly."""
+    pytest.importorskip("onnxruntime")
+    import onnxruntime
+
+    from bertlab.compress.onnx import OnnxRuntimeModel
+
+    panel.method.value = "quantize"
+    panel.start_button.click()
+    assert panel.job.wait(120) and not errors(panel), panel.messages
+    original, int8, ort = panel.variants
+    assert ort["method"] == "int8 (onnxruntime)" and ort["eval_key"] == int8["eval_key"]
+    assert abs(ort["score"] - int8["score"]) <= 2 / 24  # the same int8 weights: at most a couple of answers differ
+    assert Path(ort["folder"]).parent == Path(int8["folder"]) and Path(ort["folder"]).name == "model-int8.onnx"
+    assert ort["latency_range_b1"] and int8["latency_range_b1"]
+    assert "ONNX Runtime runs the same int8 model" in panel.message.value
+    # the file ONNX Runtime runs gives the int8 model's logits (within int8 rounding of the activations)
+    session = onnxruntime.InferenceSession(ort["folder"], providers=["CPUExecutionProvider"])
+    assert {i.name for i in session.get_inputs()} <= {"input_ids", "token_type_ids", "attention_mask"}
+    small = panel.made_list[0][1]
+    b = panel.tok.encode_batch(["the film was good today", "bad"], max_length=32)
+    peer = OnnxRuntimeModel(ort["folder"], small)
+    with torch.no_grad():
+        ours = small(b.input_ids, b.token_type_ids, b.attention_mask).logits
+    torch.testing.assert_close(peer(b.input_ids, b.token_type_ids, b.attention_mask).logits, ours, atol=0.05, rtol=0)
+
+
+def test_without_onnx_runtime_the_tab_says_how_to_get_it(panel, monkeypatch):
+    import bertlab.compress.lab as lab
+    from bertlab.compress.onnx import ONNX_MISSING
+
+    monkeypatch.setattr(lab, "onnx_missing", lambda: ONNX_MISSING)
+    panel.method.value = "quantize"
+    panel.start_button.click()
+    assert panel.job.wait(60) and not errors(panel)
+    assert [v["method"] for v in panel.variants] == ["original", "int8"]
+    warnings = [text for level, text in panel.messages if level == "warning"]
+    assert warnings == [ONNX_MISSING] and 'bert-classroom-lab[onnx]' in ONNX_MISSING

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import tempfile
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,17 @@ from typing import Any
 from torch import nn
 
 from bertlab.compress.distill import DistillConfig, distill
-from bertlab.compress.measure import Variant, count_parameters, embedding_parameters, matmul_flops, measure
+from bertlab.compress.measure import (
+    MB,
+    Variant,
+    count_parameters,
+    embedding_parameters,
+    latency_fields,
+    matmul_flops,
+    measure,
+    samples_in_turns,
+)
+from bertlab.compress.onnx import OnnxRuntimeModel, export_int8, onnx_missing
 from bertlab.compress.prune import CurvePoint, accuracy_curve, head_importance, heads_to_prune, prune
 from bertlab.compress.quantize import quantize
 from bertlab.compressed.storage import save_compressed
@@ -119,6 +130,8 @@ class CompressedModel:
     variant: Variant
     curve: list[CurvePoint] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    peer: Variant | None = None  # the same int8 model exported to ONNX and run by ONNX Runtime, timed beside it
+    peer_note: str = ""  # why there is no peer row (onnxruntime not installed)
 
 
 def measure_variant(model: nn.Module, tok: Tokenizer, data: TaskData | None, name: str, method: str,
@@ -144,10 +157,32 @@ def save_variant(model: nn.Module, tok: Tokenizer, out_dir: str | Path | None) -
 
 
 def run_quantize(model: nn.Module, tok: Tokenizer, data: TaskData | None, out_dir: str | Path | None = None,
-                 name: str = "int8", reps: int = 5, batch_sizes: Sequence[int] = (1, 32)) -> CompressedModel:
+                 name: str = "int8", reps: int = 5, batch_sizes: Sequence[int] = (1, 32),
+                 onnx: bool = True) -> CompressedModel:
+    """Quantize `model` to int8 and measure it; `onnx` (and a task head to score, and onnxruntime installed):
+    export it to ONNX beside its weights and time ONNX Runtime's int8 side by side with torch's (in turns, the
+    same sentences), scored on the same dev examples (`CompressedModel.peer`)."""
     small = quantize(model)
     folder = save_variant(small, tok, out_dir)
-    return CompressedModel(small, measure_variant(small, tok, data, name, "int8", folder, reps, batch_sizes))
+    if not onnx or data is None:
+        return CompressedModel(small, measure_variant(small, tok, data, name, "int8", folder, reps, batch_sizes))
+    missing = onnx_missing()
+    if missing:
+        made = CompressedModel(small, measure_variant(small, tok, data, name, "int8", folder, reps, batch_sizes))
+        made.peer_note = missing
+        return made
+    variant = measure_variant(small, tok, data, name, "int8", folder, reps, batch_sizes=())
+    files = export_int8(small, tok, folder if folder is not None else Path(tempfile.mkdtemp(prefix="bertlab-onnx-")))
+    peer = OnnxRuntimeModel(files.int8, small)
+    length = min(128, max_tokens(small))
+    timed = {b: samples_in_turns([small, peer], tok, data.sentences(), b, reps, length) for b in batch_sizes if b}
+    variant = dataclasses.replace(variant, **latency_fields({b: t[0] for b, t in timed.items()}))
+    peer_row = dataclasses.replace(variant, name=f"{name} (ONNX Runtime)", method="int8 (onnxruntime)",
+                                   disk_mb=files.int8.stat().st_size / MB, memory_mb=files.int8.stat().st_size / MB,
+                                   folder=str(files.int8), score=data.score(peer),
+                                   note="exported to ONNX, run by ONNX Runtime (dynamic int8, per-row weights)",
+                                   **latency_fields({b: t[1] for b, t in timed.items()}))
+    return CompressedModel(small, variant, peer=peer_row, summary={"onnx": str(files.int8)})
 
 
 def run_prune(model: nn.Module, tok: Tokenizer, data: TaskData, keep: float = 0.5,
@@ -273,6 +308,10 @@ class Comparison:
         row["name"] = self.unique(f"{named} → {row['name']}")
         row["why"] = pruned_why(row, original, made.summary)
         self.rows.append(row)
+        if made.peer is not None:  # ONNX Runtime's run of the same int8 model, side by side
+            peer = {**made.peer.as_dict(), "baseline": original, "label": made.peer.name}
+            peer["name"] = self.unique(f"{named} → {made.peer.name}")
+            self.rows.append(peer)
         self._keep_timing(made.model, row)
         self._originals[(id(made.model), row.get("eval_key", ""))] = row  # compressing it further compares with it
         return row

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -78,6 +79,34 @@ def latency_samples(model: nn.Module, tok: Tokenizer, sentences: Sequence[str], 
             model(*batch)
             times.append((time.perf_counter() - t0) * 1000)
     return times
+
+
+@torch.inference_mode()
+def samples_in_turns(models: Sequence[nn.Module], tok: Tokenizer, sentences: Sequence[str], batch_size: int = 1,
+                     reps: int = 5, max_length: int = 128) -> list[list[float]]:
+    """The wall times (ms) of each model's `reps` forward passes, the models taking turns batch by batch on
+    the same batches (the order rotating), after one warm-up pass each: load on the machine hits them alike."""
+    batches = [(b.input_ids, b.token_type_ids, b.attention_mask)
+               for b in timing_batches(tok, sentences, batch_size, reps, max_length)]
+    times: list[list[float]] = [[] for _ in models]
+    for model in models:
+        model(*batches[0])
+    for r, batch in enumerate(batches[1:]):
+        order = list(range(len(models)))
+        for i in order[r % len(order):] + order[:r % len(order)]:
+            t0 = time.perf_counter()
+            models[i](*batch)
+            times[i].append((time.perf_counter() - t0) * 1000)
+    return times
+
+
+def latency_fields(samples: dict[int, list[float]]) -> dict[str, Any]:
+    """A Variant's latency fields (median and fastest–slowest by batch size) from timed samples by batch size."""
+    out: dict[str, Any] = {}
+    for b, times in samples.items():
+        out[f"latency_ms_b{b}"] = statistics.median(times)
+        out[f"latency_range_b{b}"] = (min(times), max(times))
+    return out
 
 
 @torch.inference_mode()
@@ -163,4 +192,5 @@ def measure(model: nn.Module, tok: Tokenizer, name: str, method: str, sentences:
 
 
 __all__ = ["MB", "Variant", "count_parameters", "disk_bytes", "latency_ms", "latency_samples", "measure",
-           "memory_bytes", "timing_batches", "matmul_flops", "embedding_parameters"]
+           "memory_bytes", "timing_batches", "matmul_flops", "embedding_parameters", "samples_in_turns",
+           "latency_fields"]

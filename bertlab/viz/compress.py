@@ -184,7 +184,19 @@ def variants_html(variants: Sequence[Mapping[str, Any]]) -> str:
             f"session.</div>{whys}")
 
 
-__all__ = ["comparable", "plot_distill_curves", "plot_prune_curve", "plot_variants", "variants_html", "within_noise"]
+def peer_text(peer: Mapping[str, Any], torch_row: Mapping[str, Any], shown: Callable[[str], str] = str) -> str:
+    """What the ONNX Runtime row of an int8 model says beside torch's: both timings (taken in turns on the same
+    sentences), both scores on the same held-out examples, and the file to deploy."""
+    parts = [f"ONNX Runtime runs the same int8 model in {peer['latency_ms_b1']:.1f} ms at batch 1, torch's int8 "
+             f"in {torch_row['latency_ms_b1']:.1f} ms (timed in turns on the same sentences)"]
+    if peer.get("score") is not None and torch_row.get("score") is not None:
+        parts.append(f"{peer['metric']} {peer['score']:.3f} against torch's {torch_row['score']:.3f} on the same "
+                     f"{peer['eval_examples']:,} held-out examples")
+    return ", ".join(parts) + f"; the file to deploy: {shown(peer['folder'])}."
+
+
+__all__ = ["comparable", "peer_text", "plot_distill_curves", "plot_prune_curve", "plot_variants", "variants_html",
+           "within_noise"]
 
 
 def made_text(row: Mapping[str, Any], shown: Callable[[str], str] = str) -> str:
