@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -45,6 +46,8 @@ from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import save_model_atomically
 from bertlab.training.finetune import DEFAULT_MAX_LENGTH, EvalSet, evaluate_set, featurize, require_task_head
 from bertlab.training.loop import TrainEvent
+
+log = logging.getLogger(__name__)
 
 METHODS = ("quantize", "prune", "distill")
 IMPORTANCE_EXAMPLES = 256  # training examples the head scores average over
@@ -164,25 +167,33 @@ def run_quantize(model: nn.Module, tok: Tokenizer, data: TaskData | None, out_di
     same sentences), scored on the same dev examples (`CompressedModel.peer`)."""
     small = quantize(model)
     folder = save_variant(small, tok, out_dir)
-    if not onnx or data is None:
-        return CompressedModel(small, measure_variant(small, tok, data, name, "int8", folder, reps, batch_sizes))
-    missing = onnx_missing()
-    if missing:
+    missing = onnx_missing() if onnx and data is not None else None
+    if not onnx or data is None or missing:
         made = CompressedModel(small, measure_variant(small, tok, data, name, "int8", folder, reps, batch_sizes))
-        made.peer_note = missing
+        made.peer_note = missing or ""
         return made
     variant = measure_variant(small, tok, data, name, "int8", folder, reps, batch_sizes=())
-    files = export_int8(small, tok, folder if folder is not None else Path(tempfile.mkdtemp(prefix="bertlab-onnx-")))
-    peer = OnnxRuntimeModel(files.int8, small)
+    with tempfile.TemporaryDirectory(prefix="bertlab-onnx-") as scratch:  # the session reads its file at the start
+        try:
+            files = export_int8(small, tok, folder if folder is not None else scratch)
+            peer = OnnxRuntimeModel(files.int8, small)
+        except Exception as e:  # an operator the exporter cannot write: torch's row stands alone, said plainly
+            log.warning("ONNX export of the int8 model failed", exc_info=True)
+            note = f"The int8 model could not be exported to ONNX ({type(e).__name__}: {str(e)[:200]}): " \
+                   "torch's int8 row stands alone."
+            made = CompressedModel(small, measure_variant(small, tok, data, name, "int8", folder, reps, batch_sizes))
+            made.peer_note = note
+            return made
+        size_mb = files.int8.stat().st_size / MB
     length = min(128, max_tokens(small))
     timed = {b: samples_in_turns([small, peer], tok, data.sentences(), b, reps, length) for b in batch_sizes if b}
     variant = dataclasses.replace(variant, **latency_fields({b: t[0] for b, t in timed.items()}))
     peer_row = dataclasses.replace(variant, name=f"{name} (ONNX Runtime)", method="int8 (onnxruntime)",
-                                   disk_mb=files.int8.stat().st_size / MB, memory_mb=files.int8.stat().st_size / MB,
-                                   folder=str(files.int8), score=data.score(peer),
+                                   disk_mb=size_mb, memory_mb=size_mb,
+                                   folder=str(files.int8) if folder is not None else None, score=data.score(peer),
                                    note="exported to ONNX, run by ONNX Runtime (dynamic int8, per-row weights)",
                                    **latency_fields({b: t[1] for b, t in timed.items()}))
-    return CompressedModel(small, variant, peer=peer_row, summary={"onnx": str(files.int8)})
+    return CompressedModel(small, variant, peer=peer_row)
 
 
 def run_prune(model: nn.Module, tok: Tokenizer, data: TaskData, keep: float = 0.5,
@@ -221,6 +232,7 @@ def pruned_why(row: dict[str, Any], base: dict[str, Any], summary: dict[str, Any
     speed = base_b1 / b1 if b1 and base_b1 else None
     if size <= 0.8 and (speed is None or speed >= 1.1):
         return ""
+
     def share(x: float) -> str:
         return f"{x:.0%}" if x >= 0.01 else "under 1%"
 

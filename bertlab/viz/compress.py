@@ -192,7 +192,8 @@ def peer_text(peer: Mapping[str, Any], torch_row: Mapping[str, Any], shown: Call
     if peer.get("score") is not None and torch_row.get("score") is not None:
         parts.append(f"{peer['metric']} {peer['score']:.3f} against torch's {torch_row['score']:.3f} on the same "
                      f"{peer['eval_examples']:,} held-out examples")
-    return ", ".join(parts) + f"; the file to deploy: {shown(peer['folder'])}."
+    deploy = f"; the file to deploy: {shown(peer['folder'])}" if peer.get("folder") else ""
+    return ", ".join(parts) + deploy + "."
 
 
 __all__ = ["comparable", "peer_text", "plot_distill_curves", "plot_prune_curve", "plot_variants", "variants_html",
