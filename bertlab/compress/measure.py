@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -115,14 +116,16 @@ def matmul_flops(model: nn.Module, tok: Tokenizer, sentences: Sequence[str], max
     pass of each of `sentences` at batch 1: the work a compression can take away."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    device = model_device(model)
+    probe = copy.deepcopy(model).eval()  # weights that need no gradient: the counter's module tracker then
+    for p in probe.parameters():  # leaves a weight handed on as it is (DeBERTa's relative embeddings) alone
+        p.requires_grad_(False)
+    device = model_device(probe)
     total = 0
-    with eval_mode(model):
-        for text in sentences:
-            b = tok.encode_batch([text], max_length=max_length)
-            with FlopCounterMode(display=False) as counter:
-                model(*(t.to(device) for t in (b.input_ids, b.token_type_ids, b.attention_mask)))
-            total += counter.get_total_flops()
+    for text in sentences:
+        b = tok.encode_batch([text], max_length=max_length)
+        with FlopCounterMode(display=False) as counter:
+            probe(*(t.to(device) for t in (b.input_ids, b.token_type_ids, b.attention_mask)))
+        total += counter.get_total_flops()
     return total
 
 
