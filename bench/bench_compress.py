@@ -12,6 +12,10 @@ the median round, and each round's ratio to ONNX Runtime is kept to show the spr
 
   fp32            the teacher (bertlab)
   int8            `bertlab.compress.quantize` (encoder Linears int8 per channel, embeddings stored int8)
+  torch int8      plain torch: `torch.ao.quantization.quantize_dynamic` ({nn.Linear}, qint8) on the teacher
+                  itself (bertlab's modules, no compiled int8 engine): what int8 costs without bertlab's engine
+  tab ort int8    what the Compression tab offers beside its int8 row: bertlab's int8 model exported to ONNX
+                  (`bertlab.compress.onnx.export_int8`) and run by ONNX Runtime with `--threads` threads
   pruned 50 %     `bertlab.compress.prune` (Michel et al. head scores on 256 training sentences)
   student 3L      `bertlab.compress.distill`: 3 layers from the teacher's 0, 2, 4; T=2, alpha 0.5; the
                   teacher's training sentences, `--student-epochs` epochs
@@ -49,7 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "compress.json"
 AIMS = {"int8_speedup": 1.6, "int8_points_lost": 1.0, "int8_size_ratio": 0.4,
         "student_points_lost": 3.0, "student_speedup": 1.8,
-        "int8_vs_ort_b1": 1.1}
+        "int8_vs_ort_b1": 1.1, "engine_vs_torch_int8_b1": 1.3}
 
 log = logging.getLogger("bench_compress")
 
@@ -162,6 +166,20 @@ def hf_models(folder: Path) -> tuple[Any, Any, int]:
     return fp32, int8, buffer.tell()
 
 
+def torch_ao_int8(model) -> tuple[Any, int]:
+    """Plain torch dynamic int8 of the bertlab model itself (its Linear layers, per-tensor qint8), and the size
+    of its state dict as `torch.save` writes it."""
+    import copy
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        int8 = torch.ao.quantization.quantize_dynamic(copy.deepcopy(model).eval(), {torch.nn.Linear}, dtype=torch.qint8)
+    buffer = io.BytesIO()
+    torch.save(int8.state_dict(), buffer)
+    return int8, buffer.tell()
+
+
 def ort_sessions(hf_fp32, workdir: Path, threads: int, example: dict[str, torch.Tensor]) -> tuple[Any, Any, int, int]:
     import warnings
 
@@ -227,17 +245,26 @@ def main(argv: list[str] | None = None) -> int:
 
     log.info("compressing: int8, pruned 50 %, 3-layer student")
     work = Path(args.workdir)
-    int8 = lab.run_quantize(model, tok, data, work / "int8", reps=1, batch_sizes=(1,))
+    int8 = lab.run_quantize(model, tok, data, work / "int8", reps=1, batch_sizes=(1,), onnx=False)
     pruned = lab.run_prune(model, tok, data, 0.5, work / "pruned", reps=1, batch_sizes=(1,))
     cfg = DistillConfig(task="sst2", layers=3, epochs=args.student_epochs, lr=1e-4, batch_size=32,
                         max_length=args.max_length, device="cpu", eval_every=0)
     student = lab.run_distill(model, tok, data, cfg, work / "student", reps=1, batch_sizes=(1,))
+    torch_int8, torch_int8_bytes = torch_ao_int8(model)
+    from bertlab.compress.onnx import OnnxRuntimeModel, export_int8
+
+    tab_onnx = export_int8(int8.model, tok, work / "int8")
+    tab_ort = OnnxRuntimeModel(tab_onnx.int8, int8.model, threads=args.threads)
     hf_fp32, hf_int8, hf_int8_bytes = hf_models(teacher_folder)
     ort_fp32, ort_int8, ort_fp32_bytes, ort_int8_bytes = ort_sessions(hf_fp32, work, args.threads, timing[1][0])
 
     runs: dict[str, tuple[Run, int, dict[str, Any]]] = {
         "fp32": (bertlab_run(model), disk_bytes(teacher_folder), {"lib": "bertlab", "layers": 6, "heads": 72}),
         "int8": (bertlab_run(int8.model), disk_bytes(work / "int8"), {"lib": "bertlab", "layers": 6, "heads": 72}),
+        "torch int8": (bertlab_run(torch_int8), torch_int8_bytes,
+                       {"lib": "bertlab + torch.ao", "layers": 6, "heads": 72}),
+        "tab ort int8": (bertlab_run(tab_ort), tab_onnx.int8.stat().st_size,
+                         {"lib": "bertlab → onnxruntime", "layers": 6, "heads": 72}),
         "pruned 50 %": (bertlab_run(pruned.model), disk_bytes(work / "pruned"),
                         {"lib": "bertlab", "layers": 6, "heads": pruned.variant.heads}),
         "student 3L": (bertlab_run(student.model), disk_bytes(work / "student"),
@@ -270,6 +297,14 @@ def main(argv: list[str] | None = None) -> int:
                  "points_lost": lost("fp32", "int8"),
                  "size_ratio": round(by["int8"]["size_mb"] / by["fp32"]["size_mb"], 3)},
         # bertlab's int8 time / the peer's int8 time: below 1 = bertlab faster
+        # bertlab's int8 (its compiled engine) / plain torch dynamic int8 on the same modules: below 1 = the engine pays
+        "int8_vs_torch_int8": {"time_ratio_b1": speed("int8", "torch int8", 1),
+                               "time_ratio_b1_rounds": [round(r["int8"] / r["torch int8"], 2) for r in rounds],
+                               "time_ratio_b32": speed("int8", "torch int8", 32)},
+        # the tab's two int8 rows: torch's time / ONNX Runtime's (the same int8 weights exported)
+        "int8_vs_tab_ort": {"time_ratio_b1": speed("int8", "tab ort int8", 1),
+                            "time_ratio_b32": speed("int8", "tab ort int8", 32),
+                            "points_lost": lost("int8", "tab ort int8")},
         "int8_vs_hf_int8": {"time_ratio_b1": speed("int8", "hf int8", 1),
                             "time_ratio_b32": speed("int8", "hf int8", 32),
                             "size_ratio": round(by["int8"]["size_mb"] / by["hf int8"]["size_mb"], 3)},
@@ -294,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         "student ≥ 1.8× faster": slowest["student"] >= AIMS["student_speedup"],
         "int8 ≤ 1.1× ONNX Runtime int8's time at batch 1":
             r["int8_vs_ort_int8"]["time_ratio_b1"] <= AIMS["int8_vs_ort_b1"],
+        "the int8 engine ≥ 1.3× plain torch int8's speed at batch 1":
+            r["int8_vs_torch_int8"]["time_ratio_b1"] <= 1 / AIMS["engine_vs_torch_int8_b1"],
     }
     result = {
         "meta": {

@@ -5,6 +5,7 @@ the student's workspace; refusals and a path outside the workspace show as messa
 
 from __future__ import annotations
 
+import html
 import random
 from pathlib import Path
 
@@ -77,23 +78,24 @@ def test_each_method_makes_a_variant_that_joins_the_table_the_plot_and_the_list(
         assert not errors(panel), errors(panel)
         assert not panel.start_button.disabled and "bertlab-busy" not in panel.message.value
     names = [v["name"] for v in panel.variants]
-    assert [v["method"] for v in panel.variants] == ["original", "int8", "pruned", "distilled"], names
+    assert [v["method"] for v in panel.variants] == ["original", "int8", "int8 (onnxruntime)", "pruned",
+                                                     "distilled"], names
     original = panel.variants[0]
     assert all(v["baseline"] == original for v in panel.variants[1:])  # each compared with the model it came from
     assert all(v["score"] is not None and v["latency_ms_b1"] > 0 for v in panel.variants)
-    int8, pruned, student = panel.variants[1:]
+    int8, ort, pruned, student = panel.variants[1:]
     assert int8["disk_mb"] < 0.4 * original["memory_mb"]
     assert pruned["heads"] == 4 and student["layers"] == 1
     # the table: one row per variant; the plot: one marker per variant, grouped by method
-    assert panel.table.value.count("<tr>") == 1 + 4
+    assert panel.table.value.count("<tr>") == 1 + 5
     plot = panel.plot_box.children[0]
-    assert sorted(t.name for t in plot.data) == ["distilled", "int8", "original", "pruned"]
-    assert sum(len(t.x) for t in plot.data) == 4
+    assert sorted(t.name for t in plot.data) == ["distilled", "int8", "int8 (onnxruntime)", "original", "pruned"]
+    assert sum(len(t.x) for t in plot.data) == 5
     # the last curve drawn is the student's (loss by step); the pruning curve was drawn before it
     assert panel.curve_box.children[0].data[0].x
-    # the variants joined the model list, and each folder in the workspace reloads
-    assert [name for name, _ in panel.made_list] == names[1:]
-    folders = [Path(v["folder"]) for v in panel.variants[1:]]
+    # the variants joined the model list (not ONNX Runtime's file: no torch model), and each folder reloads
+    assert [name for name, _ in panel.made_list] == [names[1], *names[3:]]
+    folders = [Path(v["folder"]) for v in (int8, pruned, student)]
     assert all(ws_runs in f.parents for f in folders)
     again, _ = bertlab.load(str(folders[1]))
     assert heads_per_layer(again) == heads_per_layer(panel.made_list[1][1])
@@ -140,7 +142,70 @@ def test_a_run_shows_a_busy_sign_and_cancel_stops_it(panel):
     assert panel.job.wait(60)
     assert not errors(panel) and "bertlab-busy" not in panel.message.value
     assert not panel.start_button.disabled and panel.cancel_button.disabled
-    assert panel.variants[-1]["method"] != "distilled" or panel.made_list  # a student so far joins, or nothing
+    assert all(v["method"] != "distilled" for v in panel.variants) and not panel.made_list
+
+
+def test_a_cancelled_distillation_does_not_join_the_model_list(panel):
+    """Cancelled after its first steps: no row, no entry in the model list, no folder; the message says so."""
+    panel.method.value = "distill"
+    panel.layers.value, panel.epochs.value = 1, 50
+    real = panel._on_event
+
+    def cancel_at_2(event):
+        real(event)
+        if event.kind == "step" and event.step == 2:
+            panel.cancel_button.click()
+
+    panel._on_event = cancel_at_2
+    panel.start_button.click()
+    assert panel.job.wait(60) and panel.job.cancelled
+    assert [v["method"] for v in panel.variants] == ["original"] and not panel.made_list
+    warnings = " ".join(text for level, text in panel.messages if level == "warning")
+    assert "not kept" in warnings and not errors(panel)
+    assert not list(panel.workspace.runs.glob("*compress-distill*"))  # the run's folder went with it
+
+
+def test_one_latency_per_model_per_session(panel):
+    """The original scored again on other dev examples keeps the latency it was timed with first."""
+    panel.method.value = "quantize"
+    panel.start_button.click()
+    assert panel.job.wait(60) and not errors(panel)
+    panel.max_dev.value = 10
+    panel.method.value = "prune"
+    panel.start_button.click()
+    assert panel.job.wait(60) and not errors(panel)
+    originals = [v for v in panel.variants if v["method"] == "original"]
+    assert [v["eval_examples"] for v in originals] == [24, 10]
+    for field in ("latency_ms_b1", "latency_ms_b32", "latency_range_b1", "latency_range_b32"):
+        assert originals[0][field] == originals[1][field], field
+    assert "timed once a session" in panel.table.value
+
+
+def test_a_pruned_row_says_why_it_is_barely_smaller(panel):
+    """A small model's heads are a small part of its weights: the row says how much pruning took, measured."""
+    panel.method.value = "prune"
+    panel.start_button.click()
+    assert panel.job.wait(60) and not errors(panel)
+    row = panel.variants[-1]
+    assert row["method"] == "pruned" and row["why"]
+    assert "of this model's weights" in row["why"] and "matmul work" in row["why"]
+    assert "under 1% of this model's weights" in row["why"]  # 2 layers 32 wide beside 30,522 embedding rows
+    assert html.escape(row["why"]) in panel.message.value and html.escape(row["why"]) in panel.table.value
+
+
+def test_pruned_why_speaks_of_noise_or_of_when_it_was_timed():
+    from bertlab.compress.lab import pruned_why
+
+    base = {"memory_mb": 10.0, "disk_mb": None, "latency_ms_b1": 10.0, "latency_range_b1": (9.0, 11.0)}
+    shares = {"weights_removed": 0.08, "embeddings_share": 0.5, "work_removed": 0.2}
+    slower = {"memory_mb": 9.2, "disk_mb": None, "latency_ms_b1": 16.0, "latency_range_b1": (15.0, 17.0)}
+    text = pruned_why(slower, base, shares)
+    assert "8% of this model's weights" in text and "50% of it" in text and "20% of its matmul work" in text
+    assert "0.62× the original's speed" in text and "different moments" in text and "1.25×" in text
+    close = {**slower, "latency_ms_b1": 10.2, "latency_range_b1": (9.5, 10.9)}
+    assert "cannot be told apart" in pruned_why(close, base, shares)
+    clearly = {"memory_mb": 5.0, "disk_mb": None, "latency_ms_b1": 5.0, "latency_range_b1": (4.9, 5.1)}
+    assert pruned_why(clearly, base, shares) == "" and pruned_why(slower, base, {}) == ""
 
 
 def test_a_variant_compressed_again_is_compared_with_its_own_row(panel, tok):
@@ -152,8 +217,9 @@ def test_a_variant_compressed_again_is_compared_with_its_own_row(panel, tok):
     panel.method.value = "quantize"
     panel.start()
     assert panel.job.wait(60) and not errors(panel)
-    assert [v["method"] for v in panel.variants] == ["original", "pruned", "int8"]
-    assert panel.variants[-1]["baseline"] is pruned and panel.variants[-1]["heads"] == pruned["heads"]
+    torch_rows = [v for v in panel.variants if v["method"] != "int8 (onnxruntime)"]
+    assert [v["method"] for v in torch_rows] == ["original", "pruned", "int8"]
+    assert torch_rows[-1]["baseline"] is pruned and torch_rows[-1]["heads"] == pruned["heads"]
 
 
 def test_scores_compare_only_on_the_same_dev_examples_and_timings_show_their_spread(panel):
@@ -163,9 +229,10 @@ def test_scores_compare_only_on_the_same_dev_examples_and_timings_show_their_spr
     panel.max_dev.value = 10  # the student asks for fewer dev examples: the original is scored again on them
     panel.start()
     assert panel.job.wait(60) and not errors(panel)
-    methods = [(v["method"], v["eval_examples"]) for v in panel.variants]
+    torch_rows = [v for v in panel.variants if v["method"] != "int8 (onnxruntime)"]
+    methods = [(v["method"], v["eval_examples"]) for v in torch_rows]
     assert methods == [("original", 24), ("int8", 24), ("original", 10), ("int8", 10)]
-    for row in panel.variants[1::2]:  # each int8 row is compared with the original scored on its own examples
+    for row in torch_rows[1::2]:  # each int8 row is compared with the original scored on its own examples
         base = row["baseline"]
         assert base["eval_key"] == row["eval_key"] and base["eval_examples"] == row["eval_examples"]
     assert "both on the same 10 held-out examples" in panel.message.value
@@ -238,3 +305,59 @@ def test_a_data_path_a_headless_model_cannot_use_is_said_unread_and_never_opened
     p.start_button.click()
     assert p.job.wait(60)
     assert not [text for level, text in p.messages if level == "warning"]  # an empty field: nothing to say
+
+
+def test_int8_runs_beside_onnx_runtime_on_the_same_sentences(panel):
+    """The int8 model exported to ONNX: ONNX Runtime's row beside torch's, timed in turns, scored on the same
+    dev examples, the .onnx file in the variant's folder; a missing onnxruntime is said plainly."""
+    pytest.importorskip("onnxruntime")
+    import onnxruntime
+
+    from bertlab.compress.onnx import OnnxRuntimeModel
+
+    panel.method.value = "quantize"
+    panel.start_button.click()
+    assert panel.job.wait(120) and not errors(panel), panel.messages
+    original, int8, ort = panel.variants
+    assert ort["method"] == "int8 (onnxruntime)" and ort["eval_key"] == int8["eval_key"]
+    assert abs(ort["score"] - int8["score"]) <= 2 / 24  # the same int8 weights: at most a couple of answers differ
+    assert Path(ort["folder"]).parent == Path(int8["folder"]) and Path(ort["folder"]).name == "model-int8.onnx"
+    assert ort["latency_range_b1"] and int8["latency_range_b1"]
+    assert "ONNX Runtime runs the same int8 model" in panel.message.value
+    # the file ONNX Runtime runs gives the int8 model's logits (within int8 rounding of the activations)
+    session = onnxruntime.InferenceSession(ort["folder"], providers=["CPUExecutionProvider"])
+    assert {i.name for i in session.get_inputs()} <= {"input_ids", "token_type_ids", "attention_mask"}
+    small = panel.made_list[0][1]
+    b = panel.tok.encode_batch(["the film was good today", "bad"], max_length=32)
+    peer = OnnxRuntimeModel(ort["folder"], small)
+    with torch.no_grad():
+        ours = small(b.input_ids, b.token_type_ids, b.attention_mask).logits
+    torch.testing.assert_close(peer(b.input_ids, b.token_type_ids, b.attention_mask).logits, ours, atol=0.05, rtol=0)
+
+
+def test_without_onnx_runtime_the_tab_says_how_to_get_it(panel, monkeypatch):
+    import bertlab.compress.lab as lab
+    from bertlab.compress.onnx import ONNX_MISSING
+
+    monkeypatch.setattr(lab, "onnx_missing", lambda: ONNX_MISSING)
+    panel.method.value = "quantize"
+    panel.start_button.click()
+    assert panel.job.wait(60) and not errors(panel)
+    assert [v["method"] for v in panel.variants] == ["original", "int8"]
+    warnings = [text for level, text in panel.messages if level == "warning"]
+    assert warnings == [ONNX_MISSING] and 'bert-classroom-lab[onnx]' in ONNX_MISSING
+
+
+def test_an_export_that_fails_leaves_torchs_row_and_says_why(panel, monkeypatch):
+    import bertlab.compress.lab as lab
+
+    def no_export(*args, **kwargs):
+        raise RuntimeError("Exporting the operator 'aten::made_up' to ONNX opset 17 is not supported")
+
+    monkeypatch.setattr(lab, "export_int8", no_export)
+    panel.method.value = "quantize"
+    panel.start_button.click()
+    assert panel.job.wait(60) and not errors(panel)
+    assert [v["method"] for v in panel.variants] == ["original", "int8"] and panel.made_list
+    warnings = " ".join(text for level, text in panel.messages if level == "warning")
+    assert "could not be exported to ONNX (RuntimeError: Exporting the operator" in warnings

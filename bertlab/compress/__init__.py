@@ -7,8 +7,9 @@
     result = distill(model, tok, DistillConfig(task="sst2", layers=3))   # a 3-layer student
     save_compressed(small, tok, "runs/int8")         # `bertlab.load("runs/int8")` reads it back
 
-Modules: `quantize`, `prune`, `distill`, `measure` (size, latency, score), `lab` (the task's data and a
-session's variants for the Compression tab and the CLI), `cli`. What a compressed model is, in memory and
+Modules: `quantize`, `prune`, `distill`, `measure` (size, latency, score), `onnx` (an int8 model exported to
+ONNX and run by ONNX Runtime: the optional `onnx` extra), `lab` (the task's data and a session's variants for
+the Compression tab and the CLI), `cli`. What a compressed model is, in memory and
 on disk, lives below loading in `bertlab.compressed` (`structure`, `storage`).
 Names are imported on first use: `import bertlab.compress` does not pull in the training code.
 """

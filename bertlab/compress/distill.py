@@ -72,7 +72,10 @@ def make_student(teacher: nn.Module, layers: int) -> nn.Module:
         raise CompressError("distil from a float teacher: this one has pruned heads or int8 weights.")
     fam = teacher.family
     picks = student_layers(fam.num_layers, layers)
-    cfg = teacher.config.replace(num_hidden_layers=layers, extra=copy.deepcopy(teacher.config.extra))
+    extra = copy.deepcopy(teacher.config.extra)
+    if isinstance(extra.get("layer_types"), list):  # transformers' one entry per layer: each student layer its pick's
+        extra["layer_types"] = [extra["layer_types"][i] for i in picks]
+    cfg = teacher.config.replace(num_hidden_layers=layers, extra=extra)
     if cfg.num_hidden_groups > 1:
         raise CompressError("this ALBERT shares its layer groups across depth: pick a model with one group.")
     student = type(teacher)(cfg).to(model_device(teacher))

@@ -6,11 +6,13 @@
 
 from __future__ import annotations
 
+import copy
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -80,6 +82,59 @@ def latency_samples(model: nn.Module, tok: Tokenizer, sentences: Sequence[str], 
     return times
 
 
+@torch.inference_mode()
+def samples_in_turns(models: Sequence[nn.Module], tok: Tokenizer, sentences: Sequence[str], batch_size: int = 1,
+                     reps: int = 5, max_length: int = 128) -> list[list[float]]:
+    """The wall times (ms) of each model's `reps` forward passes, the models taking turns batch by batch on
+    the same batches (the order rotating), after one warm-up pass each: load on the machine hits them alike."""
+    batches = [(b.input_ids, b.token_type_ids, b.attention_mask)
+               for b in timing_batches(tok, sentences, batch_size, reps, max_length)]
+    times: list[list[float]] = [[] for _ in models]
+    for model in models:
+        model(*batches[0])
+    for r, batch in enumerate(batches[1:]):
+        order = list(range(len(models)))
+        for i in order[r % len(order):] + order[:r % len(order)]:
+            t0 = time.perf_counter()
+            models[i](*batch)
+            times[i].append((time.perf_counter() - t0) * 1000)
+    return times
+
+
+def latency_fields(samples: dict[int, list[float]]) -> dict[str, Any]:
+    """A Variant's latency fields (median and fastest–slowest by batch size) from timed samples by batch size."""
+    out: dict[str, Any] = {}
+    for b, times in samples.items():
+        out[f"latency_ms_b{b}"] = statistics.median(times)
+        out[f"latency_range_b{b}"] = (min(times), max(times))
+    return out
+
+
+@torch.inference_mode()
+def matmul_flops(model: nn.Module, tok: Tokenizer, sentences: Sequence[str], max_length: int = 128) -> int:
+    """Floating-point operations of the model's matrix products (torch's FlopCounterMode) over one forward
+    pass of each of `sentences` at batch 1: the work a compression can take away."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    probe = copy.deepcopy(model).eval()  # weights that need no gradient: the counter's module tracker then
+    for p in probe.parameters():  # leaves a weight handed on as it is (DeBERTa's relative embeddings) alone
+        p.requires_grad_(False)
+    device = model_device(probe)
+    total = 0
+    for text in sentences:
+        b = tok.encode_batch([text], max_length=max_length)
+        with FlopCounterMode(display=False) as counter:
+            probe(*(t.to(device) for t in (b.input_ids, b.token_type_ids, b.attention_mask)))
+        total += counter.get_total_flops()
+    return total
+
+
+def embedding_parameters(model: nn.Module) -> int:
+    """Parameters of the embedding tables (each tied table once)."""
+    seen = {id(m.weight): m.weight.numel() for m in model.modules() if isinstance(m, nn.Embedding)}
+    return sum(seen.values())
+
+
 @dataclass
 class Variant:
     """One model of a comparison: what it is, what it weighs, how fast, how good."""
@@ -140,4 +195,5 @@ def measure(model: nn.Module, tok: Tokenizer, name: str, method: str, sentences:
 
 
 __all__ = ["MB", "Variant", "count_parameters", "disk_bytes", "latency_ms", "latency_samples", "measure",
-           "memory_bytes", "timing_batches"]
+           "memory_bytes", "timing_batches", "matmul_flops", "embedding_parameters", "samples_in_turns",
+           "latency_fields"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,14 @@ from bertlab.panels.runs import CPU_MAX_DEV, CPU_MAX_TRAIN, error_text, run_cont
 from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.loop import TrainEvent
-from bertlab.viz.compress import made_text, plot_distill_curves, plot_prune_curve, plot_variants, variants_html
+from bertlab.viz.compress import (
+    made_text,
+    peer_text,
+    plot_distill_curves,
+    plot_prune_curve,
+    plot_variants,
+    variants_html,
+)
 from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.theme import MUTED, help_html
@@ -47,7 +55,8 @@ log = logging.getLogger(__name__)
 METHODS = {"quantize": "int8 quantization", "prune": "head pruning", "distill": "distillation"}
 METHOD_HELP = {
     "quantize": "The encoder's weights become 8-bit integers: a quarter of the size, int8 matmuls on the CPU. "
-                "No training.",
+                "No training. The int8 model is also exported to ONNX and timed with ONNX Runtime (what you "
+                "would deploy with), side by side with torch's int8 on the same sentences.",
     "prune": "Each head is scored by how much the task loss depends on it (Michel et al. 2019); the least "
              "important are removed, and the curve shows the dev score against the heads kept.",
     "distill": "A student with fewer layers (every other layer of the teacher to start) learns the teacher's "
@@ -108,7 +117,7 @@ class CompressPanel(Panel):
         self.options = widgets.VBox()
         self.start_button, self.cancel_button, self.job, self.progress, self.progress_text = run_controls(
             "bertlab-compress", "Compress", "Compress the model picked above (a copy of it)",
-            "Stop the run (distillation keeps the student so far)", icon="compress")
+            "Stop the run (nothing is kept: a half-trained student is no variant to compare)", icon="compress")
         self._curve_fig = empty_figure("Prune or distil a model to see its curve here.")
         self.curve = SyncedFigureWidget(self._curve_fig)
         self.curve_box = widgets.Box([self.curve])
@@ -216,12 +225,18 @@ class CompressPanel(Panel):
         self._teacher_score = original.get("score")
         self._metric = data.task.main_metric if data is not None else "accuracy"
         folder = self.workspace.new_run_dir(f"compress-{method}", parent=self.runs_dir)
-        made = self._compress(method, model, tok, data, folder, settings)
+        try:
+            made = self._compress(method, model, tok, data, folder, settings)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)  # this run's own folder: a failed or cancelled run leaves nothing
+            raise
         row = self.comparison.add(made, original, named)
         self.made.append(made)
         self._draw_variants()
         unread = [("warning", DATA_UNREAD)] if settings["data_unread"] else []
-        self.show_messages([("info", made_text(row, self.workspace.shown)), *unread,
+        peer = [("info", peer_text(self.variants[-1], row, self.workspace.shown))] if made.peer is not None else []
+        missing = [("warning", made.peer_note)] if made.peer_note else []
+        self.show_messages([("info", made_text(row, self.workspace.shown)), *peer, *missing, *unread,
                             *self.offer_model(row["name"], made.model, self.tok)])
 
     def _data(self, task: str, source: str | None, model: torch.nn.Module, tok: Tokenizer,

@@ -173,7 +173,7 @@ def finetune_features(
     cfg = cfg.resolved()
     if cfg.features is None:
         raise ValueError("finetune_features needs cfg.features (one of tasks.layer_features.FEATURES).")
-    given = isinstance(cfg.model, Bert)
+    given = isinstance(cfg.model, torch.nn.Module)  # a loaded model of any family, not a name or path
     encoder, tok = _load_model(cfg, tokenizer)
     if not given:  # loaded here: compute the features on the run's device (a model given stays where it is)
         encoder.to(resolve_device(cfg.device))

@@ -178,7 +178,7 @@ class FinetuneConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly settings (a Bert given as `model` shows as its one-line description)."""
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        if isinstance(self.model, Bert):
+        if isinstance(self.model, torch.nn.Module):
             d["model"] = self.model.describe()
         elif self.model is not None:
             d["model"] = str(self.model)
@@ -473,9 +473,9 @@ def evaluate(model: Bert, tokenizer: Tokenizer, task: str | Task, examples: Sequ
 # The run
 # ---------------------------------------------------------------------------------------------
 def _load_model(cfg: FinetuneConfig, tokenizer: Tokenizer | None) -> tuple[Bert, Tokenizer]:
-    if isinstance(cfg.model, Bert):
+    if isinstance(cfg.model, torch.nn.Module):  # a loaded model of any family, not a name or path
         if tokenizer is None:
-            raise FinetuneError("cfg.model is a Bert: pass its tokenizer too (finetune(cfg, tokenizer=tok)).")
+            raise FinetuneError("cfg.model is a loaded model: pass its tokenizer too (finetune(cfg, tokenizer=tok)).")
         return cfg.model, tokenizer
     from bertlab.loading import load
 
@@ -543,7 +543,7 @@ def finetune(
     t0 = time.perf_counter()
     task = get_task(cfg.task)
     cfg = cfg.resolved()
-    if not isinstance(cfg.model, Bert) and cfg.model == cfg.recipe.model:
+    if not isinstance(cfg.model, torch.nn.Module) and cfg.model == cfg.recipe.model:
         log.info("starting from %s (this task's default start)", cfg.recipe.start_name)
     base, tok = _load_model(cfg, tokenizer)
     train_ex, dev_ex, data_note, held_out = _examples(cfg, task, train_examples, eval_examples)

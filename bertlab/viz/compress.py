@@ -171,6 +171,8 @@ def variants_html(variants: Sequence[Mapping[str, Any]]) -> str:
             f"<td>{_latency(v, 1, '.1f')}</td><td>{_speedup(v, base, 1)}</td>"
             f"<td>{_latency(v, 32, '.0f')}</td><td>{_speedup(v, base, 32)}</td>"
             f"<td>{_cell(v.get('score'), '.3f')}</td><td>{scored_on}</td><td>{_cell(delta, '+.1f')}</td></tr>")
+    whys = "".join(f'<div style="font-size:0.9em"><b>{html.escape(v["name"])}</b>: {html.escape(v["why"])}</div>'
+                   for v in variants if v.get("why"))
     # words whole (the page's HTML widget breaks them anywhere in a narrow column): a wide table scrolls instead
     style = "border-collapse:collapse;font-size:0.9em;word-break:normal;overflow-wrap:normal"
     return (f'<div style="overflow-x:auto;max-width:100%"><table class="bertlab-compress-table" style="{style}" '
@@ -178,10 +180,24 @@ def variants_html(variants: Sequence[Mapping[str, Any]]) -> str:
             f'<div style="{MUTED};font-size:0.85em">Size: the saved weights (in memory when not saved); '
             "× original and Δ score (points) against the model it came from, Δ only between scores on the same "
             "held-out examples; latency on this machine's CPU, median of a few batches (fastest–slowest in "
-            "brackets): a speed-up marked (noise) lies within that spread.</div>")
+            "brackets): a speed-up marked (noise) lies within that spread; each model is timed once a "
+            f"session.</div>{whys}")
 
 
-__all__ = ["comparable", "plot_distill_curves", "plot_prune_curve", "plot_variants", "variants_html", "within_noise"]
+def peer_text(peer: Mapping[str, Any], torch_row: Mapping[str, Any], shown: Callable[[str], str] = str) -> str:
+    """What the ONNX Runtime row of an int8 model says beside torch's: both timings (taken in turns on the same
+    sentences), both scores on the same held-out examples, and the file to deploy."""
+    parts = [f"ONNX Runtime runs the same int8 model in {peer['latency_ms_b1']:.1f} ms at batch 1, torch's int8 "
+             f"in {torch_row['latency_ms_b1']:.1f} ms (timed in turns on the same sentences)"]
+    if peer.get("score") is not None and torch_row.get("score") is not None:
+        parts.append(f"{peer['metric']} {peer['score']:.3f} against torch's {torch_row['score']:.3f} on the same "
+                     f"{peer['eval_examples']:,} held-out examples")
+    deploy = f"; the file to deploy: {shown(peer['folder'])}" if peer.get("folder") else ""
+    return ", ".join(parts) + deploy + "."
+
+
+__all__ = ["comparable", "peer_text", "plot_distill_curves", "plot_prune_curve", "plot_variants", "variants_html",
+           "within_noise"]
 
 
 def made_text(row: Mapping[str, Any], shown: Callable[[str], str] = str) -> str:
@@ -198,6 +214,8 @@ def made_text(row: Mapping[str, Any], shown: Callable[[str], str] = str) -> str:
                      f"both on the same {row['eval_examples']:,} held-out examples)")
     saved = f"; saved in {shown(row['folder'])}" if row.get("folder") else ""
     text = ", ".join(parts) + saved + ". It joins the model list."
+    if row.get("why"):
+        text += " " + row["why"]
     if row["method"] == "pruned":
         text += (" Its layers now have different numbers of heads: the Attention and Ablation tabs, which draw "
                  "every layer's heads side by side, need the full set and will say they cannot show it.")
