@@ -1,4 +1,4 @@
-"""A sentence classifier's training step with the encoder packing the real tokens (`bertlab.model.Packing`,
+"""A sentence classifier's training step with the encoder packing the real tokens (`bertlab.fast.unpad_input`,
 what training does) against the padded path (`model.bert.packing = False`), same model, same batches, in one
 process.
 
