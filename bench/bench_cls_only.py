@@ -23,7 +23,7 @@ from turns import PRESETS, load_average, median_in_turns, meta
 def main() -> None:
     import bertlab.families  # noqa: F401 (hands the model classes their family records)
     from bertlab.config import BertConfig
-    from bertlab.model import Bert
+    from bertlab.families.bert import Bert
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", nargs="+", default=["minilm"], choices=list(PRESETS))

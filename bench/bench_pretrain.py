@@ -102,8 +102,8 @@ def build_models(preset: str, vocab_size: int, seq: int, seed: int) -> tuple[nn.
     import transformers
 
     from bertlab.config import BertConfig
+    from bertlab.families.bert import Bert
     from bertlab.loading import check_state, normalise_keys
-    from bertlab.model import Bert
 
     layers, hidden, heads, inter = PRESETS[preset]
     hf_cfg = transformers.BertConfig(

@@ -8,7 +8,7 @@ import torch
 
 import bertlab.families  # noqa: F401 (hands Bert its family record)
 from bertlab.config import BertConfig
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 
 
 def _model(task="token_classification"):

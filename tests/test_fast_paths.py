@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import bertlab.families  # noqa: F401  (registers the families: a model can be built from its class)
 from bertlab.config import BertConfig
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 
 PATTERN = "hook_pattern"
 

@@ -713,7 +713,7 @@ def nsp_examples(tok) -> list[dict]:
 
 def tiny_bert(tok, seed: int = 0, dropout: float = 0.1):
     from bertlab.config import BertConfig
-    from bertlab.model import Bert
+    from bertlab.families.bert import Bert
 
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -15,7 +15,7 @@ import torch
 import bertlab.families  # noqa: F401 (hands Bert its family record)
 from bertlab import fast
 from bertlab.config import BertConfig
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 
 TASKS = ["sequence_classification", "token_classification", None]
 
