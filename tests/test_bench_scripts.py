@@ -42,7 +42,7 @@ def _run(script: str, *args: str, env: dict | None = None) -> subprocess.Complet
 def test_pretrain_script_runs_every_variant(tmp_path):
     out = tmp_path / "pretrain.json"
     proc = _run("bench_pretrain.py", "--presets", "tiny", "--batch", "2", "--seq", "32", "--steps", "1",
-                "--warmup", "1", "--batches", "1", "--profile", "1", "--out", str(out))
+                "--warmup", "1", "--batches", "1", "--profile", "1", "--precision", "fp32", "--out", str(out))
     result = json.loads(out.read_text())
     rows = result["rows"]
     assert [r["variant"] for r in rows] == ["hf", "bertlab", "bertlab-lean", "bertlab-full-head"]

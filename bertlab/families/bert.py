@@ -11,6 +11,14 @@ from bertlab.families.core import Family, FamilyModel
 from bertlab.model import BertModel, BertPreTrainingHeads, ModelOutput, add_task_heads, task_logits
 
 
+def check_bert_config(d: dict) -> None:
+    """Refuse a BERT config.json that asks for what BERT does not have (an embedding projection)."""
+    width, hidden = d.get("embedding_size"), d.get("hidden_size")
+    if width is not None and width != hidden:
+        raise ConfigError(f"embedding_size {width} differs from hidden_size {hidden}: BERT has no embedding "
+                          f"projection (ALBERT and ELECTRA do: set model_type to one of them).")
+
+
 class Bert(FamilyModel):
     """A BERT encoder with whichever heads its config names; HF weight names throughout."""
 
@@ -109,6 +117,7 @@ FAMILY = Family(
     hook_paths=bert_layer_hook_paths("bert"),
     head_keys={"mlm": "cls.predictions.transform.dense.weight", "nsp": "cls.seq_relationship.weight"},
     pooler_key="bert.pooler.dense.weight",
+    check=check_bert_config,
     tokenizer_kind="wordpiece",
     special_tokens=WORDPIECE_SPECIALS,
     base_keys=("embeddings.", "encoder.", "pooler."),
