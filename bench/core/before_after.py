@@ -47,6 +47,9 @@ def _finetune(d: dict) -> dict:
     return {"bertlab_fp32_s": lab["seconds"], "bertlab_fp32_s_each": lab["seconds_each"],
             "hf_grouped_s": hf["seconds"], "hf_grouped_s_each": hf["seconds_each"],
             "speedup_vs_hf_grouped": round(hf["seconds"] / lab["seconds"], 3),
+            # each round's own ratio (the two ran next to each other in it): less hit by a load that drifts
+            "speedup_vs_hf_grouped_per_round": [round(h / x, 3) for x, h in zip(lab["seconds_each"],
+                                                                                hf["seconds_each"])],
             "load_start": d["meta"]["load_avg_start"], "load_end": d["meta"]["load_avg_end"]}
 
 
@@ -68,8 +71,15 @@ def main() -> None:
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args()
-    get = lambda name: _rows(a.dir / name)  # noqa: E731
-    ablation = get("ablation.json")
+
+    def get(name: str) -> dict | None:  # None: that bench did not finish
+        return _rows(a.dir / name) if (a.dir / name).exists() else None
+
+    def part(fn, name: str):
+        d = get(name)
+        return fn(d) if d is not None else None
+
+    ablation = get("ablation.json") or {"meta": None, "rows": []}
     worth = {r["off"]: r for r in ablation["rows"]}
     devices = [{"device": name, "what": what, "status": status,
                 "seconds_off": worth.get(name, {}).get("seconds"),
@@ -80,14 +90,14 @@ def main() -> None:
         "meta": {"what": "issue 47: the model core before and after the refactor, same machine, 1 thread, turns "
                          "within each bench; the machine was shared (load averages in each part)",
                  "ablation": ablation["meta"]},
-        "finetune_sst2_fp32": {"before": _finetune(get("before_finetune.json")),
-                               "after": _finetune(get("after_finetune.json"))},
-        "forward": {"before": _forward(get("before_forward.json")), "after": _forward(get("after_forward.json")),
-                    "load_before": get("before_forward.json")["meta"].get("load_average"),
-                    "load_after": get("after_forward.json")["meta"].get("load_average")},
-        "pretrain_fp32": {"before": _pretrain(get("before_pretrain.json")),
-                          "before_heap_default": _pretrain(_rows(heap_default)) if heap_default.exists() else None,
-                          "after": _pretrain(get("after_pretrain.json"))},
+        "finetune_sst2_fp32": {"before": part(_finetune, "before_finetune.json"),
+                               "after": part(_finetune, "after_finetune.json")},
+        "forward": {"before": part(_forward, "before_forward.json"), "after": part(_forward, "after_forward.json"),
+                    "load_before": part(lambda d: d["meta"].get("load_average"), "before_forward.json"),
+                    "load_after": part(lambda d: d["meta"].get("load_average"), "after_forward.json")},
+        "pretrain_fp32": {"before": part(_pretrain, "before_pretrain.json"),
+                          "before_heap_default": part(_pretrain, heap_default.name),
+                          "after": part(_pretrain, "after_pretrain.json")},
         "devices": devices,
         "ablation_rows": ablation["rows"],
     }
