@@ -59,7 +59,7 @@ define TORCH_CHECK
 import json, platform, sys
 items = json.load(open(sys.argv[1]))["install"]
 if not items:
-    print("torch: the pinned version is already installed")
+    print("torch: an installed version already meets the requirement")
 for item in items:
     version, url = item["metadata"]["version"], item["download_info"]["url"]
     if platform.system() == "Linux" and "+cpu" not in version:

@@ -211,7 +211,7 @@ Run = Callable[[list, int | None], None]  # run(features, steps): `steps` optimi
 def prepare_bertlab(spec: Mapping[str, Any], tok: Any, counting: CountingCollate) -> Run:
     """A bertlab variant's model; the returned callable trains it with the lab's loop."""
     from bertlab.config import BertConfig
-    from bertlab.model import Bert
+    from bertlab.families.bert import Bert
     from bertlab.tasks import BucketBatchSampler, collate
     from bertlab.training import loop
     from bertlab.training.loop import TrainConfig, train

@@ -19,16 +19,8 @@ bertlab within a precision. Variants:
   bertlab-lean       the same model, a loss without metrics (no `.item()` host syncs)
   bertlab-full-head  bertlab with the head on all positions, as HF: separates the implementation from
                      the algorithmic saving of predicting only where it is needed
-  bertlab-unplanned  `bertlab` stepped without the host's packing plan (not run unless asked for): every step of
-                     the others runs inside `bertlab.model.packing_plan`, as the training loop's does, so the
-                     model knows from the host's copy of the mask that these full-length batches have no
-                     padding; without it, on a GPU, the model packs them after waiting for the device to find
-                     their tokens (bertlab before the plan). On a CPU the two are alike
 
-On a CPU every variant runs with the C heap kept between steps (`--heap kept`, `bertlab.runtime.kept_heap`, what
-bertlab's training loop does): glibc's defaults hand a step's freed memory back to the system and fault it in
-again in the next step, which in one process that alternates two models can cost both a varying share of each
-step; `--heap default` measures that way. Each step (forward, backward, clip, optimizer step) is timed
+Each step (forward, backward, clip, optimizer step) is timed
 alone, with `torch.cuda.synchronize()` around it on GPU. The variants take turns step by step (warm-up rounds,
 then timed rounds, the order rotated each round), so that a machine shared with other work slows them alike.
 The table gives the median step, tokens/s (batch x seq tokens per step), the speed-up against HF (above 1 = faster than
@@ -57,7 +49,6 @@ a like-for-like speed-up above it must come from elsewhere (fewer passes over me
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
 import logging
@@ -66,7 +57,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -79,8 +70,8 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "minilm": (6, 384, 12, 1536),  # the offline default's shape (all-MiniLM-L6-v2)
     "base": (12, 768, 12, 3072),  # BERT-base
 }
-VARIANTS = ("hf", "bertlab", "bertlab-lean", "bertlab-full-head", "bertlab-unplanned")
-DEFAULT_VARIANTS = VARIANTS[:4]  # bertlab-unplanned only when asked for: on a CPU it is `bertlab`
+VARIANTS = ("hf", "bertlab", "bertlab-lean", "bertlab-full-head")
+DEFAULT_VARIANTS = VARIANTS
 # Dense (no sparsity) bf16 peak TFLOP/s from the vendors' data sheets, by a piece of the name torch reports
 # (`torch.cuda.get_device_name`); the first piece found in the name wins, so the more specific come first.
 PEAK_BF16_TFLOPS: tuple[tuple[str, float], ...] = (
@@ -103,7 +94,6 @@ class Setup:
     preset: str
     batch: int
     seq: int
-    host_masks: list = field(default_factory=list)  # their attention masks on the CPU (for `packing_plan`)
 
 
 # -- models ------------------------------------------------------------------------------------
@@ -112,8 +102,8 @@ def build_models(preset: str, vocab_size: int, seq: int, seed: int) -> tuple[nn.
     import transformers
 
     from bertlab.config import BertConfig
+    from bertlab.families.bert import Bert
     from bertlab.loading import check_state, normalise_keys
-    from bertlab.model import Bert
 
     layers, hidden, heads, inter = PRESETS[preset]
     hf_cfg = transformers.BertConfig(
@@ -167,7 +157,7 @@ def full_head_loss(model: nn.Module, batch) -> torch.Tensor:
 
 
 LOSSES: dict[str, LossFn] = {"hf": hf_loss, "bertlab": lab_loss, "bertlab-lean": lean_loss,
-                             "bertlab-full-head": full_head_loss, "bertlab-unplanned": lab_loss}
+                             "bertlab-full-head": full_head_loss}
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -222,7 +212,7 @@ class VariantRun:
         t = time.perf_counter()
         i = self.done % len(self.setup.batches)
         batch = self.setup.batches[i]
-        with autocast_context(self.precision, self.device), self._plan(i, batch):
+        with autocast_context(self.precision, self.device):
             loss = self.loss_fn(self.runner, batch)
         loss.backward()
         if self.variant == "hf":  # what HF's Trainer does
@@ -237,15 +227,6 @@ class VariantRun:
         if cuda:
             self.transient_peak = max(self.transient_peak, torch.cuda.max_memory_allocated(self.device) - before)
         self.done += 1
-
-    def _plan(self, i: int, batch) -> contextlib.AbstractContextManager:
-        """The training loop's `packing_plan` for bertlab's variants (the host's copy of the mask); none for HF
-        and `bertlab-unplanned`."""
-        from bertlab.model import packing_plan
-
-        if self.variant in ("hf", "bertlab-unplanned") or not self.setup.host_masks:
-            return contextlib.nullcontext()
-        return packing_plan(self.setup.host_masks[i], batch.attention_mask)
 
     def peak_mem_mb(self) -> int | None:
         """Peak GPU memory of this variant alone: its weights and optimizer state plus its largest step."""
@@ -272,7 +253,7 @@ KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("loss", ("cross_entropy", "nll_loss", "log_softmax", "logsoftmax")),
     ("attention", ("flash", "fmha", "attention", "softmax")),
     ("layernorm", ("layer_norm", "layernorm")),
-    ("dropout", ("dropout", "bernoulli", "philox", "aten::random_")),  # random_: bertlab's CPU masks (dropout_scale)
+    ("dropout", ("dropout", "bernoulli", "philox", "aten::random_")),
     ("optimizer", ("adam", "multi_tensor", "foreach", "vector_norm", "clip_grad")),
     ("matmul", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "aten::mm", "aten::addmm", "aten::bmm",
                 "aten::baddbmm", "aten::matmul")),
@@ -377,7 +358,7 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device, precisi
     """The rows of one shape in one precision ("fp32" or "bf16"): every variant on the same batches."""
     batches = make_batches(a.batches, a.batch, a.seq, a.seed, device)
     vocab = VOCAB_SIZE
-    setup = Setup(device, batches, vocab, preset, a.batch, a.seq, [b.attention_mask.cpu() for b in batches])
+    setup = Setup(device, batches, vocab, preset, a.batch, a.seq)
     hf, ours = build_models(preset, vocab, a.seq, a.seed)
     loss_diff = check_same_loss(hf, ours, setup)
     layers, hidden, _, _ = PRESETS[preset]
@@ -387,12 +368,9 @@ def run_preset(preset: str, a: argparse.Namespace, device: torch.device, precisi
     needed = flops_per_step(n_enc, layers, hidden, vocab, a.seq, tokens, masked)
     runs = [VariantRun(v, copy.deepcopy(hf if v == "hf" else ours), setup, a.compile, precision)  # same weights
             for v in a.variants]
-    from bertlab.runtime import kept_heap
-
-    with kept_heap() if device.type == "cpu" and a.heap == "kept" else contextlib.nullcontext():
-        work = {run.variant: matmul_flops(run) for run in runs}
-        time_variants(runs, a.warmup, a.steps)
-        profiles = {run.variant: profile_or_error(run, a.profile) for run in runs} if a.profile else {}
+    work = {run.variant: matmul_flops(run) for run in runs}
+    time_variants(runs, a.warmup, a.steps)
+    profiles = {run.variant: profile_or_error(run, a.profile) for run in runs} if a.profile else {}
     peak = a.peak_tflops * 1e12 if device.type == "cuda" else None
     medians = {run.variant: statistics.median(run.times) for run in runs}
     hf_times = next((run.times for run in runs if run.variant == "hf"), None)
@@ -460,9 +438,6 @@ def _parse() -> argparse.Namespace:
                    help="peak dense bf16 TFLOP/s for MFU (default: the GPU's, by its name; see PEAK_BF16_TFLOPS)")
     p.add_argument("--threads", type=int, default=torch.get_num_threads())
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--heap", choices=("kept", "default"), default="kept",
-                   help="CPU: glibc keeps freed memory between steps for every variant (`kept_heap`, what bertlab's "
-                        "training loop does), or its defaults for every variant")
     p.add_argument("--quick", action="store_true", help="MiniLM shape, hf and bertlab only, few steps")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "pretrain.json"))
     a = p.parse_args()
@@ -504,7 +479,7 @@ def main() -> None:
             "gpu": gpu, "cpu": platform.processor() or platform.machine(), "threads": a.threads,
             "precision": " and ".join("bf16 autocast" if p == "bf16" else p for p in precisions), "steps": a.steps,
             "warmup": a.warmup, "compile": a.compile, "profile_steps": a.profile,
-            "heap": a.heap if a.device == "cpu" else None,
+            "heap": "default" if a.device == "cpu" else None,
             "load_avg_start": load_start, "load_avg_end": [round(x, 2) for x in os.getloadavg()],
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "peak_tflops": a.peak_tflops if a.device == "cuda" else None}

@@ -92,7 +92,7 @@ fi
 
 BERTLAB=("$PY" -m bertlab.cli)
 # the benchmarks' variants; a rerun that asks one question gives other lists (GPU_CHECK_PT_VARIANTS,
-# GPU_CHECK_FT_VARIANTS: e.g. bertlab-unplanned, bertlab-padded, bertlab-shuffled-padded for packing, bench/README.md)
+# GPU_CHECK_FT_VARIANTS: e.g. bertlab-padded, bertlab-shuffled-padded for packing, bench/README.md)
 read -r -a PT_VARIANTS <<<"${GPU_CHECK_PT_VARIANTS:-hf bertlab bertlab-lean bertlab-full-head}"
 read -r -a FT_VARIANTS <<<"${GPU_CHECK_FT_VARIANTS:-bertlab hf-grouped-bf16 hf}"
 if [ "$TINY" = 1 ]; then

@@ -16,15 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time __getattr__ imports them
     from bertlab.config import BertConfig  # noqa: F401
+    from bertlab.families.bert import Bert  # noqa: F401
     from bertlab.loading import load, save_pretrained  # noqa: F401
-    from bertlab.model import Bert, MissingHeadError, ModelOutput  # noqa: F401
+    from bertlab.model import MissingHeadError, ModelOutput  # noqa: F401
     from bertlab.tokenizer import Encoding, Tokenizer  # noqa: F401
     from bertlab.weights import CheckpointError  # noqa: F401
 
 __version__ = "0.1.0"
 _HOME = {
     "BertConfig": "bertlab.config", "CheckpointError": "bertlab.weights", "load": "bertlab.loading",
-    "save_pretrained": "bertlab.loading", "Bert": "bertlab.model", "MissingHeadError": "bertlab.model",
+    "save_pretrained": "bertlab.loading", "Bert": "bertlab.families.bert", "MissingHeadError": "bertlab.model",
     "ModelOutput": "bertlab.model", "Encoding": "bertlab.tokenizer", "Tokenizer": "bertlab.tokenizer",
 }
 __all__ = sorted(_HOME)

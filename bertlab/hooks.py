@@ -8,7 +8,6 @@ from typing import Callable, Iterable, Iterator, Union
 
 import torch
 from torch import nn
-from torch.nn.modules import module as _torch_module
 
 # fn(activation, hook_name) -> replacement activation, or None to leave it as it is.
 HookFn = Callable[[torch.Tensor, str], Union[torch.Tensor, None]]
@@ -19,50 +18,21 @@ NameFilter = Union[None, str, Iterable[str], Callable[[str], bool]]
 
 
 class HookPoint(nn.Module):
-    """Identity; `name` is its module path, set by `name_hook_points`."""
+    """Identity; `name` is its module path, set by `name_hook_points`. `hooks` attaches functions to it
+    (as torch forward hooks) and keeps them in `attached`, so that the model can skip work nobody reads."""
 
     def __init__(self) -> None:
         super().__init__()
         self.name = ""
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        # Nothing attached here nor globally: the identity without nn.Module's call machinery (a model has
-        # dozens of hook points per pass, and at batch 1 their calls cost as much as small kernels).
-        if module_hooked(self):
-            return super().__call__(x)
-        return x
+        self.attached: list[Callable] = []  # the forward hooks `hooks` put on this point, in order
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x
 
     @property
     def active(self) -> bool:
-        """True when a hook is attached: lets the model skip work nobody reads."""
-        return bool(self._forward_hooks)
-
-
-def module_hooked(module: nn.Module) -> bool:
-    """True when a torch hook would run on this module's call: one of its own, or one registered for every module."""
-    return bool(module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
-                or module._backward_pre_hooks) or _global_hooks()
-
-
-def hook_tables(modules: Iterable[nn.Module]) -> list[dict]:
-    """The tables in which torch keeps these modules' hooks (filled and emptied in place, never replaced):
-    `any_hooked` of them looks cheaply whether a call of any of the modules would run a hook."""
-    return [t for m in modules for t in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks,
-                                         m._backward_pre_hooks)]
-
-
-def any_hooked(tables: list[dict]) -> bool:
-    """True when a hook is in one of these tables (`hook_tables`) or registered for every module."""
-    return _global_hooks() or any(tables)
-
-
-def _global_hooks() -> bool:
-    """True when a hook is registered for every module (`torch.nn.modules.module.register_module_forward_hook`...)."""
-    return bool(_torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks
-                or _torch_module._global_backward_hooks or _torch_module._global_backward_pre_hooks)
+        """True when a hook is attached (through `hooks`): lets the model skip work nobody reads."""
+        return bool(self.attached)
 
 
 def name_hook_points(model: nn.Module) -> dict[str, HookPoint]:
@@ -98,32 +68,31 @@ def hooks(points: dict[str, HookPoint], fwd_hooks: Iterable[tuple[NameFilter, Ho
     """Attach `(names, fn)` forward hooks, and backward hooks that see the gradient at those hook
     points, for the duration of the block; always removes them. Nothing is attached for what is not
     asked: the forward pass without hooks (and without gradients) pays nothing."""
-    handles = []
+    attached: list[tuple[HookPoint, Callable, object]] = []
+
+    def attach(point: HookPoint, hook: Callable) -> None:
+        attached.append((point, hook, point.register_forward_hook(hook)))
+        point.attached.append(hook)
+
     try:
         for which, fn in fwd_hooks:
             for name in select(points, which):
-                handles.append(points[name].register_forward_hook(_wrap(fn, name)))
+                attach(points[name], _wrap(fn, name))
         for which, fn in bwd_hooks:  # after the forward hooks: the gradient of the activation they leave
             for name in select(points, which):
-                handles.append(points[name].register_forward_hook(_grad_tap(fn, name)))
+                attach(points[name], _grad_tap(fn, name))
         yield
     finally:
-        for h in handles:
-            h.remove()
+        for point, hook, handle in attached:
+            handle.remove()
+            point.attached.remove(hook)
 
 
 def _wrap(fn: HookFn, name: str):
     def hook(module: nn.Module, inputs, output):
         return fn(output, name)
 
-    hook.reads_only = getattr(fn, "reads_only", False)  # passed on: see `reads_only`
     return hook
-
-
-def reads_only(point: HookPoint) -> bool:
-    """True when every hook on `point` only reads (a cache's store, marked `fn.reads_only = True`):
-    the model may then compute the activation another way, or only the part that is read."""
-    return all(getattr(h, "reads_only", False) for h in point._forward_hooks.values())
 
 
 def _grad_tap(fn: GradHookFn, name: str):

@@ -27,12 +27,11 @@ from safetensors.torch import load_file, save_file
 
 from bertlab.compressed import storage  # pruned heads / int8 weights: the folder format beside this one
 from bertlab.config import ARCHITECTURES, BertConfig, ConfigError
-from bertlab.families import Family, FamilyError, assemble, family_for, spec_from_hf
+from bertlab.families import Family, FamilyError, FamilyModel, assemble, family_for, spec_from_hf
 from bertlab.families.core import check_state as family_check_state
 from bertlab.families.core import normalise_keys as family_keys
 from bertlab.families.core import tied_in, ties_decoder
 from bertlab.inputs import InputError, check_path_text, echo
-from bertlab.model import HookedModel
 from bertlab.settings import (  # DEFAULT_ENCODER, DEFAULT_MODEL: re-exported
     DEFAULT_ENCODER,
     DEFAULT_MODEL,
@@ -54,7 +53,7 @@ COMPOSED_VERSION = 1  # bump when the composed default's file changes meaning: o
 # ---------------------------------------------------------------------------------------------
 # Public API
 # ---------------------------------------------------------------------------------------------
-def load(source: str | os.PathLike | None = None, revision: str | None = None) -> tuple[HookedModel, Tokenizer]:
+def load(source: str | os.PathLike | None = None, revision: str | None = None) -> tuple[FamilyModel, Tokenizer]:
     """Load a BERT checkpoint and its tokenizer, in eval mode.
 
     source: None = the offline default (MiniLM-L6 with bertlab's MLM/NSP heads); "default-encoder" =
@@ -94,7 +93,7 @@ def load_model(
     source: str | None = None,
     extra_state: dict[str, torch.Tensor] | None = None,
     share: bool = False,
-) -> tuple[HookedModel, LoadReport]:
+) -> tuple[FamilyModel, LoadReport]:
     """Build the model of `folder`'s config.json and weights (strict), in eval mode; its family
     (config.json's model_type) says how. `extra_state` adds or replaces weights (e.g. trained heads,
     under the model's own names) before the checks: the model gets the heads it holds.
@@ -134,7 +133,7 @@ def _read_spec(folder: Path) -> tuple[Family, BertConfig]:
 
 
 def _assemble(folder: Path, family: Family, spec: BertConfig, weights_file: Path, state: dict[str, torch.Tensor],
-              source: str | None, share: bool) -> tuple[HookedModel, LoadReport]:
+              source: str | None, share: bool) -> tuple[FamilyModel, LoadReport]:
     """The model `state` describes, built by its family and checked strictly against `spec`."""
     try:
         model, found = assemble(family, spec, state, weights_file, share)
@@ -152,7 +151,7 @@ def _assemble(folder: Path, family: Family, spec: BertConfig, weights_file: Path
     return model, report
 
 
-def load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[HookedModel, LoadReport]:
+def load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[FamilyModel, LoadReport]:
     """The offline default plus bertlab's trained MLM/NSP heads, when they ship (see
     recipes.default_heads): one model built once, from the package's weights and the heads file.
     `heads` names another heads file (the start of `train-default-heads --init-heads`).
@@ -181,7 +180,7 @@ def load_default(folder: Path, heads: str | os.PathLike | None = None) -> tuple[
     return model, report
 
 
-def save_pretrained(model: HookedModel, tokenizer: Tokenizer | None, folder: str | os.PathLike) -> Path:
+def save_pretrained(model: FamilyModel, tokenizer: Tokenizer | None, folder: str | os.PathLike) -> Path:
     """Write config.json, model.safetensors and the tokenizer files (HF layout: transformers loads it).
     The weights go to a new file renamed into place, so a model loaded from the old one is unharmed."""
     folder = Path(folder)
@@ -212,7 +211,7 @@ def composed_default_path(folder: Path, heads: Path) -> Path:
     return weights_cache_dir() / f"default-{hashlib.sha256(key.encode()).hexdigest()[:16]}.safetensors"
 
 
-def _load_composed(folder: Path, heads: Path, heads_state: dict[str, torch.Tensor]) -> tuple[HookedModel, LoadReport]:
+def _load_composed(folder: Path, heads: Path, heads_state: dict[str, torch.Tensor]) -> tuple[FamilyModel, LoadReport]:
     """The offline default with `heads` merged in, mapped from its composed float32 file (written
     on first use); built in private memory, as before, when that file cannot be written."""
     try:
@@ -409,7 +408,7 @@ def normalise_keys(state: dict[str, torch.Tensor], family: Family | None = None)
         raise CheckpointError(str(e)) from e
 
 
-def check_state(model: HookedModel, state: dict[str, torch.Tensor], weights_file: Path) -> None:
+def check_state(model: FamilyModel, state: dict[str, torch.Tensor], weights_file: Path) -> None:
     """Equal key sets (tied copies aside) and equal shapes, or one CheckpointError naming them."""
     try:
         family_check_state(model.family.family, model, state, weights_file)

@@ -10,7 +10,6 @@ import hashlib
 import logging
 import os
 import re
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -105,106 +104,6 @@ def release_free_memory() -> bool:
         return False
     trim(0)
     return True
-
-
-def resident_bytes() -> int | None:
-    """This process's resident memory in bytes (Linux's /proc/self/statm), or None where it cannot be read."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError, AttributeError):
-        return None
-
-
-class HeapCreep:
-    """When a CPU training run trims the C heap between steps: only once the process's resident memory has crept
-    past what the run's first steps settled on (more than `growth` times it plus `slack`), then it learns the level
-    afresh from the next `settle` steps. Batches of changing shapes leave holes in a kept heap (`kept_heap`) that
-    can add up to gigabytes over a long run (a long QA run once did); a trim hands them back, and the next step
-    faults its memory in again, page by page, so trimming on a fixed count of steps costs every run that never
-    creeps. Where resident memory cannot be read (not Linux),
-    it trims every `every` steps. `after_step()` says whether it trimmed."""
-
-    def __init__(self, every: int, trim: Callable[[], object], *, growth: float = 1.5, slack: int = 128 * 2**20,
-                 settle: int = 3, resident: Callable[[], int | None] | None = None) -> None:
-        self.every, self.trim, self.growth, self.slack, self.settle = every, trim, growth, slack, settle
-        self.resident = resident or resident_bytes
-        self.steps = 0  # steps seen
-        self.level = 0  # the largest resident memory over the steps that settled it
-        self.settled = 0  # steps that went into `level` since the start or the last trim
-        self.trims = 0
-
-    def after_step(self) -> bool:
-        self.steps += 1
-        now = self.resident()
-        if now is None:
-            due = self.steps % self.every == 0
-        elif self.settled < self.settle:
-            self.level, self.settled = max(self.level, now), self.settled + 1
-            due = False
-        else:
-            due = now > self.level * self.growth + self.slack
-        if due:
-            self.trim()
-            self.trims += 1
-            self.level = self.settled = 0
-        return due
-
-
-# glibc's mallopt parameters (malloc.h) and what a training run sets them to
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-HEAP_MMAP_THRESHOLD = 32 * 2**20  # the largest glibc takes on 64-bit: blocks up to 32 MiB come from the heap
-HEAP_KEPT = 2**31 - 1  # free memory at the heap's top that glibc keeps instead of handing back (an int's largest)
-HEAP_AFTER = 64 * 2**20  # after a run: what glibc's own adaptive threshold reaches once 32 MiB blocks are freed
-
-
-@contextmanager
-def kept_heap() -> Iterator[bool]:
-    """While a CPU training run lasts, glibc keeps the memory a step frees for the next step, instead of handing it
-    back to the system and faulting it in again, page by page, in the next (its adaptive thresholds do so until they
-    settle on a workload's sizes, and again when the sizes change): blocks up to 32 MiB come from the heap and its
-    free top is kept. Afterwards the heap is trimmed (`release_free_memory`) and a modest threshold set back.
-    Yields whether it applies (glibc only)."""
-    mallopt = _mallopt()
-    if mallopt is None:
-        yield False
-        return
-    with _HEAP_RUNS.lock:  # the setting is the process's: the last of several runs at once sets it back
-        _HEAP_RUNS.count += 1
-        mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD)
-        mallopt(M_TRIM_THRESHOLD, HEAP_KEPT)
-    try:
-        yield True
-    finally:
-        with _HEAP_RUNS.lock:
-            _HEAP_RUNS.count -= 1
-            last = _HEAP_RUNS.count == 0
-            if last:
-                mallopt(M_TRIM_THRESHOLD, HEAP_AFTER)
-        if last:
-            release_free_memory()
-
-
-class _HeapRuns:
-    """How many `kept_heap` blocks are open in this process (the glibc setting is process-wide)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.count = 0
-
-
-_HEAP_RUNS = _HeapRuns()
-
-
-@functools.cache
-def _mallopt() -> Callable[[int, int], int] | None:
-    """glibc's mallopt, looked up once; None elsewhere (macOS, Windows, musl)."""
-    try:
-        fn = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError, TypeError):
-        return None
-    fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return fn
 
 
 @functools.cache

@@ -21,9 +21,10 @@ from bertlab.analysis.mask import (
     text_words,
 )
 from bertlab.config import BertConfig
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError
 from bertlab.loading import load
-from bertlab.model import Bert, MissingHeadError
+from bertlab.model import MissingHeadError
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.mask import LOG10_FLOOR, TRUE_BAR, plot_fill_mask, plot_word_predictability
 

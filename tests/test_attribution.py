@@ -27,8 +27,8 @@ from bertlab.analysis.attribution import (
 )
 from bertlab.analysis.targets import class_target, mask_target, pair_target, span_target, tag_target
 from bertlab.config import BertConfig
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError
-from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -81,22 +81,6 @@ def test_pretrain_models_share_weights_and_the_check_catches_a_difference():
         bp.check_same_loss(hf, ours, setup)
 
 
-def test_pretrain_steps_bertlab_inside_the_training_loops_packing_plan_unless_unplanned():
-    """bertlab's variants step as the training loop does (the host's copy of the mask), bertlab-unplanned and HF
-    without it."""
-    bp = _module("bench_pretrain")
-    batches = bp.make_batches(1, 2, 16, 0, torch.device("cpu"))
-    setup = bp.Setup(torch.device("cpu"), batches, 30522, "tiny", 2, 16, [b.attention_mask.cpu() for b in batches])
-    hf, ours = bp.build_models("tiny", 30522, 16, seed=0)
-    for variant, model, planned in (("bertlab", ours, True), ("bertlab-unplanned", ours, False), ("hf", hf, False)):
-        run = bp.VariantRun(variant, model, setup, False, "fp32")
-        with run._plan(0, batches[0]) as plan:
-            assert (plan is not None) == planned
-            if planned:
-                assert plan.mask is batches[0].attention_mask and plan.padding == 0.0
-    assert "bertlab-unplanned" in bp.VARIANTS and "bertlab-unplanned" not in bp.DEFAULT_VARIANTS
-
-
 def test_profiled_work_is_sorted_into_kinds_by_its_names():
     """CPU op names and CUDA kernel names (as torch's profiler reports them on an H100) land in their kind."""
     bp = _module("bench_pretrain")

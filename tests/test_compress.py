@@ -374,7 +374,7 @@ def test_latency_is_timed_on_inputs_the_model_can_read(tok):
     """A model that reads fewer tokens than the timing sentences have (a tiny one, 16 positions) is timed on
     sentences cut to its limit, not refused."""
     from bertlab.compress.measure import measure
-    from bertlab.model import Bert
+    from bertlab.families.bert import Bert
 
     cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                      intermediate_size=64, max_position_embeddings=16)

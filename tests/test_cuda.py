@@ -125,12 +125,12 @@ def _padded_batch(tok, device: str) -> tuple[torch.Tensor, torch.Tensor, torch.T
 
 
 def _run(model, ids, types, mask, path: str, bf16: bool):
-    model.set_attention_path(path)
+    model.set_attn_implementation(path)
     try:
         with torch.no_grad(), torch.autocast(ids.device.type, torch.bfloat16, enabled=bf16):
             out, cache = model.run_with_cache(ids, types, mask, names=lambda n: n.endswith("hook_resid_post"))
     finally:
-        model.set_attention_path("auto")
+        model.set_attn_implementation("sdpa")
     hidden = [cache.layer(i, "hook_resid_post").float() for i in range(model.config.num_hidden_layers)]
     return hidden, out.mlm_logits.float()
 
@@ -191,27 +191,16 @@ def _syncs_refused():
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="host-device syncs exist only on a GPU")
-def test_a_training_forward_never_waits_for_the_gpu_packed_from_the_hosts_plan_or_padded(default_model):
-    """Training on a GPU takes the padded path by default (`packing` "cpu"); packing asked for (True) and given
-    the host's plan (`packing_plan`, as the loop does) finds the real tokens on the host, not on the device."""
-    from bertlab.model import Packing, packing_plan
-
+def test_a_training_forward_never_waits_for_the_gpu_by_default(default_model):
+    """Training on a GPU takes the padded path by default (`packing` "cpu": bertlab.fast unpads on a CPU alone),
+    which never looks at the mask on the host."""
     model, tok = default_model
     model = model.to("cuda").train()
-    made = []
-    init = Packing.__init__
     try:
         ids, types, mask = _padded_batch(tok, "cuda")
-        host_mask = mask.cpu()
-        for packing in ("cpu", True):
-            model.bert.packing = packing
-            with pytest.MonkeyPatch.context() as mp, packing_plan(host_mask, mask):
-                mp.setattr(Packing, "__init__", lambda self, *a: (made.append(packing), init(self, *a))[1])
-                with _syncs_refused():
-                    model(ids, token_type_ids=types, attention_mask=mask)
-        assert made == [True]  # packed only when asked for, and then without waiting
+        with _syncs_refused():
+            model(ids, token_type_ids=types, attention_mask=mask)
     finally:
-        model.bert.packing = "cpu"
         model.eval().to("cpu")
 
 

@@ -119,7 +119,7 @@ def _compare(model, hf, mt, arch, path, seed=0):
     with torch.no_grad():
         out, cache = model.run_with_cache(ids, types, mask, names=names)
         ref = _hf_call(hf, mt, ids, types, mask, output_hidden_states=True, output_attentions=path == "eager")
-        if path == "eager":  # the pattern hooks switch "auto" to the eager path; read every layer's
+        if path == "eager":  # the pattern hooks switch the model to eager attention; read every layer's
             _, pat = model.run_with_cache(ids, types, mask, names=fam.layer_hook_names("hook_pattern"))
             assert len(ref.attentions) == fam.num_layers
             for i, a in enumerate(ref.attentions):
@@ -146,7 +146,7 @@ def _compare(model, hf, mt, arch, path, seed=0):
 def test_family_member_equals_transformers(family_checkpoints, mt, arch, path):
     model, report = load_model(family_checkpoints[arch])
     assert model.config.model_type == mt and model.family.name == mt
-    model.set_attention_path(path)
+    model.set_attn_implementation(path)
     hf = getattr(_hf(), arch).from_pretrained(family_checkpoints[arch], attn_implementation=path).eval()
     _compare(model, hf, mt, arch, path)
 
@@ -319,13 +319,13 @@ def test_albert_with_several_layers_per_group_equals_transformers(tmp_path, arch
     model, _ = load_model(tmp_path / "a")
     assert model.family.num_layers == 6 and model.config.num_hidden_layers == 6
     for path in ("eager", "sdpa"):
-        model.set_attention_path(path)
+        model.set_attn_implementation(path)
         hf = getattr(T, arch).from_pretrained(tmp_path / "a", attn_implementation=path).eval()
         _compare(model, hf, "albert", arch, path)
     save_pretrained(model, None, tmp_path / "saved")
     assert json.loads((tmp_path / "saved" / "config.json").read_text())["num_hidden_layers"] == 3
     back = getattr(T, arch).from_pretrained(tmp_path / "saved", attn_implementation="eager").eval()
-    model.set_attention_path("eager")
+    model.set_attn_implementation("eager")
     _compare(model, back, "albert", arch, "eager", seed=2)
 
 

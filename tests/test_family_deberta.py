@@ -120,7 +120,7 @@ def test_deberta_equals_transformers(checkpoints, variant, head, path):
     model, _ = load_model(checkpoints[variant, head])
     assert model.family.name == "deberta-v2" and model.family.prefix == "deberta"
     assert model.family.has_segments == (variant == "v2-conv")
-    model.set_attention_path(path)
+    model.set_attn_implementation(path)
     hf = getattr(_hf(), "DebertaV2" + head).from_pretrained(checkpoints[variant, head],
                                                             attn_implementation="eager").eval()
     _compare(model, hf, head, path)

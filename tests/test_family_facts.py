@@ -14,8 +14,8 @@ from bertlab.analysis.family import objective_of, view_model
 from bertlab.classroom.questions import pair_objective
 from bertlab.config import BertConfig, ConfigError
 from bertlab.families import FAMILIES, Family, FamilyError
+from bertlab.families.bert import Bert
 from bertlab.families.core import POSITION_NOTES
-from bertlab.model import Bert
 from bertlab.panels.base import lacks, pair_task
 from bertlab.panels.representation import RepresentationPanel
 from bertlab.training.loop import TrainEvent

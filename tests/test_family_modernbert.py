@@ -136,7 +136,7 @@ def compare(model, hf, arch: str, ids, mask, path: str) -> dict[str, float]:
     """Max abs differences to transformers by what is compared (each asserted <= TOL); padded
     positions are left out of per-token outputs, never out of the patterns."""
     fam = model.family
-    model.set_attention_path(path)
+    model.set_attn_implementation(path)
     names = [fam.embedding_hook, *fam.layer_hook_names("hook_resid_post")]
     if path == "eager":
         names += fam.layer_hook_names("hook_pattern")

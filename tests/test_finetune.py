@@ -16,8 +16,8 @@ import pytest
 import torch
 from tiny_models import tiny_bert
 
+from bertlab.families.bert import Bert
 from bertlab.loading import load, save_pretrained
-from bertlab.model import Bert
 from bertlab.tasks import NLI_LABELS, get_task, read_train_dev
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import DiskFullError

@@ -195,8 +195,8 @@ def _reference_default(folder: Path):
     """The offline default as bertlab composed it before (a fresh model, the package's weights and the
     float16 heads copied in by load_state_dict), without the loader under test."""
     from bertlab.config import BertConfig
+    from bertlab.families.bert import Bert
     from bertlab.loading import normalise_keys
-    from bertlab.model import Bert
     from bertlab.recipes.default_heads import heads_path
 
     heads = {k: v.float() for k, v in load_file(str(heads_path())).items()}

@@ -10,7 +10,6 @@ import logging
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 
@@ -121,15 +120,13 @@ def test_epochs_count_steps_and_skip_the_remainder():
 
 @contextlib.contextmanager
 def optimizer_steps():
-    """Record, before every optimizer step, the global norm of the gradient it will use and its lr (a fused Adam
-    given a `grad_scale` divides each gradient by it as it reads it: `clip_and_step`)."""
+    """Record, before every optimizer step, the global norm of the gradient it will use and its lr."""
     seen: list[tuple[float, float]] = []
 
     def record(opt, args, kwargs):
         grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
         norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-        scale = getattr(opt, "grad_scale", None)
-        seen.append((float(norm if scale is None else norm / scale), opt.param_groups[0]["lr"]))
+        seen.append((float(norm), opt.param_groups[0]["lr"]))
 
     handle = register_optimizer_step_pre_hook(record)
     try:
@@ -155,8 +152,8 @@ def test_clipping_bounds_the_gradient_the_optimizer_sees():
 
 @pytest.mark.parametrize("max_norm", [0.05, 1e6, None, 0.0])
 def test_clip_and_step_is_clip_grad_norm_then_step(max_norm):
-    """A fused AdamW takes the clip as its grad_scale: the same norm, weights and (clipped) gradients as
-    `clip_grad_norm_` then `step()`, to rounding; no clipping for none or 0, as the loop's `max_grad_norm`."""
+    """The loop's fused AdamW: the same norm, weights and (clipped) gradients as `clip_grad_norm_` then `step()`;
+    no clipping for none or 0, as the loop's `max_grad_norm`."""
     data = make_data(32)
     models = [Tiny(seed=1), Tiny(seed=1)]
     opts = [make_optimizer(m, cfg(lr=1e-2, weight_decay=0.01), torch.device("cpu")) for m in models]
@@ -170,7 +167,6 @@ def test_clip_and_step_is_clip_grad_norm_then_step(max_norm):
         expected = torch.nn.utils.clip_grad_norm_(params[0], max_norm or float("inf"))
         opts[0].step()
         assert float(clip_and_step(opts[1], params[1], max_norm)) == pytest.approx(float(expected), rel=1e-6)
-        assert not hasattr(opts[1], "grad_scale")
         for a, b in zip(*params):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-7)
             torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-7)  # what the step used, as clipped
@@ -717,7 +713,7 @@ def nsp_examples(tok) -> list[dict]:
 
 def tiny_bert(tok, seed: int = 0, dropout: float = 0.1):
     from bertlab.config import BertConfig
-    from bertlab.model import Bert
+    from bertlab.families.bert import Bert
 
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -787,50 +783,13 @@ def test_bert_checkpoints_load_in_bertlab_and_transformers(tmp_path: Path, word_
 
 
 # -- memory and precision on a CPU -----------------------------------------------------------------
-def test_a_cpu_run_trims_the_heap_mid_run_only_when_its_memory_creeps_and_always_at_the_end(monkeypatch):
-    from bertlab import runtime
+def test_a_cpu_run_hands_the_heap_back_at_the_end(monkeypatch):
     from bertlab.training import loop
 
     calls = []
     monkeypatch.setattr(loop, "release_free_memory", lambda: calls.append(1) or True)
-    steps = 2 * loop.TRIM_EVERY + 3
-    monkeypatch.setattr(runtime, "resident_bytes", lambda: 2**30)  # memory that stays put
-    assert train(Tiny(), ce_loss, make_data(), cfg(max_steps=steps)).ok
+    assert train(Tiny(), ce_loss, make_data(), cfg(max_steps=5)).ok
     assert len(calls) == 1  # only when the run ends
-    calls.clear()
-    rss = iter(range(2**30, 2**40, 400 * 2**20))  # 400 MiB more after every step: past 1.5x + 128 MiB of its level
-    monkeypatch.setattr(runtime, "resident_bytes", lambda: next(rss))
-    assert train(Tiny(), ce_loss, make_data(), cfg(max_steps=steps)).ok
-    assert 2 <= len(calls) - 1 < steps // 3  # trims in the run, each after a fresh level settled over 3 steps
-    calls.clear()
-    monkeypatch.setattr(runtime, "resident_bytes", lambda: None)  # not Linux: every TRIM_EVERY steps
-    assert train(Tiny(), ce_loss, make_data(), cfg(max_steps=steps)).ok
-    assert len(calls) == 2 + 1  # steps 10 and 20, then once when the run ends
-
-
-def test_heap_creep_trims_past_its_settled_level_and_learns_the_level_again():
-    from bertlab.runtime import HeapCreep
-
-    mib = 2**20
-    trims: list[int] = []
-    seen = iter([100, 120, 110, 300, 307, 309, 50, 500, 60, 200, 209, None])  # MiB; None: unreadable
-    creep = HeapCreep(4, trim=lambda: trims.append(1), resident=lambda: (lambda v: v and v * mib)(next(seen)))
-    # three steps settle the level at 120 MiB; trimmed above 1.5 * 120 + 128 = 308 MiB
-    assert [creep.after_step() for _ in range(6)] == [False, False, False, False, False, True]
-    # the level is learnt again over the next three steps (max 500), then 1.5 * 500 + 128 = 878 MiB
-    assert [creep.after_step() for _ in range(5)] == [False, False, False, False, False]
-    assert creep.after_step() is True and creep.steps == 12 and creep.steps % 4 == 0  # unreadable: every 4th step
-    assert len(trims) == creep.trims == 2
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/self/statm")
-def test_resident_bytes_reads_this_process_and_sees_memory_taken():
-    from bertlab.runtime import resident_bytes
-
-    before = resident_bytes()
-    block = torch.ones(64 * 2**20 // 4)  # 64 MiB, written
-    assert before is not None and resident_bytes() > before + 48 * 2**20
-    del block
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
@@ -878,66 +837,16 @@ def test_auto_precision_means_bf16_only_where_the_device_has_it_natively(monkeyp
     assert "bf16 autocast" in events[0].message  # the run says what it computes in
 
 
-# -- the C heap on a CPU ------------------------------------------------------------------------
-def test_a_cpu_run_keeps_the_heap_and_hands_it_back_at_the_end(monkeypatch):
-    """The loop trains inside `kept_heap` on a CPU; nested runs set glibc back only when the last one ends."""
-    import bertlab.training.loop as loop_module
-    from bertlab import runtime
+def test_native_bf16_on_a_cpu_reads_its_flags(monkeypatch):
+    """A CPU multiplies bf16 natively when /proc/cpuinfo lists AVX-512 BF16 or AMX BF16; no flags: fp32."""
+    from bertlab.training import loop
 
-    calls: list[tuple[int, int]] = []
-    trims: list[int] = []
-    monkeypatch.setattr(runtime, "_mallopt", lambda: lambda param, value: calls.append((param, value)) or 1)
-    monkeypatch.setattr(runtime, "release_free_memory", lambda: trims.append(1) or True)
-    with runtime.kept_heap() as applies:
-        assert applies
-        with runtime.kept_heap():
-            pass
-        assert calls[-1] == (runtime.M_TRIM_THRESHOLD, runtime.HEAP_KEPT) and not trims  # the outer run goes on
-    assert calls[-1] == (runtime.M_TRIM_THRESHOLD, runtime.HEAP_AFTER) and trims == [1]
-    entered: list[bool] = []
-
-    @contextlib.contextmanager
-    def watched():
-        entered.append(True)
-        yield True
-
-    monkeypatch.setattr(loop_module, "kept_heap", watched)
-    assert train(Tiny(), ce_loss, make_data(32), cfg(max_steps=2)).ok and entered == [True]
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
-def test_kept_heap_spares_the_page_faults_of_memory_freed_and_taken_again():
-    """Real glibc, in a fresh process (a long-lived heap has holes that hide the effect): a "step" takes tensors of
-    3-16 MiB, writes and frees them. With glibc's thresholds at their start values every step faults all its pages
-    in afresh; inside `kept_heap` later steps find most of their memory in the heap."""
-    script = textwrap.dedent("""
-        import json, resource, torch
-        from bertlab import runtime
-
-        mallopt = runtime._mallopt()
-        if mallopt is None:
-            raise SystemExit(3)
-        sizes = [4, 16, 8, 12, 6, 16, 3, 10]  # MiB
-
-        def step():
-            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            taken = [torch.ones(s * 2**20 // 4) for s in sizes]
-            del taken
-            return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-
-        mallopt(runtime.M_MMAP_THRESHOLD, 128 * 1024)  # glibc's start values: every block is mapped and unmapped
-        mallopt(runtime.M_TRIM_THRESHOLD, 128 * 1024)
-        default = [step() for _ in range(4)]
-        with runtime.kept_heap():
-            kept = [step() for _ in range(4)]
-        print(json.dumps({"default": default, "kept": kept, "pages": sum(sizes) * 2**20 // resource.getpagesize()}))
-    """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    if proc.returncode == 3:
-        pytest.skip("no glibc mallopt here")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    pages = got["pages"]
-    assert all(f > 0.9 * pages for f in got["default"]), got
-    assert max(got["kept"][2:]) < pages / 2, got  # the first step grows the heap; later ones mostly reuse it
+    cpu = torch.device("cpu")
+    for flags, native in ((frozenset({"avx2", "avx512_bf16"}), True), (frozenset({"amx_bf16"}), True),
+                          (frozenset({"avx2", "avx512f"}), False), (frozenset(), False)):
+        monkeypatch.setattr(loop, "cpu_flags", lambda flags=flags: flags)
+        assert loop.native_bf16(cpu) is native
+    monkeypatch.undo()
+    loop.cpu_flags.cache_clear()
+    if sys.platform.startswith("linux"):
+        assert loop.cpu_flags()  # this machine's flags were read

@@ -42,14 +42,14 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None
 def test_tiny_checkpoint_equals_transformers(tiny_checkpoints, arch, path):
     folder = tiny_checkpoints[arch]
     model, _ = load(folder)
-    model.set_attention_path(path)
+    model.set_attn_implementation(path)
     hf = _hf(folder, arch)
     ids, types, mask = _batch(model.config.vocab_size)
     with torch.no_grad():
         out, cache = model.run_with_cache(ids, types, mask, names=lambda n: n.endswith(("hook_resid_post", "hook_out")))
         ref = hf(input_ids=ids, token_type_ids=types, attention_mask=mask, output_hidden_states=True,
                  output_attentions=True)
-        if path == "eager":  # the pattern hooks switch "auto" to the eager path; read them there
+        if path == "eager":  # the pattern hooks switch the model to eager attention; read them there
             _, pat = model.run_with_cache(ids, types, mask, names=lambda n: n.endswith("hook_pattern"))
             for i, a in enumerate(ref.attentions):
                 assert _max_diff(pat.layer(i, "hook_pattern"), a) <= TOL
@@ -117,12 +117,12 @@ def test_head_mask_same_on_both_paths_and_equals_zeroed_pattern(tiny_checkpoints
     head_mask[0, 1] = 0
     head_mask[1, 3] = 0
     with torch.no_grad():
-        model.set_attention_path("eager")
+        model.set_attn_implementation("eager")
         eager = model(ids, types, mask, head_mask=head_mask).last_hidden_state
-        model.set_attention_path("sdpa")
+        model.set_attn_implementation("sdpa")
         fused = model(ids, types, mask, head_mask=head_mask).last_hidden_state
         plain = model(ids, types, mask).last_hidden_state
-        model.set_attention_path("auto")
+        model.set_attn_implementation("sdpa")
 
         def zero(pattern, name):  # reference: switch the head off by zeroing its pattern
             layer = int(name.split(".layer.")[1].split(".")[0])
@@ -133,6 +133,25 @@ def test_head_mask_same_on_both_paths_and_equals_zeroed_pattern(tiny_checkpoints
     assert _max_diff(eager, fused, mask) <= TOL
     assert _max_diff(eager, hooked, mask) <= TOL
     assert _max_diff(eager, plain, mask) > 1e-3  # the mask really changed something
+
+
+def test_a_pattern_hook_runs_the_model_eager_while_it_is_on(tiny_checkpoints):
+    """The attention implementation is the model's ("sdpa" by default); a hook on the scores or the pattern
+    switches every layer to "eager" for the block, and the block's end switches back."""
+    model, _ = load(tiny_checkpoints["BertModel"])
+    impls = lambda: {m.attn_implementation for m in model.modules() if hasattr(m, "attn_implementation")}  # noqa: E731
+    assert impls() == {"sdpa"}
+    with model.hooks([("bert.encoder.layer.0.hook_resid_post", lambda x, n: None)]):
+        assert impls() == {"sdpa"}  # nothing only eager computes is read
+    with model.hooks([("bert.encoder.layer.1.attention.self.hook_pattern", lambda x, n: None)]):
+        assert impls() == {"eager"}
+    assert impls() == {"sdpa"}
+    model.set_attn_implementation("eager")
+    with model.hooks([("bert.encoder.layer.0.hook_resid_post", lambda x, n: None)]):
+        assert impls() == {"eager"}
+    assert impls() == {"eager"}
+    with pytest.raises(ValueError, match="attn_implementation must be one of eager, sdpa"):
+        model.set_attn_implementation("auto")
 
 
 def test_hooks_are_removed_even_after_an_error(tiny_checkpoints):
@@ -149,9 +168,9 @@ def test_hooks_are_removed_even_after_an_error(tiny_checkpoints):
     model(ids)  # runs again without the hook
 
 
-def test_hook_points_skip_the_module_call_only_when_nothing_is_attached(tiny_checkpoints):
+def test_hook_points_are_plain_modules_whose_torch_hooks_run(tiny_checkpoints):
     """A hook point without hooks hands back its input as it is; torch's own hooks on it (per module, pre-hooks,
-    and hooks for every module) still run."""
+    and hooks for every module) run, as on any module."""
     model, _ = load(tiny_checkpoints["BertModel"])
     ids = _batch(model.config.vocab_size)[0]
     point = model.hook_points["bert.encoder.layer.0.hook_resid_mid"]

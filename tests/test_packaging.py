@@ -46,10 +46,12 @@ def pip_requirements(extras: tuple[str, ...] = ("test",)) -> dict[str, Specifier
 
 
 def conda_requirement(line: str) -> tuple[str, SpecifierSet]:
-    """`name`, `name>=1.2`, `name=1.2` or `name==1.2=build_*` -> (pip name, pip specifier)."""
+    """`name`, `name>=1.2`, `name=1.2`, `name==1.2=build_*` or `name >=1.2,<2 build_*` -> (pip name, pip
+    specifier)."""
     m = re.fullmatch(r"([A-Za-z0-9_.\-]+)\s*(.*)", line.strip())
     assert m, f"cannot read {line!r} in environment.yml"
-    name, spec = m.group(1), m.group(2).replace(" ", "")
+    name, rest = m.group(1), m.group(2).split("#")[0].split()
+    spec = rest[0] if len(rest) == 2 and rest[0][0] in "<>=!~" else "".join(rest)  # `version build`: no build
     if spec.startswith("=") and not spec.startswith("=="):
         spec = "=" + spec  # conda's fuzzy `=1.2` pins like pip's `==1.2` here
     spec = re.sub(r"^(==[^=,]+)=.*$", r"\1", spec)  # drop a build string
@@ -83,14 +85,23 @@ def test_environment_yml_lists_the_same_packages_as_pyproject():
     assert python == SpecifierSet(pyproject()["project"]["requires-python"])
 
 
-def test_torch_is_pinned_to_the_cpu_build_everywhere():
-    assert str(pip_requirements()["torch"]) == "==2.13.0"  # unpinned pulls the multi-GB CUDA build
+def test_torch_is_a_bounded_range_and_the_cpu_build_in_conda():
+    spec = pip_requirements()["torch"]  # unbounded, pip would take whatever CUDA build is newest
+    assert spec == SpecifierSet(">=2.11,<2.14") and "2.11.0" in spec and "2.13.0" in spec and "2.14.0" not in spec
     env_text = (REPO / "environment.yml").read_text()
-    assert re.search(r"^\s*-\s*pytorch=+2\.13\.0=cpu", env_text, re.MULTILINE)
+    assert re.search(r"^\s*-\s*pytorch\s+>=2\.11,<2\.14\s+cpu_\*", env_text, re.MULTILINE)
+
+
+def test_the_makefile_asks_pip_for_the_pyproject_torch_range():
+    """`make check-torch` dry-runs pip on the torch requirement it reads from pyproject.toml (TORCH_SPEC)."""
+    out = subprocess.run(["make", "-pn", "-f", str(REPO / "Makefile")], cwd=REPO, capture_output=True, text=True)
+    spec = re.search(r"^TORCH_SPEC := (.*)$", out.stdout, re.MULTILINE)
+    assert spec and spec.group(1).strip() == "torch>=2.11,<2.14", out.stdout[-2000:]
 
 
 def test_conda_parser_reads_the_forms_conda_uses():
     assert conda_requirement("pytorch==2.13.0=cpu_*") == ("torch", SpecifierSet("==2.13.0"))
+    assert conda_requirement("pytorch >=2.11,<2.14 cpu_*  # a note") == ("torch", SpecifierSet(">=2.11,<2.14"))
     assert conda_requirement("numpy=1.26") == ("numpy", SpecifierSet("==1.26"))
     assert conda_requirement("huggingface_hub >=0.24") == ("huggingface-hub", SpecifierSet(">=0.24"))
 

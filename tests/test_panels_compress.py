@@ -15,7 +15,7 @@ import torch
 import bertlab
 from bertlab.compressed.structure import heads_per_layer
 from bertlab.config import BertConfig
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 from bertlab.panels.app import TABS
 from bertlab.panels.compress import CompressPanel
 from bertlab.tasks import SST2_LABELS

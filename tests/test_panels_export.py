@@ -15,7 +15,7 @@ import torch
 import bertlab.panels.export as export_panel
 from bertlab.analysis.attention import attention_patterns
 from bertlab.config import BertConfig
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 from bertlab.panels.export import ExportPanel
 from bertlab.viz import export
 from bertlab.viz.attention_view import expand_attention

@@ -15,8 +15,8 @@ import torch
 from tiny_models import tiny_bert
 
 from bertlab.analysis.predict import classify, entities
+from bertlab.families.bert import Bert
 from bertlab.loading import load
-from bertlab.model import Bert
 from bertlab.panels.data_source import save_upload
 from bertlab.panels.finetune import FinetunePanel
 from bertlab.tasks import CONLL_LABELS, NLI_LABELS, SST2_LABELS, get_task, read_train_dev

@@ -24,8 +24,9 @@ from bertlab.analysis.predict import (
     tag_words,
 )
 from bertlab.config import BertConfig
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError
-from bertlab.model import Bert, ModelOutput
+from bertlab.model import ModelOutput
 from bertlab.tasks import CONLL_LABELS, NLI_LABELS, SST2_LABELS
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.finetune import (

@@ -14,7 +14,7 @@ from bertlab.analysis.attention import attention_patterns
 from bertlab.analysis.mask import fill_mask
 from bertlab.analysis.replay import replay, with_borrowed_mlm
 from bertlab.config import BertConfig
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import latest_checkpoint, list_checkpoints
 from bertlab.training.corpora import Document

@@ -1,11 +1,10 @@
-"""Training on the real tokens only: while a BERT-class model trains on a padded batch, its encoder packs the
-real tokens (`Packing`): the linears, LayerNorms and feed-forward never see padding, and attention pads q, k
-and v back for the scores. The outputs at real positions and every gradient equal the padded path's; hooks and
-evaluation keep the padded shapes."""
+"""Training on the real tokens only (`bertlab.fast.unpad_input` / `pad_output`): while a BERT-class model trains
+on a padded batch, its encoder runs on the real tokens: the linears, LayerNorms and feed-forward never see
+padding, and attention pads q, k and v back for the scores. The outputs at real positions and every gradient
+equal the reference (padded) path's; hooks and evaluation keep the padded shapes."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import threading
 import time
@@ -14,9 +13,9 @@ import pytest
 import torch
 
 import bertlab.families  # noqa: F401 (hands Bert its family record)
-import bertlab.model as core
+from bertlab import fast
 from bertlab.config import BertConfig
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 
 TASKS = ["sequence_classification", "token_classification", None]
 
@@ -45,9 +44,9 @@ def _padded(model):
 @pytest.fixture
 def packings(monkeypatch):
     made = []
-    init = core.Packing.__init__
-    monkeypatch.setattr(core.Packing, "__init__", lambda self, *a: (made.append(a), init(self, *a))[1])
-    return made  # each Packing's arguments: (mask, dtype[, index the host found])
+    unpad = fast.unpad_input
+    monkeypatch.setattr(fast, "unpad_input", lambda x, mask, additive: (made.append(mask), unpad(x, mask, additive))[1])
+    return made  # each unpadding's attention mask
 
 
 @pytest.mark.parametrize("task", TASKS, ids=str)
@@ -116,100 +115,9 @@ def test_evaluation_packs_when_asked_and_keeps_the_outputs(task, packings):
     assert len(packings) == 1  # nothing padded: nothing to pack
 
 
-@pytest.mark.parametrize("task", ["sequence_classification", None], ids=["classifier", "tied-mlm-decoder"])
-def test_the_word_table_gradient_accumulates_in_place_as_embedding_backward_does(task, monkeypatch):
-    model = (_model(task) if task else _model(None).with_heads(("mlm",))).train()
-    assert task or model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
-    ref = copy.deepcopy(model).train()
-    ids, types, mask = _batch()
-    ids[mask == 0] = model.config.pad_token_id  # padding rows get no gradient
-    ids[0, :4] = ids[1, 0]  # a repeated token: its rows add up
-
-    def two_micro_batches(m):
-        for _ in range(2):  # gradients accumulate over micro-batches
-            out = m(ids, types, mask)
-            (out.logits if task else out.mlm_logits).square().sum().backward()
-
-    two_micro_batches(model)
-    with monkeypatch.context() as mp:
-        mp.setattr(core, "lookup", lambda table, ids, owner: table(ids))  # torch's own embedding backward
-        two_micro_batches(ref)
-    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
-    emb = model.bert.embeddings
-    table = emb.word_embeddings.weight
-    assert float(table.grad[model.config.pad_token_id].abs().max()) == 0.0
-    if task:  # nothing else writes the table's gradient: it is the kept buffer, reused the next step
-        assert table.grad is emb._grad_buffer.tensor
-        model.zero_grad(set_to_none=True)
-        two_micro_batches(model)
-        assert table.grad is emb._grad_buffer.tensor
-        torch.testing.assert_close(table.grad, ref.bert.embeddings.word_embeddings.weight.grad)
-    model.eval()
-    assert emb._grad_buffer is None  # evaluation gives the memory back
-    with torch.no_grad():
-        model(ids, types, mask)  # and evaluation takes torch's own lookup
-    assert emb._grad_buffer is None
-
-
-def test_a_grad_table_zeroes_the_rows_written_and_all_of_it_when_unsure():
-    weight = torch.randn(50, 4)
-    table = core.GradTable(weight)
-    ids = torch.tensor([3, 7, 3, 9])
-    with core.row_gradients():
-        assert table.zeroed() is table.tensor and not table.tensor.any()
-        table.add(ids, torch.ones(4, 4))
-        assert table.touched().tolist() == [3, 7, 9] and table.tensor[3].tolist() == [2.0] * 4
-        table.tensor.mul_(0.5)  # a write it did not make: it cannot vouch for the other rows any more
-        assert not table.clean() and table.touched() is None
-        table.tensor[20] = 1.0
-        assert not table.zeroed().any()  # zeroed whole
-        table.add(ids, torch.ones(4, 4))
-        table.tensor[20] = 1.0  # a row it never wrote, unknown to it (as a write through .data would be)...
-        table.version = table.tensor._version  # ...that it was told nothing of
-        assert table.zeroed()[20].tolist() == [1.0] * 4 and not table.tensor[[3, 7, 9]].any()  # rows alone
-        table.add(ids, torch.ones(4, 4))
-        table.taint()  # a clip by NaN
-        assert table.touched() is None and not table.zeroed().any()
-    table.tensor[20] = 1.0
-    table.version = table.tensor._version
-    assert not table.zeroed().any()  # outside the training loop's block: always whole
-
-
-def test_training_with_row_gradients_equals_torchs_embedding_backward(monkeypatch):
-    """The loop zeroes the word table's gradient by rows and clips with the norm of those rows: the same weights as
-    torch's own embedding backward (a fresh dense gradient each step) and clip_grad_norm_, step after step."""
-    from bertlab.tasks import collate
-    from bertlab.tasks.features import ClassificationFeature
-    from bertlab.training.finetune import sequence_loss
-    from bertlab.training.loop import TrainConfig, train
-
-    g = torch.Generator().manual_seed(2)
-    data = [ClassificationFeature(str(i), torch.randint(5, 100, (int(n),), generator=g).tolist(), [0] * int(n),
-                                  int(n) % 3) for i, n in enumerate(torch.randint(4, 12, (48,), generator=g))]
-
-    def loss(model, batch):
-        value, metrics = sequence_loss(model, batch)  # the lab's fine-tuning loss
-        return 100 * value, metrics  # large: the clip acts
-
-    cfg = TrainConfig(lr=1e-2, max_steps=6, batch_size=8, seed=0, warmup_steps=0, max_grad_norm=1.0,
-                      precision="fp32", log_every=1)
-    ours, ref = _model("sequence_classification"), _model("sequence_classification")
-    res = train(ours, loss, data, cfg, collate=collate)
-    assert res.status == "completed" and ours.bert.embeddings._grad_buffer is not None
-    with monkeypatch.context() as mp:
-        mp.setattr(core, "lookup", lambda table, ids, owner: table(ids))  # torch's own embedding backward
-        mp.setattr(torch.optim.AdamW, "__init__", _unfused(torch.optim.AdamW.__init__))  # and its clip, then step
-        res_ref = train(ref, loss, data, cfg, collate=collate)
-    assert [h["grad_norm"] for h in res.history] == pytest.approx([h["grad_norm"] for h in res_ref.history], rel=1e-4)
-    assert min(h["grad_norm"] for h in res.history) > 1.0  # every step clipped
-    for (name, a), b in zip(ours.named_parameters(), ref.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
-
-
 def test_two_runs_at_the_same_time_each_train_as_they_would_alone():
     """Two students' runs in one process (threads, as two panels or a shared kernel): each keeps its own word-table
-    gradient, its own row flag and its own heap watch, and ends with the weights it reaches alone."""
+    unpadding, and ends with the weights it reaches alone."""
     from bertlab.tasks import collate
     from bertlab.tasks.features import ClassificationFeature
     from bertlab.training.finetune import sequence_loss
@@ -244,94 +152,35 @@ def test_two_runs_at_the_same_time_each_train_as_they_would_alone():
             torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
 
 
-def _unfused(init):
-    def __init__(self, *args, **kwargs):
-        init(self, *args, **{**kwargs, "fused": False})
-
-    return __init__
-
-
-@contextlib.contextmanager
-def _no_device_lookups():
-    """Inside, finding the real tokens on the model's side fails the test (on a GPU it waits for the device)."""
-    def refuse(*a, **k):
-        raise AssertionError("the model looked for the real tokens itself")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch.Tensor, "nonzero", refuse)
-        mp.setattr(torch.Tensor, "all", refuse)
-        yield
-
-
-def test_a_host_plan_packs_from_its_own_index_and_keeps_the_outputs(packings):
-    """The training loop's plan: the padding found on the host's mask, used for the device's copy of it."""
-    model = _model("token_classification").train()
-    ref = _padded(copy.deepcopy(model)).train()
-    ids, types, mask = _batch()
-    on_device = mask.clone()  # stands for the GPU copy: another tensor with the same values
-    want = ref(ids, types, mask).logits
-    with core.packing_plan(mask, on_device) as plan:
-        assert plan.padding == pytest.approx(1 - int(mask.sum()) / mask.numel())
-        with _no_device_lookups():
-            got = model(ids, types, on_device).logits
-    assert len(packings) == 1 and packings[0][2] is plan.index
-    assert torch.equal(plan.index, mask.reshape(-1).nonzero().squeeze(1))
-    keep = mask.bool()
-    assert (got[keep] - want[keep]).abs().max() <= 1e-5
-
-
-def test_a_plan_with_no_padding_skips_packing_and_other_masks_ignore_the_plan(packings):
-    model = _model("sequence_classification").train()
-    ids, types, mask = _batch()
-    full = torch.ones_like(mask)
-    with core.packing_plan(full, full.clone()) as plan:
-        with _no_device_lookups():
-            model(ids, types, plan.mask)
-        assert not packings  # nothing padded, and the model did not have to look to know it
-        model(ids, types, mask)  # a mask the plan is not for (a loss that made its own): found by the model
-    assert len(packings) == 1 and packings[0][2] is None
-    with core.packing_plan(mask, mask.clone()) as plan:
-        seen = []
-        worker = threading.Thread(target=lambda: seen.append(core._plan_for(plan.mask)))
-        worker.start()
-        worker.join()
-        assert seen == [None] and core._plan_for(plan.mask) is plan  # one thread's plan is not another's
-    assert core._plan_for(plan.mask) is None  # and it ends with the block
-
-
-def test_the_training_loop_hands_the_encoder_its_plan(packings):
-    from bertlab.training.loop import TrainConfig, train
-
-    model = _model("sequence_classification").train()
-    g = torch.Generator().manual_seed(2)
-    data = [{"ids": torch.randint(5, 100, (int(n),), generator=g), "label": i % 3}
-            for i, n in enumerate(torch.randint(3, 12, (16,), generator=g))]
-
-    def collate(rows):
-        ids = torch.nn.utils.rnn.pad_sequence([r["ids"] for r in rows], batch_first=True)
-        return {"input_ids": ids, "token_type_ids": torch.zeros_like(ids), "attention_mask": (ids != 0).long(),
-                "labels": torch.tensor([r["label"] for r in rows])}
-
-    def loss(m, b):
-        logits = m(b["input_ids"], b["token_type_ids"], b["attention_mask"]).logits
-        return torch.nn.functional.cross_entropy(logits, b["labels"])
-
-    cfg = TrainConfig(max_steps=3, batch_size=4, device="cpu", precision="fp32", log_every=1, seed=0)
-    train(model, loss, data, cfg, collate=collate).raise_for_status()
-    assert len(packings) == 3 and all(len(a) == 3 and a[2] is not None for a in packings)
-
-
 def test_by_default_training_packs_on_a_cpu_alone():
     """On an H100 the padded path measured faster (bench/results/packing_cuda.json): "cpu", the default, packs
     there only; True packs on any device. (A mask on the meta device stands for a GPU's.)"""
     model = _model("sequence_classification").train()
-    ids, types, mask = _batch()
+    _, _, mask = _batch()
     elsewhere = mask.to("meta")
+
+    def packs(m, training=True):
+        return fast.unpads(model.bert.packing, training, m, None, watched=False)
+
     assert model.bert.packing == "cpu"
-    assert model.bert._packs(mask, None) and not model.bert._packs(elsewhere, None)
+    assert packs(mask) and not packs(elsewhere) and not packs(mask, training=False)
     model.bert.packing = True
-    assert model.bert._packs(mask, None) and model.bert._packs(elsewhere, None)
+    assert packs(mask) and packs(elsewhere)
     model.bert.packing = False
-    assert not model.bert._packs(mask, None) and not model.bert._packs(elsewhere, None)
+    assert not packs(mask) and not packs(elsewhere)
     model.bert.packing = "always"
-    model.eval()
-    assert model.bert._packs(mask, None) and model.bert._packs(elsewhere, None)
+    assert packs(mask, training=False) and packs(elsewhere, training=False)
+    assert not packs(torch.ones_like(mask)) and not fast.unpads("always", True, mask, torch.ones(3, 4), False)
+
+
+def test_unpad_and_pad_are_each_others_inverse():
+    x = torch.randn(4, 12, 5, requires_grad=True)
+    _, _, mask = _batch()
+    packed, where = fast.unpad_input(x, mask, torch.zeros(4, 1, 1, 12))
+    assert packed.shape == (1, int(mask.sum()), 5)
+    back = fast.pad_output(packed, where)
+    keep = mask.bool()
+    assert torch.equal(back[keep], x[keep]) and not back[~keep].any()
+    assert torch.equal(fast.repack(back, where), packed)
+    back.sum().backward()
+    assert torch.equal(x.grad, keep[..., None].float().expand_as(x))

@@ -8,7 +8,7 @@ import torch
 
 from bertlab.compressed.structure import prune_heads
 from bertlab.config import BertConfig
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 from bertlab.tokenizer import Tokenizer
 
 

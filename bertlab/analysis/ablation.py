@@ -17,8 +17,8 @@ import torch
 
 from bertlab.analysis import encode_input, normalise_masks, require_context
 from bertlab.analysis.similarity import hidden_states, stage_names
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError, echo, require_text
-from bertlab.model import Bert
 from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Tokenizer
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import torch
 
 from bertlab.analysis.similarity import stage_names
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError
-from bertlab.model import Bert
 from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Tokenizer
 

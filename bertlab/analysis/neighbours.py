@@ -19,8 +19,8 @@ import torch.nn.functional as F
 
 from bertlab.analysis.probes import Cancelled, feature_cache_dir, model_fingerprint
 from bertlab.analysis.similarity import encode_input, find_word_forms, word_forms
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError, echo
-from bertlab.model import Bert
 from bertlab.runtime import eval_mode, max_tokens, model_device
 from bertlab.tokenizer import Tokenizer
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from bertlab.analysis.similarity import encode_input
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Tokenizer
 

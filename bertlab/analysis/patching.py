@@ -24,8 +24,9 @@ import torch
 from bertlab.analysis import normalise_masks
 from bertlab.analysis.ablation import target_piece_id
 from bertlab.analysis.similarity import encode_input
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError, echo, require_text
-from bertlab.model import Bert, ModelOutput
+from bertlab.model import ModelOutput
 from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Tokenizer
 

@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 import torch
 
 from bertlab.analysis.similarity import project_2d
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError, optional_text, require_text
-from bertlab.model import Bert
 from bertlab.runtime import eval_mode, input_limit, max_tokens, model_device
 from bertlab.tasks import (
     FeatureError,

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertlab.analysis.probe_data import TaggedSentence
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError
-from bertlab.model import Bert
 from bertlab.tasks.layer_features import (  # noqa: F401 (Cancelled, feature_cache_dir, ...: this module's API)
     POOLS,
     SENTENCES_PER_BATCH,

@@ -24,8 +24,8 @@ from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.analysis.mask import MaskPrediction, fill_mask
 from bertlab.analysis.predict import ClassPrediction, classify
 from bertlab.analysis.similarity import TokenSimilarity, token_similarity
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError
-from bertlab.model import Bert
 from bertlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)

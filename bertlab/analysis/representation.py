@@ -13,8 +13,8 @@ import torch
 
 from bertlab.analysis import encode_input
 from bertlab.analysis.similarity import project_2d
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError
-from bertlab.model import Bert
 from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Tokenizer
 

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from bertlab.analysis import encode_input
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError, echo, require_text
-from bertlab.model import Bert
 from bertlab.tasks.layer_features import hidden_states, stage_names  # noqa: F401 (shared by the analysis modules)
 from bertlab.tokenizer import Encoding, Tokenizer
 

@@ -17,8 +17,8 @@ from torch import nn
 
 from bertlab.analysis.probe_data import TaggedSentence, read_conll2003, read_conllu, split_sentences
 from bertlab.analysis.probes import Cancelled, ProbeResult, Progress, ScalarMix, _num, probe_property, word_features
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError
-from bertlab.model import Bert
 from bertlab.settings import data_path
 from bertlab.tokenizer import Tokenizer
 

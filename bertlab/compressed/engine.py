@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+from torch.nn.modules import module as _torch_module
 
-from bertlab.hooks import any_hooked, hook_tables
 from bertlab.model import (
     ACT_ERF,
     ACT_RELU,
@@ -37,11 +37,33 @@ from bertlab.model import (
     BertLayer,
     BertModel,
     activation_kind,
-    additive_mask,
-    one_projection,
 )
+from bertlab.model import extended_mask as additive_mask
 
 log = logging.getLogger(__name__)
+
+
+# Moved here from bertlab.model / bertlab.hooks (issue 47: the model core uses no private torch API and has no
+# fused int8 projection path); only this engine still reads them.
+def one_projection(query: nn.Module, key: nn.Module, value: nn.Module) -> nn.Module | None:
+    """The Linear whose output rows are query's, key's and value's, in that order, when the three are
+    rows of one (`bertlab.compressed.structure.Int8Rows`); else None."""
+    fused = getattr(query, "fused", None)
+    if fused is None or getattr(key, "fused", None) is not fused or getattr(value, "fused", None) is not fused:
+        return None
+    return fused
+
+
+def hook_tables(modules) -> list[dict]:
+    """The tables in which torch keeps these modules' hooks (filled and emptied in place, never replaced)."""
+    return [t for m in modules for t in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks,
+                                         m._backward_pre_hooks)]
+
+
+def any_hooked(tables: list[dict]) -> bool:
+    """True when a hook is in one of these tables (`hook_tables`) or registered for every module."""
+    return bool(_torch_module._global_forward_hooks or _torch_module._global_forward_pre_hooks
+                or _torch_module._global_backward_hooks or _torch_module._global_backward_pre_hooks) or any(tables)
 
 
 def compiled(module: nn.Module) -> nn.Module:
@@ -294,7 +316,8 @@ class Int8Engine:
                 or torch.is_autocast_enabled("cpu")):
             return None
         built = self._current(model)
-        if built.model is None or any_hooked(built.hooks) or any(m.path == "eager" for m in built.attention):
+        eager = any(m.attn_implementation == "eager" for m in built.attention)
+        if built.model is None or any_hooked(built.hooks) or eager:
             return None  # not an int8 BERT; a hook watches; a lesson asked for the eager attention path
         mask = additive_mask(attention_mask, torch.float32)
         if built.has_embeddings:

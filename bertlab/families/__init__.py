@@ -47,8 +47,6 @@ def spec_from_hf(d: dict[str, Any]) -> tuple[Family, BertConfig]:
     if not isinstance(d, dict):
         raise ConfigError("config.json does not hold a JSON object.")
     family = family_for(d.get("model_type", "bert"))
-    if family.name == "bert":
-        return family, BertConfig.from_hf_dict(d)
     try:
         return family, family.spec_from_hf(d)
     except (TypeError, ValueError, AttributeError) as e:

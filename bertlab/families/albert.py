@@ -22,13 +22,12 @@ from bertlab.model import (
     Adapter,
     AttentionHooks,
     BertEmbeddings,
-    Dropout,
     ModelOutput,
-    activation_fn,
+    activation,
     add_task_heads,
-    additive_mask,
     attend,
     decoder_is_tied,
+    extended_mask,
     task_logits,
     write_heads,
 )
@@ -57,8 +56,8 @@ class AlbertAttention(nn.Module):
         self.value = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.attention_dropout = Dropout(cfg.attention_probs_dropout_prob)
-        self.output_dropout = Dropout(cfg.hidden_dropout_prob)
+        self.attention_dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
+        self.output_dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's, after attention
 
 
@@ -71,8 +70,8 @@ class AlbertLayer(nn.Module):
         self.attention = AlbertAttention(cfg)
         self.ffn = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
         self.ffn_output = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
-        self.act = activation_fn(cfg.hidden_act)
-        self.dropout = Dropout(cfg.hidden_dropout_prob)
+        self.act = activation(cfg.hidden_act)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's, after the MLP
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None, head_mask: torch.Tensor | None,
@@ -128,7 +127,7 @@ class AlbertModel(nn.Module):
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
         x = self.embeddings(input_ids, token_type_ids)
-        x = self.encoder(x, additive_mask(attention_mask, x.dtype), head_mask)
+        x = self.encoder(x, extended_mask(attention_mask, x.dtype), head_mask)
         return x, (torch.tanh(self.pooler(x[:, 0])) if self.pooler is not None else None)
 
 
@@ -139,7 +138,7 @@ class AlbertMLMHead(nn.Module):
         self.LayerNorm = nn.LayerNorm(width, eps=cfg.layer_norm_eps)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
         self.dense = nn.Linear(cfg.hidden_size, width)
-        self.act = activation_fn(cfg.hidden_act)
+        self.act = activation(cfg.hidden_act)
         # untied (tie_word_embeddings false): a decoder of its own, as HF's
         self.decoder = None if decoder_is_tied(cfg) else nn.Linear(width, cfg.vocab_size)
 
@@ -153,7 +152,7 @@ class AlbertMLMHead(nn.Module):
 class AlbertSOPHead(nn.Module):
     def __init__(self, cfg: BertConfig):
         super().__init__()
-        self.dropout = Dropout(cfg.extra.get("classifier_dropout_prob", 0.1))
+        self.dropout = nn.Dropout(cfg.extra.get("classifier_dropout_prob", 0.1))
         # HF sizes it by config.num_labels (2 in every released ALBERT: in order / swapped)
         self.classifier = nn.Linear(cfg.hidden_size, len(cfg.extra.get("id2label") or (0, 1)))
 

@@ -9,16 +9,24 @@ config.json names onto it (`Family.fields`) and back.
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 from torch import nn
 
 from bertlab.config import PAIR_HEADS, PRETRAINING_HEADS, BertConfig, ConfigError
-from bertlab.hooks import name_hook_points
-from bertlab.model import HookedModel, MissingHeadError
+from bertlab.hooks import ActivationCache, GradHookFn, HookFn, HookPoint, NameFilter, hooks, name_hook_points, select
+from bertlab.model import (
+    ATTN_IMPLEMENTATIONS,
+    Adapter,
+    AttentionHooks,
+    AttnImplementation,
+    MissingHeadError,
+    ModelOutput,
+)
 from bertlab.model import decoder_is_tied as ties_decoder  # one rule for every family
 
 # The hook points of one logical layer, by short name, the same in every family.
@@ -393,17 +401,140 @@ class ModelFamily:
 
 
 # ---------------------------------------------------------------------------------------------
-# Base of the family models (BERT's own `Bert` lives in bertlab.model)
+# The base of every member's whole model (BERT's too: bertlab.families.bert)
 # ---------------------------------------------------------------------------------------------
-class FamilyModel(HookedModel):
-    """A family's whole model: `model(input_ids, token_type_ids, attention_mask)` -> ModelOutput."""
+class FamilyModel(nn.Module):
+    """A family's whole model: `model(input_ids, token_type_ids, attention_mask)` -> ModelOutput. What every
+    member can do is written here once: hooks and caching, its attention implementation, describe itself,
+    require a head, swap heads, check its input, write HF weights and config. A member adds its modules, its
+    forward and what only it has. Subclasses call `finish()` last in `__init__`."""
 
-    FAMILY: Family  # set by each family module
+    config: BertConfig
+    hook_points: dict[str, HookPoint]
+    FAMILY: Family  # set by each family module, where it builds the record
 
     def __init__(self, config: BertConfig):
         super().__init__()
         self.check_family(config)
         self.config = config
+
+    @classmethod
+    def check_family(cls, config: BertConfig) -> None:
+        """Refuse (ConfigError) a config of another family: each family's model class builds its own."""
+        if not hasattr(cls, "FAMILY"):  # the family modules hand each class its record when they are imported
+            raise ConfigError(f"{cls.__name__} has no family record yet: import bertlab.families (bertlab.load "
+                              f"and bertlab.training do) before building a model from its class.")
+        if config.model_type != cls.FAMILY.name:
+            raise ConfigError(f"model_type {str(config.model_type)[:40]!r} is not {cls.FAMILY.name!r}: a "
+                              f"{cls.__name__} builds {cls.FAMILY.display} models "
+                              f"only (bertlab.load builds any model by its config.json's model_type).")
+
+    def _init_weights(self, m: nn.Module) -> None:
+        """HF's initialisation of one module (`self.apply(self._init_weights)`): normal(0, initializer_range)
+        weights, zero biases and padding row, LayerNorms at identity."""
+        std = self.config.initializer_range
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=std)
+            if m.padding_idx is not None:
+                m.weight.data[m.padding_idx].zero_()
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, Adapter):  # near-identity start (Houlsby et al. 2019); runs after its Linears
+            nn.init.normal_(m.down.weight, std=1e-3)
+            nn.init.normal_(m.up.weight, std=1e-3)
+
+    def tie_weights(self) -> None:
+        """Re-link weights the model shares (BERT's MLM decoder and word embeddings); nothing by default."""
+
+    def lens_input(self, states: torch.Tensor) -> torch.Tensor:
+        """Every stage's stream as the MLM head expects it (the logit lens): states [stage, ..., d_model],
+        stage 0 the embeddings and the last the encoder's output. Post-norm families (BERT's) hand the
+        head normalised streams already: the identity. A pre-norm family normalises the intermediate
+        stages with its final norm."""
+        return states
+
+    @property
+    def family(self):
+        """The model's family protocol (`bertlab.families.ModelFamily`): logical layers, hook
+        names, special tokens, word boundaries."""
+        return self.FAMILY.bind(self.config)
+
+    def hook_names(self) -> list[str]:
+        return list(self.hook_points)
+
+    @contextmanager
+    def hooks(self, fwd_hooks: Iterable[tuple[NameFilter, HookFn]],
+              bwd_hooks: Iterable[tuple[NameFilter, GradHookFn]] = ()) -> Iterator["FamilyModel"]:
+        """`with model.hooks([(names, fn)], bwd_hooks=[(names, grad_fn)]):` — hooks are removed on exit,
+        whatever happens. A backward hook gets (gradient, name) when the block's backward pass runs. While a
+        hook is on a point only eager attention computes (the scores, the pattern), the model runs eager."""
+        with hooks(self.hook_points, fwd_hooks, bwd_hooks):
+            attention = [m for m in self.modules() if isinstance(m, AttentionHooks)]
+            before = [m.attn_implementation for m in attention]
+            eager = any(m.needs_eager() for m in attention)
+            try:
+                if eager:
+                    self.set_attn_implementation("eager")
+                yield self
+            finally:
+                for m, impl in zip(attention, before):
+                    m.attn_implementation = impl
+
+    def run_with_cache(
+        self, *args, names: NameFilter = None, layers: Iterable[int] | None = None,
+        heads: Iterable[int] | None = None, dtype: torch.dtype | None = None, **kwargs
+    ) -> tuple[ModelOutput, ActivationCache]:
+        """Forward pass that also returns the activations at `names` (default: all hook points).
+
+        layers: keep only the names of these layers (and none outside layers). heads: keep only
+        these heads of `hook_scores` / `hook_pattern` ([batch, len(heads), query, key], in that
+        order). dtype: store
+        floating activations in it (e.g. torch.float16: half the memory). The outputs do not change."""
+        picked = select(self.hook_points, names)
+        if layers is not None:
+            wanted = {self._layer_index(i) for i in layers}
+            picked = [n for n in picked if self.family.layer_of(n) in wanted]
+        head_list = None if heads is None else [int(h) for h in heads]
+        cache = ActivationCache(layers=self.family)
+
+        def store(x: torch.Tensor, name: str) -> None:
+            per_head = name.endswith(("hook_pattern", "hook_scores"))
+            if head_list is not None and per_head and x.shape[1] != len(head_list):
+                x = x[:, head_list]  # a family whose attention computes every head
+            x = x.detach()
+            cache[name] = x.to(dtype) if dtype is not None and x.is_floating_point() else x
+
+        if head_list is not None:
+            self._check_heads(head_list, [m for m in self.modules() if isinstance(m, AttentionHooks)])
+        with self.hooks([(picked, store)]):
+            out = self(*args, **kwargs)
+        return out, cache
+
+    def _layer_index(self, i: int) -> int:
+        n = self.family.num_layers
+        if not -n <= int(i) < n:
+            raise IndexError(f"layer {i} does not exist: this model has layers 0..{n - 1}.")
+        return int(i) % n
+
+    @staticmethod
+    def _check_heads(heads: list[int], attention: list[AttentionHooks]) -> None:
+        n = min((m.n_heads for m in attention), default=0)
+        bad = [h for h in heads if not 0 <= h < n]
+        if bad:
+            raise IndexError(f"head {bad[0]} does not exist: each layer has heads 0..{n - 1}.")
+
+    def set_attn_implementation(self, name: AttnImplementation) -> None:
+        """Every attention layer's implementation: "sdpa" (the default) or "eager" (transformers' names)."""
+        if name not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(f"attn_implementation must be one of {', '.join(ATTN_IMPLEMENTATIONS)}; got {name!r}.")
+        for m in self.modules():
+            if isinstance(m, AttentionHooks):
+                m.attn_implementation = name
 
     def finish(self) -> None:
         """Initialise (unless on the meta device) and name the hook points; call last in __init__."""
@@ -436,16 +567,18 @@ class FamilyModel(HookedModel):
         raise NotImplementedError(f"{type(self).__name__} defines no mlm_head")
 
     def require(self, head: str) -> None:
+        """Raise a MissingHeadError a student can act on when pre-training head `head` is absent."""
         has = {"mlm": self.has_mlm, "nsp": self.has_nsp, "sop": self.has_nsp, "rtd": self.has_rtd}.get(head)
         if has is None:
             raise ValueError(f"unknown head {head!r}; heads are {', '.join(PRETRAINING_HEADS)}.")
         if not has:
             raise MissingHeadError(
-                f"this {self.FAMILY.name} model has no {head.upper()} head, so {HEAD_WORDS[head]} is not "
-                f"available. Load a checkpoint that has it."
+                f"this {self.FAMILY.display} model has no {head.upper()} head, so {HEAD_WORDS[head]} is not "
+                f"available. Train one in the pre-training tab, or load a checkpoint that has it."
             )
 
     def describe(self) -> str:
+        """One line for the UI: family, size and heads."""
         c = self.config
         heads = [h.upper() for h in c.pretraining_heads] + ([c.task.replace("_", " ")] if c.task else [])
         n = sum(p.numel() for p in self.parameters()) / 1e6
@@ -453,13 +586,18 @@ class FamilyModel(HookedModel):
                 f"heads, {n:.1f}M parameters; heads: {', '.join(heads) if heads else 'none (encoder only)'}")
 
     def check_input(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> None:
+        """Refuse, in words, what the model cannot read: not [batch, seq], longer than its positions, a segment
+        id it has no embedding for (looked at on the CPU only: on a GPU the look would wait for the device)."""
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be [batch, seq]; got shape {tuple(input_ids.shape)}.")
         limit = self.config.max_position_embeddings - self.config.position_offset
         if input_ids.shape[1] > limit:
-            raise ValueError(f"the input is {input_ids.shape[1]} tokens long; this model reads at most {limit}.")
+            raise ValueError(f"the input is {input_ids.shape[1]} tokens long; this model reads at most {limit}. "
+                             f"Encode with the model's tokenizer, which cuts long texts with a warning.")
+        if token_type_ids is None or not token_type_ids.numel() or token_type_ids.device.type != "cpu":
+            return
         types = max(self.config.type_vocab_size, 1)
-        if token_type_ids is not None and token_type_ids.numel() and int(token_type_ids.max()) >= types:
+        if int(token_type_ids.max()) >= types:
             raise ValueError(f"this model has {types} segment type(s); got a segment id {int(token_type_ids.max())}.")
 
     def with_heads(self, pretraining_heads: Sequence[str] = (), task: str | None = None,

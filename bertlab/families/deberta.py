@@ -35,9 +35,8 @@ from bertlab.model import (
     BertIntermediate,
     BertLayerOutput,
     BertSelfOutput,
-    Dropout,
     ModelOutput,
-    activation_fn,
+    activation,
     add_task_heads,
     decoder_is_tied,
     task_logits,
@@ -121,7 +120,7 @@ class DebertaV2Embeddings(nn.Module):
         self.token_type_embeddings = nn.Embedding(cfg.type_vocab_size, width) if cfg.type_vocab_size else None
         self.embed_proj = nn.Linear(width, cfg.hidden_size, bias=False) if width != cfg.hidden_size else None
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
-        self.dropout = Dropout(cfg.hidden_dropout_prob)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.hook_word = HookPoint()  # [batch, seq, d_embed]
         self.hook_token_type = HookPoint()  # [batch, seq, d_embed] (only with segments)
         self.hook_position = HookPoint()  # [batch, seq, d_embed] (only with absolute positions)
@@ -154,6 +153,8 @@ class DisentangledSelfAttention(AttentionHooks):
     """Scores = (c2c + c2p + p2c) / sqrt(d_head x terms); the eager path materialises each term, the
     fast path hands the position terms to SDPA as an additive float mask."""
 
+    EAGER_HOOKS = (*AttentionHooks.EAGER_HOOKS, "hook_c2c")  # the content-to-content scores: eager only
+
     def __init__(self, cfg: BertConfig):
         super().__init__(cfg)
         d = cfg.hidden_size
@@ -165,21 +166,18 @@ class DisentangledSelfAttention(AttentionHooks):
         self.relative = relative_attention(cfg)
         self.span = attention_span(cfg)
         if self.relative:
-            self.pos_dropout = Dropout(cfg.hidden_dropout_prob)
+            self.pos_dropout = nn.Dropout(cfg.hidden_dropout_prob)
             if not self.share_att_key:
                 if "c2p" in self.terms:
                     self.pos_key_proj = nn.Linear(d, d)
                 if "p2c" in self.terms:
                     self.pos_query_proj = nn.Linear(d, d)
-        self.dropout = Dropout(cfg.attention_probs_dropout_prob)
+        self.dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
         # the reference divides every term by sqrt(d_head x number of terms), c2c included
         self.scale = math.sqrt(self.d_head * (1 + len(self.terms)))
         self.hook_c2c = HookPoint()  # [batch, head, query, key] content-to-content, scaled
         self.hook_c2p = HookPoint()  # [batch, head, query, key] content-to-position, scaled
         self.hook_p2c = HookPoint()  # [batch, head, query, key] position-to-content, scaled
-
-    def uses_eager(self) -> bool:
-        return super().uses_eager() or (self.path == "auto" and self.hook_c2c.active)
 
     def split(self, t: torch.Tensor) -> torch.Tensor:
         return t.view(*t.shape[:-1], self.n_heads, self.d_head).transpose(-3, -2)  # [..., head, seq, d_head]
@@ -249,7 +247,7 @@ class ConvLayer(nn.Module):
         d = cfg.hidden_size
         self.conv = nn.Conv1d(d, d, size, padding=(size - 1) // 2, groups=int(cfg.extra.get("conv_groups", 1)))
         self.LayerNorm = nn.LayerNorm(d, eps=cfg.layer_norm_eps)
-        self.dropout = Dropout(cfg.hidden_dropout_prob)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.act = CONV_ACTS[str(cfg.extra.get("conv_act", "tanh"))]
 
     def forward(self, embedded: torch.Tensor, residual: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -342,7 +340,7 @@ class LMTransform(nn.Module):
     def __init__(self, cfg: BertConfig, width: int):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, width)
-        self.act = activation_fn(cfg.hidden_act)
+        self.act = activation(cfg.hidden_act)
         self.LayerNorm = nn.LayerNorm(width, eps=cfg.layer_norm_eps)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -391,7 +389,7 @@ class MaskPredictionHead(nn.Module):
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.act = activation_fn(cfg.hidden_act)
+        self.act = activation(cfg.hidden_act)
         self.LayerNorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
         self.classifier = nn.Linear(cfg.hidden_size, 1)
 
@@ -406,8 +404,8 @@ class ContextPooler(nn.Module):
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.dropout = Dropout(float(cfg.extra.get("pooler_dropout", 0.0) or 0.0))
-        self.act = activation_fn(str(cfg.extra.get("pooler_hidden_act", "gelu")))
+        self.dropout = nn.Dropout(float(cfg.extra.get("pooler_dropout", 0.0) or 0.0))
+        self.act = activation(str(cfg.extra.get("pooler_hidden_act", "gelu")))
 
     def forward(self, seq: torch.Tensor) -> torch.Tensor:
         return self.act(self.dense(self.dropout(seq[:, 0])))  # [batch, d_model]

@@ -16,12 +16,11 @@ from bertlab.model import (
     Adapter,
     AttentionHooks,
     BertEmbeddings,
-    Dropout,
     ModelOutput,
-    activation_fn,
-    additive_mask,
+    activation,
     attend,
     decoder_is_tied,
+    extended_mask,
     task_logits,
     write_heads,
 )
@@ -36,7 +35,7 @@ class MultiHeadSelfAttention(AttentionHooks):
         self.k_lin = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.v_lin = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.out_lin = nn.Linear(cfg.hidden_size, cfg.hidden_size)
-        self.dropout = Dropout(cfg.attention_probs_dropout_prob)
+        self.dropout = nn.Dropout(cfg.attention_probs_dropout_prob)
         self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's
         self.hook_result = HookPoint()  # [batch, seq, head, d_model] each head's write (no bias)
         self.hook_attn_out = HookPoint()  # [batch, seq, d_model]
@@ -52,8 +51,8 @@ class FFN(nn.Module):
         super().__init__()
         self.lin1 = nn.Linear(cfg.hidden_size, cfg.intermediate_size)
         self.lin2 = nn.Linear(cfg.intermediate_size, cfg.hidden_size)
-        self.act = activation_fn(cfg.hidden_act)
-        self.dropout = Dropout(cfg.hidden_dropout_prob)
+        self.act = activation(cfg.hidden_act)
+        self.dropout = nn.Dropout(cfg.hidden_dropout_prob)
         self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's
         self.hook_post = HookPoint()  # [batch, seq, d_mlp]
         self.hook_mlp_out = HookPoint()  # [batch, seq, d_model]
@@ -94,7 +93,7 @@ class DistilBertModel(nn.Module):
 
     def forward(self, input_ids, attention_mask, head_mask):
         x = self.embeddings(input_ids, None)
-        mask = additive_mask(attention_mask, x.dtype)
+        mask = extended_mask(attention_mask, x.dtype)
         for i, block in enumerate(self.transformer.layer):
             x = block(x, mask, None if head_mask is None else head_mask[i])
         return x
@@ -111,17 +110,17 @@ class DistilBert(FamilyModel):
             tied = decoder_is_tied(config)
             self.vocab_projector = _BiasOnly(config.vocab_size) if tied else nn.Linear(config.hidden_size,
                                                                                         config.vocab_size)
-            self.mlm_act = activation_fn(config.hidden_act)
+            self.mlm_act = activation(config.hidden_act)
         task = config.task
         if task == "sequence_classification":
             self.pre_classifier = nn.Linear(config.hidden_size, config.hidden_size)
-            self.dropout = Dropout(config.extra.get("seq_classif_dropout", 0.2))
+            self.dropout = nn.Dropout(config.extra.get("seq_classif_dropout", 0.2))
             self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         elif task == "token_classification":
-            self.dropout = Dropout(config.hidden_dropout_prob)
+            self.dropout = nn.Dropout(config.hidden_dropout_prob)
             self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         elif task == "question_answering":
-            self.dropout = Dropout(config.extra.get("qa_dropout", 0.1))
+            self.dropout = nn.Dropout(config.extra.get("qa_dropout", 0.1))
             self.qa_outputs = nn.Linear(config.hidden_size, 2)
         self.finish()
 

@@ -11,7 +11,7 @@ from torch import nn
 from bertlab.config import BertConfig
 from bertlab.families.bert import BERT_DEFAULTS, BERT_FIELDS, WORDPIECE_SPECIALS, bert_layer_hook_paths
 from bertlab.families.core import Family, FamilyModel
-from bertlab.model import BertModel, ModelOutput, activation_fn, add_task_heads, decoder_is_tied, task_logits
+from bertlab.model import BertModel, ModelOutput, activation, add_task_heads, decoder_is_tied, task_logits
 
 
 class ElectraDiscriminatorPredictions(nn.Module):
@@ -19,7 +19,7 @@ class ElectraDiscriminatorPredictions(nn.Module):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size)
         self.dense_prediction = nn.Linear(cfg.hidden_size, 1)
-        self.act = activation_fn(cfg.hidden_act)
+        self.act = activation(cfg.hidden_act)
 
     def forward(self, seq: torch.Tensor) -> torch.Tensor:
         return self.dense_prediction(self.act(self.dense(seq))).squeeze(-1)  # [batch, seq]

@@ -34,9 +34,9 @@ from torch import nn
 from bertlab.config import BertConfig, ConfigError
 from bertlab.families.core import Family, FamilyModel
 from bertlab.hooks import HookPoint
-from bertlab.model import Adapter, AttentionHooks, Dropout, ModelOutput, activation_fn, decoder_is_tied, write_heads
+from bertlab.model import Adapter, AttentionHooks, ModelOutput, activation, decoder_is_tied, write_heads
 
-ACTIVATIONS = ("gelu", "gelu_new", "relu", "gelu_pytorch_tanh")  # those bertlab.model.activation_fn knows
+ACTIVATIONS = ("gelu", "gelu_new", "relu", "gelu_pytorch_tanh")  # those bertlab.model.activation knows
 THETA = {"global": 160_000.0, "local": 10_000.0}  # transformers' defaults
 KINDS = {"full_attention": "global", "sliding_attention": "local"}  # transformers 5's layer_types
 
@@ -87,7 +87,7 @@ class ModernBertEmbeddings(nn.Module):
         super().__init__()
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size, padding_idx=cfg.pad_token_id)
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=option(cfg, "norm_bias", False))
-        self.drop = Dropout(float(option(cfg, "embedding_dropout", 0.0)))
+        self.drop = nn.Dropout(float(option(cfg, "embedding_dropout", 0.0)))
         self.hook_word = HookPoint()  # [batch, seq, d_model]
         self.hook_token_type = HookPoint()  # never fires: no segment embeddings
         self.hook_position = HookPoint()  # never fires: positions are rotary, inside attention
@@ -149,8 +149,8 @@ class ModernBertAttention(AttentionHooks):
         self.window = half_window(cfg) if kind == "local" else None  # tokens seen on each side
         self.Wqkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=bias)
         self.Wo = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=bias)
-        self.dropout = Dropout(cfg.attention_probs_dropout_prob)  # on the pattern
-        self.out_drop = Dropout(cfg.attention_probs_dropout_prob)  # on the output, as transformers does
+        self.dropout = nn.Dropout(cfg.attention_probs_dropout_prob)  # on the pattern
+        self.out_drop = nn.Dropout(cfg.attention_probs_dropout_prob)  # on the output, as transformers does
         self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's
         self.hook_rot_q = HookPoint()  # [batch, seq, head, d_head] q after the rotation
         self.hook_rot_k = HookPoint()  # [batch, seq, head, d_head] k after the rotation
@@ -192,8 +192,8 @@ class ModernBertMLP(nn.Module):
         super().__init__()
         bias = bool(option(cfg, "mlp_bias", False))
         self.Wi = nn.Linear(cfg.hidden_size, 2 * cfg.intermediate_size, bias=bias)
-        self.act = activation_fn(cfg.hidden_act)
-        self.drop = Dropout(cfg.hidden_dropout_prob)
+        self.act = activation(cfg.hidden_act)
+        self.drop = nn.Dropout(cfg.hidden_dropout_prob)
         self.Wo = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=bias)
         self.adapter = Adapter(cfg) if cfg.adapter_size else None  # the fine-tuning lab's
         self.hook_pre = HookPoint()  # [batch, seq, d_mlp] first half, before the activation
@@ -271,7 +271,7 @@ class ModernBertPredictionHead(nn.Module):
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=bool(option(cfg, "classifier_bias", False)))
-        self.act = activation_fn(option(cfg, "classifier_activation", "gelu"))
+        self.act = activation(option(cfg, "classifier_activation", "gelu"))
         self.norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=option(cfg, "norm_bias", False))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -300,7 +300,7 @@ class ModernBert(FamilyModel):
                             nn.Linear(config.hidden_size, config.vocab_size,
                                       bias=bool(option(config, "decoder_bias", True))))
         if task:
-            self.drop = Dropout(float(option(config, "classifier_dropout", 0.0)))
+            self.drop = nn.Dropout(float(option(config, "classifier_dropout", 0.0)))
             self.classifier = nn.Linear(config.hidden_size, config.num_labels)  # QA: 2 labels (start, end)
         self.finish()
 

@@ -20,8 +20,8 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from bertlab.analysis.replay import ReplayRun
+from bertlab.families.bert import Bert
 from bertlab.loading import is_offline_default, load
-from bertlab.model import Bert
 from bertlab.panels.base import Panel, labelled
 from bertlab.panels.data_source import DataSource
 from bertlab.panels.finetune_diff import ChangedSection, measure_change

@@ -15,7 +15,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from bertlab.analysis.finetune_diff import FinetuneDiff, LossSlice, finetune_diff, loss_slice
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 from bertlab.panels.base import Panel
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.finetune import dev_loss

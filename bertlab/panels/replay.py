@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 
 from bertlab.analysis.replay import Replay, ReplayRun, replay, replay_model
 from bertlab.classroom.hold import AnswerHold
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 from bertlab.panels.base import Panel
 from bertlab.panels.runs import in_background
 from bertlab.tokenizer import Tokenizer

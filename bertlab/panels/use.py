@@ -14,8 +14,8 @@ from bertlab.analysis.attribution import ExplainInput, Target
 from bertlab.analysis.predict import answer, classify, cls_maps, entail, entities
 from bertlab.analysis.sample_size import examples_text, too_few
 from bertlab.analysis.targets import class_target, explain_choices, span_target, tag_target
+from bertlab.families.bert import Bert
 from bertlab.inputs import InputError
-from bertlab.model import Bert
 from bertlab.panels.base import Level, Panel, input_notes
 from bertlab.panels.explain import ExplainSection
 from bertlab.runtime import input_limit

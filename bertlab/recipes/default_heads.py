@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from bertlab.analysis.mask import fill_mask
 from bertlab.default_heads_file import default_family, heads_path, retrained_layers  # noqa: F401 (re-exported)
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 from bertlab.training.corpora import load_corpus
 from bertlab.training.loop import TrainEvent
 from bertlab.training.pretrain import PretrainConfig, evaluate_mlm, evaluate_nsp, pretrain, trainable_prefixes

@@ -22,7 +22,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 from bertlab.runtime import eval_mode, input_limit, model_device
 from bertlab.tasks.features import encode_words
 from bertlab.tokenizer import Tokenizer

@@ -452,7 +452,7 @@ def _is_bert(model: torch.nn.Module) -> bool:
     """A bertlab model of any family (BERT, RoBERTa, ALBERT, ELECTRA, ...): saved in the HF layout."""
     try:
         from bertlab.families import FamilyModel
-        from bertlab.model import Bert
+        from bertlab.families.bert import Bert
     except ImportError:
         return False
     return isinstance(model, (Bert, FamilyModel))

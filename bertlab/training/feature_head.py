@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 from bertlab.runtime import model_device, resolve_device
 from bertlab.tasks import IGNORE_INDEX, Task, get_task
 from bertlab.tasks.layer_features import LayerFeatures, feature_width, stage_names, word_features

@@ -42,7 +42,8 @@ import torch.nn.functional as F
 
 from bertlab.config import BertConfig
 from bertlab.families import ModelFamily, family_for
-from bertlab.model import Bert, ModelOutput
+from bertlab.families.bert import Bert
+from bertlab.model import ModelOutput
 from bertlab.runtime import derive_seed, eval_mode, max_tokens, model_device
 from bertlab.tasks import (
     CONLL_LABELS,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import functools
 import inspect
 import logging
 import math
@@ -31,11 +32,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from bertlab.model import GradTable, packing_plan, row_gradients
 from bertlab.runtime import (
-    HeapCreep,
     derive_seed,
-    kept_heap,
     out_of_memory_text,
     release_free_memory,
     resolve_device,
@@ -348,9 +346,6 @@ def _destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
-TRIM_EVERY = 10  # on a CPU where resident memory cannot be read: steps between two mid-run trims (`HeapCreep`)
-
-
 def native_bf16(device: torch.device) -> bool:
     """Whether `device` multiplies bf16 matrices natively, so that bf16 autocast speeds training up:
     a CUDA GPU with bf16 support, or a CPU with AVX-512 BF16 or AMX instructions (oneDNN's bf16 kernels;
@@ -358,13 +353,22 @@ def native_bf16(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type == "cpu":
-        checks = (getattr(torch.cpu, "_is_avx512_bf16_supported", None),
-                  getattr(torch.cpu, "_is_amx_tile_supported", None))
-        try:
-            return any(bool(check()) for check in checks if check is not None)
-        except RuntimeError:  # an unusual build: take the safe, exact path
-            return False
+        return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
     return False
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them (/proc/cpuinfo's `flags`); empty where they cannot be read
+    (another system: bf16 then counts as emulated, the safe, exact choice)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 def resolve_precision(precision: str, device: torch.device) -> str:
@@ -404,37 +408,10 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig, device: torch.device) -> 
 def clip_and_step(
     optimizer: torch.optim.Optimizer, params: Sequence[torch.Tensor], max_norm: float | None
 ) -> torch.Tensor:
-    """Clip the gradients' global 2-norm to `max_norm` and take the optimizer's step; returns the norm before
-    clipping, as `clip_grad_norm_` does (none, 0 or inf: no clipping). The same arithmetic as `clip_grad_norm_` then
-    `step()` (coefficient max_norm / (norm + 1e-6), at most 1), but a fused Adam or AdamW (`make_optimizer`'s)
-    takes the coefficient as its `grad_scale`, dividing each gradient by 1 / coefficient as it reads it, instead of
-    a pass of its own that multiplies every gradient first; and a word table's gradient kept by `lookup`
-    (`GradTable`) is read for the norm in the rows the batch wrote alone (the others are zeros). No wait for the
-    device, except on a CPU with such a table (is the norm finite?)."""
-    grads = [p.grad for p in params if p.grad is not None]
-    fused = (isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)) and optimizer.defaults.get("fused")
-             and getattr(optimizer, "grad_scale", None) is None and getattr(optimizer, "found_inf", None) is None
-             and not any(g.is_sparse for g in grads))
-    if not fused or not grads:
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
-        optimizer.step()
-        return norm
-    tables = [GradTable.of(g) for g in grads]  # a word table's kept gradient, else None
-    rows = [t.touched() if t is not None else None for t in tables]  # None: any row may be non-zero
-    norm = torch.nn.utils.get_total_norm([g if r is None else g.index_select(0, r) for g, r in zip(grads, rows)], 2.0)
-    clip = bool(max_norm) and not math.isinf(max_norm)
-    if clip:
-        coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)  # clip_grad_norm_'s coefficient
-        optimizer.grad_scale = coef.reciprocal().float()  # type: ignore[attr-defined]  # the kernel divides by it
-    try:
-        optimizer.step()
-    finally:
-        if clip:
-            del optimizer.grad_scale  # type: ignore[attr-defined]
-    kept = [t for t in tables if t is not None]
-    if kept and not bool(torch.isfinite(norm)):  # a scale of NaN turned the zero rows into NaN
-        for t in kept:
-            t.taint()
+    """Clip the gradients' global 2-norm to `max_norm` (none, 0 or inf: no clipping) and take the optimizer's
+    step; returns the norm before clipping (`torch.nn.utils.clip_grad_norm_`)."""
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm or float("inf"))
+    optimizer.step()
     return norm
 
 
@@ -690,20 +667,13 @@ class _Run:
             on = f"{self.device}, bf16 autocast" if precision == "bf16" else f"{self.device}, fp32"
             self._emit("start", message=f"training {self.total_steps} steps on {on}", model=self.model,
                        precision=precision)
-            # on a CPU the memory a step frees stays for the next (`kept_heap`) rather than being faulted in again;
-            # the heap is trimmed in the middle of a run only once the holes changing shapes leave have made the
-            # process's memory creep (`HeapCreep`)
-            creep = HeapCreep(TRIM_EVERY, trim=release_free_memory)
-            with kept_heap() if self.device.type == "cpu" else contextlib.nullcontext(), row_gradients():
-                while self.step < self.total_steps:
-                    if self._should_stop():
-                        status = "cancelled"
-                        break
-                    self._train_step()
-                    self.step += 1
-                    if self.device.type == "cpu":
-                        creep.after_step()
-                    self._after_step()
+            while self.step < self.total_steps:
+                if self._should_stop():
+                    status = "cancelled"
+                    break
+                self._train_step()
+                self.step += 1
+                self._after_step()
             if status == "completed":
                 self._maybe_eval()
             if status in ("completed", "cancelled") and self.step > 0:
@@ -747,13 +717,11 @@ class _Run:
                 batch = self.collate(examples, generator=gen)
             else:
                 batch = self.collate(examples)
-            host_batch, batch = batch, move_to_device(batch, self.device)
+            batch = move_to_device(batch, self.device)
             self._last_batch = (len(idx), batch_shape(batch))
             sync = self.wrapped.no_sync() if self.info.distributed and micro < accum - 1 else contextlib.nullcontext()
-            # the padding found on the host's copy: on a GPU the encoder packs without waiting for the device
-            plan = packing_plan(attention_mask_of(host_batch), attention_mask_of(batch))
             with sync:
-                with autocast_context(self.cfg.precision, self.device), plan:
+                with autocast_context(self.cfg.precision, self.device):
                     loss, metrics = self._call_loss(batch)
                 (loss / accum).backward()
             self._record_micro(loss, metrics, len(idx), _count_tokens(batch))

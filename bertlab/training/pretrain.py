@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from bertlab.config import BertConfig
-from bertlab.model import Bert
+from bertlab.families.bert import Bert
 from bertlab.tasks.batching import pad_inputs
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import Document, load_corpus
