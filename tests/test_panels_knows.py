@@ -110,7 +110,11 @@ def test_the_neuron_view_never_keeps_an_earlier_text(panel):
     """Long, then short, then empty: each time the view shows the new text, or says in its place why not."""
     panel.neuron_text.value = "The dog ran home."
     panel.neuron_button.click()
-    assert len(panel.neuron_box.children[0].data[1].y) == len(panel.tok.encode("The dog ran home."))
+    first = panel.neuron_box.children[0]
+    assert len(first.data[1].y) == len(panel.tok.encode("The dog ran home."))
+    panel.neuron_text.value = "A much longer sentence about a cat that sat on a mat."
+    panel.neuron_button.click()
+    assert panel.neuron_box.children[0] is not first  # a new widget: plotly's front end cannot restyle it in place
     panel.neuron_text.value = " ".join(["word"] * 600)
     panel.neuron_button.click()
     shown = panel.neuron_box.children[0]

@@ -24,7 +24,7 @@ from bertlab.analysis.probes import Cancelled, ProbeResult
 from bertlab.analysis.similarity import stage_names
 from bertlab.analysis.structural import StructuralResult, predict_tree, probe_each
 from bertlab.inputs import InputError
-from bertlab.panels.base import Panel
+from bertlab.panels.base import Panel, clear_view
 from bertlab.panels.runs import BackgroundRun, error_text
 from bertlab.panels.views import CountSliders, help_note
 from bertlab.tokenizer import Tokenizer
@@ -55,8 +55,11 @@ DEFAULT_NEURON_TEXT = "The cat sat on the mat because it was tired."
 DEFAULT_NEIGHBOUR_TEXT = "I went to the bank to deposit money."
 PROBE_HELP = ("A linear probe per layer learns to read a property off frozen word vectors (a word's first piece). "
               "The dashed line is the control task: the same probe on a random label per word type; selectivity "
-              "(hover) is accuracy − control. The dotted line is the scalar mix: a learned weighted sum of all "
-              "layers (its weights below). Trained on training sentences, scored on held-out ones.")
+              "(hover) is accuracy − control. Named entities are scored by macro accuracy (each label's accuracy, "
+              "averaged): 85 % of their words are “O”, so plain accuracy would reward saying “O”. The dotted line "
+              "is the scalar mix: a learned weighted sum of all layers (its weights below). Trained on training "
+              "sentences, scored on held-out ones. At the embeddings a word's vector is its type alone, which is all "
+              "the control task needs: selectivity there can fall below 0.")
 TREE_HELP = "The probe's tree is the minimum spanning tree of its distances; gold from UD EWT."
 PATCH_HELP = ("Two sentences that differ in one word, each with one {mask}. Each cell copies one activation of the "
               "clean run into the corrupted run: 1 = the clean answer−wrong logit difference fully restored, "
@@ -285,6 +288,10 @@ class KnowsPanel(Panel):
             except (ValueError, IndexError) as e:
                 show_figure(self.neuron_box, empty_figure(str(e)))
                 raise
+            # A new figure widget for every view: plotly's front end fails to restyle this one in place when the
+            # number of tokens changes ("Error setting state: Cannot read properties of undefined (reading
+            # 'length')") and keeps the earlier text on show.
+            clear_view(self.neuron_box)
             show_figure(self.neuron_box, plot_neuron_view(view))
             self.show_messages(self.unknown_notes(view.tokens))
 

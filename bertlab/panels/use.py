@@ -242,7 +242,9 @@ class UsePanel(Panel):
     # -- [CLS] before and after -------------------------------------------------------------------
     def _on_pca(self, _=None) -> None:
         self._pca_figure = None  # until the new picture is drawn
-        with self.reporting(self.pca_box):
+        cls = self.tok.cls_token
+        with self.busy(self.pca_button, text=f"Reading the {cls} vectors before and after (can take a minute)…"), \
+                self.reporting(self.pca_box):
             self.show_cls_pca()
 
     def show_cls_pca(self) -> None:
