@@ -5,7 +5,6 @@ its message line there."""
 from __future__ import annotations
 
 import pytest
-
 from tiny_models import tiny_bert
 
 
