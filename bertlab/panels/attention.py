@@ -36,9 +36,11 @@ MAX_TOKENS = 128  # beyond this a heatmap cell is smaller than a pixel pair; cut
 VIEWS = ("Heatmap", "Head view", "Model view", "Rollout", "bertviz")
 BERTVIZ_KINDS = ("head view", "model view")
 BERTVIZ_MODEL_VIEW_TOKENS = 48  # above this bertviz's model view draws so many lines the browser crawls
-# The panel's sliders each view uses: the head and model views and bertviz have their own controls
-# (a second layer control beside theirs would only confuse), and rollout mixes every head.
-SLIDERS = {"Heatmap": ("layer", "head"), "Head view": (), "Model view": (), "Rollout": ("layer",), "bertviz": ()}
+# The panel's sliders each view uses: one set of controls on the page. The head view takes the Layer slider
+# (its own view buttons and layer drop-down are off; its head chips pick the heads), the model view shows every
+# layer and head, bertviz has its own controls inside its page, and rollout mixes every head.
+SLIDERS = {"Heatmap": ("layer", "head"), "Head view": ("layer",), "Model view": (), "Rollout": ("layer",),
+           "bertviz": ()}
 
 
 class AttentionPanel(Panel):
@@ -268,7 +270,7 @@ class AttentionPanel(Panel):
         with self.hold():
             if self.attention_view is None:
                 self.attention_view = AttentionView(
-                    r.patterns, r.labels, r.sentence_b_start, layer=layer, view=mode,
+                    r.patterns, r.labels, r.sentence_b_start, layer=layer, view=mode, controls=False,
                     layout=widgets.Layout(width="100%"),
                 )
                 self.attention_view.observe(self._on_view_widget, names=["layer", "heads", "view"])
