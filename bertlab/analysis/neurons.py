@@ -49,8 +49,8 @@ def neuron_view(model: Bert, tok: Tokenizer, text: str, layer: int, head: int, q
         raise IndexError(f"head {head} does not exist: each layer has heads 0..{heads - 1}.")
     enc = encode_input(model, tok, text, text_b)
     if len(enc) > MAX_TOKENS:
-        raise InputError(f"The neuron view draws one row per token and shows texts of up to {MAX_TOKENS} tokens; "
-                         f"this one has {len(enc) + enc.num_truncated}. Shorten it to a sentence or two.")
+        raise InputError(f"The neuron view shows up to {MAX_TOKENS} tokens, one row each; this text has "
+                         f"{len(enc) + enc.num_truncated}: shorten it.")
     if not 0 <= query < len(enc):
         raise IndexError(f"token {query} does not exist: the text has tokens 0..{len(enc) - 1}.")
     ids = torch.tensor([enc.ids], device=model_device(model))
