@@ -115,8 +115,6 @@ def test_the_neuron_view_never_keeps_an_earlier_text(panel):
     panel.neuron_text.value = "A much longer sentence about a cat that sat on a mat."
     panel.neuron_button.click()
     assert panel.neuron_box.children[0] is not first  # a new widget: plotly's front end cannot restyle it in place
-    rows = list(panel.neuron_box.children[0].layout.yaxis.categoryarray)
-    assert rows[:3] == ["0: [CLS]", "1: a", "2: much"]  # token order, the chosen token (1) not put first
     panel.neuron_text.value = " ".join(["word"] * 600)
     panel.neuron_button.click()
     shown = panel.neuron_box.children[0]

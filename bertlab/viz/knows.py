@@ -151,8 +151,7 @@ def plot_neuron_view(view: NeuronView, style: Theme | None = None) -> go.Figure:
     fig.add_bar(x=np.round(view.scores.numpy(), DECIMALS), y=tokens, orientation="h", marker_color=t.color(0),
                 customdata=np.round(view.weights.numpy(), DECIMALS),
                 hovertemplate="%{y}<br>score %{x:.3f}<br>weight %{customdata:.3f}<extra></extra>", row=1, col=4)
-    # token order top to bottom (the q column names only the chosen token: without this it would come first)
-    fig.update_yaxes(autorange="reversed", tickfont=dict(size=11), categoryorder="array", categoryarray=tokens)
+    fig.update_yaxes(autorange="reversed", tickfont=dict(size=11))
     fig.update_yaxes(autorange="reversed", col=1, row=1, showticklabels=True)
     fig.update_xaxes(showticklabels=False, col=2)
     fig.update_xaxes(showticklabels=False, col=3)
