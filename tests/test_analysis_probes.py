@@ -157,6 +157,31 @@ def test_probes_beat_the_majority_and_shuffled_labels_stay_at_chance(default_mod
     assert acc.max().item() <= majority + 0.05
 
 
+def test_macro_accuracy_weighs_each_gold_label_alike():
+    from bertlab.analysis.probes import score
+
+    y = torch.tensor([0, 0, 0, 0, 0, 0, 0, 0, 1, 2])  # 80 % "O"
+    always_o = torch.zeros(10, 1, dtype=torch.long)
+    assert score(always_o, y, "accuracy").item() == pytest.approx(0.8)
+    assert score(always_o, y, "macro accuracy").item() == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="measure"):
+        score(always_o, y, "f2")
+
+
+def test_named_entities_are_scored_by_macro_accuracy_and_the_probe_beats_its_control(
+        default_model, shared_data_dir, tmp_path):
+    """Plain accuracy on a label that is 85 % "O" put the control task above the probe (selectivity below 0):
+    macro accuracy does not reward saying "O", and the result says it used it."""
+    model, tok = default_model
+    train = read_conll2003(shared_data_dir / "conll2003" / "train.txt")[:300]
+    ev = read_conll2003(shared_data_dir / "conll2003" / "dev.txt")[:150]
+    r = probe_property(model, tok, train, ev, "ner", cache_dir=tmp_path)
+    assert r.measure == "macro accuracy" and r.as_json()["measure"] == "macro accuracy"
+    assert min(r.selectivity[1:]) > 0, r.selectivity  # every layer above its control (the embeddings: word types)
+    assert r.majority < 0.5  # always "O" scores 1 / labels, not 0.85
+    assert probe_property(model, tok, train[:60], ev[:40], "pos", cache_dir=tmp_path, epochs=2).measure == "accuracy"
+
+
 def test_a_property_the_file_lacks(default_model, conll):
     model, tok = default_model
     train, ev = conll

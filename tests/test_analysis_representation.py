@@ -109,6 +109,21 @@ def test_table_figure_shows_pieces_segments_positions(rep):
     assert table.cells.fill.color[1][0] != table.cells.fill.color[10][0]  # A and B tinted apart
 
 
+def test_the_input_table_is_never_squeezed_for_long_pieces(default_model):
+    """64 long pieces with five-digit ids: every column as wide as its longest cell, and the figure as wide as
+    its columns (plotly shrinks every column of a narrower table: digits overlapped, "segment" was cut)."""
+    from bertlab.analysis.representation import first_tokens
+
+    model, tok = default_model
+    rep = first_tokens(input_representation(model, tok, " ".join(["extraordinarily"] * 40)), 64)
+    fig = plot_input_table(rep)
+    widths = list(fig.data[0].columnwidth)
+    assert fig.layout.width >= sum(widths)
+    assert widths[0] >= 9 * len("position")
+    for i, column in enumerate(fig.data[0].cells.values[1:], start=1):
+        assert widths[i] >= 9 * max(len(c) for c in column), (i, column)
+
+
 def test_norms_figure_has_one_bar_group_per_part(rep):
     fig = plot_part_norms(rep)
     assert [b.type for b in fig.data] == ["bar"] * 5 and fig.layout.barmode == "group"

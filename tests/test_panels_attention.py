@@ -389,8 +389,9 @@ def test_each_view_shows_only_the_sliders_it_uses(panel):
     for view in ("Heatmap", "Head view", "Model view", "Rollout", "bertviz"):
         panel.view.value = view
         shown[view] = [s.description for s in (panel.layer, panel.head) if s.layout.display != "none"]
-    assert shown == {"Heatmap": ["Layer", "Head"], "Head view": [], "Model view": [], "Rollout": ["Layer"],
-                     "bertviz": []}  # the head and model views and bertviz have their own layer / head controls
+    assert shown == {"Heatmap": ["Layer", "Head"], "Head view": ["Layer"], "Model view": [], "Rollout": ["Layer"],
+                     "bertviz": []}  # bertviz has its own controls inside its page; the head view's chips pick heads
+    assert panel.attention_view.controls is False  # one set of controls: no second view toggle nor layer drop-down
 
 
 def test_a_new_text_and_a_new_view_show_a_busy_sign(panel, monkeypatch):

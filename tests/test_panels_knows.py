@@ -73,15 +73,68 @@ def test_patching_grid_and_a_clear_message(panel):
     panel.patch_button.click()
     heat = panel.patch_box.children[0].data[0]
     assert heat.type == "heatmap" and len(heat.y) == panel.model.config.num_hidden_layers + 1
-    word = list(panel.grid.inp.tokens).index("mary", 5)
+    word = panel.grid.inp.differing[0]  # the one word the two sentences differ in
     assert heat.z[0][word] == pytest.approx(1.0, abs=1e-3)
     panel.kind.value = "heads"
     panel.patch_button.click()
     assert len(panel.patch_box.children[0].data[0].y) == panel.model.config.num_attention_heads
-    panel.corrupt.value = panel.corrupt.value.replace("John gave", "Johnathan gave")
+    panel.corrupt.value = panel.corrupt.value.replace("Berlin is", "Frankfurt am Main is")
     panel.patch_button.click()
     assert "same number of pieces" in notes(panel, "error")
     assert panel.patch_box.children == () and "patching" not in panel.figures()  # the old grid is gone
+
+
+def test_the_default_patching_pair_has_a_clean_answer_to_restore(panel):
+    """On the offline default the clean run prefers the answer and the corrupted one the wrong word; else
+    every recovery figure would be a ratio of meaningless numbers."""
+    panel.patch_button.click()
+    assert panel.grid.clean_diff > 0 > panel.grid.corrupt_diff, (panel.grid.clean_diff, panel.grid.corrupt_diff)
+    assert panel.grid.warning is None and not notes(panel, "warning"), panel.messages
+
+
+def test_patching_warns_when_the_clean_run_prefers_the_wrong_word(panel):
+    mask = panel.tok.mask_token
+    panel.clean.value = f"When John and Mary went to the store, Mary gave a drink to {mask}."
+    panel.corrupt.value = f"When John and Mary went to the store, John gave a drink to {mask}."
+    panel.answer.value, panel.wrong.value = "john", "mary"
+    panel.patch_button.click()
+    assert panel.grid.clean_diff < 0  # the offline default prefers "mary" here
+    assert "does not prefer" in notes(panel, "warning") and "mean nothing" in notes(panel, "warning")
+    panel.clean.value, panel.corrupt.value = panel.corrupt.value, panel.clean.value  # the corrupted one now helps
+    panel.answer.value, panel.wrong.value = "mary", "john"
+    panel.patch_button.click()
+    assert panel.grid.clean_diff > 0 and "does not lower" in notes(panel, "warning"), panel.messages
+
+
+def test_the_neuron_view_never_keeps_an_earlier_text(panel):
+    """Long, then short, then empty: each time the view shows the new text, or says in its place why not."""
+    panel.neuron_text.value = "The dog ran home."
+    panel.neuron_button.click()
+    first = panel.neuron_box.children[0]
+    assert len(first.data[1].y) == len(panel.tok.encode("The dog ran home."))
+    panel.neuron_text.value = "A much longer sentence about a cat that sat on a mat."
+    panel.neuron_button.click()
+    assert panel.neuron_box.children[0] is not first  # a new widget: plotly's front end cannot restyle it in place
+    panel.neuron_text.value = " ".join(["word"] * 600)
+    panel.neuron_button.click()
+    shown = panel.neuron_box.children[0]
+    assert "tokens" in notes(panel, "error") and not shown.data  # a message, not the old figure nor 512 rows
+    assert "up to" in shown.layout.annotations[0].text
+    panel.neuron_text.value = "A cat."
+    panel.neuron_button.click()
+    labels = list(panel.neuron_box.children[0].data[1].y)
+    assert len(labels) == len(panel.tok.encode("A cat.")) and any("cat" in y for y in labels), labels
+    assert not notes(panel, "error")
+    panel.neuron_text.value = "   "
+    panel.neuron_button.click()
+    shown = panel.neuron_box.children[0]
+    assert not shown.data and "empty" in shown.layout.annotations[0].text and "empty" in notes(panel, "error")
+
+
+def test_most_of_the_input_unknown_is_said(panel):
+    panel.neuron_text.value = "\U0001F600 \U0001F603 \U0001F604 cat"  # emoji: outside the vocabulary
+    panel.neuron_button.click()
+    assert panel.neuron_box.children[0].data and "Most of this input" in notes(panel, "warning"), panel.messages
 
 
 def test_neuron_view_escapes_tokens(panel):

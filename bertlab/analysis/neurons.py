@@ -14,8 +14,11 @@ import torch
 
 from bertlab.analysis.similarity import encode_input
 from bertlab.families.bert import Bert
+from bertlab.inputs import InputError
 from bertlab.runtime import eval_mode, model_device
 from bertlab.tokenizer import Tokenizer
+
+MAX_TOKENS = 48  # one row per token: beyond this a row is thinner than its label and the view unreadable
 
 
 @dataclass
@@ -37,13 +40,17 @@ class NeuronView:
 
 def neuron_view(model: Bert, tok: Tokenizer, text: str, layer: int, head: int, query: int,
                 text_b: str | None = None) -> NeuronView:
-    """q, k, q∘k and the scores of head `head` in layer `layer` for token `query` of the text."""
+    """q, k, q∘k and the scores of head `head` in layer `layer` for token `query` of the text; InputError for
+    an empty text or one over MAX_TOKENS tokens."""
     fam = model.family
     names = [_qk_hook(fam, layer, s) for s in ("q", "k")] + [fam.hook_name(layer, "hook_scores")]
     heads = model.config.num_attention_heads
     if not 0 <= head < heads:
         raise IndexError(f"head {head} does not exist: each layer has heads 0..{heads - 1}.")
     enc = encode_input(model, tok, text, text_b)
+    if len(enc) > MAX_TOKENS:
+        raise InputError(f"The neuron view shows up to {MAX_TOKENS} tokens, one row each; this text has "
+                         f"{len(enc) + enc.num_truncated}: shorten it.")
     if not 0 <= query < len(enc):
         raise IndexError(f"token {query} does not exist: the text has tokens 0..{len(enc) - 1}.")
     ids = torch.tensor([enc.ids], device=model_device(model))

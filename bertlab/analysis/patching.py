@@ -193,6 +193,23 @@ class PatchingGrid:
     corrupt_diff: float  # the same, corrupted run
     extra: dict[str, torch.Tensor] = field(default_factory=dict)  # "all positions": [row] for the head grid
 
+    @property
+    def warning(self) -> str | None:
+        """Why the recovery figures mean nothing here, or None: the clean run must prefer the answer (a
+        difference above 0) and the corrupted run must prefer it less, else there is no clean behaviour that
+        a patch could restore."""
+        answer, wrong = echo(self.inp.answer), echo(self.inp.wrong)
+        clean, corrupt = f"{self.clean_diff:+.2f}", f"{self.corrupt_diff:+.2f}"
+        if self.clean_diff <= 0:
+            return (f"The clean run does not prefer {answer} to {wrong} (logit difference {clean}; corrupted "
+                    f"{corrupt}): there is no clean answer to restore, so the recovery figures mean nothing. Pick a "
+                    f"pair where the clean sentence leads the model to the answer, e.g. the tab's default.")
+        if self.corrupt_diff >= self.clean_diff:
+            return (f"The corrupted sentence does not lower {answer}'s lead over {wrong} (clean {clean}, corrupted "
+                    f"{corrupt}): there is nothing for a patch to restore, so the recovery figures mean nothing. "
+                    f"Change the corrupted sentence so that it points to {wrong}.")
+        return None
+
     def as_json(self) -> dict:
         return {"tokens": self.inp.tokens, "layers": self.rows, "kind": self.kind,
                 "recovery": [[None if v != v else round(v, 4) + 0.0 for v in row] for row in self.recovery.tolist()],

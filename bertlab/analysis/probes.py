@@ -2,6 +2,10 @@
 (Hewitt & Liang 2019: a random but consistent label per word type) and the selectivity (probe accuracy −
 control accuracy), and a scalar mix (ELMo: softmax weights over the stages and a scale, learned with the probe).
 
+Most properties are scored by accuracy; named entities by macro accuracy (each gold label's accuracy, averaged
+over the labels): about 85 % of CoNLL-2003 words are "O", so plain accuracy rewards a probe, and a control
+task, for saying "O" and can put the control above the probe. The result says which measure it used.
+
 A word's feature is its first piece's vector (`pool="first"`), or the mean of its pieces (`pool="mean"`).
 Features are computed once per model, sentences and pooling, and cached to disk (`feature_cache_dir()`).
 The probes of all stages train together as one batched linear map (each stage's loss is its own: the same
@@ -41,6 +45,8 @@ EPOCHS = 8  # passes over the training words
 BATCH = 256  # words per step
 LR = 0.01
 WEIGHT_DECAY = 1e-4
+MEASURES = ("accuracy", "macro accuracy")
+MEASURE = {"ner": "macro accuracy"}  # property -> its measure where it is not plain accuracy (see above)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,9 +142,21 @@ def train_probe(module: nn.Module, x: torch.Tensor, y: torch.Tensor, epochs: int
 
 def accuracy(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Share of words whose top label is right, per stage: logits [words, stage, labels], y [words] -> [stage]."""
+    return score(logits.argmax(-1), y, "accuracy")
+
+
+def score(predicted: torch.Tensor, y: torch.Tensor, measure: str) -> torch.Tensor:
+    """Per stage, the `measure` of the predicted labels [words, stage] against the gold labels y [words]:
+    "accuracy" (share right) or "macro accuracy" (each gold label's share right, averaged over the gold labels
+    present) -> [stage]; NaN with no words."""
+    if measure not in MEASURES:
+        raise ValueError(f"measure must be one of {MEASURES}, not {measure!r}.")
     if len(y) == 0:
-        return torch.full((logits.shape[1],), float("nan"))
-    return (logits.argmax(-1) == y[:, None]).float().mean(0)
+        return torch.full((predicted.shape[1],), float("nan"))
+    right = (predicted == y[:, None]).float()  # [words, stage]
+    if measure == "accuracy":
+        return right.mean(0)
+    return torch.stack([right[y == label].mean(0) for label in y.unique()]).mean(0)
 
 
 @dataclass
@@ -159,6 +177,7 @@ class ProbeResult:
     eval_sentences: int
     labels: list[str]
     pool: str
+    measure: str = "accuracy"  # what `accuracy` (and the control, the mix, the majority) hold: see MEASURES
 
     @property
     def selectivity(self) -> list[float] | None:
@@ -173,7 +192,7 @@ class ProbeResult:
                 "control_accuracy": r(self.control_accuracy), "selectivity": r(self.selectivity),
                 "mix": {"weights": r(self.mix_weights), "gamma": _num(self.mix_gamma),
                         "accuracy": _num(self.mix_accuracy)},
-                "majority_baseline": _num(self.majority), "pool": self.pool,
+                "majority_baseline": _num(self.majority), "pool": self.pool, "measure": self.measure,
                 "train_sentences": self.train_sentences, "eval_sentences": self.eval_sentences,
                 "train_words": self.train_words, "eval_words": self.eval_words}
 
@@ -190,7 +209,8 @@ def probe_property(
     cancelled: Callable[[], bool] | None = None,
 ) -> ProbeResult:
     """Fit the per-stage probes (and the control task, and the scalar mix) on `train`; report on `evaluate`.
-    progress(what, done, total) names the step ("features", "probes", "control", "mix")."""
+    progress(what, done, total) names the step ("features", "probes", "control", "mix"). Scored by the
+    property's measure (MEASURE: macro accuracy for named entities, else accuracy)."""
     from bertlab.analysis.similarity import stage_names
 
     def step(what: str) -> Progress | None:
@@ -203,11 +223,12 @@ def probe_property(
     x, y, forms, labels = labelled_words(f_train, train, prop)
     xe, ye, forms_e, _ = labelled_words(f_eval, evaluate, prop, labels)
     stages, d, c = x.shape[1], x.shape[2], len(labels)
+    measure = MEASURE.get(prop, "accuracy")
     torch.manual_seed(seed)
     probes = train_probe(StageProbes(stages, d, c), x, y, epochs, seed=seed, progress=step("probes"),
                          cancelled=cancelled)
     with torch.no_grad():
-        acc = accuracy(probes(xe), ye)
+        acc = score(probes(xe).argmax(-1), ye, measure)
     control_acc = None
     if control:
         yc, table = control_labels(forms, y, c, seed)
@@ -215,14 +236,15 @@ def probe_property(
         ctrl = train_probe(StageProbes(stages, d, c), x, yc, epochs, seed=seed, progress=step("control"),
                            cancelled=cancelled)
         with torch.no_grad():
-            control_acc = accuracy(ctrl(xe), yce).tolist()
+            control_acc = score(ctrl(xe).argmax(-1), yce, measure).tolist()
     weights, gamma, mix_acc = [float("nan")] * stages, float("nan"), float("nan")
     if mix:
         mixed = train_probe(MixProbe(stages, d, c), x, y, epochs, seed=seed, progress=step("mix"),
                             cancelled=cancelled)
         with torch.no_grad():
-            mix_acc = float(accuracy(mixed(xe), ye)[0])
+            mix_acc = float(score(mixed(xe).argmax(-1), ye, measure)[0])
             weights, gamma = mixed.mix.weights.tolist(), float(mixed.mix.gamma)
-    majority = float((ye == torch.bincount(y[y >= 0]).argmax()).float().mean()) if len(ye) else float("nan")
+    always = torch.full((len(ye), 1), int(torch.bincount(y[y >= 0]).argmax()))  # the most common training label
+    majority = float(score(always, ye, measure)[0])
     return ProbeResult(prop, stage_names(stages - 1), acc.tolist(), control_acc, weights, gamma, mix_acc, majority,
-                       int((y >= 0).sum()), len(ye), len(train), len(evaluate), list(labels), pool)
+                       int((y >= 0).sum()), len(ye), len(train), len(evaluate), list(labels), pool, measure)

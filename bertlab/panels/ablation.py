@@ -17,7 +17,7 @@ from bertlab.analysis.ablation import (
     logit_lens,
     single_head_effects,
 )
-from bertlab.panels.base import Panel, lacks, run_button, unknown_notes
+from bertlab.panels.base import Panel, lacks, run_button
 from bertlab.panels.classroom import AnswerHold
 from bertlab.panels.views import Hold, on_input
 from bertlab.tokenizer import Tokenizer, spell_specials
@@ -238,7 +238,7 @@ class AblationPanel(Panel):
         self.ablation = result
         self.effects_button.disabled = False
         self.summary.value = summary_html(result)
-        unknown = unknown_notes(result.query.tokens, self.tok.id_to_token(self.tok.unk_token_id))
+        unknown = self.unknown_notes(result.query.tokens)
         self.show_messages(ablation_notes(result, self.tok.mask_token, self._target() is None, unknown))
 
     def _run_lens(self) -> None:

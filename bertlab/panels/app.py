@@ -25,8 +25,13 @@ from bertlab.panels.picker import ModelPicker
 from bertlab.panels.state import ModelState
 from bertlab.runtime import cap_threads  # noqa: F401 (moved down: the teacher view uses it too)
 from bertlab.viz import theme
+from bertlab.viz.theme import MUTED
 
 log = logging.getLogger(__name__)
+
+# The page's header: one line, so that at 1024x768 a tab's results show without scrolling.
+HEADER = (f'<div><b style="font-size:1.3em">bertlab</b> <span style="{MUTED}">· look inside a BERT model, one tab '
+          'at a time; the model picker below is shared by every tab.</span></div>')
 
 # (tab title, "module:Class"). Each class is `Class(model, tok)` with `.widget`,
 # `.set_model(model, tok)` and `.figures()`; see bertlab.panels.base.Panel.
@@ -73,12 +78,13 @@ class App:
         self._shown = state.model  # the model the picker shows
         self._stale: set[str] = set()  # built tabs still showing an earlier model
         state.observe(self._on_model)
-        self.switch = ProjectorSwitch(projector, self._redraw, flex="0 0 auto", margin="4px 0 4px 8px")
+        self.switch = ProjectorSwitch(projector, self._redraw, flex="0 0 auto", margin="0 0 0 8px")
         self.projector, self.page = self.switch.toggle, self.switch.page
         style = widgets.HTML(theme.css([title for title, _ in tabs]), layout=widgets.Layout(display="none"))
-        self.picker.widget.layout.flex, self.picker.widget.layout.width = "1 1 0%", "auto"
-        top = widgets.HBox([self.picker.widget, self.projector], layout=widgets.Layout(width="100%"))
-        self.widget = widgets.VBox([style, self.page, top, self.tabs], layout=widgets.Layout(width="100%"))
+        self.header = widgets.HTML(HEADER, layout=widgets.Layout(flex="1 1 0%", width="auto", min_width="0"))
+        top = widgets.HBox([self.header, self.projector], layout=widgets.Layout(width="100%", align_items="center"))
+        self.widget = widgets.VBox([style, self.page, top, self.picker.widget, self.tabs],
+                                   layout=widgets.Layout(width="100%"))
         self.switch.attach(self.widget)
 
     # -- projector mode ---------------------------------------------------------------------

@@ -14,7 +14,7 @@ import torch
 
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.analysis.rollout import RolloutResult, rollout_from_attention
-from bertlab.panels.base import Level, Panel, run_button, sentence_pair, unknown_notes
+from bertlab.panels.base import Level, Panel, run_button, sentence_pair
 from bertlab.panels.views import CountSliders, Hold, on_input
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention import (
@@ -36,9 +36,11 @@ MAX_TOKENS = 128  # beyond this a heatmap cell is smaller than a pixel pair; cut
 VIEWS = ("Heatmap", "Head view", "Model view", "Rollout", "bertviz")
 BERTVIZ_KINDS = ("head view", "model view")
 BERTVIZ_MODEL_VIEW_TOKENS = 48  # above this bertviz's model view draws so many lines the browser crawls
-# The panel's sliders each view uses: the head and model views and bertviz have their own controls
-# (a second layer control beside theirs would only confuse), and rollout mixes every head.
-SLIDERS = {"Heatmap": ("layer", "head"), "Head view": (), "Model view": (), "Rollout": ("layer",), "bertviz": ()}
+# The panel's sliders each view uses: one set of controls on the page. The head view takes the Layer slider
+# (its own view buttons and layer drop-down are off; its head chips pick the heads), the model view shows every
+# layer and head, bertviz has its own controls inside its page, and rollout mixes every head.
+SLIDERS = {"Heatmap": ("layer", "head"), "Head view": ("layer",), "Model view": (), "Rollout": ("layer",),
+           "bertviz": ()}
 
 
 class AttentionPanel(Panel):
@@ -166,12 +168,16 @@ class AttentionPanel(Panel):
             return {"heatmap": go.Figure(self.figure), "rollout": rollout}
         return {}
 
+    def _notes(self, result: AttentionResult) -> list[tuple[Level, str]]:
+        """What the student should know about this input, beyond the picture."""
+        return attention_notes(result) + self.unknown_notes(result.tokens, "the model sees them all as the same token")
+
     # -- state ----------------------------------------------------------------------------
     def _compute(self) -> AttentionResult | None:
         """The patterns for the current text, or None (and a message saying why)."""
         with self.reporting():
             result = attention_patterns(self.model, self.tok, *self._inputs(), max_length=self.max_length)
-            self.show_messages(_notes(result))
+            self.show_messages(self._notes(result))
             return result
         return None
 
@@ -264,7 +270,7 @@ class AttentionPanel(Panel):
         with self.hold():
             if self.attention_view is None:
                 self.attention_view = AttentionView(
-                    r.patterns, r.labels, r.sentence_b_start, layer=layer, view=mode,
+                    r.patterns, r.labels, r.sentence_b_start, layer=layer, view=mode, controls=False,
                     layout=widgets.Layout(width="100%"),
                 )
                 self.attention_view.observe(self._on_view_widget, names=["layer", "heads", "view"])
@@ -310,14 +316,8 @@ class AttentionPanel(Panel):
             self.bertviz_frame.value = ""
             raise
         if self.bertviz_kind.value == "model view" and len(r.tokens) > BERTVIZ_MODEL_VIEW_TOKENS:
-            self.show_messages(_notes(r) + [(
+            self.show_messages(self._notes(r) + [(
                 "warning",
                 (f"bertviz's model view draws every line of every head ({len(r.tokens)} tokens): it may take a "
                  "while to appear. bertlab's own Model view is much lighter."),
             )])
-
-
-def _notes(result: AttentionResult) -> list[tuple[Level, str]]:
-    """What the student should know about this input, beyond the picture."""
-    return attention_notes(result) + unknown_notes(result.tokens, result.unk_token,
-                                                   "the model sees them all as the same token")

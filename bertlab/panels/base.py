@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Literal
 
 import ipywidgets as widgets
@@ -124,6 +124,11 @@ class Panel:
             return [("warning", f"Could not add it to the model list ({type(e).__name__}: {e}).")]
         return []
 
+    def unknown_notes(self, tokens: Sequence[str], meaning: str = "") -> list[tuple[Level, str]]:
+        """`unknown_notes` for what this tab's tokenizer (`self.tok`) made of the text."""
+        tok = self.tok
+        return unknown_notes(tokens, tok.unk_token, meaning, tok.special_tokens.values())
+
     def show_error(self, e: Exception) -> None:
         """The message for an exception raised by a callback (the whole message line is replaced)."""
         if isinstance(e, MissingHeadError):  # the model lacks what was asked: say so plainly, it is no bug
@@ -203,18 +208,31 @@ def run_button(description: str = "Show", tooltip: str = "Run the model") -> wid
     return widgets.Button(description=description, button_style="primary", tooltip=tooltip)
 
 
-def unknown_notes(tokens: Sequence[str], unk_token: str, meaning: str = "") -> list[tuple[Level, str]]:
+MOSTLY_UNKNOWN = 0.5  # above this share of its pieces read as unknown, a result says little about the text
+
+
+def unknown_notes(tokens: Sequence[str], unk_token: str, meaning: str = "",
+                  specials: Collection[str] = ()) -> list[tuple[Level, str]]:
     """A warning when pieces of `tokens` are outside the vocabulary (each read as `unk_token`), with what
-    that means for the tab (`meaning`); [] when there are none. Every tab says it this one way."""
+    that means for the tab (`meaning`); a stronger one when most of the text's pieces (`tokens` less the
+    `specials`, e.g. the tokenizer's [CLS] and [SEP]) are unknown, since then any result (a 100 % verdict
+    too) says next to nothing about the text; [] when there are none. Every tab says it this one way."""
     unknown = sum(1 for t in tokens if t == unk_token)
     if not unknown:
         return []
+    framing = set(specials) - {unk_token}
+    pieces = sum(1 for t in tokens if t not in framing)
+    if unknown > MOSTLY_UNKNOWN * pieces:
+        return [("warning", f"Most of this input ({unknown} of {pieces} pieces) is not in this model's vocabulary "
+                            f"and reads as {unk_token}, so the model sees almost nothing of the text: what this tab "
+                            "shows says little about it. Type words in the model's language (emoji and rare "
+                            "symbols often read as unknown).")]
     meaning = f": {meaning}" if meaning else ""
     return [("warning", f"{unknown} piece(s) are not in this model's vocabulary and read as {unk_token} (emoji and "
                         f"rare symbols often are){meaning}.")]
 
 
 def input_notes(warning: str | None, tokens: Sequence[str], unk_token: str,
-                meaning: str = "") -> list[tuple[Level, str]]:
+                meaning: str = "", specials: Collection[str] = ()) -> list[tuple[Level, str]]:
     """The notes on what the model read: the input's own `warning` (cut to fit, ...) and `unknown_notes`."""
-    return ([("warning", warning)] if warning else []) + unknown_notes(tokens, unk_token, meaning)
+    return ([("warning", warning)] if warning else []) + unknown_notes(tokens, unk_token, meaning, specials)

@@ -14,7 +14,7 @@ import torch
 
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.inputs import InputError, os_error_message
-from bertlab.panels.base import Level, Panel, disabled, input_notes, sentence_pair
+from bertlab.panels.base import Level, Panel, input_notes, sentence_pair
 from bertlab.panels.record import session_header, session_sections
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention_view import attention_page
@@ -146,17 +146,18 @@ class ExportPanel(Panel):
             self.refresh()
 
     def _on_export(self, _=None) -> None:
-        with self.reporting(), disabled(self.export_button):
+        fmt = self.format.value
+        text = "Making the HTML…" if fmt == "html" else \
+            f"Making the {fmt.upper()} (a headless browser starts: a few seconds)…"
+        with self.busy(self.export_button, text=text), self.reporting():
             self.link.value = ""
-            name, fmt = self.choice.value, self.format.value
+            name = self.choice.value
             if not name:
                 raise InputError("There is no figure to export yet: open a tab that draws one, then press Refresh.")
             fig = self._current().get(name)
             if fig is None:
                 raise InputError(f"The figure {name!r} is no longer on show: press Refresh and pick again.")
             notes: list[tuple[Level, str]] = []
-            if fmt != "html":
-                self.show_message(f"Making the {fmt.upper()} of {name}… (a headless browser starts: a few seconds)")
             try:
                 data = export_figure(fig, fmt, title=name)
             except ExportUnavailable as e:
@@ -165,7 +166,7 @@ class ExportPanel(Panel):
             self.show_messages(notes + self._deliver(data, file_name(name, fmt)))
 
     def _on_export_view(self, _=None) -> None:
-        with self.reporting(), disabled(self.view_button):
+        with self.busy(self.view_button, text="Making the attention view's page…"), self.reporting():
             self.link.value = ""
             result = self._attention()
             _, page = attention_page(result)

@@ -24,7 +24,7 @@ from bertlab.analysis.probes import Cancelled, ProbeResult
 from bertlab.analysis.similarity import stage_names
 from bertlab.analysis.structural import StructuralResult, predict_tree, probe_each
 from bertlab.inputs import InputError
-from bertlab.panels.base import Panel
+from bertlab.panels.base import Panel, clear_view
 from bertlab.panels.runs import BackgroundRun, error_text
 from bertlab.panels.views import CountSliders, help_note
 from bertlab.tokenizer import Tokenizer
@@ -46,14 +46,20 @@ SECTIONS = ("Probes", "Tree", "Patching", "Neuron view", "Neighbours")
 PROPERTIES = (("part of speech (CoNLL-2003)", "pos"), ("chunk (CoNLL-2003)", "chunk"),
               ("named entity (CoNLL-2003)", "ner"), ("UPOS (UD EWT)", "upos"),
               ("dependency relation (UD EWT)", "deprel"), ("tree: structural probe (UD EWT)", "tree"))
-DEFAULT_CLEAN = "When John and Mary went to the store, Mary gave a drink to {mask}."  # spelled by the tokenizer
-DEFAULT_CORRUPT = "When John and Mary went to the store, John gave a drink to {mask}."
+# The default pair: the clean run must prefer the answer and the corrupted one the wrong word (on the offline
+# default too, see tests/test_panels_knows.py), or no recovery figure means anything. {mask}: spelled by the tokenizer.
+DEFAULT_CLEAN = "Paris is the capital of {mask}."
+DEFAULT_CORRUPT = "Berlin is the capital of {mask}."
+DEFAULT_ANSWER, DEFAULT_WRONG = "france", "germany"
 DEFAULT_NEURON_TEXT = "The cat sat on the mat because it was tired."
 DEFAULT_NEIGHBOUR_TEXT = "I went to the bank to deposit money."
 PROBE_HELP = ("A linear probe per layer learns to read a property off frozen word vectors (a word's first piece). "
               "The dashed line is the control task: the same probe on a random label per word type; selectivity "
-              "(hover) is accuracy − control. The dotted line is the scalar mix: a learned weighted sum of all "
-              "layers (its weights below). Trained on training sentences, scored on held-out ones.")
+              "(hover) is accuracy − control. Named entities are scored by macro accuracy (each label's accuracy, "
+              "averaged): 85 % of their words are “O”, so plain accuracy would reward saying “O”. The dotted line "
+              "is the scalar mix: a learned weighted sum of all layers (its weights below). Trained on training "
+              "sentences, scored on held-out ones. At the embeddings a word's vector is its type alone, which is all "
+              "the control task needs: selectivity there can fall below 0.")
 TREE_HELP = "The probe's tree is the minimum spanning tree of its distances; gold from UD EWT."
 PATCH_HELP = ("Two sentences that differ in one word, each with one {mask}. Each cell copies one activation of the "
               "clean run into the corrupted run: 1 = the clean answer−wrong logit difference fully restored, "
@@ -106,8 +112,8 @@ class KnowsPanel(Panel):
         wide = widgets.Layout(width="720px")
         self.clean = widgets.Text(value=tok.spell(DEFAULT_CLEAN), description="Clean", layout=wide)
         self.corrupt = widgets.Text(value=tok.spell(DEFAULT_CORRUPT), description="Corrupted", layout=wide)
-        self.answer = widgets.Text(value="john", description="Answer")
-        self.wrong = widgets.Text(value="mary", description="Wrong")
+        self.answer = widgets.Text(value=DEFAULT_ANSWER, description="Answer")
+        self.wrong = widgets.Text(value=DEFAULT_WRONG, description="Wrong")
         self.kind = widgets.Dropdown(options=[("residual stream", "residual"), ("attention output", "attention"),
                                               ("MLP output", "mlp"), ("heads of one layer", "heads")],
                                      value="residual", description="Patch")
@@ -152,7 +158,7 @@ class KnowsPanel(Panel):
         self.cancel_button.on_click(lambda _: self.cancel())
         self.tree_button.on_click(lambda _: self._report(self.draw_tree, self.tree_box))
         self.patch_button.on_click(lambda _: self._report(self.patch, self.patch_box))
-        self.neuron_button.on_click(lambda _: self._report(self.show_neurons, self.neuron_box))
+        self.neuron_button.on_click(lambda _: self._report(self.show_neurons))
         self.build_button.on_click(lambda _: self._report(self.start_index))
         self.find_button.on_click(lambda _: self._report(self.find, self.nb_box))
 
@@ -269,15 +275,25 @@ class KnowsPanel(Panel):
                 grid = component_grid(self.model, inp, self.kind.value)
             show_figure(self.patch_box, plot_patching(grid))
             self.grid = grid
-            self.show_messages([])
+            self.show_messages(([("warning", grid.warning)] if grid.warning else []) + self.unknown_notes(inp.tokens))
 
     # -- neuron view ------------------------------------------------------------------------------
     def show_neurons(self) -> None:
+        """The neuron view of the text; where there is none (empty, too long, no such token) the view says
+        why in its place, so the figure of an earlier text never stays under the message."""
         with self.busy(self.neuron_button, text="Reading q and k…"):
-            view = neuron_view(self.model, self.tok, self.neuron_text.value, self.neuron_layer.value,
-                               self.neuron_head.value, self.neuron_token.value)
+            try:
+                view = neuron_view(self.model, self.tok, self.neuron_text.value, self.neuron_layer.value,
+                                   self.neuron_head.value, self.neuron_token.value)
+            except (ValueError, IndexError) as e:
+                show_figure(self.neuron_box, empty_figure(str(e)))
+                raise
+            # A new figure widget for every view: plotly's front end fails to restyle this one in place when the
+            # number of tokens changes ("Error setting state: Cannot read properties of undefined (reading
+            # 'length')") and keeps the earlier text on show.
+            clear_view(self.neuron_box)
             show_figure(self.neuron_box, plot_neuron_view(view))
-            self.show_messages([("warning", view.warning)] if view.warning else [])
+            self.show_messages(self.unknown_notes(view.tokens))
 
     # -- neighbours -------------------------------------------------------------------------------
     def start_index(self) -> None:
@@ -296,13 +312,12 @@ class KnowsPanel(Panel):
         if self.index is None:
             raise InputError("Build the index first (Build index).")
         with self.busy(self.find_button, text="Searching…"):
-            encode_input(self.model, self.tok, self.nb_text.value)
             found = corpus_neighbours(self.model, self.tok, self.index, self.nb_text.value, self.nb_word.value,
                                       self.nb_k.value)
             name = stage_names(self.model.config.num_hidden_layers)[self.index.stage]
             show_figure(self.nb_box, plot_neighbours(found, self.nb_word.value, name))
             self.neighbours = found
-            self.show_messages([])
+            self.show_messages(self.unknown_notes(encode_input(self.model, self.tok, self.nb_text.value).tokens))
 
 
 def wiki_sentences() -> list[str]:

@@ -23,7 +23,7 @@ from bertlab.analysis.nsp import (
 from bertlab.analysis.targets import pair_target
 from bertlab.classroom.store import QuestionStore
 from bertlab.inputs import InputError, require_text
-from bertlab.panels.base import Level, Panel, lacks, pair_task, run_button, sentence_pair, unknown_notes
+from bertlab.panels.base import Level, Panel, lacks, pair_task, run_button, sentence_pair
 from bertlab.panels.classroom import POLL_LIVE_S
 from bertlab.panels.explain import ExplainSection
 from bertlab.panels.views import Hold, above, class_question, hidden_by, on_input
@@ -218,7 +218,7 @@ class NSPPanel(Panel):
         """What the student should know about this pair, beyond the pictures."""
         tokens = self.result.tokens if self.result is not None else self.tok.encode(
             self.text_a.value, self.text_b.value).tokens
-        unknown = unknown_notes(tokens, self.tok.unk_token, "the model sees them all as the same token")
+        unknown = self.unknown_notes(tokens, "the model sees them all as the same token")
         return pair_notes(self.mass, self.tok.cls_token, self.tok.sep_token, lacks(self.model, "pair_head"),
                           pair_task(self.model) == "sop", lacks(self.model, "segment_embeddings"), warning, unknown)
 

@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.representation import Representation, first_tokens, input_representation
-from bertlab.panels.base import Panel, lacks, run_button, sentence_pair, unknown_notes
+from bertlab.panels.base import Panel, lacks, run_button, sentence_pair
 from bertlab.panels.views import on_input
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
@@ -94,8 +94,7 @@ class RepresentationPanel(Panel):
         with self.reporting():
             a, b = self._inputs()
             full = input_representation(self.model, self.tok, a, b)
-            unk = self.tok.special_tokens["unk"]
-            unknown = unknown_notes(full.tokens, unk, "they all get the same token embedding")
+            unknown = self.unknown_notes(full.tokens, "they all get the same token embedding")
             self.show_messages(input_notes(full, self.max_shown, pair_asked=bool(self.text_b.value), tok=self.tok,
                                            segments=lacks(self.model, "segment_embeddings"),
                                            positions=lacks(self.model, "position_embeddings"), unknown=unknown))

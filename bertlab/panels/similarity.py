@@ -24,7 +24,7 @@ from bertlab.analysis.similarity import (
     word_in_contexts,
     word_projection,
 )
-from bertlab.panels.base import Level, Panel, run_button, unknown_notes
+from bertlab.panels.base import Level, Panel, run_button
 from bertlab.panels.views import Hold, help_note, on_input
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
@@ -233,7 +233,7 @@ class SimilarityPanel(Panel):
 
     def _compute_tokens(self) -> tuple[TokenSimilarity, list[tuple[Level, str]]]:
         sim = token_similarity(self.model, self.tok, self.text.value)
-        unknown = unknown_notes(sim.tokens, self.tok.unk_token, "they share one embedding")
+        unknown = self.unknown_notes(sim.tokens, "they share one embedding")
         return first_similarity_tokens(sim, self.max_shown), token_notes(sim, self.max_shown, unknown)
 
     def _compute_word(self) -> tuple[WordAcrossContexts, list[tuple[Level, str]]]:

@@ -162,7 +162,8 @@ class AttentionView(anywidget.AnyWidget):
 
     `view` picks "head" (token columns joined by lines, opacity = weight / heads shown; hover a
     token to see only its lines) or "model" (layers x heads thumbnails; click one to open it).
-    `layer`, `heads` (shown heads) and `pair_filter` mirror the controls in the browser.
+    `layer`, `heads` (shown heads) and `pair_filter` mirror the controls in the browser; `controls`
+    False leaves the choice of view and layer to the page around it.
     """
 
     _esm = _STATIC / "attention_view.js"
@@ -177,6 +178,9 @@ class AttentionView(anywidget.AnyWidget):
     layer = traitlets.Int(0).tag(sync=True)
     heads = traitlets.List(traitlets.Int()).tag(sync=True)
     pair_filter = traitlets.Enum(PAIR_FILTERS, default_value="all").tag(sync=True)
+    # False: no Head view / Model view buttons and no Layer drop-down (a panel around it has its own, and
+    # one set of controls is all a student should see); the head chips and the pair filter stay.
+    controls = traitlets.Bool(True).tag(sync=True)
 
     def __init__(
         self,

@@ -35,7 +35,8 @@ def _round(values: Sequence[float] | None) -> list[float | None]:
 
 def plot_probe_layers(results: Sequence[ProbeResult | StructuralResult], style: Theme | None = None) -> go.Figure:
     """Accuracy against stage, one colour per property (solid: the probe; dashed: its control task; the
-    scalar mix's accuracy as a dotted level line); the structural probe's UUAS (and Spearman, dotted)."""
+    scalar mix's accuracy as a dotted level line); a property scored otherwise (named entities: macro accuracy)
+    names its measure in the legend and the axis; the structural probe's UUAS (and Spearman, dotted)."""
     t = style or current()
     fig = go.Figure()
     stages = results[0].stages if results else []
@@ -51,6 +52,8 @@ def plot_probe_layers(results: Sequence[ProbeResult | StructuralResult], style: 
                                 name=f"{name}: scalar mix (UUAS)", line=dict(color=colour, dash="dashdot", width=1))
             continue
         name = PROPERTY_TITLES.get(r.prop, r.prop)
+        if r.measure != "accuracy":  # the legend says which measure: macro accuracy for named entities
+            name = f"{name} ({r.measure})"
         sel = _round(r.selectivity) if r.selectivity is not None else [None] * len(stages)
         fig.add_scatter(x=stages, y=_round(r.accuracy), mode="lines+markers", name=name, line=dict(color=colour),
                         customdata=sel, hovertemplate=f"{name}<br>%{{x}}: %{{y:.3f}}<br>selectivity "
@@ -63,7 +66,10 @@ def plot_probe_layers(results: Sequence[ProbeResult | StructuralResult], style: 
                             name=f"{name}: scalar mix", line=dict(color=colour, dash="dot", width=1))
     fig.update_layout(
         title=dict(text="What each layer knows: probe accuracy on held-out sentences", font=dict(size=14)),
-        xaxis=dict(title="stage (features read after…)"), yaxis=dict(title="accuracy", range=[0, 1.02]),
+        xaxis=dict(title="stage (features read after…)"),
+        yaxis=dict(title=" / ".join(dict.fromkeys(["accuracy"] + [r.measure for r in results
+                                                                    if isinstance(r, ProbeResult)])),
+                   range=[0, 1.02]),
         width=760, height=420, margin=dict(l=60, r=20, t=60, b=60), plot_bgcolor="white",
         legend=dict(font=dict(size=11)),
     )

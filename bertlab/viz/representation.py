@@ -66,6 +66,19 @@ def table_rows(rep: Representation) -> dict[str, list[str]]:
     }
 
 
+CHAR_PX = 9  # px per character of a 12 px cell, with room to spare
+CELL_PAD_PX = 16
+
+
+def table_column_px(rows: dict[str, list[str]]) -> list[int]:
+    """The width in px of each column of the input table: the row names', then each token's, as wide as its
+    longest cell (a long piece, a five-digit id) so that nothing overlaps or is cut."""
+    names = max(len(name) for name in rows)
+    tokens = len(next(iter(rows.values()), []))
+    return [CHAR_PX * names + CELL_PAD_PX] + [
+        max(45, CHAR_PX * max(len(cells[i]) for cells in rows.values()) + CELL_PAD_PX) for i in range(tokens)]
+
+
 def plot_input_table(rep: Representation, style: Theme | None = None) -> go.Figure:
     """The BERT-paper picture as a table: one column per token; rows piece / segment / position /
     word / id; cells tinted by segment (blue = A, orange = B). As wide as its tokens: its box
@@ -74,19 +87,20 @@ def plot_input_table(rep: Representation, style: Theme | None = None) -> go.Figu
     rows = table_rows(rep)
     fill = [t.segment_fill[min(s, 1)] for s in rep.segment_ids]
     columns = [[name for name in rows]] + [[rows[name][i] for name in rows] for i in range(len(rep.tokens))]
+    widths = table_column_px(rows)
     fig = go.Figure(
         go.Table(
             header=dict(values=["", *[str(i) for i in range(len(rep.tokens))]], fill_color="#dddddd",
                         align="center", font=dict(size=11)),
             cells=dict(values=columns, fill_color=[["#f5f5f5"] * len(rows)] + [[f] * len(rows) for f in fill],
                        align="center", font=dict(size=12), height=26),
-            columnwidth=[70] + [max(45, 9 * len(t)) for t in rep.labels],
+            columnwidth=widths,
         )
     )
     fig.update_layout(
         title=dict(text=f"What the model reads: {rep.tokenizer or 'its'} pieces, segments, positions",
                    font=dict(size=14)),
-        width=int(min(1400, 120 + sum(max(45, 9 * len(t)) for t in rep.labels))),
+        width=20 + sum(widths),  # never squeezed: plotly shrinks every column of a narrower table (its box scrolls)
         height=230,
         margin=dict(l=10, r=10, t=40, b=10),
     )

@@ -9,6 +9,7 @@
 //   tokens   list of strings                      sentence_b_start  int or null
 //   view     "head" | "model"                     layer  int
 //   heads    selected head indices                pair_filter  "all" | "a->a" | "b->b" | "a->b" | "b->a"
+//   controls false: no view buttons or layer drop-down (the page around the view has them)
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 const LEVELS = 100; // opacity steps for lines; lines under 1/(2*LEVELS) opacity are not drawn
@@ -123,7 +124,8 @@ function render({ model, el: host }) {
   const layerLabel = el("label", { class: "bl-field" }, [document.createTextNode("Layer "), layerSel]);
   const filterSel = el("select", { class: "bl-filter", "aria-label": "attention between" });
   const filterLabel = el("label", { class: "bl-field" }, [document.createTextNode("Attention "), filterSel]);
-  const toolbar = el("div", { class: "bl-toolbar" }, [el("div", { class: "bl-tabs" }, [headBtn, modelBtn]), layerLabel, filterLabel]);
+  const viewTabs = el("div", { class: "bl-tabs" }, [headBtn, modelBtn]);
+  const toolbar = el("div", { class: "bl-toolbar" }, [viewTabs, layerLabel, filterLabel]);
   const chips = el("div", { class: "bl-chips" });
   const body = el("div", { class: "bl-body" });
   const status = el("div", { class: "bl-status" });
@@ -180,7 +182,9 @@ function render({ model, el: host }) {
     headBtn.setAttribute("aria-pressed", String(view === "head"));
     modelBtn.setAttribute("aria-pressed", String(view === "model"));
     setSelect(layerSel, Array.from({ length: L }, (_, l) => [String(l), String(l)]), model.get("layer"));
-    layerLabel.style.display = view === "head" ? "" : "none";
+    const own = model.get("controls");  // false: the page around the view picks the view and the layer
+    viewTabs.style.display = own ? "" : "none";
+    layerLabel.style.display = own && view === "head" ? "" : "none";
     const hasPair = model.get("sentence_b_start") != null;
     setSelect(filterSel, FILTERS, model.get("pair_filter"));
     filterLabel.style.display = hasPair ? "" : "none";
@@ -415,7 +419,7 @@ function render({ model, el: host }) {
     scheduleDraw();
   };
   const dataEvents = ["change:data", "change:shape", "change:scale"];
-  const stateEvents = ["change:tokens", "change:sentence_b_start", "change:view", "change:layer", "change:heads", "change:pair_filter"];
+  const stateEvents = ["change:tokens", "change:sentence_b_start", "change:view", "change:layer", "change:heads", "change:pair_filter", "change:controls"];
   dataEvents.forEach((e) => model.on(e, onData));
   stateEvents.forEach((e) => model.on(e, onState));
   const ready = reload();
