@@ -139,7 +139,7 @@ def serve_command(n: int, port: int, class_dir: Path) -> tuple[list[str], str]:
                  "--port", str(port), "--class-dir", str(class_dir)]
                 + (["--per-client", "0"] if "--per-client" in help_text else []),  # every student is on loopback
                 f"bertlab serve --class {n}")
-    cmd = [sys.executable, "-m", "voila", str(REPO / "bertlab" / "apps" / "bertlab.ipynb"), f"--port={port}",
+    cmd = [sys.executable, "-m", "voila", str(REPO / "apps" / "bertlab.ipynb"), f"--port={port}",
            "--no-browser", "--Voila.ip=127.0.0.1", "--preheat_kernel=True", "--pool_size=1",
            "--MappingKernelManager.cull_idle_timeout=30", "--MappingKernelManager.cull_interval=10"]
     return cmd, "voila (plain, culling 30 s, pool 1)"
