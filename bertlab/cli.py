@@ -60,17 +60,16 @@ class CommandParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-# -- the notebooks shipped in the package --------------------------------------------------------
+# -- the notebooks shipped with the lab ----------------------------------------------------------
 def shipped(folder: str) -> Path:
-    """A folder shipped inside the package, wherever pip put it (venv, --user, conda, editable):
-    `apps` (the dashboards `serve` runs) or `notebooks` (the teaching notebooks)."""
-    from importlib.resources import files
+    """`apps` or `notebooks`, in the installed package or at the top of a checkout (settings.shipped)."""
+    from bertlab.settings import shipped
 
-    return Path(str(files("bertlab") / folder))
+    return shipped(folder)
 
 
 def app_dirs() -> list[Path]:
-    """Where dashboards live: the package's `apps/` folder."""
+    """Where dashboards live: the `apps/` folder shipped with the lab."""
     return [shipped("apps")]
 
 
@@ -90,7 +89,7 @@ def find_app(name: str = DEFAULT_APP) -> Path:
 
 
 def teaching_notebooks() -> list[Path]:
-    """The teaching notebooks shipped with the package, in lesson order."""
+    """The teaching notebooks shipped with the lab, in lesson order."""
     return sorted(shipped("notebooks").glob("*.ipynb"))
 
 

@@ -27,6 +27,27 @@ def data_path(*parts: str) -> Path:
     return path
 
 
+# -- the notebooks bertlab ships ----------------------------------------------------
+SHIPPED_FOLDERS = ("apps", "notebooks")  # the Voila dashboards; the teaching notebooks
+
+
+def shipped(folder: str) -> Path:
+    """`apps` (the dashboards `bertlab serve` runs) or `notebooks` (the teaching notebooks).
+
+    An installed wheel carries them inside the package (bertlab/apps, bertlab/notebooks: found with
+    importlib.resources wherever pip put it, venv, --user or conda); a checkout (a clone, an editable
+    install) keeps them at the repository's top, beside the package."""
+    from importlib.resources import files
+
+    if folder not in SHIPPED_FOLDERS:
+        raise ValueError(f"{folder!r} is not shipped with bertlab: one of {', '.join(SHIPPED_FOLDERS)}")
+    installed = Path(str(files("bertlab") / folder))
+    checkout = Path(__file__).resolve().parent.parent
+    if not installed.is_dir() and (checkout / "pyproject.toml").is_file() and (checkout / folder).is_dir():
+        return checkout / folder
+    return installed
+
+
 # -- class mode: one server, many students -------------------------------------------
 DEFAULT_UPLOAD_MAX_MB = 20
 DEFAULT_WORKSPACE_MB = 1000  # one student's workspace in class mode: a few finished runs and one training

@@ -117,22 +117,33 @@ def bare_default():
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
-    """The wheel of this checkout, built (offline) from a copy of what a source distribution holds."""
+    """The wheel of this checkout, built (offline) from its source distribution, as pip builds one
+    it downloaded: what the sdist leaves out (MANIFEST.in: apps/, notebooks/) the wheel lacks."""
     import importlib.util
     import shutil
     import subprocess
     import sys
+    import tarfile
 
     repo, out = Path(__file__).resolve().parents[1], tmp_path_factory.mktemp("wheel")
     src = out / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md", "LICENSE"):
+    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md", "LICENSE"):
         shutil.copy(repo / name, src / name)
-    shutil.copytree(repo / "bertlab", src / "bertlab", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    # Offline and quick with the venv's setuptools; a venv without one builds in isolation.
-    isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
+    for folder in ("bertlab", "apps", "notebooks"):
+        shutil.copytree(repo / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    if importlib.util.find_spec("setuptools") is None:  # a venv without one builds in isolation (online)
+        isolation, tree = [], src
+    else:  # offline and quick with the venv's setuptools: sdist, then the wheel from the unpacked sdist
+        make_sdist = f"from setuptools import build_meta; print(build_meta.build_sdist({str(out)!r}))"
+        done = subprocess.run([sys.executable, "-c", make_sdist], cwd=src, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        with tarfile.open(out / done.stdout.split()[-1]) as sdist:
+            sdist.extractall(out / "sdist", filter="data")
+        isolation, (tree,) = ["--no-build-isolation"], list((out / "sdist").iterdir())
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(out), str(src)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-q", "-w", str(out), str(tree)],
         capture_output=True, text=True, timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]

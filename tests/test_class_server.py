@@ -33,7 +33,7 @@ from bertlab.serving.kernels import ClassKernels
 from bertlab.serving.plan import class_cap, make_plan
 
 REPO = Path(__file__).resolve().parents[1]
-APP = REPO / "bertlab" / "apps" / "bertlab.ipynb"
+APP = REPO / "apps" / "bertlab.ipynb"
 
 
 def plan(**kw):

@@ -58,7 +58,7 @@ def test_unknown_command_is_a_usage_error(capsys):
 def test_serve_command_runs_voila_on_the_app():
     cmd, env = cli.serve_command(parse("serve", "--port", "9001", "--no-browser"), env={})
     assert cmd[:3] == [sys.executable, "-m", "bertlab.serving"]  # Voila, with bertlab's class server parts
-    assert Path(cmd[3]) == REPO / "bertlab" / "apps" / "bertlab.ipynb"
+    assert Path(cmd[3]) == REPO / "apps" / "bertlab.ipynb"
     assert "--port=9001" in cmd and "--no-browser" in cmd and "--Voila.ip=127.0.0.1" in cmd
     assert "--preheat_kernel=True" in cmd  # ~6 s to a page instead of ~15 s
     assert "--MappingKernelManager.cull_idle_timeout=40" in cmd  # closed pages' kernels are freed
@@ -210,7 +210,7 @@ def test_user_errors_are_one_line_and_bugs_keep_their_traceback(monkeypatch, cap
 
 def test_notebooks_copies_the_teaching_notebooks_and_keeps_a_students_work(tmp_path, capsys):
     shipped = cli.teaching_notebooks()
-    assert [p.name for p in shipped] == sorted(p.name for p in (REPO / "bertlab" / "notebooks").glob("*.ipynb"))
+    assert [p.name for p in shipped] == sorted(p.name for p in (REPO / "notebooks").glob("*.ipynb"))
     dest = tmp_path / "class" / "notebooks"
     assert cli.main(["notebooks", str(dest)]) == 0
     assert sorted(p.name for p in dest.iterdir()) == [p.name for p in shipped]

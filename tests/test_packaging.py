@@ -108,11 +108,23 @@ def test_conda_parser_reads_the_forms_conda_uses():
 
 # -- the app notebook --------------------------------------------------------------------------
 def test_app_notebook_is_committed_without_outputs():
-    nb = json.loads((REPO / "bertlab" / "apps" / "bertlab.ipynb").read_text())
+    nb = json.loads((REPO / "apps" / "bertlab.ipynb").read_text())
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
             assert cell["outputs"] == [] and cell["execution_count"] is None, "strip the dashboard's outputs"
     assert "BERTLAB_MODEL" in "".join("".join(c["source"]) for c in nb["cells"])
+
+
+def test_the_notebooks_live_at_the_top_of_the_repository_only():
+    """A clone shows apps/ and notebooks/ at its top; the package folder holds no copy of them."""
+    from bertlab.settings import shipped
+
+    assert sorted(p.name for p in (REPO / "apps").glob("*.ipynb")) == ["bertlab.ipynb", "teacher.ipynb"]
+    assert len(list((REPO / "notebooks").glob("*.ipynb"))) >= 5
+    assert not list((REPO / "bertlab").rglob("*.ipynb"))
+    assert shipped("apps") == REPO / "apps" and shipped("notebooks") == REPO / "notebooks"
+    with pytest.raises(ValueError, match="not shipped"):
+        shipped("../data")
 
 
 def test_wheel_ships_the_dashboards_notebooks_and_licence(wheel):
@@ -121,9 +133,10 @@ def test_wheel_ships_the_dashboards_notebooks_and_licence(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "bertlab/cli.py" in names and "bertlab/py.typed" in names
     assert {"bertlab/apps/bertlab.ipynb", "bertlab/apps/teacher.ipynb"} <= set(names)
-    teaching = {f"bertlab/notebooks/{p.name}" for p in (REPO / "bertlab" / "notebooks").glob("*.ipynb")}
+    teaching = {f"bertlab/notebooks/{p.name}" for p in (REPO / "notebooks").glob("*.ipynb")}
     assert teaching and teaching <= set(names)
     assert not any(".data/" in n for n in names)  # nothing outside the package: --user installs find it all
+    assert all(n.startswith(("bertlab/", "bert_classroom_lab-")) for n in names)  # no top-level apps/ beside it
     (meta,) = [n for n in names if n.endswith(".dist-info/METADATA")]
     text = zipfile.ZipFile(wheel).read(meta).decode()
     assert "Name: bert-classroom-lab" in text and "License-Expression: Apache-2.0" in text

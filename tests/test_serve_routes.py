@@ -19,7 +19,7 @@ import pytest
 from bertlab.serving.plan import make_plan
 
 REPO = Path(__file__).resolve().parents[1]
-APP = REPO / "bertlab" / "apps" / "bertlab.ipynb"
+APP = REPO / "apps" / "bertlab.ipynb"
 ODD_TEMPLATE_PATHS = ["/voila/templates/..%2f..", "/voila/templates/..%2f..%2fetc%2fpasswd",
                       "/voila/templates/bertlab/static/..%2f..%2f..%2f..%2fx", "/voila/templates/nope/static/x.js",
                       "/voila/templates/bertlab/index.html.j2"]

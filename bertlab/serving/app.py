@@ -54,10 +54,11 @@ from bertlab.serving.handlers import (
     TemplateFileHandler,
 )
 from bertlab.serving.kernels import class_kernel_manager_factory
-from bertlab.settings import PLOTLY_BUNDLE_PATH
+from bertlab.settings import PLOTLY_BUNDLE_PATH, shipped
 
 TEMPLATES_ROOT = Path(__file__).resolve().parent / "templates"  # laid out like share/jupyter
-PACKAGE_ROOT = Path(os.path.realpath(Path(__file__).parent.parent))  # bertlab/: its notebooks are trusted
+# bertlab/ and its dashboards (inside the package when installed, at a checkout's top): their notebooks are trusted
+TRUSTED_ROOTS = tuple(Path(os.path.realpath(p)) for p in (Path(__file__).parent.parent, shipped("apps")))
 
 
 class ShippedNotebooksTrusted(LargeFileManager):
@@ -73,8 +74,9 @@ class ShippedNotebooksTrusted(LargeFileManager):
 
 
 def _shipped(path: Path) -> bool:
-    """Whether `path` is a file of the bertlab package itself."""
-    return Path(os.path.realpath(path)).is_relative_to(PACKAGE_ROOT)
+    """Whether `path` is a file of the bertlab package itself or one of its dashboards."""
+    real = Path(os.path.realpath(path))
+    return any(real.is_relative_to(root) for root in TRUSTED_ROOTS)
 
 
 class BertlabVoila(Voila):

@@ -12,7 +12,6 @@ through it; titles and annotations that carry student text call it where they ar
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 _ENTITIES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
@@ -24,10 +23,6 @@ DATA_FIELDS = ("x", "y", "text", "hovertext", "customdata", "labels", "name", "i
 def plain_text(text: object) -> str:
     """`text` as a string that plotly and HTML both draw literally (no tags, no entities read)."""
     return str(text).translate(_ENTITIES)
-
-
-def plain_texts(items: Iterable[object]) -> list[str]:
-    return [plain_text(item) for item in items]
 
 
 def plain_data(value: Any) -> Any:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from dashboard_page import CURRENT
 
-APP = Path(__file__).resolve().parents[2] / "bertlab" / "apps" / "bertlab.ipynb"
+APP = Path(__file__).resolve().parents[2] / "apps" / "bertlab.ipynb"
 
 PLOT = f"{CURRENT} .js-plotly-plot"
 TICKS = f"{PLOT} .xtick text"

@@ -73,7 +73,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     home = tmp_path_factory.mktemp("jupyterlab")
     root = home / "notebooks"
     root.mkdir()
-    shutil.copy(REPO / "bertlab" / "notebooks" / "03_attention.ipynb", root)
+    shutil.copy(REPO / "notebooks" / "03_attention.ipynb", root)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in EMBEDDINGS])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nbformat.write(nb, root / "embeddings.ipynb")
