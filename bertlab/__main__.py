@@ -1,0 +1,7 @@
+"""`python -m bertlab ...`: the same as the `bertlab` command."""
+
+import sys
+
+from bertlab.cli import main
+
+sys.exit(main())
