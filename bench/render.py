@@ -186,6 +186,22 @@ TABLES: list[Table] = [
     Table(B, "finetune", "finetune", FINETUNE, FINETUNE_CAPTION),
     Table(B, "finetune", "finetune_sick", FINETUNE, FINETUNE_CAPTION),
     Table(B, "finetune", "finetune_bf16", FINETUNE, FINETUNE_CAPTION),
+    Table(B, "core", "core_before_after", (
+        ("bench", "bench", ""), ("before (7dc3b5f)", "before", ".2f"), ("after", "after", ".2f"),
+        ("≥ 1.4× HF grouped", lambda r: "" if r["aim"] is None else ("yes" if r["after"] >= r["aim"] else "no"), "")),
+        "{meta[what]} (`python bench/core/before_after.py`)",
+        rows=lambda d: [
+            {"bench": "fine-tuning SST-2 fp32: bertlab ÷ HF grouped's time, both rounds",
+             "before": d["finetune_sst2_fp32"]["before"]["speedup_vs_hf_grouped"],
+             "after": d["finetune_sst2_fp32"]["after"]["speedup_vs_hf_grouped"], "aim": 1.4},
+            *({"bench": f"forward at {b['seq']} tokens: bertlab's time ÷ HF's", "before": b["plain_ratio_vs_hf"],
+               "after": a["plain_ratio_vs_hf"], "aim": None}
+              for b, a in zip(d["forward"]["before"], d["forward"]["after"])),
+            {"bench": "pre-training MiniLM fp32: speed-up vs HF",
+             "before": d["pretrain_fp32"]["before"]["speedup_vs_hf"],
+             "after": d["pretrain_fp32"]["after"]["speedup_vs_hf"], "aim": None}]),
+    Table(B, "core-devices", "core_before_after", (
+        ("device", "device", ""), ("what it was", "what", ""), ("now", "status", "")), rows="devices"),
     Table(B, "compress", "compress", (
         ("model", "name", ""), ("library", "lib", ""), ("layers", "layers", ""), ("heads", "heads", ""),
         ("weights, MB", "size_mb", ",.1f"), ("ms, batch 1", "latency_ms_b1", ",.1f"),

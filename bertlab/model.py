@@ -356,10 +356,6 @@ class BertModel(nn.Module):
         self.encoder = BertEncoder(cfg)
         self.pooler = BertPooler(cfg) if cfg.add_pooler else None
         self.packing: fast.Packing = "cpu"  # the unpadding switch (`bertlab.fast`); False: the reference path
-        # (model, input_ids, token_type_ids, attention_mask) -> (sequence output, pooled), or None to run the
-        # modules: the model compiled for inference (`bertlab.compressed.engine`: an int8 model's). Asked only
-        # for whole sequences and no masked heads.
-        self.engine: Callable[..., tuple[torch.Tensor, torch.Tensor | None] | None] | None = None
 
     def forward(
         self,
@@ -374,10 +370,6 @@ class BertModel(nn.Module):
         [batch, n, d_model]; taken only when no hook watches the last layer (hooks there see every position)."""
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(input_ids)
-        if self.engine is not None and rows is None and head_mask is None:
-            out = self.engine(self, input_ids, token_type_ids, attention_mask)
-            if out is not None:
-                return out
         x = self.embeddings(input_ids, token_type_ids)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)

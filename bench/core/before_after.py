@@ -1,14 +1,13 @@
 """Issue 47's before/after: the bench scripts' own results files, run on the tree before the model-core refactor
-and on the tree after it (same machine, one thread, one after the other), gathered into one file with the
-device ablation (each old speed device switched off alone, fine-tuning SST-2 fp32).
+(7dc3b5f) and on the tree after it (same machine, one thread, one after the other), gathered into one file with
+what became of each old speed device.
 
-    python bench/core/before_after.py --dir DIR  # DIR holds before_*.json, after_*.json, ablation.json
+    python bench/core/before_after.py --dir DIR  # DIR holds before_*.json, after_*.json
 
 DIR's files come from (each with --threads 1; before: the tree at the parent of the refactor):
 bench_finetune.py --device cpu --task sst2 --variants bertlab-fp32 hf-grouped --no-count-work,
 bench_forward.py --lengths 128 512 --models minilm, bench_pretrain.py --presets minilm --variants hf bertlab
---precision fp32 (before: with its default --heap kept, and once more with --heap default), and
-bench/core/device_ablation.py (the ablation).
+--precision fp32 (before: with its default --heap kept, and once more with --heap default).
 """
 
 from __future__ import annotations
@@ -31,6 +30,9 @@ DEVICES = {
     "grad_scale": ("the clip handed to the fused AdamW as optimizer.grad_scale (private), not clip_grad_norm_",
                    "deleted"),
     "heap": ("glibc heap tuning while training (mallopt, kept_heap, HeapCreep)", "deleted"),
+    "int8_engine": ("bertlab.compressed.engine: an int8 model's forward compiled with TorchScript, kept bit-equal "
+                    "to the modules by hand, reading torch's private hook tables", "deleted: the Compression tab "
+                    "exports the int8 model to ONNX Runtime and times it beside torch's int8"),
     "packing": ("unpadding: the encoder on the real tokens alone", "kept: bertlab.fast.unpad_input/pad_output"),
     "cls_only": ("the last layer on the rows the heads read ([CLS] for a classifier)",
                  "kept: bertlab.fast.asked_rows"),
@@ -79,17 +81,12 @@ def main() -> None:
         d = get(name)
         return fn(d) if d is not None else None
 
-    ablation = get("ablation.json") or {"meta": None, "rows": []}
-    worth = {r["off"]: r for r in ablation["rows"]}
-    devices = [{"device": name, "what": what, "status": status,
-                "seconds_off": worth.get(name, {}).get("seconds"),
-                "worth": worth.get(name, {}).get("worth")}  # seconds with it off / with every device on
-               for name, (what, status) in DEVICES.items()]
+    devices = [{"device": name, "what": what, "status": status} for name, (what, status) in DEVICES.items()]
     heap_default = a.dir / "before_pretrain_heap_default.json"
     out = {
-        "meta": {"what": "issue 47: the model core before and after the refactor, same machine, 1 thread, turns "
-                         "within each bench; the machine was shared (load averages in each part)",
-                 "ablation": ablation["meta"]},
+        "meta": {"what": "issue 47: the model core before and after the refactor, same machine, 1 thread; "
+                         "fine-tuning measured on a quiet machine (two rounds each, alternating trees), forward "
+                         "and pre-training on a shared one (load averages in each part)"},
         "finetune_sst2_fp32": {"before": part(_finetune, "before_finetune.json"),
                                "after": part(_finetune, "after_finetune.json")},
         "forward": {"before": part(_forward, "before_forward.json"), "after": part(_forward, "after_forward.json"),
@@ -99,7 +96,6 @@ def main() -> None:
                           "before_heap_default": part(_pretrain, heap_default.name),
                           "after": part(_pretrain, "after_pretrain.json")},
         "devices": devices,
-        "ablation_rows": ablation["rows"],
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(out, indent=2) + "\n")

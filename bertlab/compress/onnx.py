@@ -63,9 +63,6 @@ def float_twin(model: nn.Module) -> nn.Module:
                 linear.bias.copy_(bias)
         parent, _, attr = name.rpartition(".")
         setattr(twin.get_submodule(parent) if parent else twin, attr, linear)
-    for bert in twin.modules():  # the int8 engine (when attached) runs int8 layers only: the twin runs its modules
-        if getattr(bert, "engine", None) is not None:
-            bert.engine = None
     return twin
 
 

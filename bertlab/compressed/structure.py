@@ -23,8 +23,6 @@ import torch
 from torch import nn
 from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
-from bertlab.compressed.engine import attach_int8_engine, compiled
-
 QUANT_KEY = "bertlab_quantization"
 PRUNED_KEY = "pruned_heads"
 QUANT_FORMAT = 1
@@ -65,36 +63,14 @@ def dequantize_rows(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return q.float() * scale.float()[:, None]
 
 
-class _Int8Call(nn.Module):
-    """The int8 kernel on packed weights held as an attribute: compiled (`engine.compiled`), the weights never
-    cross from Python to C++ on a call, which costs more than a small layer's matmul."""
-
-    def __init__(self, packed: Any):
-        super().__init__()
-        self.packed = packed
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized.linear_dynamic(x, self.packed, True)  # reduce_range, as torch's module
-
-
 class Int8Linear(DynamicLinear):
     """torch's dynamic-int8 Linear (`torch.ao.nn.quantized.dynamic.Linear`: the same packed weights, the same
-    kernel, activations quantized per call to 7 bits as torch's module does), calling its kernel directly
-    (compiled, see `_Int8Call`), without the module's per-call version and dtype checks: at batch 1 a layer's
-    matmul is small and they show."""
+    kernel, activations quantized per call to 7 bits as torch's module does), calling its kernel directly,
+    without the module's per-call version and dtype checks: at batch 1 a layer's matmul is small and they show."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        packed = self._packed_params._packed_params
-        call = self.__dict__.get("_call")
-        if call is None or call[0] is not packed:  # first call, or new weights (`set_weight_bias`)
-            call = self.__dict__["_call"] = (packed, compiled(_Int8Call(packed)))
-        y = call[1](x)
+        y = torch.ops.quantized.linear_dynamic(x, self._packed_params._packed_params, True)  # reduce_range
         return y if y.dtype == x.dtype else y.to(x.dtype)
-
-    def __getstate__(self) -> dict:  # a copy or a pickle compiles its own call
-        state = super().__getstate__()
-        state.pop("_call", None)
-        return state
 
 
 def int8_linear(q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None) -> nn.Module:
@@ -104,7 +80,8 @@ def int8_linear(q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None)
         out_features, in_features = q.shape
         layer = Int8Linear(in_features, out_features, bias_=bias is not None, dtype=torch.qint8)
         zero = torch.zeros(out_features, dtype=torch.int64)
-        qweight = torch._make_per_channel_quantized_tensor(q.contiguous(), scale.double(), zero, 0)
+        # the float values these int8 rows stand for, quantized back onto the same integers and scales
+        qweight = torch.quantize_per_channel(dequantize_rows(q, scale), scale.double(), zero, 0, torch.qint8)
         layer.set_weight_bias(qweight, None if bias is None else bias.detach().float().contiguous())
     return layer
 
@@ -306,8 +283,7 @@ def apply_int8(model: nn.Module, linears: Mapping[str, tuple[torch.Tensor, torch
                embeddings: Mapping[str, tuple[torch.Tensor, torch.Tensor]], fuse_qkv: bool = True) -> nn.Module:
     """Swap in dynamic-int8 Linears ({module name: (int8, scale)}, biases from the model) and set the
     embedding tables ({parameter name: (int8, scale)}) to their rounded float values. In place.
-    fuse_qkv: run each layer's query, key and value as one int8 Linear (`fuse_int8_qkv`; same outputs), and
-    let BERT-layout encoders run their int8 layers compiled when nobody watches (`engine.attach_int8_engine`)."""
+    fuse_qkv: run each layer's query, key and value as one int8 Linear (`fuse_int8_qkv`; same outputs)."""
     for name, (q, scale) in linears.items():
         old = model.get_submodule(name)
         bias = None if old.bias is None else old.bias
@@ -318,7 +294,7 @@ def apply_int8(model: nn.Module, linears: Mapping[str, tuple[torch.Tensor, torch
         module.weight = nn.Parameter(dequantize_rows(q, scale).to(module.weight.device), requires_grad=False)
     if hasattr(model, "tie_weights"):  # the MLM decoder reads the (rounded) word embeddings
         model.tie_weights()
-    return attach_int8_engine(fuse_int8_qkv(model)) if fuse_qkv else model
+    return fuse_int8_qkv(model) if fuse_qkv else model
 
 def describe_compression(model: nn.Module) -> str:
     """One line: what was done to this model."""

@@ -12,6 +12,7 @@ through it; titles and annotations that carry student text call it where they ar
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 _ENTITIES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
@@ -23,6 +24,11 @@ DATA_FIELDS = ("x", "y", "text", "hovertext", "customdata", "labels", "name", "i
 def plain_text(text: object) -> str:
     """`text` as a string that plotly and HTML both draw literally (no tags, no entities read)."""
     return str(text).translate(_ENTITIES)
+
+
+def plain_texts(items: Iterable[object]) -> list[str]:
+    """`plain_text` of each item."""
+    return [plain_text(item) for item in items]
 
 
 def plain_data(value: Any) -> Any:
