@@ -163,6 +163,7 @@ def test_class_runs_go_to_the_students_own_workspace(classroom, tok, monkeypatch
 
     def fake_finetune(cfg, **kwargs):
         seen.append(Path(cfg.out_dir))
+        (Path(cfg.out_dir) / "train.log").write_text("started")  # a run that wrote something keeps its folder
         raise ValueError("stopped by the test")
 
     monkeypatch.setattr("bertlab.panels.finetune.finetune", fake_finetune)
