@@ -46,8 +46,10 @@ def test_a_broken_tab_shows_a_note_and_the_rest_works(state):
     assert list(app.panels) == ["Attention"]
 
 
-def test_switching_model_updates_every_built_tab(state, tiny_checkpoints):
+def test_switching_model_updates_every_built_tab(state, tiny_checkpoints, tmp_path, monkeypatch):
     from bertlab.loading import load
+
+    monkeypatch.chdir(tmp_path)  # no finished runs in the working folder: the picker lists the models alone
 
     app = App(state, tabs=(ATTENTION, ("Input", "bertlab.panels.representation:RepresentationPanel")), first=1)
     app.tabs.selected_index = 0
