@@ -85,7 +85,7 @@ def with_borrowed_mlm(model: Bert, donor: Bert) -> Bert:
     cfg = model.config
     heads = tuple(dict.fromkeys((*cfg.pretraining_heads, "mlm")))
     labels = dict(cfg.id2label) if cfg.task not in (None, "question_answering") else None
-    out = model.with_heads(heads, cfg.task, labels, -1)
+    out = model.with_heads(heads, cfg.task, labels, -1, saveable=False)  # looked at, never saved
     ours, theirs, given = model.state_dict(), donor.state_dict(), out.state_dict()
     for name in set(given) - set(ours):
         if name not in theirs or theirs[name].shape != given[name].shape:

@@ -601,13 +601,16 @@ class FamilyModel(nn.Module):
             raise ValueError(f"this model has {types} segment type(s); got a segment id {int(token_type_ids.max())}.")
 
     def with_heads(self, pretraining_heads: Sequence[str] = (), task: str | None = None,
-                   id2label: dict[int, str] | None = None, adapter_size: int | None = -1) -> "FamilyModel":
+                   id2label: dict[int, str] | None = None, adapter_size: int | None = -1,
+                   saveable: bool = True) -> "FamilyModel":
         """A new model of this family with this one's encoder weights (copied) and fresh heads (and adapters)
-        where new. Only head sets the family has an HF architecture for (so that transformers can read the save).
+        where new. Only head sets the family has an HF architecture for (so that transformers can read the save),
+        unless `saveable` is False (a model only looked at, e.g. a classifier read through an MLM head).
         adapter_size: -1 keeps this model's adapters, None removes them, N adds N-wide ones."""
         cfg = self.config.replace(pretraining_heads=tuple(pretraining_heads), task=task, id2label=dict(id2label or {}),
                                   adapter_size=self.config.adapter_size if adapter_size == -1 else adapter_size)
-        self.FAMILY.architecture_of(cfg)  # refuses a combination no HF class holds
+        if saveable:
+            self.FAMILY.architecture_of(cfg)  # refuses a combination no HF class holds
         new = type(self)(cfg)
         ours, theirs = self.state_dict(), new.state_dict()
         kept = {k: v for k, v in ours.items() if k in theirs and v.shape == theirs[k].shape}
