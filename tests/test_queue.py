@@ -242,12 +242,19 @@ def _run_texts(p) -> str:
     return " ".join(text for _, text in p.run_messages)
 
 
+def _drawn(panel):
+    """The panel after its job's callbacks ran and it redrew: on this thread, as a kernel's loop would."""
+    panel.job.pump()
+    panel.draw()
+    return panel
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_pretraining_waits_its_turn_and_stop_leaves_the_queue(class_queue, tmp_path):
     q, _ = class_queue
     p = _pretrain_panel(tmp_path)
     p.start.click()
-    _until(lambda: "1 run ahead of you" in _run_texts(p))
+    _until(lambda: "1 run ahead of you" in _run_texts(_drawn(p)))
     assert p.job.running and not p.stop.disabled and p.progress.value == 0  # waiting, not training
     assert "Stop leaves the queue" in _run_texts(p)
     assert len(q.entries()) == 2
@@ -263,7 +270,7 @@ def test_pretraining_starts_when_the_slot_frees(class_queue, tmp_path):
     q, other = class_queue
     p = _pretrain_panel(tmp_path)
     p.start.click()
-    _until(lambda: "1 run ahead of you" in _run_texts(p))
+    _until(lambda: "1 run ahead of you" in _run_texts(_drawn(p)))
     other.leave()
     assert p.job.wait(120)
     assert p.result is not None and p.result.status == "completed", p.run_messages
@@ -285,8 +292,8 @@ def test_finetuning_waits_its_turn_and_cancel_leaves_the_queue(class_queue, tok,
     panel.path.value = str(SHARED_DATA / "sst2")
     panel.max_train.value, panel.max_dev.value, panel.epochs.value, panel.batch.value = 16, 8, 1, 8
     panel.start_button.click()
-    texts = lambda: " ".join(text for _, text in panel.messages)  # noqa: E731
-    _until(lambda: "1 run ahead of you" in texts())
+    texts = lambda _=None: " ".join(text for _, text in panel.messages)  # noqa: E731
+    _until(lambda: "1 run ahead of you" in texts(_drawn(panel)))
     assert panel.job.running and not panel.cancel_button.disabled
     panel.cancel_button.click()
     assert panel.job.wait(20)

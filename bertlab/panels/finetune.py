@@ -311,7 +311,7 @@ class FinetunePanel(Panel):
             run.add(Outcome("change error", words.not_measured_text(run.label, str(e))))
 
     def _left_queue(self, run: FinetuneRun) -> None:
-        run.add(Outcome("error", words.left_queue_text(run.label)))
+        run.add(Outcome("cancelled", words.left_queue_text(run.label)))
         self._busy_text, self.progress_text.value = None, ""
         self.show_message(run.error, "warning")
         self._seen[run.label] = len(run.events)

@@ -93,12 +93,14 @@ class RunState(Generic[C]):
 
     @property
     def error(self) -> str | None:
-        """The message of an error that stopped the run (None: none)."""
-        return self.outcome("error")
+        """The message of an error that stopped the run, or of its leaving the class queue (None: none)."""
+        return self.outcome("error") or self.outcome("cancelled")
 
     @property
     def status(self) -> str:
         """starting, running, completed, cancelled or failed."""
+        if self.outcome("cancelled") is not None:  # left the class queue before it ran
+            return "cancelled"
         if self.error is not None:
             return "failed"
         result = self.result
