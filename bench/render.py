@@ -1,6 +1,6 @@
 """Write the docs' measured figures from the results files, so none is typed by hand.
 
-A page marks each generated block; `TABLES` declares what goes in it (a results file, its rows, the
+A page marks each generated block; `TABLES` (bench/tables.py) declares what goes in it (a results file, its rows, the
 columns: header, key, format) and a caption made from the file's own meta, so every figure says what it
 was measured on:
 
@@ -94,7 +94,7 @@ def block(page: str, marker: str, results: Path | None = None, suffix: str = "cu
     """The text of one block: its tables, in the order TABLES declares them. Another `suffix` (a GPU check's
     dry run: "dryrun") reads `*_dryrun.json` for the `*_cuda.json` files and leaves out those it lacks."""
     parts = []
-    for t in TABLES:
+    for t in tables().TABLES:
         if (t.page, t.marker) != (page, marker):
             continue
         file = t.file.removesuffix("_cuda") + f"_{suffix}" if t.file.endswith("_cuda") else t.file
@@ -107,7 +107,7 @@ def block(page: str, marker: str, results: Path | None = None, suffix: str = "cu
 def render(page: str, text: str) -> tuple[str, list[str]]:
     """`text` with every declared block of `page` rewritten; also the names of the blocks that changed."""
     changed = []
-    for marker in dict.fromkeys(t.marker for t in TABLES if t.page == page):
+    for marker in dict.fromkeys(t.marker for t in tables().TABLES if t.page == page):
         pattern = re.compile(rf"(<!-- figures:{marker} -->\n)(.*?)(<!-- /figures:{marker} -->)", re.S)
         match = pattern.search(text)
         if match is None:
@@ -118,8 +118,6 @@ def render(page: str, text: str) -> tuple[str, list[str]]:
             text = text[: match.start(2)] + body + text[match.end(2):]
     return text, changed
 
-
-# -- what the columns show ---------------------------------------------------------------------------------------
 
 def pct(v: float) -> str:
     return f"{100 * v:.1f} %"
@@ -133,178 +131,11 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
 
 
-def batch_seq(r: dict) -> str:
-    return f"{r['batch']} × {r['seq']}"
-
-
-def finetune_rows(d: dict) -> list[dict]:
+def tables():
+    """bench/tables.py, which declares every table (it imports this module for `Table` and the formats)."""
     sys.path.insert(0, str(ROOT / "bench"))
-    from finetune_table import shown_rows
-    return shown_rows(d)
-
-
-FT_AIM, MFU_AIM = 1.5, 0.45  # bertlab over HF's grouped bf16 `Trainer`; pre-training MFU at 512 tokens
-PRETRAIN = (("shape", "preset", ""), ("variant", "variant", ""), ("precision", "precision", ""),
-            ("batch × seq", batch_seq, ""), ("ms per step", "ms_per_step", ",.1f"),
-            ("tokens/s", "tokens_per_s", ",.0f"), ("vs HF", "speedup_vs_hf", times))
-PRETRAIN_CAPTION = ("{meta[device]} ({meta[cpu]}), {meta[threads]} thread(s), {meta[precision]}, "
-                    "median of {meta[steps]} steps after {meta[warmup]} warm-up, load average "
-                    "{meta[load_avg_start][0]} → {meta[load_avg_end][0]}, {meta[when]} "
-                    "(`python bench/bench_pretrain.py`)")
-FINETUNE = (("variant", "variant", ""), ("shape", "preset", ""), ("precision", "precision", ""),
-            ("examples/s", "examples_per_s", ",.1f"), ("real tokens/s", "tokens_per_s", ",.0f"),
-            ("padding", "padding", ".1%"), ("vs HF `Trainer`", "speedup_vs_hf", times),
-            ("vs HF grouped", "speedup_vs_hf_grouped", times),
-            ("vs HF grouped bf16", "speedup_vs_hf_grouped_bf16", times),
-            (f"≥ {FT_AIM}× HF grouped", aim(lambda r: None if r["variant"].startswith("hf") else (
-                r.get("speedup_vs_hf_grouped") or r.get("speedup_vs_hf_grouped_bf16")), FT_AIM), ""))
-FINETUNE_CAPTION = ("{meta[task]}, one epoch of the same {meta[examples]} examples, batch {meta[batch]}, "
-                    "{meta[device]} ({meta[cpu]}), {meta[threads]} thread(s), {meta[rounds]} round(s), "
-                    "load average {meta[load_avg_start][0]} → {meta[load_avg_end][0]}, {meta[when]} "
-                    "(`python bench/bench_finetune.py`)")
-FORWARD = (("model", "model", ""), ("seq", "seq", ""), ("bertlab ms", "bertlab_plain", ",.1f"),
-           ("HF ms", "hf_plain", ",.1f"), ("bertlab ÷ HF", "plain_ratio_vs_hf", ".2f"),
-           ("bertlab capture ms", "bertlab_capture", ",.1f"), ("HF capture ms", "hf_capture", ",.1f"),
-           ("capture: bertlab ÷ HF", "capture_ratio_vs_hf", ".2f"))
-FORWARD_CAPTION = ("batch {rows[0][batch]}, {meta[device]} ({meta[cpu]}), torch {meta[torch]}, {meta[threads]} "
-                   "thread(s), median of {meta[repeats]} calls taking turns (`python bench/bench_forward.py`)")
-CAPTURE_AIM = 1.15  # what capturing a view's patterns may cost, times the plain pass
-B = "benchmarks.md"
-
-TABLES: list[Table] = [
-    *(Table(B, "forward", name, FORWARD, FORWARD_CAPTION) for name in ("forward", "forward_modernbert",
-                                                                       "forward_deberta")),
-    Table(B, "forward", "forward_capture", (
-        ("model", "model", ""), ("seq", "seq", ""), ("plain ms", "bertlab_plain", ",.1f"),
-        ("one layer's patterns ÷ plain", "view_layer_overhead", times),
-        ("one head's patterns ÷ plain", "view_head_overhead", times),
-        ("everything ÷ plain", "capture_overhead", times),
-        (f"a view ≤ {CAPTURE_AIM}×", aim("view_layer_overhead", CAPTURE_AIM, at_most=True), "")),
-        "What a view's capture costs (float16 patterns of one layer or one head): " + FORWARD_CAPTION),
-    Table(B, "pretrain", "pretrain", PRETRAIN, PRETRAIN_CAPTION),
-    Table(B, "pretrain", "pretrain_bf16", PRETRAIN, PRETRAIN_CAPTION),
-    Table(B, "finetune", "finetune", FINETUNE, FINETUNE_CAPTION),
-    Table(B, "finetune", "finetune_sick", FINETUNE, FINETUNE_CAPTION),
-    Table(B, "finetune", "finetune_bf16", FINETUNE, FINETUNE_CAPTION),
-    Table(B, "core", "core_before_after", (
-        ("bench", "bench", ""), ("before (7dc3b5f)", "before", ".2f"), ("after", "after", ".2f"),
-        ("≥ 1.4× HF grouped", lambda r: "" if r["aim"] is None else ("yes" if r["after"] >= r["aim"] else "no"), "")),
-        "{meta[what]} (`python bench/core/before_after.py`)",
-        rows=lambda d: [
-            {"bench": "fine-tuning SST-2 fp32: bertlab ÷ HF grouped's time, both rounds",
-             "before": d["finetune_sst2_fp32"]["before"]["speedup_vs_hf_grouped"],
-             "after": d["finetune_sst2_fp32"]["after"]["speedup_vs_hf_grouped"], "aim": 1.4},
-            *({"bench": f"forward at {b['seq']} tokens: bertlab's time ÷ HF's", "before": b["plain_ratio_vs_hf"],
-               "after": a["plain_ratio_vs_hf"], "aim": None}
-              for b, a in zip(d["forward"]["before"], d["forward"]["after"])),
-            {"bench": "pre-training MiniLM fp32: speed-up vs HF",
-             "before": d["pretrain_fp32"]["before"]["speedup_vs_hf"],
-             "after": d["pretrain_fp32"]["after"]["speedup_vs_hf"], "aim": None}]),
-    Table(B, "core-devices", "core_before_after", (
-        ("device", "device", ""), ("what it was", "what", ""), ("now", "status", "")), rows="devices"),
-    Table(B, "compress", "compress", (
-        ("model", "name", ""), ("library", "lib", ""), ("layers", "layers", ""), ("heads", "heads", ""),
-        ("weights, MB", "size_mb", ",.1f"), ("ms, batch 1", "latency_ms_b1", ",.1f"),
-        ("ms, batch 32", "latency_ms_b32", ",.0f"), ("held-out accuracy", "accuracy", pct)),
-        "{meta[dev_examples]} held-out SST-2 sentences; {meta[cpu]}, {meta[threads]} thread, torch {meta[torch]}, "
-        "onnxruntime {meta[onnxruntime]}, {meta[date]}. Teacher: {meta[teacher]}; student: {meta[student]} "
-        "(`{meta[command]}`)"),
-    Table(B, "compress", "compress", (
-        ("against", "against", ""), ("speed-up, batch 1", "speedup_b1", times),
-        ("speed-up, batch 32", "speedup_b32", times), ("time ratio, batch 1", "time_ratio_b1", ".2f"),
-        ("time ratio, batch 32", "time_ratio_b32", ".2f"), ("size ratio", "size_ratio", ".2f"),
-        ("points lost", "points_lost", "+.1f")),
-        rows=lambda d: [{"against": k.replace("_", " "), **v} for k, v in d["ratios"].items()]),
-    Table(B, "fillmask", "fillmask", (
-        ("sentence", "text", ""), ("tokens", "tokens", ""), ("bertlab ms", "bertlab_ms", ",.1f"),
-        ("HF pipeline ms", "hf_pipeline_ms", ",.1f"), ("bertlab ÷ HF", "ratio_vs_hf", ".2f"),
-        ("top 5 (both)", "top5", ", ".join)),
-        "Median ratio {summary[median_ratio_vs_hf]} (aim ≤ {summary[aim]}: {summary[within_aim]}); {meta[model]}, "
-        "{meta[device]}, {meta[threads]} thread, {meta[repeats]} calls each (`python bench/bench_fillmask.py`)"),
-    Table(B, "feature-table", "feature_table", (
-        ("features", "name", ""), ("mode", "mode", ""), ("head", "head", ""), ("dev F1", "dev_f1", pct),
-        ("epochs", "epochs", ""), ("lr", "lr", "g"), ("seconds", "seconds", ",.0f")),
-        "CoNLL-2003 NER, {model} ({model_text}); {train_sentences:,} train sentences, {dev_sentences:,} dev "
-        "sentences, seed {seed}; {cores} cores, {threads} thread (`python bench/feature_table.py`)"),
-    Table(B, "default-heads", "bertlab/assets/default_heads.json", (
-        ("held-out text", "name", ""), ("masked tokens", "masked_tokens", ","), ("top-1", "top1", pct),
-        ("top-5", "top5", pct)),
-        "{total_steps:,} steps in all; {_where}",
-        rows=lambda d: [{"name": "Wikipedia (held-out articles)", **d["mlm_wiki_held_out"]},
-                        {"name": "WikiText-2 valid", **d["mlm_wikitext2_valid"]}]),
-    # the GPU check (bench/gpu_check.sh; bench/gpu_results.py writes these files and this block)
-    Table(B, "gpu", "gpu_check_cuda", (
-        ("fine-tune", "task", ""), ("training examples", "train_examples", ","),
-        ("dev examples", "eval_examples", ","), ("steps", "steps", ","), ("training time", "wall_time_s", duration),
-        ("dev figure", lambda r: f"{r['main_metric']} {r['score']:.4g}", ""),
-        ("precision", "precision", "")),
-        "On one {gpu} (torch {torch}, CUDA {cuda}), {when}; CUDA tests: {tests[passed]} passed, {tests[failed]} "
-        "failed, {tests[skipped]} skipped (`bash bench/gpu_check.sh`). Start model: {start_model}.",
-        rows=lambda d: [r for r in (d["finetune_sst2"], d["finetune_qa"]) if r]),
-    Table(B, "gpu", "finetune_cuda", FINETUNE, FINETUNE_CAPTION.replace("{meta[cpu]}", "{meta[gpu]}")),
-    *(Table(B, "gpu", name, (*PRETRAIN[:2], ("batch × seq", batch_seq, ""), PRETRAIN[5], PRETRAIN[6],
-                             ("MFU", "mfu", ".1%"), (f"≥ {MFU_AIM:.0%} MFU", aim("mfu", MFU_AIM), "")),
-            PRETRAIN_CAPTION.replace("{meta[cpu]}", "{meta[gpu]}")
-            + "; torch.compile: {meta[compile]}; MFU against {meta[peak_tflops]} TFLOP/s")
-      for name in ("pretrain_cuda", "pretrain_seq512_cuda", "pretrain_seq512_compile_cuda")),
-    Table(B, "gpu", "packing_cuda", (
-        ("packed", "packed", ""), ("padded", "padded", ""), ("padding", "padding", ".1%"),
-        ("packed, examples/s", "packed_examples_per_s", ",.1f"),
-        ("padded, examples/s", "padded_examples_per_s", ",.1f"), ("packed ÷ padded", "packed_vs_padded", ".2f")),
-        "Packing on the GPU: {meta[gpu]}, {meta[when]}, each pair on the same sentences and batches",
-        rows="finetune"),
-    # the pages a teacher reads keep only what they need to plan a lesson
-    Table("results.md", "finetune-table", "finetune_table", (
-        ("task", "task", ""), ("train data", "data", ""), ("mode", "mode", ""), ("epochs", "epochs", ""),
-        ("lr", "lr", "g"), ("dev figure", "shown", ""), ("training time", "train_s", duration),
-        ("device", lambda r: f"{r['device']} {r.get('precision', 'fp32')}, {r['threads']} thread(s)", ""),
-        ("measured", lambda r: r["when"][:10], "")),
-        rows=finetune_rows),
-    Table("class.md", "class-load", "class", (
-        ("students", "n", ""), ("page ready p50 / p95, s", lambda r: "{p50} / {p95}".format(**r["page_ready_s"]), ""),
-        ("Mask edit → chart p50 / p95, ms", lambda r: "{p50:.0f} / {p95:.0f}".format(**r["mask_edit_ms"]), ""),
-        ("PSS per kernel, MB", "pss_mb.per_kernel_median", ",.0f"),
-        ("PSS of all kernels, MB", "pss_mb.kernels_total", ",.0f"),
-        ("stale charts", lambda r: f"{r['stale_charts']} of {r['charts_checked']}", "")),
-        "{meta[cpus]} cores shared with the students' headless browsers, {meta[when]} "
-        "(`python bench/{meta[command]}`)"),
-    Table("class.md", "mask-edit", "class_one", (
-        ("students", "n", ""),
-        ("Mask edit → chart p50 / p95 / max, ms", lambda r: "{p50:,.0f} / {p95:,.0f} / {max:,.0f}".format(
-            **r["mask_edit_ms"]), ""),
-        ("edits timed", "mask_edit_ms.n", ""), ("Attention edit → chart p50, ms", "attention_edit_ms.p50", ",.0f"),
-        ("load average before / after", lambda r: "{:.1f} / {:.1f}".format(
-            r["load_avg"]["before"][0], r["load_avg"]["after_flows"][0]), "")),
-        "{meta[cpus]} cores, {meta[when]} (`python bench/{meta[command]}`)"),
-    Table("models.md", "classic-panel", "classic_panel", (
-        ("sentence", "sentence", ""), ("in the top 5", lambda r: "yes" if r["hit"] else "no", ""),
-        ("top 5", "top", ", ".join)),
-        "{rows[0][model]}: {rows[0][hits]} of {rows[0][total]} in its top 5, {meta[when]} "
-        "(`python bench/{meta[command]}`)",
-        rows=lambda d: next(r["sentences"] for r in d["rows"] if r["measured"])),
-    Table("install.md", "install", "install", (
-        ("what", "what", ""), ("wall time", "wall_s", duration), ("CPU time", "cpu_s", duration),
-        ("venv size, MB", "venv_mb", ","),
-        ("load average before / after", lambda r: "{:.1f} / {:.1f}".format(
-            r["load_avg"]["before"][0], r["load_avg"]["after"][0]), "")),
-        "{meta[cpus]} cores, Python {meta[python]}, this machine's package index, {meta[when]} "
-        "(`python bench/{meta[command]}`)",
-        rows=lambda d: [d]),
-    Table("results.md", "run-disk", "run_disk", (
-        ("run", "name", ""), ("steps", "steps", ","), ("weights, MB", "MB.weights", ",.1f"),
-        ("checkpoints, MB", "MB.checkpoints", ",.1f"), ("replay, MB", "MB.replay", ",.1f"),
-        ("total, MB", "MB.total", ",.1f"), ("≤ 150 MB", lambda r: "yes" if r["MB"]["total"] <= 150 else "no", "")),
-        "{what}; {machine[threads]} thread, load average {machine[load]:.1f} (`python bench/bench_run_disk.py`)",
-        rows=lambda d: [{"name": {"tab": "the Fine-tuning tab", "cli": "`bertlab finetune`"}[k], **v}
-                        for k, v in d["runs"].items()]),
-    Table("jupyterhub.md", "hub-sizing", "jupyterhub_sizing", (
-        ("process", "name", ""), ("RSS MB", "rss_mb", ",.1f"), ("PSS MB", "pss_mb", ",.1f"),
-        ("private (USS) MB", "uss_mb", ",.1f")),
-        "(`{command}`)",
-        rows=lambda d: [{"name": n, **d[k]} for k, n in (("server", "the student's Jupyter server (Voilà)"),
-                                                         ("kernel", "the dashboard page's kernel"),
-                                                         ("student", "one student"))]),
-]
+    import tables as declared
+    return declared
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,9 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     stale = []
     for path in sorted(DOCS.glob("*.md")):  # a block no table declares would never be rewritten
         undeclared = set(re.findall(r"<!-- figures:([\w-]+) -->", path.read_text(encoding="utf-8"))) - {
-            t.marker for t in TABLES if t.page == path.name}
+            t.marker for t in tables().TABLES if t.page == path.name}
         stale += [f"docs/{path.name} ({m}: no table declares it)" for m in sorted(undeclared)]
-    for page in dict.fromkeys(t.page for t in TABLES):
+    for page in dict.fromkeys(t.page for t in tables().TABLES):
         path = DOCS / page
         new, changed = render(page, path.read_text(encoding="utf-8"))
         if changed and args.check:

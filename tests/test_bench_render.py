@@ -27,10 +27,10 @@ def test_a_changed_figure_is_caught(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(render, "RESULTS", results)
     monkeypatch.setattr(render, "DOCS", docs)
     assert render.main(["--check"]) == 0
-    d = json.loads((results / "fillmask.json").read_text())
-    d["rows"][0]["bertlab_ms"] = 999.0
-    (results / "fillmask.json").write_text(json.dumps(d))
-    assert render.main(["--check"]) == 1 and "docs/benchmarks.md (fillmask)" in capsys.readouterr().out
+    d = json.loads((results / "compress.json").read_text())
+    d["rows"][0]["size_mb"] = 999.0
+    (results / "compress.json").write_text(json.dumps(d))
+    assert render.main(["--check"]) == 1 and "docs/benchmarks.md (compress)" in capsys.readouterr().out
     assert render.main([]) == 0 and "| 999.0 |" in (docs / "benchmarks.md").read_text()
     assert render.main(["--check"]) == 0
     with (docs / "cli.md").open("a") as page:  # a block no table declares would never be rewritten

@@ -274,27 +274,6 @@ def test_finetune_asks_for_the_data_folder(tmp_path):
 
 # -- fill-mask against the HF pipeline ------------------------------------------------------------
 @pytest.mark.slow  # ~25 s: loads the default in bertlab and in transformers
-def test_fillmask_script_compares_with_the_hf_pipeline_on_the_same_top5(tmp_path):
-    out = tmp_path / "fillmask.json"
-    proc = _run("bench_fillmask.py", "--quick", "--out", str(out))
-    result = json.loads(out.read_text())
-    rows = result["rows"]
-    assert len(rows) == 2 and result["meta"]["repeats"] == 3 and result["meta"]["threads"] == 1
-    for r in rows:
-        assert r["bertlab_ms"] > 0 and r["hf_pipeline_ms"] > 0 and len(r["top5"]) == 5
-        assert abs(r["ratio_vs_hf"] - r["bertlab_ms"] / r["hf_pipeline_ms"]) < 0.01
-    assert result["summary"]["aim"] == 0.8 and "median ratio bertlab / HF pipeline" in proc.stdout
-
-
-def test_fillmask_script_stops_when_the_top5_differ(monkeypatch):
-    bf = _module("bench_fillmask")
-    monkeypatch.setattr(bf, "build", lambda folder: (None, None, None))
-    monkeypatch.setattr(bf, "top5", lambda *a: (["a", "b", "c", "d", "e"], ["a", "b", "c", "e", "d"]))
-    with pytest.raises(SystemExit, match="top 5 differ"):
-        bf.run(["x [MASK]."], 1)
-
-
-# -- the GPU check's helpers -------------------------------------------------------------------
 def test_the_bf16_peak_is_looked_up_by_the_gpus_name():
     bp = _module("bench_pretrain")
     assert bp.known_peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
@@ -328,3 +307,34 @@ def test_forward_mixed_row_takes_real_sentences_of_spread_lengths(shared_data, t
     row = d["mixed"]["row"]
     assert d["rows"] == [{"model": "kept"}]  # the other rows stay
     assert row["tokens"] == sum(row["lengths"]) < row["padded_tokens"] and row["packed_max_diff_vs_hf"] < 1e-4
+
+
+# -- the feature table (the BERT paper's Table 7) ------------------------------------------------------------
+def test_the_table_script_writes_a_well_formed_file_on_a_tiny_model(tok, tmp_path, monkeypatch):
+    from test_finetune import write_conll
+    from tiny_models import tiny_bert
+
+    from bertlab.loading import save_pretrained
+    from bertlab.tasks.layer_features import FEATURES
+
+    tiny4 = tiny_bert(tok, seed=1, layers=4)  # five stages: every choice (the last four layers too) applies
+    save_pretrained(tiny4, tok, tmp_path / "tiny")
+    data = write_conll(tmp_path / "conll", n_train=64, n_dev=24)
+    table = _module("feature_table")
+    monkeypatch.setattr(table, "HEAD_CHOICES", ((1e-2, 2), (3e-2, 2)))
+    out = tmp_path / "feature_table.json"
+    assert table.main(["--model", str(tmp_path / "tiny"), "--data", str(data), "--train", "40", "--dev", "16",
+                       "--out", str(out), "--no-readme"]) == 0
+    d = json.loads(out.read_text())
+    assert [r["name"] for r in d["rows"]] == [*FEATURES, "fine-tuning"]
+    assert d["head"] == "linear" and d["train_sentences"] == 40 and d["dev_sentences"] == 16
+    assert d["head_choice"]["held_out_sentences"] == 8 and len(d["head_choice"]["tried"]) == 2
+    for r in d["rows"]:
+        assert 0 <= r["dev_f1"] <= 1 and r["train_sentences"] == 40 and r["dev_sentences"] == 16
+        assert r["device"] == "cpu" and len(r["load_avg_start"]) == 3 and r["seconds"] > 0
+    mix = d["rows"][FEATURES.index("mix")]["mix"]
+    assert len(mix["weights"]) == 5
+    assert d["rows"][-1]["mode"] == "full" and "mix" not in d["rows"][-1]
+    render = _module("render")
+    block = render.block("benchmarks.md", "feature-table", tmp_path)
+    assert "| concat-last-4 | feature | linear |" in block and "| fine-tuning | full |" in block

@@ -2,12 +2,11 @@
 (7dc3b5f) and on the tree after it (same machine, one thread, one after the other), gathered into one file with
 what became of each old speed device.
 
-    python bench/core/before_after.py --dir DIR  # DIR holds before_*.json, after_*.json
+    python bench/core/before_after.py --dir DIR  # DIR holds before_*.json and after_*.json
 
-DIR's files come from (each with --threads 1; before: the tree at the parent of the refactor):
-bench_finetune.py --device cpu --task sst2 --variants bertlab-fp32 hf-grouped --no-count-work,
-bench_forward.py --lengths 128 512 --models minilm, bench_pretrain.py --presets minilm --variants hf bertlab
---precision fp32 (before: with its default --heap kept, and once more with --heap default).
+DIR's files come from (each with --threads 1): bench_finetune.py --device cpu --task sst2 --variants bertlab-fp32
+hf-grouped --no-count-work (finetune), bench_forward.py --lengths 128 512 --models minilm (forward),
+bench_pretrain.py --presets minilm --variants hf bertlab --precision fp32 (pretrain).
 """
 
 from __future__ import annotations
@@ -17,8 +16,8 @@ import json
 from pathlib import Path
 
 OUT = Path(__file__).parent.parent / "results" / "core_before_after.json"
-# what each old device was and where it went (kept ones: bertlab.fast)
-DEVICES = {
+FT_AIM = 1.4  # the default path against HF's grouped `Trainer`, SST-2 fp32 (issue 47)
+DEVICES = {  # what each old device was, and what became of it (kept ones: bertlab.fast)
     "dropout_bypass": ("an eval-mode Dropout.__call__ that skipped nn.Module's call machinery", "deleted"),
     "dropout_scale": ("Dropout's mask drawn from 16-bit halves of random int32s, not bernoulli_", "deleted"),
     "head_major": ("_HeadMajor/_PaddedHeadMajor: CPU training attention through eager products laid out head "
@@ -39,33 +38,22 @@ DEVICES = {
 }
 
 
-def _rows(path: Path) -> dict:
-    return json.loads(path.read_text())
+def rows(before: dict, after: dict) -> list[dict]:
+    """One row a figure: its value on each tree."""
+    def ft(d: dict) -> float:  # HF grouped's seconds over bertlab's, every round summed
+        by = {r["variant"]: r["seconds"] for r in d["finetune"]["rows"]}
+        return round(by["hf-grouped"] / by["bertlab-fp32"], 3)
 
+    def pt(d: dict) -> float:
+        return next(r["speedup_vs_hf"] for r in d["pretrain"]["rows"] if r["variant"] == "bertlab")
 
-def _finetune(d: dict) -> dict:
-    rows = {r["variant"]: r for r in d["rows"]}
-    lab, hf = rows["bertlab-fp32"], rows["hf-grouped"]
-    return {"bertlab_fp32_s": lab["seconds"], "bertlab_fp32_s_each": lab["seconds_each"],
-            "hf_grouped_s": hf["seconds"], "hf_grouped_s_each": hf["seconds_each"],
-            "speedup_vs_hf_grouped": round(hf["seconds"] / lab["seconds"], 3),
-            # each round's own ratio (the two ran next to each other in it): less hit by a load that drifts
-            "speedup_vs_hf_grouped_per_round": [round(h / x, 3) for x, h in zip(lab["seconds_each"],
-                                                                                hf["seconds_each"])],
-            "load_start": d["meta"]["load_avg_start"], "load_end": d["meta"]["load_avg_end"]}
-
-
-def _forward(d: dict) -> list[dict]:
-    keys = ("seq", "batch", "bertlab_plain", "hf_plain", "plain_ratio_vs_hf", "bertlab_capture", "hf_capture",
-            "capture_ratio_vs_hf")
-    return [{k: r[k] for k in keys if k in r} for r in d["rows"]]
-
-
-def _pretrain(d: dict) -> dict:
-    rows = {r["variant"]: r for r in d["rows"]}
-    return {"bertlab_ms_per_step": rows["bertlab"]["ms_per_step"],
-            "hf_ms_per_step": rows.get("hf", {}).get("ms_per_step"),
-            "speedup_vs_hf": rows["bertlab"]["speedup_vs_hf"], "heap": d["meta"].get("heap")}
+    out = [{"bench": "fine-tuning SST-2 fp32: HF grouped's time ÷ bertlab's", "before": ft(before),
+            "after": ft(after), "aim": FT_AIM}]
+    out += [{"bench": f"forward at {b['seq']} tokens: bertlab's time ÷ HF's", "before": b["plain_ratio_vs_hf"],
+             "after": a["plain_ratio_vs_hf"], "aim": None}
+            for b, a in zip(before["forward"]["rows"], after["forward"]["rows"])]
+    return out + [{"bench": "pre-training MiniLM fp32: speed-up vs HF", "before": pt(before), "after": pt(after),
+                   "aim": None}]
 
 
 def main() -> None:
@@ -73,30 +61,15 @@ def main() -> None:
     p.add_argument("--dir", type=Path, required=True)
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args()
-
-    def get(name: str) -> dict | None:  # None: that bench did not finish
-        return _rows(a.dir / name) if (a.dir / name).exists() else None
-
-    def part(fn, name: str):
-        d = get(name)
-        return fn(d) if d is not None else None
-
-    devices = [{"device": name, "what": what, "status": status} for name, (what, status) in DEVICES.items()]
-    heap_default = a.dir / "before_pretrain_heap_default.json"
-    out = {
-        "meta": {"what": "issue 47: the model core before and after the refactor, same machine, 1 thread; "
-                         "fine-tuning measured on a quiet machine (two rounds each, alternating trees), forward "
-                         "and pre-training on a shared one (load averages in each part)"},
-        "finetune_sst2_fp32": {"before": part(_finetune, "before_finetune.json"),
-                               "after": part(_finetune, "after_finetune.json")},
-        "forward": {"before": part(_forward, "before_forward.json"), "after": part(_forward, "after_forward.json"),
-                    "load_before": part(lambda d: d["meta"].get("load_average"), "before_forward.json"),
-                    "load_after": part(lambda d: d["meta"].get("load_average"), "after_forward.json")},
-        "pretrain_fp32": {"before": part(_pretrain, "before_pretrain.json"),
-                          "before_heap_default": part(_pretrain, heap_default.name),
-                          "after": part(_pretrain, "after_pretrain.json")},
-        "devices": devices,
-    }
+    tree = {t: {b: json.loads((a.dir / f"{t}_{b}.json").read_text()) for b in ("finetune", "forward", "pretrain")}
+            for t in ("before", "after")}
+    out = {"meta": {"what": "the model core before (7dc3b5f) and after the refactor, same machine, 1 thread; "
+                            "fine-tuning on a quiet machine (two rounds each, the trees alternating), forward and "
+                            "pre-training on a shared one",
+                    "load_average": {t: {b: d["meta"].get("load_avg_start") or d["meta"].get("load_average")
+                                         for b, d in v.items()} for t, v in tree.items()}},
+           "rows": rows(tree["before"], tree["after"]),
+           "devices": [{"device": k, "what": w, "status": s} for k, (w, s) in DEVICES.items()]}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(out, indent=2) + "\n")
     print(f"written to {a.out}")

@@ -1,13 +1,12 @@
 """The BERT paper's feature choices (feature-based NER): each choice's width and numbers against transformers'
 hidden states, the scalar mix with fixed one-hot weights against the single-layer rows, a feature-based run
-end to end (the encoder frozen, the head learns, the JSON says what it used), the CLI's refusals, and the
-table script on a tiny model. Tiny random BERTs on CPU, no timing."""
+end to end (the encoder frozen, the head learns, the JSON says what it used), the CLI's refusals and the
+Fine-tuning tab's feature choice. Tiny random BERTs on CPU, no timing (bench/feature_table.py's own test is in
+test_bench_scripts.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -183,37 +182,6 @@ def test_the_cli_passes_features_and_leaves_the_default_alone():
     assert (cfg.mode, cfg.features) == ("feature", "concat-last-4")
     assert config_from_args(p.parse_args(["finetune", "--task", "ner", "--out", "o", "--mode", "feature"])
                             ).features is None
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_table_script_writes_a_well_formed_file_on_a_tiny_model(tiny4, tok, tmp_path, monkeypatch):
-    save_pretrained(tiny4, tok, tmp_path / "tiny")
-    data = write_conll(tmp_path / "conll", n_train=64, n_dev=24)
-    table = _script("feature_table")
-    monkeypatch.setattr(table, "HEAD_CHOICES", ((1e-2, 2), (3e-2, 2)))
-    out = tmp_path / "feature_table.json"
-    assert table.main(["--model", str(tmp_path / "tiny"), "--data", str(data), "--train", "40", "--dev", "16",
-                       "--out", str(out), "--no-readme"]) == 0
-    d = json.loads(out.read_text())
-    assert [r["name"] for r in d["rows"]] == [*FEATURES, "fine-tuning"]
-    assert d["head"] == "linear" and d["train_sentences"] == 40 and d["dev_sentences"] == 16
-    assert d["head_choice"]["held_out_sentences"] == 8 and len(d["head_choice"]["tried"]) == 2
-    for r in d["rows"]:
-        assert 0 <= r["dev_f1"] <= 1 and r["train_sentences"] == 40 and r["dev_sentences"] == 16
-        assert r["device"] == "cpu" and len(r["load_avg_start"]) == 3 and r["seconds"] > 0
-    mix = d["rows"][FEATURES.index("mix")]["mix"]
-    assert len(mix["weights"]) == 5
-    assert d["rows"][-1]["mode"] == "full" and "mix" not in d["rows"][-1]
-    render = _script("render")
-    block = render.block("benchmarks.md", "feature-table", tmp_path)
-    assert "| concat-last-4 | feature | linear |" in block and "| fine-tuning | full |" in block
 
 
 def test_the_fine_tuning_tab_offers_the_choices_in_feature_mode_and_plots_the_mix(tiny4, tok, tmp_path,
