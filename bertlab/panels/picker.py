@@ -63,7 +63,8 @@ class ModelPicker(Panel):
         self.help = widgets.HTML(help_html(CLASS_HELP if self.workspace.confined else HELP))
         # Recommended hub models: size, download progress, then load (in a background thread).
         self.hub_choice = widgets.Dropdown(options=hub_options(self.workspace.confined), value="",
-                                           description="Hub", layout=widgets.Layout(flex="0 1 auto"))
+                                           description="Hub", layout=widgets.Layout(width="auto", flex="1 1 240px",
+                                                                                   max_width="520px"))
         self.get_button = widgets.Button(description="Download and load", disabled=True,
                                          tooltip="Download the files bertlab reads (once), then load the model",
                                          layout=widgets.Layout(width="auto"))

@@ -11,8 +11,8 @@ from bertlab.analysis.classics import ClassicResult, classics_line
 from bertlab.settings import in_hub_cache
 from bertlab.viz.theme import OFF_TEXT, OK_TEXT, help_html
 
-REAL_BERT = ("For a lesson on a real BERT: run <code>bertlab download bert-base-uncased</code> once while online, "
-             "then <code>bertlab serve --class N --model bert-base-uncased</code> (no network needed in class).")
+REAL_BERT = ("A real BERT for a lesson: <code>bertlab download bert-base-uncased</code> once online, then "
+             "<code>bertlab serve --class N --model bert-base-uncased</code> offline.")
 
 
 def model_card(model: torch.nn.Module, name: str, classics: list[ClassicResult] | None = None,
@@ -50,7 +50,7 @@ def _classics(results: list[ClassicResult] | None) -> str:
         return ""
     tip = "\n".join(f"{'✓' if r.hit else '✗'} {r.sentence} → {', '.join(r.top)}" for r in results)
     good = sum(r.hit for r in results) >= 0.75 * len(results)
-    return (f'<br><span style="{OK_TEXT if good else OFF_TEXT}" title="{html.escape(tip)}" '
+    return (f'<span style="{OK_TEXT if good else OFF_TEXT}" title="{html.escape(tip)}" '
             f'class="bertlab-classics">{html.escape(classics_line(results), quote=False)}</span>')
 
 
