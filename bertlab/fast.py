@@ -1,7 +1,7 @@
 """The speed seam: what makes bertlab's BERT train faster without changing its numbers, kept out of the
 reference modules (`bertlab.model`), which only receive the values these functions return.
 
-Two devices, each measured on its own (bench/results/core_before_after.json, `devices`):
+Two devices, each with its bench row (docs/benchmarks.md, "The model core"):
 
 - **unpadding** (`unpad_input` / `pad_output`, as transformers' ModernBERT `_unpad_modernbert_input` /
   `_pad_modernbert_output`): while training a padded batch, the encoder's linears, LayerNorms and feed-forward
