@@ -27,7 +27,9 @@ before). Variants:
   bertlab-shuffled  the same loop (precision "auto") with its default seeded shuffle (no bucketing)
   bertlab-shuffled-padded  `bertlab-shuffled` with packing off: what packing saves where batches pad most
   bertlab-padded    `bertlab` with the encoder's packing off (`model.bert.packing = False`): every padded
-                    position computed, as before training packed the real tokens
+                    position computed, as before training packed the real tokens (packing's default, "cpu",
+                    packs in fp32 on a CPU only, so under bf16 autocast this equals `bertlab`)
+  bertlab-fp32-padded  `bertlab-fp32` with packing off: what packing pays where it is on by default
   hf                `Trainer` + `BertForSequenceClassification` (attn_implementation="sdpa") with the
                     default `DataCollatorWithPadding` and random batches, HF's default precision
   hf-grouped        the same with `train_sampling_strategy="group_by_length"` (HF's own bucketing)
@@ -85,11 +87,12 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
     "minilm": (6, 384, 12, 1536),  # the offline default's shape (all-MiniLM-L6-v2)
     "base": (12, 768, 12, 3072),  # BERT-base
 }
-VARIANTS = ("bertlab", "bertlab-fp32", "bertlab-bf16", "bertlab-shuffled", "bertlab-padded",
+VARIANTS = ("bertlab", "bertlab-fp32", "bertlab-bf16", "bertlab-shuffled", "bertlab-padded", "bertlab-fp32-padded",
             "bertlab-shuffled-padded", "hf", "hf-grouped",
             "hf-grouped-bf16")
 BASELINES = ("hf", "hf-grouped", "hf-grouped-bf16")  # the speed-ups are over these
-BUCKETED = ("bertlab", "bertlab-fp32", "bertlab-bf16", "bertlab-padded")  # with BucketBatchSampler
+# with BucketBatchSampler
+BUCKETED = ("bertlab", "bertlab-fp32", "bertlab-bf16", "bertlab-padded", "bertlab-fp32-padded")
 TASKS = ("sst2", "sick")  # one sentence, sentence pairs
 LR = 2e-5
 RESULT = "RESULT "  # prefix of the worker's JSON line
@@ -222,7 +225,7 @@ def prepare_bertlab(spec: Mapping[str, Any], tok: Any, counting: CountingCollate
                             num_attention_heads=heads, intermediate_size=inter, pad_token_id=tok.pad_token_id,
                             task="sequence_classification", id2label=dict(task_data(spec["task"])[1])))
     counting.fn = functools.partial(collate, pad_token_id=tok.pad_token_id)
-    model.bert.packing = spec["variant"] not in ("bertlab-padded", "bertlab-shuffled-padded")
+    model.bert.packing = spec["variant"] not in ("bertlab-padded", "bertlab-fp32-padded", "bertlab-shuffled-padded")
 
     precision = variant_precision(spec["variant"], torch.device(spec["device"]))
     made = loop.make_optimizer
@@ -305,7 +308,8 @@ def variant_precision(variant: str, device: torch.device) -> str:
 
     if variant.startswith("hf"):
         return "bf16" if device.type == "cuda" or variant == "hf-grouped-bf16" else "fp32"
-    return resolve_precision({"bertlab-fp32": "fp32", "bertlab-bf16": "bf16"}.get(variant, "auto"), device)
+    fixed = {"bertlab-fp32": "fp32", "bertlab-fp32-padded": "fp32", "bertlab-bf16": "bf16"}
+    return resolve_precision(fixed.get(variant, "auto"), device)
 
 
 def matmul_flops(run: Run, timed: list, counting: CountingCollate) -> int:

@@ -65,6 +65,7 @@ TABLES: list[Table] = [
         ("bench", "bench", ""), ("before (7dc3b5f)", "before", ".2f"), ("after", "after", ".2f"),
         ("the aim", lambda r: r["aim"] and f"≥ {r['aim']}×: " + ("yes" if r["after"] >= r["aim"] else "no"), "")),
         "{meta[what]} (`python bench/core/before_after.py`)"),
+    Table(B, "core-kept", "finetune_packing_fp32", FINETUNE[:5], FINETUNE_CAPTION),
     Table(B, "core-kept", "finetune_packing", FINETUNE[:5], FINETUNE_CAPTION),
     Table(B, "core-kept", "pretrain_rows", PRETRAIN[:6], PRETRAIN_CAPTION),
     Table(B, "core-devices", "core_before_after", (

@@ -6,8 +6,9 @@ Two devices, each with its bench row (docs/benchmarks.md, "The model core"):
 - **unpadding** (`unpad_input` / `pad_output`, as transformers' ModernBERT `_unpad_modernbert_input` /
   `_pad_modernbert_output`): while training a padded batch, the encoder's linears, LayerNorms and feed-forward
   run on the real tokens alone ([1, tokens, d_model]); attention pads q, k and v back to [batch, seq] for the
-  scores. Switch: `model.bert.packing` ("cpu", the default: while training on a CPU; True: while training on
-  any device; "always": in evaluation too; False: never, the reference path).
+  scores. Switch: `model.bert.packing` ("cpu", the default: while training on a CPU in fp32; True: while
+  training on any device in any precision; "always": in evaluation too; False: never, the reference path). Its
+  bench rows: it pays in fp32 on a CPU; under bf16 autocast and on a GPU the padded batch was faster.
 - **the last layer on the rows the heads read** (`asked_rows`): a sentence classifier reads [CLS] alone, a
   pre-training model [CLS] and the masked positions, so the last layer's attention and feed-forward run for
   those rows only. Switch: the forward's `all_positions=False` (the lab's losses pass it); True (the default)
@@ -58,13 +59,14 @@ def repack(x: torch.Tensor, where: Unpadded) -> torch.Tensor:
 
 def unpads(packing: Packing, training: bool, attention_mask: torch.Tensor | None, head_mask: torch.Tensor | None,
            watched: bool) -> bool:
-    """Whether the encoder runs unpadded: asked for by `packing` in this mode on this device, a batch with
-    padding (looked at on the CPU only: on a GPU the look waits for the device), no head mask, no hook
+    """Whether the encoder runs unpadded: asked for by `packing` in this mode, device and precision, a batch
+    with padding (looked at on the CPU only: on a GPU the look waits for the device), no head mask, no hook
     watching a layer."""
     if attention_mask is None or head_mask is not None or watched:
         return False
     on_cpu = attention_mask.device.type == "cpu"
-    if packing != "always" and not (training and packing and (on_cpu or packing is True)):
+    where_it_pays = on_cpu and not torch.is_autocast_enabled("cpu")  # "cpu": fp32 on a CPU
+    if packing != "always" and not (training and packing and (where_it_pays or packing is True)):
         return False
     return not (on_cpu and bool(attention_mask.all()))
 

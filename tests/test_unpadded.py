@@ -152,9 +152,11 @@ def test_two_runs_at_the_same_time_each_train_as_they_would_alone():
             torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
 
 
-def test_by_default_training_packs_on_a_cpu_alone():
-    """On an H100 the padded path measured faster (bench/results/packing_cuda.json): "cpu", the default, packs
-    there only; True packs on any device. (A mask on the meta device stands for a GPU's.)"""
+def test_by_default_training_packs_on_a_cpu_in_fp32_alone():
+    """Packing paid in fp32 on a CPU (bench/results/finetune_packing_fp32.json); under bf16 autocast
+    (finetune_packing.json) and on an H100 (packing_cuda.json) the padded path measured faster: "cpu", the
+    default, packs in fp32 on a CPU only; True packs on any device. (A mask on the meta device stands for a
+    GPU's.)"""
     model = _model("sequence_classification").train()
     _, _, mask = _batch()
     elsewhere = mask.to("meta")
@@ -164,7 +166,10 @@ def test_by_default_training_packs_on_a_cpu_alone():
 
     assert model.bert.packing == "cpu"
     assert packs(mask) and not packs(elsewhere) and not packs(mask, training=False)
-    model.bert.packing = True
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not packs(mask)
+        model.bert.packing = True
+        assert packs(mask)
     assert packs(mask) and packs(elsewhere)
     model.bert.packing = False
     assert not packs(mask) and not packs(elsewhere)

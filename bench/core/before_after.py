@@ -32,7 +32,8 @@ DEVICES = {  # what each old device was, and what became of it (kept ones: bertl
     "int8_engine": ("bertlab.compressed.engine: an int8 model's forward compiled with TorchScript, kept bit-equal "
                     "to the modules by hand, reading torch's private hook tables", "deleted: the Compression tab "
                     "exports the int8 model to ONNX Runtime and times it beside torch's int8"),
-    "packing": ("unpadding: the encoder on the real tokens alone", "kept: bertlab.fast.unpad_input/pad_output"),
+    "packing": ("unpadding: the encoder on the real tokens alone",
+                "kept for fp32 on a CPU, where it pays: bertlab.fast.unpad_input/pad_output"),
     "cls_only": ("the last layer on the rows the heads read ([CLS] for a classifier)",
                  "kept: bertlab.fast.asked_rows"),
 }
@@ -58,9 +59,14 @@ def rows(before: dict, after: dict) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--dir", type=Path, required=True)
+    p.add_argument("--dir", type=Path, help="the before_/after_{finetune,forward,pretrain}.json files")
+    p.add_argument("--devices-only", action="store_true", help="rewrite the devices' list of --out alone")
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args()
+    devices = [{"device": k, "what": w, "status": s} for k, (w, s) in DEVICES.items()]
+    if a.devices_only:
+        a.out.write_text(json.dumps({**json.loads(a.out.read_text()), "devices": devices}, indent=2) + "\n")
+        return
     tree = {t: {b: json.loads((a.dir / f"{t}_{b}.json").read_text()) for b in ("finetune", "forward", "pretrain")}
             for t in ("before", "after")}
     out = {"meta": {"what": "the model core before (7dc3b5f) and after the refactor, same machine, 1 thread; "
@@ -69,7 +75,7 @@ def main() -> None:
                     "load_average": {t: {b: d["meta"].get("load_avg_start") or d["meta"].get("load_average")
                                          for b, d in v.items()} for t, v in tree.items()}},
            "rows": rows(tree["before"], tree["after"]),
-           "devices": [{"device": k, "what": w, "status": s} for k, (w, s) in DEVICES.items()]}
+           "devices": devices}
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(out, indent=2) + "\n")
     print(f"written to {a.out}")
