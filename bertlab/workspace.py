@@ -10,6 +10,11 @@ message that says nothing about whether the path exists. In one-person mode path
 as before. Run folders get unique names in both modes. Nothing here ever deletes a workspace:
 what a student saved stays when a session ends (a teacher clears old ones by their date prefix).
 
+A reload keeps the workspace: the class server gives each browser a random key in an HttpOnly cookie
+and passes it to the page's kernel as a request header (`KEY_ENV`); the kernel then `adopt`s the
+workspace named after the key's hash, which the same browser's earlier pages used. A pre-heated
+kernel learns the key only when a page is handed to it, through Voila's `wait_for_request`.
+
     ws = Workspace.for_session()
     path = ws.resolve(text, "data")        # PathNotAllowed (a ValueError) outside the workspace
     out = ws.new_run_dir("sst2-full")      # a new folder under ws.runs, made atomically
@@ -17,7 +22,9 @@ what a student saved stays when a session ends (a teacher clears old ones by the
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import logging
 import os
 import re
@@ -48,6 +55,8 @@ REFUSED: dict[str, str] = {
               "can be loaded here: pick a model from the list, or type a run folder of yours (runs/...)."),
 }
 _PLAIN_NAME = re.compile(r"[\w][\w .-]*")  # a folder name an export may go to: no markup, no leading dot
+_KEY = re.compile(r"[0-9a-f]{64}")  # a browser's workspace key, as the class server makes it
+KEY_ENV = "HTTP_X_BERTLAB_WORKSPACE"  # where Voila puts the page's X-Bertlab-Workspace header in the kernel
 _HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?")
 
 
@@ -75,6 +84,7 @@ class Workspace:
         self._made = False
         self._lock = threading.Lock()
         self._tmp_uploads: Path | None = None
+        self._on_adopt: list[Any] = []
 
     @classmethod
     def new(cls, parent: str | os.PathLike | None = None) -> Workspace:
@@ -87,6 +97,41 @@ class Workspace:
     def for_session(cls) -> Workspace:
         """This kernel's workspace (one kernel serves one page): private in class mode, free otherwise."""
         return _session(settings.class_mode(), str(settings.workspaces_dir()))
+
+    def adopt(self, key: str) -> bool:
+        """Move this session into the workspace of browser key `key` (`<date>-<hash of key>` under the
+        same parent: the one the browser's earlier pages used, or a new one), so that a reloaded page
+        finds its runs. Nothing happens (False) in one-person mode, for a key the class server did not
+        make, or once this session has put a run or a file in its own folder. Calls `on_adopt`'s callbacks."""
+        if self.root is None or not _KEY.fullmatch(key):
+            return False
+        suffix = hashlib.sha256(key.encode()).hexdigest()[:32]
+        parent = self.root.parent
+        with self._lock:
+            if self.root.name.endswith(suffix):
+                return True
+            sub = [self.root / name for name in SUBFOLDERS]
+            if self._made and any(any(d.iterdir()) for d in sub if d.is_dir()):
+                return False  # this page already wrote here: keep it
+            earlier = sorted(p for p in parent.glob(f"*-{suffix}") if p.is_dir() and not p.is_symlink())
+            old, made = self.root, self._made
+            self.root = earlier[-1] if earlier else parent / f"{time.strftime('%Y%m%d')}-{suffix}"
+            self._made = False
+        if made:  # the empty folder this page had made for itself
+            for name in SUBFOLDERS:
+                with contextlib.suppress(OSError):
+                    (old / name).rmdir()
+            with contextlib.suppress(OSError):
+                old.rmdir()
+        self.make()
+        log.info("workspace %s adopted by this page", self.root)
+        for callback in list(self._on_adopt):
+            callback(self)
+        return True
+
+    def on_adopt(self, callback: Any) -> None:
+        """Call `callback(workspace)` after `adopt` moved this session (a panel re-lists the runs)."""
+        self._on_adopt.append(callback)
 
     @property
     def confined(self) -> bool:
@@ -305,7 +350,24 @@ def save_upload(upload: dict[str, Any], folder: Path) -> Path:
 @functools.cache
 def _session(class_mode: bool, parent: str) -> Workspace:
     """One workspace per (mode, root) in this process: every tab of a page shares it."""
-    return Workspace.new(parent) if class_mode else Workspace(None)
+    if not class_mode:
+        return Workspace(None)
+    ws = Workspace.new(parent)
+    if os.environ.get("VOILA_KERNEL_ID"):  # a page's kernel: take the browser's workspace when the page comes
+        threading.Thread(target=_adopt_when_asked, args=(ws,), name="bertlab-workspace", daemon=True).start()
+    return ws
+
+
+def _adopt_when_asked(ws: Workspace) -> None:
+    """Wait for the page this kernel serves (at once unless the kernel is pre-heated), then adopt the
+    workspace of the browser's key (`KEY_ENV`, which the class server sets on every page request)."""
+    try:
+        from voila.utils import wait_for_request
+
+        wait_for_request()
+        ws.adopt(os.environ.get(KEY_ENV, ""))
+    except Exception:  # no Voila, no page yet (a kernel shut down while pooled): the page keeps its own folder
+        log.warning("the page's workspace key could not be read", exc_info=True)
 
 
 def disk_use(folder: str | os.PathLike) -> int:

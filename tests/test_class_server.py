@@ -309,6 +309,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     proc.stdin.write(f"{PASSWORD}\n".encode())
     proc.stdin.close()
     srv = Server(port, proc, log)
+    srv.class_dir = folder / "class"
     try:
         srv.wait("the server listened", lambda: socket.create_connection(("127.0.0.1", port), 1).close() or True,
                  START_S)
@@ -518,3 +519,41 @@ def test_voilas_error_pages_ask_no_cdn(monkeypatch):
                                                  base_url="/", include_css=None)
     assert "500: Internal Server Error" in html
     assert not re.findall(r'(?:href|src)="https?://', html), html
+
+
+def test_a_browser_keeps_one_workspace_across_its_pages(server):
+    """Each browser gets a random workspace key in an HttpOnly cookie; its page's kernel, pre-heated before
+    the page was asked for, moves into the folder named after it, so a reload's kernel finds the same one."""
+    import hashlib
+
+    from bertlab.serving.handlers import WORKSPACE_COOKIE
+
+    server.pool_ready()
+    student, other = server.session("127.0.0.21"), server.session("127.0.0.22")
+    page = student.get(server.base + "/", timeout=120)
+    assert page.status_code == 200
+    cookie = next(c for c in student.cookies if c.name == WORKSPACE_COOKIE)
+    assert re.fullmatch(r"[0-9a-f]{64}", cookie.value) and cookie.has_nonstandard_attr("HttpOnly")
+    kernel = _kernel_id(page.text)
+    _page_runs(server, student, kernel)
+    workspaces = server.class_dir / "workspaces"
+    mine = hashlib.sha256(cookie.value.encode()).hexdigest()[:32]
+    server.wait("the page's kernel took its browser's workspace",
+                lambda: [p.name for p in workspaces.iterdir() if p.name.endswith(mine)], 120)
+    # A reload: the tab's kernel ends, the next page gets a pooled kernel and the same cookie back.
+    r = student.post(f"{server.base}/voila/api/shutdown/{kernel}", files={"_xsrf": (None, student.cookies["_xsrf"])},
+                     timeout=60)
+    assert r.status_code == 204
+    again = student.get(server.base + "/", timeout=120)
+    assert WORKSPACE_COOKIE not in again.cookies, "a browser that has a key keeps it"
+    kernel = _kernel_id(again.text)
+    _page_runs(server, student, kernel)
+    theirs = other.get(server.base + "/", timeout=120)  # another browser, with a key the student never sees
+    key = next(c.value for c in other.cookies if c.name == WORKSPACE_COOKIE)
+    assert key != cookie.value
+    server.wait("the other browser's page took a folder of its own",
+                lambda: [p for p in workspaces.iterdir()
+                         if p.name.endswith(hashlib.sha256(key.encode()).hexdigest()[:32])], 120)
+    assert len([p for p in workspaces.iterdir() if p.name.endswith(mine)]) == 1
+    for client, kid in ((student, kernel), (other, _kernel_id(theirs.text))):
+        assert client.delete(f"{server.base}/api/kernels/{kid}", timeout=60).status_code == 204

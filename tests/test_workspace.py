@@ -269,3 +269,36 @@ def test_two_students_starting_in_the_same_second_never_touch_each_others_files(
 
 def ws_relative(ws: Workspace, path: Path) -> str:
     return os.path.relpath(path, ws.root)
+
+
+# ---------------------------------------------------------------------------------------------
+# A reload keeps the workspace (the browser's key, from the class server)
+# ---------------------------------------------------------------------------------------------
+def test_a_reloaded_page_adopts_the_workspace_its_browser_used_before(classroom, tok):
+    key, other = "ab" * 32, "cd" * 32
+    first = Workspace.new(classroom["workspaces"])
+    first.make()  # a pre-heated page made its own folder before anyone asked for it
+    made_before = first.root
+    assert first.adopt(key) and not made_before.exists(), "the empty folder the page made is left behind"
+    run = first.new_run_dir("sst2-full")
+    save_model_atomically(tiny_bert(tok), tok, run)
+
+    reloaded = Workspace.new(classroom["workspaces"])
+    listed = []
+    reloaded.on_adopt(lambda ws: listed.extend(ws.finished_runs()))
+    assert reloaded.adopt(key)
+    assert reloaded.root == first.root and listed == [run]
+    assert stat.S_IMODE(reloaded.root.stat().st_mode) == 0o700
+
+    stranger = Workspace.new(classroom["workspaces"])  # another browser's key: another folder
+    assert stranger.adopt(other) and stranger.root != first.root and stranger.finished_runs() == []
+
+
+def test_a_key_the_server_did_not_make_or_a_page_that_already_wrote_keeps_its_own_folder(classroom, tok):
+    ws = Workspace.new(classroom["workspaces"])
+    own = ws.root
+    for bad in ("", "../../etc", "AB" * 32, "ab" * 31, "ab" * 32 + "/x"):
+        assert not ws.adopt(bad) and ws.root == own
+    run = ws.new_run_dir("sst2-full")  # this page trained already: it stays where its run is
+    assert not ws.adopt("ab" * 32) and ws.root == own and run.is_dir()
+    assert not Workspace(None).adopt("ab" * 32)  # one-person mode: nothing to adopt

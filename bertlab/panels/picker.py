@@ -45,8 +45,8 @@ class ModelPicker(Panel):
         super().__init__()
         self.state = state
         self.workspace = workspace or Workspace.for_session()
-        for run in self.workspace.finished_runs():  # a reloaded page lists what this workspace trained
-            state.offer(self.workspace.shown(run), os.path.realpath(run))
+        self._offer_runs(self.workspace)  # a reloaded page lists what this workspace trained
+        self.workspace.on_adopt(self._offer_runs)  # class mode: the browser's workspace, once the page comes
         self.choice = widgets.Dropdown(
             options=list(state.entries), value=state.name, description="Model",
             layout=widgets.Layout(flex="0 1 auto"),  # as wide as the longest name, shrinking before Load wraps
@@ -193,6 +193,10 @@ class ModelPicker(Panel):
         if missing:
             notes.append(("warning", f"It has no {' / '.join(missing)}: the tabs that need one say so."))
         self.show_messages(notes)
+
+    def _offer_runs(self, workspace: Workspace) -> None:
+        for run in workspace.finished_runs():
+            self.state.offer(workspace.shown(run), os.path.realpath(run))
 
     def _on_state(self, state: ModelState) -> None:
         """Another part of the app added or switched a model: list it and show its card."""

@@ -43,6 +43,7 @@ from bertlab.serving.guard import (
 )
 from bertlab.serving.handlers import (
     PLOTLY_BUNDLE,
+    WORKSPACE_HEADER,
     ClassPageHandler,
     LogoutRedirectHandler,
     OwnerKernelHandler,
@@ -94,6 +95,10 @@ class BertlabVoila(Voila):
         os.environ["JUPYTER_PATH"] = os.pathsep.join(
             p for p in (str(TEMPLATES_ROOT), os.environ.get("JUPYTER_PATH", "")) if p)
         super().initialize(argv)
+        # the page's workspace key reaches its kernel as this header (bertlab.workspace.Workspace.adopt)
+        self.voila_configuration.http_header_envs = [*self.voila_configuration.http_header_envs, WORKSPACE_HEADER]
+        if re.fullmatch(r"[0-9.]+", self.ip or "") and self.ip not in ANY_ADDRESS:  # kernels ask Voila there
+            os.environ["VOILA_APP_IP"] = self.ip  # for their page's request (Voila's default: 127.0.0.1)
         token = os.environ.pop(TOKEN_ENV, "")
         password_hash = os.environ.pop(PASSWORD_HASH_ENV, "")
         if token:

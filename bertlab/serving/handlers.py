@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
+import secrets
 from pathlib import Path
 
 import plotly
@@ -58,6 +60,11 @@ proxy), allow more pages per address with <code>bertlab serve --per-client N</co
 # The page's proof that it owns its kernel: one cookie per route that can end, reach or keep the kernel,
 # each scoped to that kernel's path (a browser sends it there only; a reload's new kernel gets its own).
 CLOSE_COOKIE, KERNEL_COOKIE, HELLO_COOKIE = "bertlab_seat_close", "bertlab_seat", "bertlab_seat_hello"
+# The browser's workspace key (bertlab.workspace.Workspace.adopt): random, HttpOnly, sent to the page's kernel
+# as this request header (Voila's `http_header_envs`), so that a reloaded page finds the runs of the last one.
+WORKSPACE_COOKIE, WORKSPACE_HEADER = "bertlab_workspace", "X-Bertlab-Workspace"
+WORKSPACE_DAYS = 1  # a lesson's day; the next day's first page starts a new workspace
+_WORKSPACE_KEY = re.compile(r"[0-9a-f]{64}")
 
 
 class ClassPageHandler(TornadoVoilaHandler):
@@ -74,6 +81,8 @@ class ClassPageHandler(TornadoVoilaHandler):
             return self._class_full()
         if not path and self.kernel_manager.client_full(self.request.remote_ip):
             return self._too_many_pages()
+        if not path:
+            self._workspace_key()
         page = PAGE_REQUEST.set(PageRequest(self.request.remote_ip, self._set_owner_cookies))
         try:
             await super().get(path)
@@ -81,6 +90,16 @@ class ClassPageHandler(TornadoVoilaHandler):
             self._class_full()
         finally:
             PAGE_REQUEST.reset(page)
+
+    def _workspace_key(self) -> None:
+        """The browser's workspace key (a new one in a new cookie if it has none), put in the request's
+        header for Voila to hand to the kernel; whatever header the client sent is replaced."""
+        key = self.get_cookie(WORKSPACE_COOKIE, "")
+        if not _WORKSPACE_KEY.fullmatch(key):
+            key = secrets.token_hex(32)
+            self.set_cookie(WORKSPACE_COOKIE, key, path=self.base_url, httponly=True, samesite="Strict",
+                            expires_days=WORKSPACE_DAYS)
+        self.request.headers[WORKSPACE_HEADER] = key
 
     def _set_owner_cookies(self, kernel_id: str, secret: str) -> None:
         self._seat_kernel = kernel_id

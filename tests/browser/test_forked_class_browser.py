@@ -7,6 +7,7 @@ within seconds."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -31,6 +32,7 @@ START_S = 240  # the server, its warm parent and two forked kernels, on 2 busy c
 READY_MS = 120_000
 TEXT_BOX = ".widget-textarea textarea"
 CHART = ".js-plotly-plot .main-svg"
+CLASS_DIRS: dict[str, Path] = {}  # the class folder of each served URL
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +48,7 @@ def forked_class() -> Iterator[str]:
              "--port", str(port), "--teacher-port", str(_free_port()), "--class-dir", str(folder / "class")],
             cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/"
+    CLASS_DIRS[url] = folder / "class"
     try:
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
@@ -116,5 +119,39 @@ def test_a_page_slow_to_load_its_code_keeps_its_kernel(forked_class, chromium_br
         page.wait_for_selector(CHART)
         assert delayed, "the test did not delay the page's code"
         assert page.locator(".bertlab-kernel-gone").count() == 0  # no "this page has lost its kernel"
+    finally:
+        context.close()
+
+
+def test_a_reload_keeps_the_models_the_student_trained(forked_class, chromium_browser, tmp_path):
+    """A student's run, finished in this browser's workspace, is in the model picker again after a reload
+    (the reload's kernel adopts the workspace of the browser's key; before, it got an empty one)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from tiny_models import family_folder
+
+    from bertlab.serving.handlers import WORKSPACE_COOKIE
+
+    context = chromium_browser.new_context(viewport={"width": 1200, "height": 1000})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(READY_MS)
+        page.goto(forked_class, wait_until="domcontentloaded")
+        page.locator(TEXT_BOX).first.wait_for(state="visible")
+        key = next(c["value"] for c in context.cookies() if c["name"] == WORKSPACE_COOKIE)
+        suffix = hashlib.sha256(key.encode()).hexdigest()[:32]
+        workspaces = CLASS_DIRS[forked_class] / "workspaces"
+        deadline = time.monotonic() + 60
+        while not (found := [p for p in workspaces.glob(f"*-{suffix}") if (p / "runs").is_dir()]):
+            assert time.monotonic() < deadline, "the page's kernel never took its browser's workspace"
+            time.sleep(0.5)
+        # what a finished fine-tune leaves in runs/ (a model folder transformers wrote, as the run's save does)
+        run = found[0] / "runs" / "20261202-101500-sst2-full-reload"
+        family_folder(tmp_path, "bert").rename(run)
+        assert page.locator("select option", has_text="runs/").count() == 0  # this page listed none
+        page.reload(wait_until="domcontentloaded")
+        page.locator(TEXT_BOX).first.wait_for(state="visible")
+        option = page.locator("select option", has_text=run.name)
+        option.first.wait_for(state="attached", timeout=60_000)
+        assert option.first.text_content().strip() == f"runs/{run.name}"
     finally:
         context.close()
