@@ -46,6 +46,16 @@ FORWARD_CAPTION = ("batch {rows[0][batch]}, {meta[device]} ({meta[cpu]}), torch 
 CAPTURE_AIM = 1.15  # what capturing a view's patterns may cost, times the plain pass
 B = "benchmarks.md"
 
+
+def context_rows(d: dict) -> list[dict]:
+    """context_window.json: one row per window, a column per layer group (full attention in every column)."""
+    full = next(r for r in d["rows"] if r["window"] == "full")
+    by = {}
+    for r in d["rows"]:
+        if r["window"] != "full":
+            by.setdefault(r["window"], {"window": r["window"]})[r["layers"]] = r["top1"]
+    return [*by.values(), {"window": "full", **{g: full["top1"] for g in ("all layers", "lower half", "upper half")}}]
+
 TABLES: list[Table] = [
     *(Table(B, "forward", name, FORWARD, FORWARD_CAPTION) for name in ("forward", "forward_modernbert",
                                                                        "forward_deberta")),
@@ -116,6 +126,12 @@ TABLES: list[Table] = [
         "Packing on the GPU: {meta[gpu]}, {meta[when]}, each pair on the same sentences and batches",
         rows="finetune"),
     # the pages a teacher reads keep only what they need to plan a lesson
+    Table("teacher.md", "context-window", "context_window", (
+        ("window", "window", ""), ("all layers cut", "all layers", pct), ("lower half cut", "lower half", pct),
+        ("upper half cut", "upper half", pct)),
+        "{meta[model]}, {meta[layers]} layers; {meta[masked_tokens]:,} masked tokens of {meta[text]} (a row's "
+        "standard error: about {meta[se_points]} points); {meta[when]} "
+        "(`python bench/{meta[command]}`)", rows=context_rows),
     Table("results.md", "finetune-table", "finetune_table", (
         ("task", "task", ""), ("train data", "data", ""), ("mode", "mode", ""), ("epochs", "epochs", ""),
         ("lr", "lr", "g"), ("dev figure", "shown", ""), ("training time", "train_s", duration),
