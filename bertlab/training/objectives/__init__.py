@@ -15,7 +15,7 @@ from bertlab.training.objectives.base import SIZES, ModelShape, Objective, Objec
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (bert.OBJECTIVE, roberta.OBJECTIVE, albert.OBJECTIVE,
                                                         electra.OBJECTIVE, spanbert.OBJECTIVE,
-                                                        modernbert.OBJECTIVE, deberta.OBJECTIVE, causal.CAUSAL,
+                                                        modernbert.OBJECTIVE, deberta.OBJECTIVE, causal.OBJECTIVE,
                                                         causal.PEEK)}
 DEFAULT_OBJECTIVE = bert.OBJECTIVE.name  # what a run without an objective trains (MLM + a pair head)
 

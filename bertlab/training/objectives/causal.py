@@ -70,12 +70,14 @@ def build(decoder: bool) -> Callable[[ModelShape, Tokenizer], nn.Module]:
     return lambda shape, tok: new_family_model("bert", ARCHITECTURE, shape, tok, is_decoder=decoder)
 
 
-def _objective(name: str, title: str, decoder: bool, teaches: str) -> Objective:
+def _objective(name: str, title: str, decoder: bool, teaches: str, ended: str = "") -> Objective:
     return Objective(
         name=name, title=title, model_type="bert", hf_class=ARCHITECTURE, own_loss="lm_loss", build=build(decoder),
         examples=full_sentences, collate=next_token_collate, loss=next_token_loss, kept=lambda m: m,
-        mlm_model=lambda m: None, save=save_whole, loss_name="next token", mlm_acc_key="lm_acc",
+        mlm_model=lambda m: None, save=save_whole, loss_name="next token",
+        mlm_acc_key="",  # it guesses no masked words (the live curves show its next-token accuracy)
         continue_with=None, builds="a new BERT with a next-token head", teaches=teaches,
+        ended=ended,
     )
 
 
@@ -87,6 +89,11 @@ PEEK = _objective(
     "peek", "Peek: predict the next token with BERT's full attention (it can see the answer)", False,
     "Next-token prediction with attention both ways: every position can read the token it must predict, so the "
     "loss falls to almost nothing by copying it, and nothing about language is learned. This is why BERT masks: "
-    "a model that reads both ways must not see the words it predicts.")
+    "a model that reads both ways must not see the words it predicts.",
+    "Peek's loss fell to almost nothing because every position could read the very token it had to predict: pick "
+    "its model and open the Attention tab, whose heads look one position ahead. A model that reads both ways "
+    "learns nothing from predicting words it can see: this is why BERT masks them.")
+OBJECTIVE = CAUSAL  # the module's objective, as in every objective module; PEEK is its foil
 
-__all__ = ["CAUSAL", "PEEK", "NextTokenBatch", "next_token_collate", "next_token_loss", "next_token_targets"]
+__all__ = ["CAUSAL", "OBJECTIVE", "PEEK", "NextTokenBatch", "next_token_collate", "next_token_loss",
+           "next_token_targets"]
