@@ -144,6 +144,7 @@ def test_peek_says_why_bert_masks_and_its_run_shows_next_token_curves_and_attent
     (name, model, _), = p.made
     assert name.startswith("mini Peek") and model.config.predicts_next and not model.config.is_decoder
     assert {a.text for a in p.curves.layout.annotations} >= {"next-token loss", "next-token accuracy"}
+    assert "next-token loss" in p.curves.data[0].hovertemplate
     assert len(p.curves.data[0].x) == len(p.points) > 0 and p.points[-1]["mlm_loss"] is not None
     assert words.NEXT_TOKEN_PROBE in p.probe_html.value and not p.probe_rows  # no masked word to probe
     assert p.run_messages[-1] == ("info", get_objective("peek").ended) and "why BERT masks" in p.run_messages[-1][1]

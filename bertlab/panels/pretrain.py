@@ -521,8 +521,10 @@ class PretrainPanel(Panel):
                 trace.x, trace.y = curve_xy(self.points, key)
             self.curves.layout.title.text = title
             if notes != self._curve_words:
-                self.curves.layout.annotations = plot_pretrain_curves([], no_pair=no_pair,
-                                                                      next_token=notes[1]).layout.annotations
+                fresh = plot_pretrain_curves([], no_pair=no_pair, next_token=notes[1])
+                self.curves.layout.annotations = fresh.layout.annotations
+                for trace, words_of in zip(self.curves.data, fresh.data):
+                    trace.name, trace.hovertemplate = words_of.name, words_of.hovertemplate
                 self._curve_words = notes
 
     # -- the Panel contract ---------------------------------------------------------------------
