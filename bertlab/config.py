@@ -67,6 +67,10 @@ class BertConfig:
     num_hidden_groups: int = 1
     # Houlsby bottleneck adapters after attention and after the MLP (None = no adapters).
     adapter_size: int | None = None
+    # A decoder (config.json's is_decoder): each position reads itself and its left only (a causal mask).
+    is_decoder: bool = False
+    # The MLM head predicts the next token, not a masked one (HF's BertLMHeadModel; causal when is_decoder).
+    predicts_next: bool = False
     # Anything else config.json held, kept so that saving round-trips it.
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -140,7 +144,7 @@ class BertConfig:
     @classmethod
     def from_hf_dict(cls, d: dict[str, Any]) -> "BertConfig":
         """Build from the dict of an HF `config.json` (unknown keys are kept in `extra`)."""
-        own = {f.name for f in dataclasses.fields(cls)} - {"extra", "pretraining_heads", "task"}
+        own = {f.name for f in dataclasses.fields(cls)} - {"extra", "pretraining_heads", "task", "predicts_next"}
         kwargs = {k: v for k, v in d.items() if k in own}
         kwargs.setdefault("model_type", d.get("model_type", cls.model_type))
         if d.get("model_type", cls.model_type) != cls.model_type:
@@ -163,7 +167,9 @@ class BertConfig:
     def to_hf_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = dict(self.extra)
         for f in dataclasses.fields(self):
-            if f.name in ("extra", "pretraining_heads", "task", "add_pooler", "position_offset"):
+            if f.name in ("extra", "pretraining_heads", "task", "add_pooler", "position_offset", "predicts_next"):
+                continue
+            if f.name == "is_decoder" and not self.is_decoder:
                 continue
             if f.name == "num_hidden_groups" and value_is_default(self, f.name):
                 continue

@@ -34,7 +34,7 @@ class Unpadded:
     index: torch.Tensor  # [tokens] flat positions (batch * seq + position) of the real tokens
     batch: int
     seq: int
-    additive: torch.Tensor  # [batch, 1, 1, seq] the attention mask for the padded-back q, k, v
+    additive: torch.Tensor  # [batch, 1, 1, seq] (a decoder: [batch, 1, seq, seq]) the mask for the padded-back q, k, v
 
 
 def unpad_input(x: torch.Tensor, attention_mask: torch.Tensor, additive: torch.Tensor

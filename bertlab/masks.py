@@ -36,3 +36,14 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch
     out = torch.zeros(allowed.shape, dtype=dtype)
     out.masked_fill_(~allowed, torch.finfo(dtype).min)
     return out.view(*(1,) * (4 - allowed.dim()), *allowed.shape)
+
+
+def causal_mask(n: int, dtype: torch.dtype, device: torch.device | str | None = None,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """What a decoder adds to its scores: `causal(n)` (and, given attention_mask [batch, n] of 1 = token,
+    0 = padding, no padded key) as `additive` makes it, on `device`. [1 or batch, 1, n, n]."""
+    allowed = causal(n).to(device)[None, None]  # [1, 1, query, key]
+    if attention_mask is not None:
+        allowed = allowed & attention_mask[:, None, None, :].to(device=device, dtype=torch.bool)
+    out = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    return out.masked_fill_(~allowed, torch.finfo(dtype).min)

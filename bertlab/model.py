@@ -4,7 +4,8 @@ Read top-down, in the order data flows: embeddings, attention, one layer, the en
 HookPoint carries its shape in a comment. Attention has two implementations that give the same numbers, chosen
 once per model as transformers' `attn_implementation` is: "eager" materialises the scores and the pattern
 (what a hook on `hook_scores` / `hook_pattern` reads: `model.hooks` switches to it while such a hook is on),
-"sdpa" is torch's fused `scaled_dot_product_attention` (the default).
+"sdpa" is torch's fused `scaled_dot_product_attention` (the default). A decoder (config.is_decoder, HF's
+`BertLMHeadModel`) is the same BERT with a causal mask added to its padding mask (`bertlab.masks.causal_mask`).
 
 What only makes training faster (unpadding, the last layer on the rows the heads read) is decided in
 `bertlab.fast`; these modules only take its values (`unpadded`, `rows`) as arguments.
@@ -19,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertlab import fast
+from bertlab import fast, masks
 from bertlab.config import BertConfig
 from bertlab.hooks import (
     HookPoint,
@@ -373,9 +374,13 @@ class BertModel(nn.Module):
         x = self.embeddings(input_ids, token_type_ids)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)
-        if rows is not None and (not len(self.encoder.layer) or self.encoder.last_layer_watched()):
+        if rows is not None and (not len(self.encoder.layer) or self.encoder.last_layer_watched()
+                                 or self.config.is_decoder):  # a decoder's mask differs row by row
             rows = None
-        mask = extended_mask(attention_mask, x.dtype)
+        if self.config.is_decoder:  # HF's BertLMHeadModel: each position reads itself and its left, no padding
+            mask = masks.causal_mask(input_ids.shape[1], x.dtype, x.device, attention_mask)
+        else:
+            mask = extended_mask(attention_mask, x.dtype)
         if len(self.encoder.layer) and fast.unpads(self.packing, self.training, attention_mask, head_mask,
                                                    self.encoder.watched()):
             packed, where = fast.unpad_input(x, attention_mask, mask)

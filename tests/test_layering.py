@@ -262,6 +262,7 @@ LAYERS: dict[str, int] = {
     "bertlab.tokenizer": 0, "bertlab.config": 0, "bertlab.hooks": 0, "bertlab.settings": 0,
     "bertlab.runtime": 0, "bertlab.inputs": 0, "bertlab.workspace": 0, "bertlab.options": 0,
     "bertlab.service_client": 0,  # HTTP to the class service, for the store (classroom) and the queue (training)
+    "bertlab.masks": 0,  # attention masks as functions: the models apply them, the views draw them
     "bertlab.model": 1, "bertlab.fast": 1, "bertlab.families": 1,
     "bertlab.weights": 2, "bertlab.compressed": 2, "bertlab.loading": 3, "bertlab.default_heads_file": 3,
     "bertlab.hub": 3,

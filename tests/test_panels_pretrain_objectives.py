@@ -15,6 +15,7 @@ import torch
 import bertlab
 from bertlab.panels.pretrain import FALLBACK_DOCUMENTS, PretrainPanel
 from bertlab.tokenizer import Tokenizer
+from bertlab.training.objectives import get_objective
 from bertlab.training.pretrain import new_model
 
 WORDS = "cat dog bird fish tree house river road car boat city park garden good bad great awful movie".split()
@@ -131,3 +132,31 @@ def test_the_own_mix_still_runs_and_a_missing_sst2_is_a_message(panel, tmp_path,
     assert p.compare.job.wait(60)
     level, text = p.compare.messages[-1]
     assert level == "error" and "BERTLAB_DATA" in text and not p.compare.finetune.disabled
+
+
+def test_peek_says_why_bert_masks_and_its_run_shows_next_token_curves_and_attention(panel, one_thread):
+    from bertlab.viz import pretrain_words as words
+
+    p = panel
+    p.objective.value = "peek"
+    assert "why BERT masks" in p.objective_note.value and p.pair_task.value == "none"
+    _run(p, "peek")
+    (name, model, _), = p.made
+    assert name.startswith("mini Peek") and model.config.predicts_next and not model.config.is_decoder
+    assert {a.text for a in p.curves.layout.annotations} >= {"next-token loss", "next-token accuracy"}
+    assert "next-token loss" in p.curves.data[0].hovertemplate
+    assert len(p.curves.data[0].x) == len(p.points) > 0 and p.points[-1]["mlm_loss"] is not None
+    assert words.NEXT_TOKEN_PROBE in p.probe_html.value and not p.probe_rows  # no masked word to probe
+    assert p.run_messages[-1] == ("info", get_objective("peek").ended) and "why BERT masks" in p.run_messages[-1][1]
+    again, _ = bertlab.load(p.last_run.folder)
+    assert again.family.title == "BERT" and again.config.predicts_next
+    frame = p.replay.result.frames[-1]  # Replay reads the run's snapshots: their attention, no Mask view
+    assert frame.attention.patterns.shape[0] == model.config.num_hidden_layers and frame.mask is None
+    assert any("next token" in n for n in p.replay.result.notes)
+
+    p.objective.value = "causal"
+    assert "left" in p.objective_note.value
+    _run(p, "causal")
+    patterns = p.replay.result.frames[-1].attention.patterns  # [layer, head, query, key]: nothing to the right
+    n = patterns.shape[-1]
+    assert float(torch.as_tensor(patterns)[..., ~torch.ones(n, n, dtype=torch.bool).tril()].abs().max()) == 0.0

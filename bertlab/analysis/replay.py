@@ -136,11 +136,16 @@ def replay(
     probe = normalise_masks(probe, tok)
     has_mask = tok.mask_token in probe
     tracked: list[str] = []
+    masked_words = True  # a next-token model (config.predicts_next: causal, peek) guesses none
     out: list[ReplayFrame] = []
     notes: list[str] = []
     for step, model in frames:
         if not out:
-            if not model.has_mlm and model.config.task == "sequence_classification":
+            masked_words = model.has_mlm and not model.config.predicts_next
+            if model.has_mlm and not masked_words:
+                notes.append("This model predicts the next token, not masked ones: the Mask and logit-lens views "
+                             "stay empty; its attention shows what each position reads.")
+            elif not model.has_mlm and model.config.task == "sequence_classification":
                 notes.append("This model has no MLM head: the Mask view shows its class probabilities instead, "
                              "and the logit lens stays empty.")
             elif not model.has_mlm:
@@ -148,7 +153,7 @@ def replay(
             elif not has_mask:
                 notes.append(f"The probe has no {tok.mask_token}: put one in it for the Mask and logit-lens views.")
         frame = ReplayFrame(step, attention_patterns(model, tok, probe), token_similarity(model, tok, probe))
-        if model.has_mlm and has_mask:
+        if masked_words and has_mask:
             frame.mask = fill_mask(model, tok, probe, k=k)[0]
             if not tracked:
                 tracked = [c.token for c in frame.mask.candidates[:TRACKED]]

@@ -73,8 +73,8 @@ class Bert(FamilyModel):
     def _asked_rows(self, input_ids: torch.Tensor, mlm_positions: torch.Tensor | None
                     ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """`bertlab.fast.asked_rows` for this model's heads; (None, None) when a hook watches the last layer."""
-        if not len(self.bert.encoder.layer) or self.bert.encoder.last_layer_watched():
-            return None, None
+        if not len(self.bert.encoder.layer) or self.bert.encoder.last_layer_watched() or self.config.is_decoder:
+            return None, None  # a decoder's rows read different keys each: the reference path
         return fast.asked_rows(input_ids, mlm_positions, reads_first_only=self.reads_first_only(),
                                reads_mlm_only=self.has_mlm and self.config.task is None)
 
@@ -113,7 +113,8 @@ FAMILY = Family(
     model_class=Bert,
     fields=BERT_FIELDS,
     defaults=BERT_DEFAULTS,
-    architectures=dict(ARCHITECTURES),
+    architectures={**ARCHITECTURES, "BertLMHeadModel": (("mlm",), None)},  # the LM head: the next token
+    decoder_architecture="BertLMHeadModel",
     hook_paths=bert_layer_hook_paths("bert"),
     head_keys={"mlm": "cls.predictions.transform.dense.weight", "nsp": "cls.seq_relationship.weight"},
     pooler_key="bert.pooler.dense.weight",

@@ -135,6 +135,9 @@ class Family:
     mlm_role: str = "mlm"  # "mlm", or "generator" when the MLM is a generator feeding a discriminator
     changes: tuple[str, ...] = ()  # architecture changes, short phrases for the Family tab
     new_fields: Callable[[dict, dict], None] | None = None  # (config.json dict, size options) -> None
+    # the HF class of a next-token model of this member (BERT: "BertLMHeadModel", the MLM head predicting the
+    # next token; causal with config.json's is_decoder); None: the member is never a decoder
+    decoder_architecture: str | None = None
 
     def __post_init__(self) -> None:
         if self.positions not in POSITION_NOTES:
@@ -157,7 +160,9 @@ class Family:
                 f"{self.name!r}; it builds {', '.join(self.architectures)}."
             )
         heads, task = self.architectures[archs[0]]
-        kwargs: dict[str, Any] = {}
+        self._check_decoder(d)
+        kwargs: dict[str, Any] = {"is_decoder": d.get("is_decoder") is True,
+                                  "predicts_next": archs[0] == self.decoder_architecture}
         for hf_name, ours in self.fields.items():
             if hf_name in d:
                 kwargs[ours] = d[hf_name]
@@ -172,6 +177,17 @@ class Family:
         return BertConfig(**kwargs, model_type=self.name, pretraining_heads=heads, task=task,
                           id2label=id2label or {}, extra=dict(d))
 
+    def _check_decoder(self, d: dict[str, Any]) -> None:
+        """Refuse a decoder this member cannot be (is_decoder without a decoder class) and cross-attention."""
+        if d.get("add_cross_attention") is True:
+            raise ConfigError("add_cross_attention is true: bertlab's models have no cross-attention block "
+                              "(a seq2seq decoder's); set it to false or leave it out.")
+        if d.get("is_decoder") not in (None, True, False):
+            raise ConfigError(f"is_decoder must be true or false; got {str(d.get('is_decoder'))[:20]!r}.")
+        if d.get("is_decoder") is True and self.decoder_architecture is None:
+            raise ConfigError(f"is_decoder is true, but bertlab builds {self.display} as an encoder only "
+                              f"(BERT is the member it builds as a decoder: model_type bert, BertLMHeadModel).")
+
     def hf_from_spec(self, spec: BertConfig) -> dict[str, Any]:
         """The config.json dict of `spec` (what transformers reads back)."""
         d = {k: v for k, v in spec.extra.items() if k not in ("architectures", "adapter_size")}
@@ -179,6 +195,8 @@ class Family:
             d[hf_name] = getattr(spec, ours)
         if spec.adapter_size is not None:
             d["adapter_size"] = spec.adapter_size
+        if spec.is_decoder or "is_decoder" in d:
+            d["is_decoder"] = spec.is_decoder
         if self.hf_hook is not None:
             self.hf_hook(spec, d)
         d["model_type"] = self.name
@@ -227,6 +245,10 @@ class Family:
         return next(a for a, (h, t) in self.architectures.items() if not h and t is None)
 
     def architecture_of(self, spec: BertConfig) -> str:
+        if spec.predicts_next and spec.pretraining_heads == ("mlm",) and spec.task is None:
+            if self.decoder_architecture is None:
+                raise FamilyError(f"{self.display} has no next-token (decoder) architecture.")
+            return self.decoder_architecture
         for name, (heads, task) in self.architectures.items():
             if heads == spec.pretraining_heads and task == spec.task:
                 return name

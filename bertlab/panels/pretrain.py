@@ -197,6 +197,7 @@ class PretrainPanel(Panel):
             tooltip="ALBERT / ELECTRA: the factorised embedding's width (0 = the objective's default)")
         self.shared_layers = widgets.Checkbox(value=True, description="one layer shared across depth (ALBERT)",
                                               disabled=True, indent=False)
+        self.objective_note = widgets.HTML()  # what the objective picked teaches
         self.objective.observe(self._on_objective, names="value")
         self.size = widgets.Dropdown(
             options=[(f"{name}: {n} layers, {d} wide, {h} heads", name) for name, (n, d, h) in SIZES.items()],
@@ -243,11 +244,12 @@ class PretrainPanel(Panel):
         self.compare = CompareView(hide=self.workspace.hide_root)
         self.last_run: ComparedRun | None = None
         self.run: PretrainRun | None = None  # the last run's state (training.run_state)
-        self._no_pair: str | None = None  # the reason the NSP / SOP chart on show gives for staying empty
+        self._curve_words: tuple[str | None, bool] = (None, False)  # the subplots' words on show: why the NSP / SOP
+        # chart stays empty, whether the first two are next-token curves
         self._seen = 0  # how many of its events the view has shown
         self.train_section = widgets.VBox([
             widgets.HTML(help_html(words.HELP_TRAIN)),
-            self.objective,
+            self.objective, self.objective_note,
             widgets.HBox([self.size, self.train_strategy, self.pair_task]),
             widgets.HBox([self.embedding_size, self.shared_layers]),
             widgets.HBox([self.corpus, self.corpus_path]),
@@ -268,6 +270,8 @@ class PretrainPanel(Panel):
             self.train_strategy.value = o.masking
             self.pair_task.value = o.pair_task or "none"
         self.train_strategy.disabled = self.pair_task.disabled = bool(name)
+        note = words.objective_note(name)
+        self.objective_note.value = help_html(html.escape(note)) if note else ""
         options = get_objective(name).size_options if name else ()
         self.embedding_size.disabled = "embedding_size" not in options
         self.shared_layers.disabled = "shared_layers" not in options
@@ -313,6 +317,8 @@ class PretrainPanel(Panel):
         self.progress_label.value = words.PREPARING
         # said where the guesses would be, where it stays for the whole run
         self.probe_html.value = "" if probe else note_html("warning", words.no_probe_text(tok, DEFAULT_PROBE_TEMPLATE))
+        if words.next_token(cfg):
+            self.probe_html.value = note_html("info", words.NEXT_TOKEN_PROBE)
         self.run.add(Note(words.preparing_text(cfg), busy=True))
         self._draw_curves(f"{self.run.label}: {words.PREPARING}")
         self.draw()
@@ -359,8 +365,9 @@ class PretrainPanel(Panel):
         objective = get_objective(cfg.objective or DEFAULT_OBJECTIVE)  # your own mix is recorded as BERT's curves
         model = objective_module(objective, cfg, tok) if cfg.objective else new_model(cfg.size, tok, cfg.pair_task)
         recorder = CurveRecorder(model, objective, tok)
-        trained = objective.mlm_model(model)  # the probe reads the MLM part
-        prober = Prober(run, trained, tok, probe_every)
+        trained = objective.mlm_model(model)  # the probe reads the MLM part (Replay too)
+        trained = objective.kept(model) if trained is None else trained  # a next-token model: no probe to read
+        prober = Prober(run, None if objective.predicts_next else trained, tok, probe_every)
         keeper = self._snapshot_keeper(cfg, trained)
         callbacks = [run.add, keeper, recorder, prober]
         objective_run = None
@@ -463,7 +470,8 @@ class PretrainPanel(Panel):
         kept, trained, tok = run.outcome("model")
         name = words.model_name(cfg, result.step)
         last = next((p for p in reversed(run.points) if p.get("mlm_acc") is not None), None)
-        acc = f" (last MLM accuracy {100 * last['mlm_acc']:.0f}%)" if last else ""
+        what = "next-token" if words.next_token(cfg) else "MLM"
+        acc = f" (last {what} accuracy {100 * last['mlm_acc']:.0f}%)" if last else ""
         saved = run.outcome("saved")
         if saved is not None:
             self.last_run = saved
@@ -474,8 +482,9 @@ class PretrainPanel(Panel):
             said, level = words.not_saved_text(run.outcome("save error", "")), "warning"
         if self.model_made is not None:
             self.model_made(name, kept, tok)
-        self.show_run_message(words.joined_text(done, result.step, acc, name, said, self.model_made is not None),
-                              level)
+        self.show_run_messages([(level, words.joined_text(done, result.step, acc, name, said,
+                                                          self.model_made is not None))]
+                               + ([("info", ended)] if (ended := words.objective_ended(cfg)) else []))
         if run.outcome("replay") is None:
             self.replay.waiting(words.replaying_text(run.label))
 
@@ -506,13 +515,17 @@ class PretrainPanel(Panel):
         NSP / SOP chart stays empty when the run's objective has no pair task."""
         run = self.run
         no_pair = words.no_pair_text(run.config) if run is not None and run.pair_task is None else None
+        notes = (no_pair, run is not None and words.next_token(run.config))  # what the subplots' words say
         with self.curves.batch_update():
             for trace, key in zip(self.curves.data, ("mlm_loss", "mlm_acc", "nsp_acc")):
                 trace.x, trace.y = curve_xy(self.points, key)
             self.curves.layout.title.text = title
-            if no_pair != self._no_pair:
-                self.curves.layout.annotations = plot_pretrain_curves([], no_pair=no_pair).layout.annotations
-                self._no_pair = no_pair
+            if notes != self._curve_words:
+                fresh = plot_pretrain_curves([], no_pair=no_pair, next_token=notes[1])
+                self.curves.layout.annotations = fresh.layout.annotations
+                for trace, words_of in zip(self.curves.data, fresh.data):
+                    trace.name, trace.hovertemplate = words_of.name, words_of.hovertemplate
+                self._curve_words = notes
 
     # -- the Panel contract ---------------------------------------------------------------------
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:

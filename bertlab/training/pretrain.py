@@ -5,7 +5,7 @@
 
 The same code trains a mini BERT from scratch (the pre-training tab, `bertlab pretrain`) and
 the heads of an existing encoder (the offline default's MLM/NSP heads: `freeze_encoder=True`).
-With `objective=` ("bert", "roberta", "albert", "electra", "spanbert": bertlab.training.objectives) a
+With `objective=` ("bert", "roberta", "albert", "electra", "spanbert", "causal", …: training.objectives) a
 family member's own objective runs instead: `pretrain_objective(cfg)` -> an `ObjectiveRun` whose
 `save(folder)` writes the model that objective keeps.
 """
@@ -429,7 +429,9 @@ def _chunks(
 
 def curve_point(event: TrainEvent) -> dict[str, Any]:
     """The point a "step" event adds to the pre-training curves: MLM loss and accuracy (ELECTRA's are its
-    generator's) and the pair task's accuracy (an objective's pair head reports pair_acc)."""
+    generator's; a next-token objective's, its next-token loss and accuracy) and the pair task's accuracy (an
+    objective's pair head reports pair_acc)."""
     m = event.metrics
-    return {"step": event.step, "mlm_loss": m.get("mlm_loss", m.get("gen_mlm_loss")),
-            "mlm_acc": m.get("mlm_acc", m.get("gen_mlm_acc")), "nsp_acc": m.get("nsp_acc", m.get("pair_acc"))}
+    return {"step": event.step, "mlm_loss": m.get("mlm_loss", m.get("gen_mlm_loss", m.get("lm_loss"))),
+            "mlm_acc": m.get("mlm_acc", m.get("gen_mlm_acc", m.get("lm_acc"))),
+            "nsp_acc": m.get("nsp_acc", m.get("pair_acc"))}

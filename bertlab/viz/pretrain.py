@@ -39,6 +39,7 @@ KIND_LEGEND: dict[MaskKind, str] = {
 STRATEGY_NAMES = {"token": "token (BERT)", "whole_word": "whole word", "span": "span (SpanBERT)"}
 SEGMENT_COLORS = ("#eef4fa", "#fdf0e6")  # sentence A, sentence B
 CURVES = (("mlm_loss", "MLM loss"), ("mlm_acc", "MLM accuracy"), ("nsp_acc", "NSP / SOP accuracy"))
+NEXT_TOKEN_TITLES = ("next-token loss", "next-token accuracy")  # the first two curves of a next-token run
 CURVE_COLORS = (OKABE_ITO[0], OKABE_ITO[2], OKABE_ITO[1])  # colour-blind safe (bertlab.viz.theme)
 DECIMALS = 4
 
@@ -187,15 +188,17 @@ def curve_xy(points: Sequence[Mapping[str, float | None]], key: str) -> tuple[li
 
 
 def plot_pretrain_curves(points: Sequence[Mapping[str, float | None]], title: str = "",
-                         style: Theme | None = None, no_pair: str | None = None) -> go.Figure:
+                         style: Theme | None = None, no_pair: str | None = None, next_token: bool = False) -> go.Figure:
     """MLM loss, MLM accuracy and NSP/SOP accuracy against the step, one subplot each.
 
     `points`: dicts with "step" and any of "mlm_loss", "mlm_acc", "nsp_acc" (None or absent = no value).
     `no_pair`: why the NSP/SOP subplot stays empty (the run has no pair task), written inside it.
+    `next_token`: the run predicts the next token (causal, peek): the first two are its loss and accuracy.
     Always three traces, so a live figure only needs new x/y."""
     t = style or current()
-    fig = make_subplots(rows=1, cols=3, subplot_titles=[name for _, name in CURVES], horizontal_spacing=0.08)
-    for col, ((key, name), color) in enumerate(zip(CURVES, CURVE_COLORS), start=1):
+    names = [*NEXT_TOKEN_TITLES, CURVES[2][1]] if next_token else [name for _, name in CURVES]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=names, horizontal_spacing=0.08)
+    for col, (key, name, color) in enumerate(zip([k for k, _ in CURVES], names, CURVE_COLORS), start=1):
         x, y = curve_xy(points, key)
         fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", marker={"size": 4}, line={"color": color},
                                  name=name, showlegend=False,

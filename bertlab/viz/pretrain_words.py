@@ -46,6 +46,25 @@ ERROR_LINE = "stopped on an error"
 NOTHING_KEPT = "Stopped before the first step: no model was made."
 
 
+NEXT_TOKEN_PROBE = ("This objective predicts the next token, not masked ones: the probe (a masked word) is not "
+                    "read. Watch the curves; when the run ends, pick its model and open the Attention tab.")
+
+
+def objective_note(name: str) -> str:
+    """What the objective picked teaches (one sentence), "" for your own mix."""
+    return get_objective(name).teaches if name else ""
+
+
+def objective_ended(cfg: PretrainConfig) -> str:
+    """What the run's objective adds when a run ends ("" for nothing; peek: why its loss collapsed)."""
+    return get_objective(cfg.objective).ended if cfg.objective else ""
+
+
+def next_token(cfg: PretrainConfig) -> bool:
+    """Whether the run predicts the next token (causal, peek) rather than masked ones."""
+    return bool(cfg.objective) and get_objective(cfg.objective).predicts_next
+
+
 def family(cfg: PretrainConfig) -> str:
     """The family a run trains, from its objective: "RoBERTa", "ALBERT", …; your own mix is BERT's."""
     return get_objective(cfg.objective or DEFAULT_OBJECTIVE).title.split(":")[0]

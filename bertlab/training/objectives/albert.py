@@ -23,6 +23,8 @@ def build(shape: ModelShape, tokenizer: Tokenizer) -> nn.Module:
 OBJECTIVE = Objective(
     name="albert",
     title="ALBERT: factorised embedding, shared layers, MLM + sentence-order prediction",
+    teaches=("Fewer parameters for the same depth (one layer shared by every depth, a narrow embedding), and "
+             "sentence order instead of next-sentence prediction."),
     model_type="albert",
     hf_class="AlbertForPreTraining",
     own_loss="loss",

@@ -197,7 +197,7 @@ class Objective:
     save(module, tokenizer, folder) writes the folder that bertlab and transformers load;
     continue_with(model) -> the module the loop trains around a given model of `model_type` (continued
     training, the model already carrying `heads`), or None when the objective only builds from scratch
-    (`builds` says what it builds then)."""
+    (`builds` says what it builds then); teaches: one sentence on what it shows; ended: what a run's end adds."""
 
     name: str
     title: str  # for people: "RoBERTa: dynamic MLM, no NSP, full-sentence packing"
@@ -218,6 +218,13 @@ class Objective:
     masking: str = "token"  # the masking strategy its collator uses (MaskingConfig.strategy)
     continue_with: Callable[[nn.Module], nn.Module] | None = lambda model: model
     builds: str = ""  # what it builds from scratch, when it cannot continue a given model
+    teaches: str = ""  # one sentence for the Pre-training tab: what this objective shows a student
+    ended: str = ""  # what the Pre-training tab adds when a run of it ends ("" for nothing)
+
+    @property
+    def predicts_next(self) -> bool:
+        """Whether its model predicts the next token (its HF class is the family's decoder class), not masked ones."""
+        return self.hf_class == FAMILIES[self.model_type].decoder_architecture
 
     @property
     def heads(self) -> tuple[str, ...]:

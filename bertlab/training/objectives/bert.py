@@ -40,6 +40,8 @@ def save_whole(model: nn.Module, tokenizer: Tokenizer, folder: Path) -> Path:
 OBJECTIVE = Objective(
     name="bert",
     title="BERT: MLM (15 %, 80/10/10) + next-sentence prediction",
+    teaches=("Masked-word prediction: 15 % of the tokens are hidden and guessed from both sides, plus a guess "
+             "whether sentence B follows sentence A."),
     model_type="bert",
     hf_class="BertForPreTraining",
     own_loss="loss",

@@ -90,6 +90,8 @@ def save(pair: nn.Module, tokenizer: Tokenizer, folder: Path) -> Path:
 OBJECTIVE = Objective(
     name="deberta-v3",
     title="DeBERTa-v3: replaced-token detection (λ = 50), gradient-disentangled embeddings",
+    teaches=("ELECTRA's replaced-token detection on DeBERTa, with the generator's and discriminator's embeddings "
+             "kept from pulling against each other."),
     model_type="deberta-v2",
     hf_class="DebertaV2Model",
     own_loss="rtd_loss",

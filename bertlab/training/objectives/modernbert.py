@@ -33,6 +33,7 @@ def build(shape: ModelShape, tok: Tokenizer):
 OBJECTIVE = Objective(
     name="modernbert",
     title="ModernBERT: MLM at 30 %, no NSP, full sentences; rotary, local/global attention, GeGLU",
+    teaches=("A modern encoder: more masking (30 %), rotary positions, local and global attention layers."),
     model_type="modernbert",
     hf_class="ModernBertForMaskedLM",
     own_loss="mlm_loss",

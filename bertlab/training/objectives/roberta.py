@@ -32,6 +32,8 @@ def full_sentences(documents: Sequence[Any], tokenizer: Tokenizer, seq_len: int,
 OBJECTIVE = Objective(
     name="roberta",
     title="RoBERTa: dynamic MLM, no NSP, full sentences packed across documents",
+    teaches=("The same masked words without the next-sentence task, a new mask every time a text comes round and "
+             "longer packed inputs: RoBERTa's finding that these choices matter more than NSP."),
     model_type="roberta",
     hf_class="RobertaForMaskedLM",
     own_loss="mlm_loss",

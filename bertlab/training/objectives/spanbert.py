@@ -130,6 +130,8 @@ def load_sbo_head(folder: str | Path, model: nn.Module) -> SpanBert:
 OBJECTIVE = Objective(
     name="spanbert",
     title="SpanBERT: geometric whole-word spans + span-boundary objective, no NSP",
+    teaches=("Hiding whole spans of words, and guessing each hidden token from the two words just outside its "
+             "span."),
     model_type="bert",
     hf_class="BertForMaskedLM",
     own_loss="sbo_loss",
