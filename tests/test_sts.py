@@ -286,3 +286,18 @@ def test_fine_tuning_tab_offers_the_task(tok, tmp_path):
 def test_sick_cosine_score_reads_the_held_out_part(tok, sick):
     score, where = sick_cosine_score(tiny_bert(tok), tok, 10, path=str(sick))
     assert score.pairs == 10 and "TRIAL" in where and "30" in where
+
+
+@pytest.mark.slow  # ~1 min on 2 cores: loads MiniLM twice and fine-tunes it on 400 pairs
+def test_the_bench_script_writes_both_ways(shared_data, tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "sts.json"
+    script = Path(__file__).resolve().parents[1] / "bench" / "bench_sts.py"
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--out", str(out)], capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert [r["encoder"].split(",")[1].strip() for r in data["rows"]] == ["frozen", "frozen", "fine-tuned"]
+    assert all(r["pairs"] == 100 and -1 <= r["pearson"] <= 1 for r in data["rows"]) and data["meta"]["quick"]
