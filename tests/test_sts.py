@@ -263,6 +263,27 @@ def test_sentences_sub_tab_draws_bars_scores_on_sick_and_says_what_is_wrong(tok,
     assert panel.score is None and panel.score_out.value == "" and "BERTLAB_DATA" in panel.message.value
 
 
+def test_score_on_sick_puts_a_fine_tuned_heads_scores_beside_the_cosine(sts_run, tok, monkeypatch, tmp_path):
+    from bertlab.panels.similarity import SimilarityPanel
+
+    write_sick(tmp_path / "sick")
+    monkeypatch.setenv("BERTLAB_DATA", str(tmp_path))
+    panel = SimilarityPanel(sts_run.model, tok)
+    panel.score_pairs.value = 1000  # more than there are: all 30
+    panel.score_button.click()
+    head = evaluate(sts_run.model, tok, "sts", get_task("sts").read("dev"))
+    assert panel.score.pairs == 30 and "regression head" in panel.score_out.value
+    assert f"{head['pearson']:.3f}" in panel.score_out.value
+
+
+def test_start_at_mean_sets_a_new_heads_bias(tok):
+    from bertlab.training.finetune import regression_output, start_at_mean
+
+    model = with_task_head(tiny_bert(tok), get_task("sts"))
+    start_at_mean(model, [1.0, 2.0, 4.5])
+    assert regression_output(model).bias.item() == pytest.approx(2.5) and model.config.num_labels == 1
+
+
 def test_use_it_shows_a_predicted_relatedness(sts_run, tok):
     from bertlab.panels.use import UsePanel
 

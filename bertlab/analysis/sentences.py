@@ -129,21 +129,25 @@ def cosine_score(model: torch.nn.Module, tok: Tokenizer, examples: Sequence[obje
     return CosineScore(pearson(cosines, gold), spearman(cosines, gold), len(examples))
 
 
-def sick_cosine_score(model: torch.nn.Module, tok: Tokenizer, n: int | None = None,
-                      path: str | None = None, seed: int = 0) -> tuple[CosineScore, str]:
-    """`cosine_score` on a seeded `n` (None = all) of SICK's held-out pairs (its TRIAL part, the dev part the
-    `sts` task scores a fine-tuned model on, never trained on), from `path` or BERTLAB_DATA; and where they
-    came from, in words."""
+def sick_held_out(n: int | None = None, path: str | None = None, seed: int = 0) -> tuple[list[object], str]:
+    """A seeded `n` (None = all) of SICK's held-out scored pairs (its TRIAL part, the dev part the `sts` task
+    scores a fine-tuned model on, never trained on), from `path` or BERTLAB_DATA; and where they came from."""
     try:
         held_out = get_task("sts").read("dev", path=path)
     except DataNotFoundError as e:
         raise InputError(f"{e} Scoring on SICK needs its copy: point BERTLAB_DATA at the folder that holds "
                          "sick/ (or give a SICK file).") from None
-    pairs = subset(held_out, n, seed, "sts cosine")
-    return cosine_score(model, tok, pairs), f"SICK's held-out part (TRIAL, {len(held_out):,} pairs)"
+    return subset(held_out, n, seed, "sts cosine"), f"SICK's held-out part (TRIAL, {len(held_out):,} pairs)"
+
+
+def sick_cosine_score(model: torch.nn.Module, tok: Tokenizer, n: int | None = None,
+                      path: str | None = None, seed: int = 0) -> tuple[CosineScore, str]:
+    """`cosine_score` on `sick_held_out(n, path, seed)`, and where the pairs came from."""
+    pairs, where = sick_held_out(n, path, seed)
+    return cosine_score(model, tok, pairs), where
 
 
 __all__ = [
     "MAX_OTHERS", "CosineScore", "SentenceSimilarity", "cosine_score", "one_against_many", "pair_cosines",
-    "sentence_embeddings", "sick_cosine_score", "split_sentences",
+    "sentence_embeddings", "sick_cosine_score", "sick_held_out", "split_sentences",
 ]

@@ -15,8 +15,9 @@ import torch
 from bertlab.analysis.sentences import (
     CosineScore,
     SentenceSimilarity,
+    cosine_score,
     one_against_many,
-    sick_cosine_score,
+    sick_held_out,
     split_sentences,
 )
 from bertlab.analysis.similarity import (
@@ -35,7 +36,9 @@ from bertlab.analysis.similarity import (
 )
 from bertlab.panels.base import Level, Panel, run_button
 from bertlab.panels.views import Hold, help_note, on_input
+from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
+from bertlab.training.finetune import evaluate
 from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.similarity import (
@@ -103,7 +106,8 @@ SENTENCES_HELP = (
     "encoder as its package ships it was, on sentence pairs (the offline default re-trained its layers for "
     "the masked-word heads, which costs some of that). “Score on SICK” measures how well the cosine follows people's "
     "relatedness ratings (1-5) on held-out SICK pairs; the Fine-tuning tab's sts task trains a cross-encoder "
-    "(both sentences read together, a regression head) on the other pairs and scores it on the same ones."
+    "(both sentences read together, a regression head) on the other pairs and scores it on the same ones: "
+    "pick that model above and this button shows its head's scores beside its cosine."
 )
 MAP_HELP = ("Words separated by commas; one sentence per line. Every occurrence of each word becomes a point; "
             "hover a point to see its sentence.")
@@ -274,8 +278,10 @@ class SimilarityPanel(Panel):
         with self.busy(self.score_button, self.sentences_button,
                        text=f"Encoding {pairs:,} SICK pairs and scoring the cosine…"):
             with self.reporting(self.score_out):
-                self.score, where = sick_cosine_score(self.model, self.tok, pairs)
-                self.score_out.value = score_html(self.score, where)
+                held_out, where = sick_held_out(pairs)
+                self.score = cosine_score(self.model, self.tok, held_out)
+                head = self._head_scores(held_out)
+                self.score_out.value = score_html(self.score, where, head)
                 self.show_messages([])
             self.notes[section] = list(self.messages)
 
@@ -305,6 +311,13 @@ class SimilarityPanel(Panel):
         words = [w for w in self.map_words.value.split(",") if w.strip()]
         proj = word_projection(self.model, self.tok, words, text_lines(self.map_sentences.value))
         return proj, map_notes(proj)
+
+    def _head_scores(self, pairs: list) -> dict[str, float] | None:
+        """A fine-tuned sts model's own scores on the same pairs (its head reads both sentences together),
+        to show beside its encoder's cosine; None for any other model."""
+        if model_task(self.model) != "sts":
+            return None
+        return evaluate(self.model, self.tok, "sts", pairs)
 
     def _compute_sentences(self) -> tuple[SentenceSimilarity, list[tuple[Level, str]]]:
         sentence, others = split_sentences(self.sentences.value)

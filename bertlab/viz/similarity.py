@@ -173,10 +173,16 @@ def sentence_notes(result: SentenceSimilarity) -> list[tuple[str, str]]:
     return out + [("warning", w) for w in result.warnings]
 
 
-def score_html(score: CosineScore, where: str) -> str:
-    """The cosine's Pearson and Spearman on `score.pairs` scored pairs from `where`, as one line."""
-    return (f"Cosine against people's relatedness on <b>{score.pairs:,}</b> pairs of {plain_text(where)}: "
-            f"Pearson <b>{score.pearson:.3f}</b>, Spearman <b>{score.spearman:.3f}</b>.")
+def score_html(score: CosineScore, where: str, head: dict[str, float] | None = None) -> str:
+    """The cosine's Pearson and Spearman on `score.pairs` scored pairs from `where`, as one line; with `head`
+    (a fine-tuned sts model's pearson, spearman and mse on the same pairs), a second line beside it."""
+    out = (f"Cosine against people's relatedness on <b>{score.pairs:,}</b> pairs of {plain_text(where)}: "
+           f"Pearson <b>{score.pearson:.3f}</b>, Spearman <b>{score.spearman:.3f}</b>.")
+    if head is not None:
+        out += (f"<br>This model's regression head on the same pairs (both sentences read together): Pearson "
+                f"<b>{head['pearson']:.3f}</b>, Spearman <b>{head['spearman']:.3f}</b>, squared error "
+                f"{head['mse']:.3f}.")
+    return out
 
 
 def _stage_title(names: list[str], stage: int) -> str:
