@@ -276,6 +276,15 @@ def test_score_on_sick_puts_a_fine_tuned_heads_scores_beside_the_cosine(sts_run,
     assert f"{head['pearson']:.3f}" in panel.score_out.value
 
 
+def test_a_bf16_run_scores_its_numbers_in_fp32(sick, tok):
+    cfg = FinetuneConfig(task="sts", data=str(sick), model=tiny_bert(tok), lr=1e-2, epochs=2, batch_size=16,
+                         max_length=32, warmup_ratio=0.0, precision="bf16")
+    r = finetune(cfg, tokenizer=tok)
+    again = evaluate(r.model, tok, "sts", get_task("sts").read("dev", path=sick), max_length=32)  # no autocast
+    assert r.precision == "bf16" and r.metrics["pearson"] == pytest.approx(again["pearson"], abs=1e-6)
+    assert r.metrics["mse"] == pytest.approx(again["mse"], rel=1e-6)
+
+
 def test_start_at_mean_sets_a_new_heads_bias(tok):
     from bertlab.training.finetune import regression_output, start_at_mean
 

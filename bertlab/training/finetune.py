@@ -475,9 +475,12 @@ def _eval_regression(model: Bert, data: EvalSet) -> dict[str, Any]:
             f"but {data.task.name} needs a head with one output (a number): it was fine-tuned for another task."
         )
     preds = [0.0] * len(data.features)
-    for idx, out in _batches(model, data.features, data.pad_token_id, data.batch_size):
-        for i, p in zip(idx, out.logits.float()[:, 0].tolist()):
-            preds[i] = p
+    # in fp32 also under the loop's bf16 autocast: bf16 keeps ~3 digits, so scores 2-4 would come in steps of
+    # 1/64 (ties for Spearman), and the run's figure would differ from `bertlab evaluate`'s on the same model
+    with torch.autocast(model_device(model).type, enabled=False):
+        for idx, out in _batches(model, data.features, data.pad_token_id, data.batch_size):
+            for i, p in zip(idx, out.logits.float()[:, 0].tolist()):
+                preds[i] = p
     return data.task.metric(preds, [f.target for f in data.features])
 
 
