@@ -390,7 +390,7 @@ LAZY: dict[Callable[[argparse._SubParsersAction], None], dict[str, str]] = {
         "pretrain": "pre-train a mini BERT, or another family member with its own objective, on a corpus",
         "evaluate-mlm": "masked-token top-1/top-5 accuracy of a model on a text file",
         "train-default-heads": "train the offline default's MLM + NSP heads (the recipe)",
-        "finetune": "fine-tune a model on sst2, nli, ner or qa",
+        "finetune": "fine-tune a model on sst2, nli, sts, ner or qa",
         "evaluate": "score a fine-tuned model on a task's data (one JSON line)",
     },
     _add_compress: {"compress": "make a model smaller: int8 quantization, head pruning, distillation"},

@@ -463,7 +463,7 @@ def test_bad_settings_fail_early_with_a_message(tok, synthetic):
         FinetuneConfig(warmup_ratio=1.0)
 
 
-@pytest.mark.parametrize("task", ["sst2", "nli", "ner", "qa"])
+@pytest.mark.parametrize("task", ["sst2", "nli", "sts", "ner", "qa"])
 @pytest.mark.parametrize("mode", ["full", "feature", "adapter"])
 def test_settings_left_out_take_the_tasks_measured_defaults(task, mode):
     r = recipe(task, mode)

@@ -191,7 +191,7 @@ def test_stage_moves_take_well_under_100_ms(panel):
 # -- the panel as a whole --------------------------------------------------------------------
 def test_figures_for_export(panel):
     figs = panel.figures()
-    assert set(figs) == {"token cosine", "word across stages", "word map"}
+    assert set(figs) == {"token cosine", "word across stages", "word map", "sentence cosine"}
     assert all(type(f) is go.Figure for f in figs.values())
 
 
@@ -205,7 +205,7 @@ def test_set_model_recomputes_every_sub_tab(panel, tiny_checkpoints):
     np.testing.assert_allclose(z(panel), want.matrix(2).numpy(), atol=ATOL)
     # "bank" is not in the tiny vocabulary: a message, and no figure left over from the other model
     assert "not in the model's vocabulary" in notes(panel, 1, "error")
-    assert len(panel.word_figure.data) == 0 and set(panel.figures()) == {"token cosine"}
+    assert len(panel.word_figure.data) == 0 and set(panel.figures()) == {"token cosine", "sentence cosine"}
 
 
 def test_opening_a_sub_tab_keeps_its_figure_widget(panel):

@@ -704,7 +704,7 @@ def test_bucket_batch_sampler():
 
 
 def test_registry_runs_every_task_end_to_end(data, tok):
-    assert set(TASKS) == {"sst2", "nli", "ner", "qa"}
+    assert set(TASKS) == {"sst2", "nli", "sts", "ner", "qa"}
     for name, task in TASKS.items():
         assert task.head in CONFIG_TASKS and get_task(name) is task
         examples = task.read("dev")[:8]
@@ -715,13 +715,17 @@ def test_registry_runs_every_task_end_to_end(data, tok):
             gold = [e.label for e in examples]
             scores = task.metric(gold, gold)
             assert len(task.id2label) == len(scores["confusion_matrix"])
+        elif name == "sts":  # a number: SICK's relatedness, scored by correlation
+            gold = [e.score for e in examples]
+            scores = task.metric(gold, gold)
+            assert scores["mse"] == 0.0 and batch["labels"].dtype == torch.float32
         elif name == "ner":
             gold = [e.tags for e in examples]
             scores = task.metric(gold, gold)
         else:
             scores = task.metric({e.id: e.answers[0].text for e in examples}, examples)
         assert scores[task.main_metric] in (1.0, 100.0)
-    with pytest.raises(KeyError, match="choose one of sst2, nli, ner, qa"):
+    with pytest.raises(KeyError, match="choose one of sst2, nli, sts, ner, qa"):
         get_task("squad2")
 
 

@@ -2,6 +2,7 @@
 
     classify(model, tok, "a gripping, funny film")        -> label probabilities (SST-2)
     entail(model, tok, "A man is cooking", "A person cooks") -> entailment / neutral / contradiction
+    relatedness(model, tok, "A man is cooking", "A person cooks") -> a number (SICK's scale: 1-5)
     entities(model, tok, "Angela Merkel visited Paris")    -> [(start_char, end_char, type, text, score)]
     answer(model, tok, question, paragraph, k=5)           -> best span, top-k spans, start/end probabilities
     cls_vectors(model, tok, texts) + pca_2d(vectors)       -> the [CLS] picture before and after fine-tuning
@@ -110,6 +111,35 @@ def entail(model: Bert, tok: Tokenizer, a: str, b: str) -> ClassPrediction:
     a = require_text(a, "premise (sentence A)")
     b = require_text(b, "hypothesis (sentence B)")
     return classify(model, tok, a, b)
+
+
+@dataclass
+class Relatedness:
+    """A regression head's number for a sentence pair (for a model fine-tuned on SICK: 1-5)."""
+
+    text_a: str
+    text_b: str
+    score: float  # the head's one output, in the units it was trained on
+    tokens: list[str]
+    warning: str | None = None  # set when the pair was cut to fit the model
+
+
+def relatedness(model: Bert, tok: Tokenizer, a: str, b: str) -> Relatedness:
+    """The predicted relatedness of sentences `a` and `b` from a model with a one-output head (`--task sts`)."""
+    require_head(model, "sequence_classification", "Rating how related two sentences are")
+    if model.config.num_labels != 1:
+        raise InputError(
+            f"this model classifies into {', '.join(model.config.id2label.values())}; a relatedness score needs a "
+            "head with one output: fine-tune it on the sts task (SICK relatedness) first."
+        )
+    a = require_text(a, "sentence A")
+    b = require_text(b, "sentence B")
+    enc = tok.encode(a, b, max_length=input_limit(model, tok))
+    device = model_device(model)
+    with eval_mode(model), torch.inference_mode():
+        logits = model(torch.tensor([enc.ids], device=device),
+                       token_type_ids=torch.tensor([enc.type_ids], device=device)).logits[0]  # [1]
+    return Relatedness(a, b, float(logits.float()[0]), list(enc.tokens), enc.warning)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,6 +341,7 @@ def cls_maps(models: Mapping[str, Bert], tok: Tokenizer, examples: Sequence[Any]
 
 
 __all__ = [
-    "AnswerResult", "ClassPrediction", "EntityPrediction", "TaggedText", "answer", "classify", "cls_maps",
-    "cls_vectors", "entail", "entities", "pca_2d", "require_head", "split_words", "tag_words",
+    "AnswerResult", "ClassPrediction", "EntityPrediction", "Relatedness", "TaggedText", "answer", "classify",
+    "cls_maps", "cls_vectors", "entail", "entities", "pca_2d", "relatedness", "require_head", "split_words",
+    "tag_words",
 ]

@@ -1,7 +1,9 @@
 """Embeddings tab: how similar BERT's vectors are, token to token and one word across contexts,
-against the similarity of random tokens (anisotropy), and a 2-D map of words in context.
+against the similarity of random tokens (anisotropy), a 2-D map of words in context, and whole
+sentences compared by the cosine of their mean-pooled vectors (one against several, and scored
+against people's relatedness on SICK's held-out pairs).
 
-Three sub-tabs, each with its own inputs; the stage sliders redraw from cached results.
+Four sub-tabs, each with its own inputs; the stage sliders redraw from cached results.
 """
 
 from __future__ import annotations
@@ -10,6 +12,14 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 import torch
 
+from bertlab.analysis.sentences import (
+    CosineScore,
+    SentenceSimilarity,
+    cosine_score,
+    one_against_many,
+    sick_held_out,
+    split_sentences,
+)
 from bertlab.analysis.similarity import (
     Anisotropy,
     TokenSimilarity,
@@ -26,14 +36,19 @@ from bertlab.analysis.similarity import (
 )
 from bertlab.panels.base import Level, Panel, run_button
 from bertlab.panels.views import Hold, help_note, on_input
+from bertlab.tasks.models import model_task
 from bertlab.tokenizer import Tokenizer
+from bertlab.training.finetune import evaluate
 from bertlab.viz.figure_widget import SyncedFigureWidget, show_figure
 from bertlab.viz.mask import empty_figure
 from bertlab.viz.similarity import (
     map_notes,
+    plot_sentence_similarity,
     plot_token_similarity,
     plot_word_across_layers,
     plot_word_projection,
+    score_html,
+    sentence_notes,
     token_notes,
     word_notes,
 )
@@ -57,12 +72,21 @@ The river flooded the whole valley.
 They swam across the cold river.
 He saved money for a new bike.
 She lent me some money for lunch."""
+DEFAULT_SENTENCES = """A man is playing a guitar.
+A person is playing a musical instrument.
+A man is playing a flute.
+A woman is slicing an onion.
+A cat is sleeping on the sofa."""
+SCORE_PAIRS = 100  # SICK held-out pairs the "Score on SICK" button scores by default (a seeded subset)
 MAX_SHOWN = 128  # tokens in the cosine matrix; beyond this a cell is smaller than a pixel pair
-SECTIONS = ("Tokens", "One word", "Word map")
-RESULTS = ("sim", "word_result", "proj")  # the attribute that holds each sub-tab's result
+SECTIONS = ("Tokens", "One word", "Word map", "Sentences")
+RESULTS = ("sim", "word_result", "proj", "sentences_result")  # the attribute that holds each sub-tab's result
+# each sub-tab's figure before a result
 HINTS = ("Type a text and press Show.", "Type a word and at least two contexts that contain it, then press Compare.",
-         "Type words and sentences that contain them, then press Map.")  # each sub-tab's figure before a result
-BUSY = ("Computing the cosines…", "Reading the word in every context…", "Placing the words…")
+         "Type words and sentences that contain them, then press Map.",
+         "Type a sentence on the first line and others below it, then press Compare.")
+BUSY = ("Computing the cosines…", "Reading the word in every context…", "Placing the words…",
+        "Encoding the sentences…")
 HELP = (
     "Contextual vectors share a common direction (they are <i>anisotropic</i>), so even two random "
     "tokens have a clearly positive cosine: the grey dashed line in “One word” measures "
@@ -74,6 +98,16 @@ TOKENS_HELP = "Each cell is the cosine between two tokens' vectors at the chosen
 CONTEXTS_HELP = (
     "One context per line, each containing the word as written. Optionally start each line with a sense "
     "label and a bar (“river | …”, “money | …”) to compare same-sense with different-sense pairs."
+)
+SENTENCES_HELP = (
+    "The first line is compared with each line below it: every sentence is encoded alone, its token vectors "
+    "of the last layer are averaged (mean pooling), and two sentences compare by the cosine of those means. "
+    "That means something when the encoder was trained to put related sentences near each other: the MiniLM "
+    "encoder as its package ships it was, on sentence pairs (the offline default re-trained its layers for "
+    "the masked-word heads, which costs some of that). “Score on SICK” measures how well the cosine follows people's "
+    "relatedness ratings (1-5) on held-out SICK pairs; the Fine-tuning tab's sts task trains a cross-encoder "
+    "(both sentences read together, a regression head) on the other pairs and scores it on the same ones: "
+    "pick that model above and this button shows its head's scores beside its cosine."
 )
 MAP_HELP = ("Words separated by commas; one sentence per line. Every occurrence of each word becomes a point; "
             "hover a point to see its sentence.")
@@ -97,6 +131,7 @@ class SimilarityPanel(Panel):
         contexts: str = DEFAULT_CONTEXTS,
         map_words: str = DEFAULT_MAP_WORDS,
         map_sentences: str = DEFAULT_MAP_SENTENCES,
+        sentences: str = DEFAULT_SENTENCES,
         max_shown: int = MAX_SHOWN,
     ) -> None:
         super().__init__()
@@ -129,10 +164,20 @@ class SimilarityPanel(Panel):
         self.map_button = run_button("Map")
         self.map_stage = widgets.SelectionSlider(options=stages, value=len(stages) - 1, description="Stage",
                                                  continuous_update=True, layout=wide)
+        # 4. sentences: one against several, and the cosine scored on SICK
+        self.sentences = widgets.Textarea(value=sentences, description="Sentences", continuous_update=False,
+                                          placeholder="the sentence on the first line, others below", layout=box)
+        self.sentences_button = run_button("Compare")
+        self.score_pairs = widgets.BoundedIntText(value=SCORE_PAIRS, min=2, max=10_000, description="Pairs",
+                                                  layout=widgets.Layout(width="180px"))
+        self.score_button = widgets.Button(description="Score on SICK", button_style="info",
+                                           tooltip="Pearson and Spearman of the cosine on SICK's held-out pairs")
+        self.score_out = widgets.HTML()
+        self.score: CosineScore | None = None
 
         self.sections = widgets.Tab(children=[widgets.VBox() for _ in SECTIONS], titles=list(SECTIONS))
         # each sub-tab: how it computes (result, notes) or raises InputError
-        self._computes = (self._compute_tokens, self._compute_word, self._compute_map)
+        self._computes = (self._compute_tokens, self._compute_word, self._compute_map, self._compute_sentences)
         for section in range(len(SECTIONS)):
             setattr(self, RESULTS[section], self._run(section))
         # Each FigureWidget starts from a complete figure (one filled after creation shows blank in Voilà).
@@ -144,14 +189,17 @@ class SimilarityPanel(Panel):
                           self.boxes[1]]),
             widgets.VBox([help_note(MAP_HELP, "760px"), self.map_words, self.map_sentences, self.map_button,
                           self.map_stage, self.message, self.boxes[2]]),
+            widgets.VBox([help_note(SENTENCES_HELP, "760px"), self.sentences, self.sentences_button, self.message,
+                          self.boxes[3], widgets.HBox([self.score_pairs, self.score_button]), self.score_out]),
         ]  # one message line, shown in every sub-tab, holding the open sub-tab's notes
         self.show_messages(self.notes[0])
 
-        inputs = ((self.text,), (self.word, self.contexts), (self.map_words, self.map_sentences))
+        inputs = ((self.text,), (self.word, self.contexts), (self.map_words, self.map_sentences), (self.sentences,))
         for section, (button, texts) in enumerate(zip(self._buttons(), inputs)):
             on_input(lambda _, section=section: self._on_input(section), button, *texts)
         self.token_stage.observe(self._on_token_stage, names="value")
         self.map_stage.observe(self._on_map_stage, names="value")
+        self.score_button.on_click(self._on_score)
         self.sections.observe(self._on_section, names="selected_index")
         self._widget = widgets.VBox([self.sections, help_note(HELP, "760px")], layout=widgets.Layout(width="100%"))
 
@@ -159,9 +207,11 @@ class SimilarityPanel(Panel):
     token_figure = property(lambda self: self.boxes[0].children[0])
     word_figure = property(lambda self: self.boxes[1].children[0])
     map_figure = property(lambda self: self.boxes[2].children[0])
+    sentences_figure = property(lambda self: self.boxes[3].children[0])
 
     def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
         self.model, self.tok, self._baseline = model, tok, None
+        self.score, self.score_out.value = None, ""  # the score was the previous model's
         for section in range(len(SECTIONS)):
             setattr(self, RESULTS[section], self._run(section))
         stages = stage_options(model.config.num_hidden_layers)
@@ -174,7 +224,7 @@ class SimilarityPanel(Panel):
             self._redraw(section)
 
     def figures(self) -> dict[str, go.Figure]:
-        shown = zip(("token cosine", "word across stages", "word map"), RESULTS, self.boxes)
+        shown = zip(("token cosine", "word across stages", "word map", "sentence cosine"), RESULTS, self.boxes)
         return {name: go.Figure(box.children[0]) for name, result, box in shown if getattr(self, result) is not None}
 
     # -- callbacks: read the widgets, call the pure functions, assign ------------------------
@@ -217,8 +267,23 @@ class SimilarityPanel(Panel):
         # widget while its view, just shown, still talked to the kernel: "No such comm".)
         self.show_messages(self.notes[section])
 
-    def _buttons(self) -> tuple[widgets.Button, widgets.Button, widgets.Button]:
-        return self.text_button, self.word_button, self.map_button
+    def _buttons(self) -> tuple[widgets.Button, ...]:
+        return self.text_button, self.word_button, self.map_button, self.sentences_button
+
+    def _on_score(self, _=None) -> None:
+        """Score the cosine on SICK's held-out pairs; on an error the old score goes too (its message says why)."""
+        self.score, self.score_out.value = None, ""
+        section = SECTIONS.index("Sentences")
+        pairs = self.score_pairs.value
+        with self.busy(self.score_button, self.sentences_button,
+                       text=f"Encoding {pairs:,} SICK pairs and scoring the cosine…"):
+            with self.reporting(self.score_out):
+                held_out, where = sick_held_out(pairs)
+                self.score = cosine_score(self.model, self.tok, held_out)
+                head = self._head_scores(held_out)
+                self.score_out.value = score_html(self.score, where, head)
+                self.show_messages([])
+            self.notes[section] = list(self.messages)
 
     # -- computations: each returns (result, notes) or raises InputError --------------------
     def _run(self, section: int):
@@ -247,6 +312,18 @@ class SimilarityPanel(Panel):
         proj = word_projection(self.model, self.tok, words, text_lines(self.map_sentences.value))
         return proj, map_notes(proj)
 
+    def _head_scores(self, pairs: list) -> dict[str, float] | None:
+        """A fine-tuned sts model's own scores on the same pairs (its head reads both sentences together),
+        to show beside its encoder's cosine; None for any other model."""
+        if model_task(self.model) != "sts":
+            return None
+        return evaluate(self.model, self.tok, "sts", pairs)
+
+    def _compute_sentences(self) -> tuple[SentenceSimilarity, list[tuple[Level, str]]]:
+        sentence, others = split_sentences(self.sentences.value)
+        result = one_against_many(self.model, self.tok, sentence, others)
+        return result, sentence_notes(result) + self.unknown_notes(result.tokens, "they share one vector")
+
     def baseline(self) -> Anisotropy:
         """The anisotropy baseline of the current model (built-in sentences, so no data set needed)."""
         if self._baseline is None:
@@ -263,6 +340,8 @@ class SimilarityPanel(Panel):
             return plot_token_similarity(result, min(self.token_stage.value, result.num_stages - 1))
         if section == 1:
             return plot_word_across_layers(result)
+        if section == 3:
+            return plot_sentence_similarity(result)
         return plot_word_projection(result, min(self.map_stage.value, result.points.shape[0] - 1))
 
     def _redraw(self, section: int) -> None:

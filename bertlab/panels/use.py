@@ -1,5 +1,5 @@
-"""Use it: a fine-tuned model on the student's own text (class probabilities, entailment, entities or the
-answer span), why it answered so, and the [CLS] vectors of dev examples before and after fine-tuning."""
+"""Use it: a fine-tuned model on the student's own text (class probabilities, entailment, relatedness,
+entities or the answer span), why it answered so, and the [CLS] vectors of dev examples before and after fine-tuning."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from bertlab.analysis.attribution import ExplainInput, Target
-from bertlab.analysis.predict import answer, classify, cls_maps, entail, entities
+from bertlab.analysis.predict import answer, classify, cls_maps, entail, entities, relatedness
 from bertlab.analysis.sample_size import examples_text, too_few
 from bertlab.analysis.targets import class_target, explain_choices, span_target, tag_target
 from bertlab.families.bert import Bert
@@ -29,6 +29,7 @@ from bertlab.viz.finetune import (
     plot_class_probabilities,
     plot_cls_pca,
     plot_span_probabilities,
+    relatedness_html,
     top_spans_html,
     using_html,
 )
@@ -63,7 +64,7 @@ class UsePanel(Panel):
         self.model: Bert | None = None
         self.tok = tok
         self.name = ""
-        self.kind: str | None = None  # sst2, nli, classification, ner, qa
+        self.kind: str | None = None  # sst2, nli, sts, classification, ner, qa
         self.task: str | None = None  # the fine-tuning task the model came from, when known
         self.before: Bert | None = None
         self.dev: list[Any] | None = None
@@ -90,6 +91,9 @@ class UsePanel(Panel):
         self.sentence_b = text_box("sst2", "", "Sentence B", placeholder="optional second sentence")
         self.premise = text_box("nli", DEFAULT_PREMISE, "Premise (A)")
         self.hypothesis = text_box("nli", DEFAULT_HYPOTHESIS, "Hypothesis (B)")
+        self.sts_a = text_box("sts", DEFAULT_PREMISE, "Sentence A")
+        self.sts_b = text_box("sts", DEFAULT_HYPOTHESIS, "Sentence B")
+        self.relatedness_out = widgets.HTML(layout=wide)
         self.ner_text = text_box("ner", DEFAULT_NER_TEXT, "Text", area=True)
         self.question = text_box("qa", DEFAULT_QUESTION, "Question")
         self.paragraph = text_box("qa", DEFAULT_PARAGRAPH, "Paragraph", area=True)
@@ -107,6 +111,8 @@ class UsePanel(Panel):
             "classification": widgets.VBox([self.sentence, self.sentence_b, classify_button, self.probs_box]),
             "nli": widgets.VBox([self.premise, self.hypothesis, button("Infer", "Entailment probabilities"),
                                  self.probs_box]),
+            "sts": widgets.VBox([self.sts_a, self.sts_b, button("Rate", "Predicted relatedness (1-5)"),
+                                 self.relatedness_out]),
             "ner": widgets.VBox([self.ner_text, button("Find entities", "Tag each word"), self.entities_out]),
             "qa": widgets.VBox([self.question, self.paragraph, widgets.HBox([button("Answer", "Find the span"),
                                                                             self.top_k]),
@@ -181,9 +187,10 @@ class UsePanel(Panel):
         if self.model is None or self.kind is None:
             return
         self._figures = {}  # until the new result is drawn
-        with self.reporting(self.probs_box, self.entities_out, self.answer_out, self.top_spans, self.spans_box):
+        with self.reporting(self.probs_box, self.entities_out, self.answer_out, self.top_spans, self.spans_box,
+                            self.relatedness_out):
             notes = {"sst2": self._classify, "classification": self._classify, "nli": self._entail,
-                     "ner": self._entities, "qa": self._answer}[self.kind]()
+                     "sts": self._relate, "ner": self._entities, "qa": self._answer}[self.kind]()
             self.show_messages(notes)
         self.explain.set_choices(explain_choices(self.kind, self.ner_text.value))
         self.explain.refresh()
@@ -196,6 +203,9 @@ class UsePanel(Panel):
             return class_target(self.model, self.tok, self.sentence.value, text_b)
         if self.kind == "nli":
             return class_target(self.model, self.tok, self.premise.value, self.hypothesis.value)
+        if self.kind == "sts":
+            raise InputError("Explaining a predicted number is not offered here: the explanations follow the "
+                             "probability of a class, a tag or an answer span.")
         if self.kind == "ner":
             return tag_target(self.model, self.tok, self.ner_text.value, None if which == 0 else which - 1)
         if self.kind == "qa":
@@ -209,6 +219,11 @@ class UsePanel(Panel):
 
     def _entail(self) -> list[tuple[Level, str]]:
         return self._show_probabilities(entail(self.model, self.tok, self.premise.value, self.hypothesis.value))
+
+    def _relate(self) -> list[tuple[Level, str]]:
+        pred = relatedness(self.model, self.tok, self.sts_a.value, self.sts_b.value)
+        self.relatedness_out.value = relatedness_html(pred)
+        return input_notes(pred.warning, pred.tokens, self.tok.unk_token)
 
     def _show_probabilities(self, pred) -> list[tuple[Level, str]]:
         fig = plot_class_probabilities(pred)
@@ -254,7 +269,8 @@ class UsePanel(Panel):
         if self.kind not in ("sst2", "nli") or self.task not in ("sst2", "nli"):
             cls = self.tok.cls_token
             raise InputError(f"The {cls} picture is for sentence classification (SST-2 or NLI), where the head "
-                             f"reads {cls}; NER and QA read every token.")
+                             f"reads {cls} and the dev examples are coloured by their class; NER and QA read every "
+                             "token, and a relatedness (sts) model predicts a number, not a class.")
         examples = self.dev if self.dev else (self.dev_examples(self.task) if self.dev_examples else [])
         if not examples:
             raise InputError(f"No {self.task} dev examples to project: check the data source above.")

@@ -1,5 +1,5 @@
 """Fine-tuning tasks: data -> features -> (head) -> metric, for sentiment (SST-2), NLI
-(SICK), NER (CoNLL-2003) and extractive QA (SQuAD v1.1).
+(SICK), relatedness (SICK, a number), NER (CoNLL-2003) and extractive QA (SQuAD v1.1).
 
     task = get_task("ner")
     examples = task.read("train")                      # or task.read("dev", path=...) / hub=...
@@ -19,6 +19,7 @@ from bertlab.tasks.features import (
     ClassificationFeature,
     EntitySpan,
     FeatureError,
+    RegressionFeature,
     TokenFeature,
     WordPieces,
     align_labels,
@@ -26,10 +27,11 @@ from bertlab.tasks.features import (
     entity_spans,
     featurize_classification,
     featurize_ner,
+    featurize_regression,
     ner_labels,
     word_predictions,
 )
-from bertlab.tasks.metrics import classification_metrics, entity_metrics, squad_metrics
+from bertlab.tasks.metrics import classification_metrics, entity_metrics, regression_metrics, squad_metrics
 from bertlab.tasks.qa import (
     QAFeature,
     SpanPrediction,
@@ -48,9 +50,11 @@ from bertlab.tasks.readers import (
     NoPartsError,
     QAAnswer,
     QAExample,
+    ScoredExample,
     TokenExample,
     read_conll,
     read_sick,
+    read_sick_relatedness,
     read_sst2,
 )
 from bertlab.tasks.splits import DEV_SHARE, DataSplit, hold_out, read_train_dev, subset
@@ -71,6 +75,13 @@ class Task:
     main_metric: str
     hub: str  # a hub data set in the same format, for read(hub=task.hub)
     description: str
+    # transformers' problem_type of a sequence head: "regression" = one number (num_labels 1, MSE loss)
+    problem_type: str | None = None
+
+    @property
+    def regression(self) -> bool:
+        """Whether the head predicts a number (one output, mean squared error) rather than a class."""
+        return self.problem_type == "regression"
 
 
 def _sst2_metric(predictions: Sequence[int], references: Sequence[int]) -> dict[str, Any]:
@@ -97,6 +108,8 @@ def _qa_metric(
     return squad_metrics(predictions, references)
 
 
+STS_LABELS: dict[int, str] = {0: "relatedness"}  # one output: the predicted score
+
 TASKS: Mapping[str, Task] = MappingProxyType(
     {
         "sst2": Task(
@@ -108,6 +121,12 @@ TASKS: Mapping[str, Task] = MappingProxyType(
             "nli", "sequence_classification", MappingProxyType(NLI_LABELS), read_sick,
             featurize_classification, _nli_metric, "accuracy", "RobZamp/sick",
             "Natural language inference on SICK pairs: does A entail, contradict, or say nothing about B?",
+        ),
+        "sts": Task(
+            "sts", "sequence_classification", MappingProxyType(STS_LABELS), read_sick_relatedness,
+            featurize_regression, regression_metrics, "pearson", "RobZamp/sick",
+            "Text similarity on SICK pairs: how related are A and B, from 1 (not at all) to 5 (the same meaning)?",
+            problem_type="regression",
         ),
         "ner": Task(
             "ner", "token_classification", MappingProxyType(CONLL_LABELS), read_conll,
@@ -124,19 +143,20 @@ TASKS: Mapping[str, Task] = MappingProxyType(
 
 
 def get_task(name: str) -> Task:
-    """The task called `name` (one of TASKS: sst2, nli, ner, qa)."""
+    """The task called `name` (one of TASKS: sst2, nli, sts, ner, qa)."""
     if name not in TASKS:
         raise KeyError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}.")
     return TASKS[name]
 
 
 __all__ = [
-    "CONLL_LABELS", "DEV_SHARE", "IGNORE_INDEX", "NLI_LABELS", "SST2_LABELS", "TASKS",
+    "CONLL_LABELS", "DEV_SHARE", "IGNORE_INDEX", "NLI_LABELS", "SST2_LABELS", "STS_LABELS", "TASKS",
     "BucketBatchSampler", "ClassificationExample", "ClassificationFeature", "DataFormatError", "DataSplit",
     "DataSourceError", "EntitySpan", "FeatureError", "NoPartsError", "QAAnswer", "QAExample", "QAFeature",
-    "SpanPrediction", "Task", "TokenExample", "TokenFeature", "WordPieces",
+    "RegressionFeature", "ScoredExample", "SpanPrediction", "Task", "TokenExample", "TokenFeature", "WordPieces",
     "align_labels", "best_answers", "collate", "encode_words", "entity_spans", "featurize_classification",
-    "featurize_ner", "featurize_qa", "get_task", "hold_out", "ner_labels", "predict_spans", "read_conll",
-    "read_sick", "read_squad", "read_sst2", "read_train_dev", "split_articles", "squad_article_split",
-    "squad_references", "subset", "window_starts", "word_predictions",
+    "featurize_ner", "featurize_qa", "featurize_regression", "get_task", "hold_out", "ner_labels", "predict_spans",
+    "read_conll", "read_sick", "read_sick_relatedness", "read_squad", "read_sst2", "read_train_dev",
+    "regression_metrics", "split_articles", "squad_article_split", "squad_references", "subset", "window_starts",
+    "word_predictions",
 ]  # fmt: skip

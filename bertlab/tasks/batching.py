@@ -19,7 +19,8 @@ class Feature(Protocol):
 def collate(features: Sequence[Feature], pad_token_id: int = 0) -> dict[str, torch.Tensor]:
     """Right-pad features to the longest one. Returns input_ids, token_type_ids,
     attention_mask [batch, seq], and, when the features carry them, labels ([batch] for a
-    class, [batch, seq] padded with IGNORE_INDEX for tokens) or start/end_positions [batch]."""
+    class, [batch] floats for a number, [batch, seq] padded with IGNORE_INDEX for tokens) or
+    start/end_positions [batch]."""
     if not features:
         raise FeatureError("cannot collate an empty batch.")
     ids, types, mask = pad_inputs([f.input_ids for f in features], [f.token_type_ids for f in features], pad_token_id)
@@ -48,6 +49,8 @@ def _padded(rows: Sequence[Sequence[int]], n: int, fill: int) -> torch.Tensor:
 
 def _labels(features: Sequence[Feature], n: int) -> dict[str, torch.Tensor]:
     first = features[0]
+    if hasattr(first, "target"):  # a number to predict (regression)
+        return {"labels": torch.tensor([f.target for f in features], dtype=torch.float32)}  # [batch]
     if hasattr(first, "label"):  # sequence classification
         return {"labels": torch.tensor([f.label for f in features], dtype=torch.long)}  # [batch]
     if hasattr(first, "labels"):  # token classification

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from bertlab.tasks.metrics import get_entities
-from bertlab.tasks.readers import CONLL_LABELS, ClassificationExample, TokenExample
+from bertlab.tasks.readers import CONLL_LABELS, ClassificationExample, ScoredExample, TokenExample
 from bertlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
@@ -45,6 +45,30 @@ def featurize_classification(
     for ex in examples:
         enc = tokenizer.encode(ex.text_a, ex.text_b, max_length=max_length)
         out.append(ClassificationFeature(ex.guid, enc.ids, enc.type_ids, ex.label))
+    return out
+
+
+@dataclass
+class RegressionFeature:
+    """[CLS] A [SEP] B [SEP] as ids, with the number to predict (e.g. SICK relatedness 1-5)."""
+
+    guid: str
+    input_ids: list[int]
+    token_type_ids: list[int]
+    target: float
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def featurize_regression(
+    examples: Sequence[ScoredExample], tokenizer: Tokenizer, max_length: int = 128
+) -> list[RegressionFeature]:
+    """Encode pairs (A = segment 0, B = segment 1) with their scores, cut longest-first to `max_length`."""
+    out = []
+    for ex in examples:
+        enc = tokenizer.encode(ex.text_a, ex.text_b, max_length=max_length)
+        out.append(RegressionFeature(ex.guid, enc.ids, enc.type_ids, float(ex.score)))
     return out
 
 

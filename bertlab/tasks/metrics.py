@@ -1,9 +1,10 @@
 """Metrics for the fine-tuning tasks: accuracy and confusion matrix, entity-level F1 as
-seqeval / conlleval compute it, and the official SQuAD v1.1 exact match and F1.
+seqeval / conlleval compute it, the official SQuAD v1.1 exact match and F1, and Pearson and
+Spearman correlation with the mean squared error for a predicted number (SICK relatedness).
 
 Scales follow the reference each metric comes from: accuracy and entity scores are
 fractions (0-1, like seqeval), SQuAD exact match and F1 are percentages (0-100, like the
-official script)."""
+official script), correlations lie in -1..1 as scipy.stats gives them."""
 
 from __future__ import annotations
 
@@ -50,6 +51,52 @@ def classification_metrics(predictions: Sequence[int], references: Sequence[int]
         "accuracy": accuracy(predictions, references),
         "confusion_matrix": confusion_matrix(predictions, references, num_labels),
     }
+
+
+# -- a predicted number (regression) -------------------------------------------------------
+
+
+def pearson(x: Sequence[float], y: Sequence[float]) -> float:
+    """Pearson's correlation of two equally long lists (-1..1), as scipy.stats.pearsonr; 0.0 when one is constant."""
+    _check_lengths(x, y)
+    if len(x) < 2:
+        raise MetricError(f"a correlation needs at least 2 pairs; got {len(x)}.")
+    mx, my = sum(x) / len(x), sum(y) / len(y)
+    dx, dy = [a - mx for a in x], [b - my for b in y]
+    sxx, syy = sum(a * a for a in dx), sum(b * b for b in dy)
+    if sxx == 0 or syy == 0:
+        return 0.0
+    return max(-1.0, min(1.0, sum(a * b for a, b in zip(dx, dy)) / (sxx * syy) ** 0.5))
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties sharing their mean rank (scipy.stats.rankdata's "average")."""
+    order = sorted(range(len(values)), key=values.__getitem__)
+    out = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            out[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return out
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation (-1..1): Pearson's of the ranks, ties averaged (scipy.stats.spearmanr)."""
+    return pearson(ranks(x), ranks(y))
+
+
+def regression_metrics(predictions: Sequence[float], references: Sequence[float]) -> dict[str, float]:
+    """{"pearson", "spearman": -1..1, "mse": mean squared error in the target's units squared}."""
+    predictions, references = [float(p) for p in predictions], [float(r) for r in references]
+    _check_lengths(predictions, references)
+    if not references:
+        raise MetricError("nothing to score: predictions and references are empty.")
+    mse = sum((p - r) ** 2 for p, r in zip(predictions, references)) / len(references)
+    return {"pearson": pearson(predictions, references), "spearman": spearman(predictions, references), "mse": mse}
 
 
 # -- entities (seqeval / conlleval) -------------------------------------------------------

@@ -9,8 +9,12 @@ from bertlab.tasks.readers import NLI_LABELS, SST2_LABELS
 
 
 def model_task(model: torch.nn.Module) -> str | None:
-    """The task a model's head calls for: sst2, nli, classification, ner, qa (None = no task head)."""
+    """The task a model's head calls for: sst2, nli, sts, classification, ner, qa (None = no task head).
+    A sequence head with one output predicts a number (transformers' reading of num_labels 1: regression)."""
     cfg = model.config
+    if cfg.task == "sequence_classification" and (len(cfg.id2label) == 1
+                                                  or cfg.extra.get("problem_type") == "regression"):
+        return "sts"
     if cfg.task == "sequence_classification":
         labels = {str(v).lower() for v in cfg.id2label.values()}
         if labels == set(NLI_LABELS.values()):

@@ -1,5 +1,5 @@
-"""Readers for the fine-tuning data sets: SST-2, SICK and CoNLL-2003 (SQuAD v1.1: squad.py),
-and the example types and helpers all readers share.
+"""Readers for the fine-tuning data sets: SST-2, SICK (entailment and relatedness) and CoNLL-2003
+(SQuAD v1.1: squad.py), and the example types and helpers all readers share.
 
 Each reader takes a split ("train", "dev", "test", or "all": every example of the data) and
 one of three sources: the local copies under `bertlab.settings.data_dir()` (the default); your
@@ -55,6 +55,16 @@ class ClassificationExample:
     text_a: str
     text_b: str | None
     label: int
+
+
+@dataclass
+class ScoredExample:
+    """A sentence pair with a number to predict (regression), e.g. SICK's relatedness 1-5."""
+
+    guid: str
+    text_a: str
+    text_b: str | None
+    score: float
 
 
 @dataclass
@@ -207,11 +217,13 @@ def _sst2_row(row: dict, i: int, hub: str) -> ClassificationExample:
     return ClassificationExample(str(row.get("idx", i)), row["sentence"].strip(), None, int(label))
 
 
-# -- SICK (NLI) ----------------------------------------------------------------------------
+# -- SICK (NLI and relatedness) -----------------------------------------------------------
 
 _SICK_PARTS = {"train": "TRAIN", "dev": "TRIAL", "test": "TEST"}
 _SICK_PART_COLUMN = "SemEval_set"
 _SICK_COLUMNS = ("pair_ID", "sentence_A", "sentence_B", "entailment_label")
+_SICK_SCORE_COLUMNS = ("pair_ID", "sentence_A", "sentence_B", "relatedness_score")
+SICK_SCORE_RANGE = (1.0, 5.0)  # SICK's relatedness_score: 1 = unrelated ... 5 = the same meaning
 
 
 def read_sick(
@@ -224,36 +236,73 @@ def read_sick(
     check_split(split, (*_SICK_PARTS, "all"), hub)
     if hub is not None:
         return _nli_hub(hub, split)
-    out: list[ClassificationExample] = []
+    return _read_sick(path, split, _SICK_COLUMNS, _entailment_example, "pairs")
+
+
+def read_sick_relatedness(
+    split: str = "train", path: str | Path | None = None, hub: str | None = None
+) -> list[ScoredExample]:
+    """SICK sentence pairs with their relatedness_score (1-5, the mean of ten people's ratings), from the
+    same files and parts as `read_sick` (TRAIN = "train", TRIAL = "dev", TEST = "test", "all"). From the
+    hub, columns sentence_A, sentence_B and relatedness_score are read."""
+    check_split(split, (*_SICK_PARTS, "all"), hub)
+    if hub is not None:
+        return _relatedness_hub(hub, split)
+    return _read_sick(path, split, _SICK_SCORE_COLUMNS, _relatedness_example, "scored pairs")
+
+
+def _read_sick(path: str | Path | None, split: str, columns: Sequence[str], make: Any, what: str) -> list[Any]:
+    out: list[Any] = []
     for file in resolve_files(path, "sick", "SICK*.txt"):
-        out.extend(_read_sick_file(file, split))
+        out.extend(_read_sick_file(file, split, columns, make))
     part = "every part" if split == "all" else f"the {_SICK_PARTS[split]} part"
     if not out:
-        log.warning("no SICK pairs in %s (%s)", part, split)
-    log.info("read %d SICK pairs (%s)", len(out), part)
+        log.warning("no SICK %s in %s (%s)", what, part, split)
+    log.info("read %d SICK %s (%s)", len(out), what, part)
     return out
 
 
-def _read_sick_file(file: Path, split: str) -> list[ClassificationExample]:
-    """The pairs of `split` in one SICK file; the whole file is checked (fields, labels, classes)."""
-    name = display_path(file)
+def _entailment_example(guid: str, a: str, b: str, fields: Sequence[str], col: dict[str, int], where: str
+                        ) -> ClassificationExample:
     label_ids = {v.upper(): k for k, v in NLI_LABELS.items()}
+    label = fields[col["entailment_label"]].strip().upper()
+    if label not in label_ids:
+        raise DataFormatError(f"{where}: entailment_label must be one of {', '.join(label_ids)}.")
+    return ClassificationExample(guid, a, b, label_ids[label])
+
+
+def _relatedness_example(guid: str, a: str, b: str, fields: Sequence[str], col: dict[str, int], where: str
+                         ) -> ScoredExample:
+    low, high = SICK_SCORE_RANGE
+    try:
+        score = float(fields[col["relatedness_score"]])
+    except ValueError:
+        raise DataFormatError(f"{where}: relatedness_score must be a number from {low:g} to {high:g}.") from None
+    if not low <= score <= high:
+        raise DataFormatError(f"{where}: relatedness_score {score:g} is outside {low:g}-{high:g}.")
+    return ScoredExample(guid, a, b, score)
+
+
+def _read_sick_file(file: Path, split: str, columns: Sequence[str] = _SICK_COLUMNS,
+                    make: Any = _entailment_example) -> list[Any]:
+    """The pairs of `split` in one SICK file, made by `make`; the whole file is checked (fields, labels, classes)."""
+    name = display_path(file)
     lines = _lines(file)
     header = next(lines, (1, ""))[1].split("\t")
-    missing = [c for c in _SICK_COLUMNS if c not in header]
+    missing = [c for c in columns if c not in header]
     if missing:
         raise DataFormatError(
             f"{name} line 1: the header lacks the column(s) {', '.join(missing)}; a SICK file starts with a "
-            f"tab-separated header naming {', '.join(_SICK_COLUMNS)} and {_SICK_PART_COLUMN}."
+            f"tab-separated header naming {', '.join(columns)} and {_SICK_PART_COLUMN}."
         )
     if split != "all" and _SICK_PART_COLUMN not in header:
         raise NoPartsError(
             f"{name} line 1: there is no {_SICK_PART_COLUMN} column, so the file has no TRAIN/TRIAL/TEST parts: "
             f"read it whole (split 'all', bertlab evaluate --split all)."
         )
-    col = {c: header.index(c) for c in (*_SICK_COLUMNS, _SICK_PART_COLUMN) if c in header}
-    every: list[ClassificationExample] = []
-    keep: list[ClassificationExample] = []
+    col = {c: header.index(c) for c in (*columns, _SICK_PART_COLUMN) if c in header}
+    every: list[Any] = []
+    keep: list[Any] = []
     for n, line in lines:
         if not line.strip():
             continue
@@ -262,19 +311,29 @@ def _read_sick_file(file: Path, split: str) -> list[ClassificationExample]:
             raise DataFormatError(
                 f"{name} line {n}: expected {len(header)} tab-separated fields like the header, got {len(fields)}."
             )
-        label = fields[col["entailment_label"]].strip().upper()
-        if label not in label_ids:
-            raise DataFormatError(f"{name} line {n}: entailment_label must be one of {', '.join(label_ids)}.")
         a, b = fields[col["sentence_A"]].strip(), fields[col["sentence_B"]].strip()
+        example = make(fields[col["pair_ID"]].strip(), a, b, fields, col, f"{name} line {n}")
         for column, text in (("sentence_A", a), ("sentence_B", b)):
             if not text:
                 raise DataFormatError(f"{name} line {n}: {column} is empty.")
-        example = ClassificationExample(fields[col["pair_ID"]].strip(), a, b, label_ids[label])
         every.append(example)
         if split == "all" or fields[col[_SICK_PART_COLUMN]].strip().upper() == _SICK_PARTS[split]:
             keep.append(example)
-    _check_classes(every, NLI_LABELS, name)
+    if make is _entailment_example:
+        _check_classes(every, NLI_LABELS, name)
     return keep
+
+
+def _relatedness_hub(hub: str, split: str) -> list[ScoredExample]:
+    out: list[ScoredExample] = []
+    for i, row in enumerate(hub_rows(hub, split)):
+        a, b, score = row.get("sentence_A"), row.get("sentence_B"), row.get("relatedness_score")
+        if a is None or b is None or score is None:
+            raise DataFormatError(
+                f"hub {hub} row {i}: expected columns sentence_A, sentence_B and relatedness_score, got {sorted(row)}."
+            )
+        out.append(ScoredExample(str(row.get("pair_ID", row.get("id", i))), a, b, float(score)))
+    return out
 
 
 def _nli_hub(hub: str, split: str) -> list[ClassificationExample]:

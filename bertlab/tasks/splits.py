@@ -7,7 +7,7 @@ source has none of its own.
 Where the dev examples come from:
 
 - a separate dev source (`eval_data`): its dev split;
-- a folder (or BERTLAB_DATA's copy) with a dev file, a SICK file with a TRIAL part, SQuAD data of
+- a folder (or BERTLAB_DATA's copy) with a dev file, a SICK file with a TRIAL part (nli and sts alike), SQuAD data of
   two articles or more (split by article): that dev part;
 - otherwise (one SST-2 or CoNLL file, a folder without a dev file, a SICK file without a TRIAL
   part, one SQuAD article): a seeded DEV_SHARE of the examples is held out, never trained on,
@@ -195,7 +195,7 @@ def read_train_dev(task: Any, data: str | os.PathLike | None = None,
         file = None
     if task.name == "qa":
         return _squad(task, data, where, seed)
-    if task.name == "nli":
+    if task.name in ("nli", "sts"):  # SICK: its TRAIN and TRIAL parts
         try:
             train, dev = task.read("train", path=data), task.read("dev", path=data)
         except NoPartsError:  # a SICK-like file without TRAIN/TRIAL/TEST parts

@@ -1,4 +1,4 @@
-"""Fine-tuning: a task (SST-2, NLI, NER, QA) -> a task head on an encoder -> the shared loop
+"""Fine-tuning: a task (SST-2, NLI, STS, NER, QA) -> a task head on an encoder -> the shared loop
 -> the task's real metric on the dev split -> a saved model that `bertlab.load` reads back.
 
     cfg = FinetuneConfig(task="sst2", mode="full", epochs=2, max_train_examples=2000)
@@ -55,6 +55,7 @@ from bertlab.tasks import (
     featurize_classification,
     featurize_ner,
     featurize_qa,
+    featurize_regression,
     get_task,
     ner_labels,
     predict_spans,
@@ -91,7 +92,7 @@ class FinetuneError(ValueError):
 class FinetuneConfig:
     """One fine-tuning run: task, data, model, mode, and the loop's settings."""
 
-    task: str = "sst2"  # sst2 | nli | ner | qa (bertlab.tasks.TASKS)
+    task: str = "sst2"  # sst2 | nli | sts | ner | qa (bertlab.tasks.TASKS)
     data: str | os.PathLike | None = None  # the reader's path (file or folder); None = the copy under BERTLAB_DATA
     # A separate dev file/folder; None = `data`'s dev part, or (a data file without one) a seeded 10 % held out.
     eval_data: str | os.PathLike | None = None
@@ -251,7 +252,29 @@ def with_task_head(model: Bert, task: Task, id2label: Mapping[int, str] | None =
                     cfg.adapter_size, adapter_size)
     if cfg.task is not None and not same:  # a different head (or labels): drop it first
         model = model.with_heads((), None, None)
-    return model.with_heads((), task.head, id2label if task.head != "question_answering" else None, adapters)
+    model = model.with_heads((), task.head, id2label if task.head != "question_answering" else None, adapters)
+    extra = {k: v for k, v in model.config.extra.items() if k != "problem_type"}  # a copy: the base keeps its own
+    if task.problem_type is not None:  # transformers reads it (regression: MSE on one output)
+        extra["problem_type"] = task.problem_type
+    model.config.extra = extra
+    return model
+
+
+def regression_output(model: torch.nn.Module) -> torch.nn.Linear:
+    """The Linear that gives a one-output sequence head's number (the last one-output Linear of the model,
+    in any family's layout: BERT's `classifier`, RoBERTa's `classifier.out_proj`, ...)."""
+    found = [m for _, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m.out_features == 1]
+    if not found:
+        raise FinetuneError("this model has no one-output head to predict a number with.")
+    return found[-1]
+
+
+@torch.no_grad()
+def start_at_mean(model: torch.nn.Module, targets: Sequence[float]) -> None:
+    """Set a new regression head's bias to the mean training target, so that the first steps learn what
+    tells pairs apart rather than where the scale lies (SICK's scores are 1-5; a fresh head gives about 0)."""
+    if targets:
+        regression_output(model).bias.fill_(sum(targets) / len(targets))
 
 
 def is_trainable(name: str, mode: str, family: ModelFamily | None = None) -> bool:
@@ -293,6 +316,12 @@ def sequence_loss(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> 
     return loss, {"accuracy": (logits.argmax(-1) == batch["labels"]).float().mean()}
 
 
+def regression_loss(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+    """Mean squared error of a one-output head (transformers' regression loss): logits [batch, 1], labels [batch]."""
+    predicted = _forward(model, batch, logits_only=True).logits.float().squeeze(-1)  # [batch]
+    return F.mse_loss(predicted, batch["labels"].float()), {}
+
+
 def token_loss(model: torch.nn.Module, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
     """Token cross-entropy over labelled pieces only (IGNORE_INDEX = -100 skipped): logits [batch, seq, labels]."""
     logits = _forward(model, batch).logits.float()  # [batch, seq, labels]
@@ -321,13 +350,20 @@ LOSSES: dict[str, Callable[[torch.nn.Module, Mapping[str, torch.Tensor]], tuple[
 }
 
 
+def loss_for(task: Task) -> Callable[[torch.nn.Module, Mapping[str, torch.Tensor]], tuple[torch.Tensor, dict]]:
+    """The training loss of `task`'s head: by head kind, a number's (MSE) for a regression task."""
+    return regression_loss if task.regression else LOSSES[task.head]
+
+
 # ---------------------------------------------------------------------------------------------
 # Data
 # ---------------------------------------------------------------------------------------------
 def featurize(task: Task, examples: Sequence[Any], tokenizer: Tokenizer, max_length: int,
               id2label: Mapping[int, str] | None = None, doc_stride: int | None = None,
               label_all_pieces: bool = False) -> list[Any]:
-    """Task features (ClassificationFeature / TokenFeature / QAFeature) of `examples`."""
+    """Task features (ClassificationFeature / RegressionFeature / TokenFeature / QAFeature) of `examples`."""
+    if task.regression:
+        return featurize_regression(examples, tokenizer, max_length=max_length)
     if task.head == "sequence_classification":
         return featurize_classification(examples, tokenizer, max_length=max_length)
     if task.head == "token_classification":
@@ -407,7 +443,9 @@ def evaluate_set(model: torch.nn.Module, data: EvalSet) -> dict[str, Any]:
     require_task_head(model, data.task)
     with eval_mode(model):
         head = data.task.head
-        if head == "sequence_classification":
+        if data.task.regression:
+            scores = _eval_regression(model, data)
+        elif head == "sequence_classification":
             scores = _eval_classification(model, data)
         elif head == "token_classification":
             scores = _eval_tokens(model, data)
@@ -428,6 +466,22 @@ def _eval_classification(model: Bert, data: EvalSet) -> dict[str, Any]:
         for i, p in zip(idx, out.logits.float().argmax(-1).tolist()):
             preds[i] = p
     return data.task.metric(preds, [f.label for f in data.features])
+
+
+def _eval_regression(model: Bert, data: EvalSet) -> dict[str, Any]:
+    if model.config.num_labels != 1:
+        raise FinetuneError(
+            f"this model predicts {model.config.num_labels} classes ({', '.join(model.config.id2label.values())}), "
+            f"but {data.task.name} needs a head with one output (a number): it was fine-tuned for another task."
+        )
+    preds = [0.0] * len(data.features)
+    # in fp32 also under the loop's bf16 autocast: bf16 keeps ~3 digits, so scores 2-4 would come in steps of
+    # 1/64 (ties for Spearman), and the run's figure would differ from `bertlab evaluate`'s on the same model
+    with torch.autocast(model_device(model).type, enabled=False):
+        for idx, out in _batches(model, data.features, data.pad_token_id, data.batch_size):
+            for i, p in zip(idx, out.logits.float()[:, 0].tolist()):
+                preds[i] = p
+    return data.task.metric(preds, [f.target for f in data.features])
 
 
 def _eval_tokens(model: Bert, data: EvalSet) -> dict[str, Any]:
@@ -552,6 +606,8 @@ def finetune(
     with torch.random.fork_rng(devices=[]):  # a new head starts from cfg.seed, whatever ran before
         torch.manual_seed(derive_seed(cfg.seed, "head"))
         model = with_task_head(base, task, id2label, cfg.adapter_size if cfg.mode == "adapter" else None)
+    if task.regression and not (base.config.task == task.head and dict(base.config.id2label) == id2label):
+        start_at_mean(model, [ex.score for ex in train_ex])  # a new head: it starts at the mean score
     trainable, total = set_trainable(model, cfg.mode)
     length = _sequence_length(cfg, task, model)
     features = featurize(task, train_ex, tok, length, id2label, cfg.doc_stride, cfg.label_all_pieces)
@@ -563,7 +619,7 @@ def finetune(
              "train", task.name, cfg.mode, len(train_ex), len(features), len(dev_ex), trainable / 1e6, total / 1e6)
     train_cfg = cfg.train_config(len(sampler))
     result = train(
-        model, LOSSES[task.head], features, train_cfg,
+        model, loss_for(task), features, train_cfg,
         collate=functools.partial(collate, pad_token_id=tok.pad_token_id), batch_sampler=sampler,
         eval_fn=(lambda m: evaluate_set(m, eval_set)) if eval_set is not None else None,
         callbacks=callbacks, cancel=cancel, tokenizer=tok, resume_from=resume_from,
@@ -663,13 +719,14 @@ def dev_loss(model: Bert, tok: Tokenizer, task: str, examples: Sequence[Any], ma
         raise ValueError("no dev examples to measure the loss on.")
     device = model_device(model)
     batch = {k: v.to(device) for k, v in collate(feats[:n], pad_token_id=tok.pad_token_id).items()}
-    loss_fn = LOSSES[spec.head]
+    loss_fn = loss_for(spec)
     return lambda m: loss_fn(m, batch)[0]
 
 
 __all__ = [
     "DEFAULT_MAX_LENGTH", "MODES", "EvalSet", "dev_loss", "with_schedule",
     "FinetuneConfig", "FinetuneError", "FinetuneResult",
-    "evaluate", "evaluate_set", "featurize", "finetune", "is_trainable", "read_results", "require_task_head",
-    "set_trainable", "sequence_loss", "span_loss", "subset", "token_loss", "with_task_head",
+    "evaluate", "evaluate_set", "featurize", "finetune", "is_trainable", "loss_for", "read_results",
+    "regression_loss", "regression_output", "require_task_head", "set_trainable", "sequence_loss", "start_at_mean",
+    "span_loss", "subset", "token_loss", "with_task_head",
 ]

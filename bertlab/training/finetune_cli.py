@@ -3,6 +3,7 @@
     bertlab finetune --task sst2 --out runs/sst2 --max-train-examples 8000 --epochs 2
     bertlab evaluate --task sst2 --model runs/sst2 --data ../shared/data/sst2/dev.tsv
     bertlab evaluate --task nli --model runs/nli --data SICK.txt --split test
+    bertlab evaluate --task sts --model runs/sts --data ../shared/data/sick/SICK_train_trial.txt
 
 Both print one JSON line on stdout (progress and logs go to stderr).
 """
@@ -54,7 +55,7 @@ def add_finetune_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     full = "; ".join(f"{t}: {r.epochs} epochs, lr {r.lr:g}, batch {r.batch_size}, length {r.max_length}, "
                      f"from {r.start_name}" for (t, m), r in RECIPES.items() if m == "full")
     p = sub.add_parser(
-        "finetune", help="fine-tune a model on sst2, nli, ner or qa",
+        "finetune", help="fine-tune a model on sst2, nli, sts, ner or qa",
         description="Put a task head on an encoder, fine-tune it (full, frozen-encoder 'feature', or adapters), "
                     "score it on the dev split, and save it (Hugging Face layout) to --out. Data without a dev "
                     "part of its own (one SST-2 or CoNLL file, a folder without a dev file, a SICK file without "
@@ -158,7 +159,8 @@ def add_evaluate_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentPar
     p = sub.add_parser(
         "evaluate", help="score a fine-tuned model on a task's data (one JSON line)",
         description="Run a fine-tuned model over a data file and print the task's metric (accuracy, entity F1, "
-                    "or SQuAD exact match and F1) as one JSON line.",
+                    "SQuAD exact match and F1, or for sts Pearson, Spearman and the mean squared error) as one "
+                    "JSON line.",
     )
     p.add_argument("--task", required=True, choices=list(TASKS), help="the task: " + ", ".join(TASKS))
     p.add_argument("--model", required=True, type=options.model_source,

@@ -46,6 +46,8 @@ _FULL = {
                    basis="start: table row sst2-4k vs sweep sst2-4k-offline-default; epochs and lr not re-tuned"),
     "nli": Recipe(DEFAULT_ENCODER, epochs=3, lr=5e-5, batch_size=32, max_length=128,
                   basis="sweep nli-pkg-e3 (dev accuracy after each epoch)"),
+    "sts": Recipe(DEFAULT_ENCODER, epochs=3, lr=5e-5, batch_size=32, max_length=128,
+                  basis="nli's settings on the same SICK pairs (not swept for sts); bench/results/sts.json"),
     "ner": Recipe(DEFAULT_ENCODER, epochs=3, lr=1e-4, batch_size=32, max_length=128,
                   basis="table row ner (dev F1 after each epoch)"),
     "qa": Recipe(DEFAULT_ENCODER, epochs=3, lr=2e-4, batch_size=32, max_length=384,
@@ -92,7 +94,7 @@ FEATURE_HEAD_RECIPES: dict[str, Recipe] = {
 
 
 def recipe(task: str, mode: str = "full", features: str | None = None) -> Recipe:
-    """The defaults of `task` (sst2, nli, ner, qa) in `mode` (full, feature, adapter); with `features` (feature
+    """The defaults of `task` (sst2, nli, sts, ner, qa) in `mode` (full, feature, adapter); with `features` (feature
     mode's choice of layers), those of a linear head on cached word features."""
     if features is not None:
         if task not in FEATURE_HEAD_RECIPES:

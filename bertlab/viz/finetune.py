@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from bertlab.analysis.predict import AnswerResult, ClassPrediction, EntityPrediction, SpanPrediction
+from bertlab.analysis.predict import AnswerResult, ClassPrediction, EntityPrediction, Relatedness, SpanPrediction
 from bertlab.analysis.sample_size import examples_text, measured_on, too_few
 from bertlab.tokenizer import DEFAULT_SPECIALS
 from bertlab.training.loop import TrainEvent
@@ -326,6 +326,15 @@ def runs_html(runs: Sequence[FinetuneRun], shown: Callable[[str], str] = str) ->
             f'{"".join(rows)}</table>')
 
 
+def relatedness_html(pred: Relatedness, low: float = 1.0, high: float = 5.0) -> str:
+    """The predicted relatedness as a number and a bar on SICK's scale (`low`..`high`)."""
+    share = min(1.0, max(0.0, (pred.score - low) / (high - low)))
+    bar = (f'<div style="width:min(100%, 420px);height:14px;background:#eeeeee;border-radius:3px">'
+           f'<div style="width:{100 * share:.1f}%;height:14px;background:{START_COLOR};border-radius:3px"></div></div>')
+    return (f"<div>Predicted relatedness: <b>{pred.score:.2f}</b> on SICK's scale ({low:g} = unrelated … "
+            f"{high:g} = the same meaning)</div>{bar}")
+
+
 def top_spans_html(spans: Sequence[SpanPrediction]) -> str:
     """The k best answer spans with their probabilities, as a small table."""
     rows = "".join(
@@ -337,7 +346,8 @@ def top_spans_html(spans: Sequence[SpanPrediction]) -> str:
             f'span</th><th>probability</th></tr>{rows}</table>' if spans else "")
 
 
-USE_KINDS = {"sst2": "sentiment", "nli": "entailment", "classification": "sentence classification",
+USE_KINDS = {"sst2": "sentiment", "nli": "entailment", "sts": "relatedness, one number",
+             "classification": "sentence classification",
              "ner": "named entities", "qa": "question answering"}
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
+from bertlab.analysis.sentences import CosineScore, SentenceSimilarity
 from bertlab.analysis.similarity import TokenSimilarity, WordAcrossContexts, WordProjection
 from bertlab.viz.text import plain_text
 from bertlab.viz.theme import (
@@ -136,6 +137,52 @@ def plot_word_projection(proj: WordProjection, stage: int, style: Theme | None =
         width=720, height=540, plot_bgcolor="white", margin=dict(l=60, r=20, t=60, b=60),
     )
     return finish(fig, t)
+
+
+def plot_sentence_similarity(result: SentenceSimilarity, style: Theme | None = None) -> go.Figure:
+    """Horizontal bars: the cosine of the first sentence's embedding with each other sentence's, in the order
+    typed (the most similar one highlighted), on a fixed axis up to 1 so that inputs compare."""
+    t = style or current()
+    labels = [f"{i}. {_short(o, 60)}" for i, o in enumerate(result.others, start=2)]
+    best = max(range(len(result.cosines)), key=result.cosines.__getitem__)
+    colors = [t.color(0) if i == best else NEUTRAL for i in range(len(result.cosines))]
+    fig = go.Figure(go.Bar(
+        x=[round(c, DECIMALS) for c in result.cosines], y=labels, orientation="h", marker_color=colors,
+        text=[f"{c:.2f}" for c in result.cosines], textposition="auto",
+        customdata=[_short(o) for o in result.others],
+        hovertemplate="%{customdata}<br>cosine %{x:.3f}<extra></extra>",
+    ))
+    low = min(0.0, min(result.cosines))
+    fig.update_layout(
+        title=dict(text=f"Cosine with “{plain_text(_short(result.sentence, 70))}”<br><sup>mean-pooled last-layer "
+                        "vectors, each sentence encoded alone</sup>", font=dict(size=14)),
+        xaxis=dict(title="cosine", range=[low - 0.05 if low < 0 else 0, 1.0]),
+        yaxis=dict(autorange="reversed", type="category"),
+        width=760, height=max(260, 120 + 34 * len(labels)), plot_bgcolor="white",
+        margin=dict(l=20, r=20, t=80, b=50),
+    )
+    fig.update_yaxes(automargin=True)
+    return finish(fig, t)
+
+
+def sentence_notes(result: SentenceSimilarity) -> list[tuple[str, str]]:
+    """The closest sentence, and any sentence cut to the model's limit."""
+    best, cosine = result.ranked()[0]
+    out: list[tuple[str, str]] = [("info", f"Closest: “{_short(best, 70)}” (cosine {cosine:.2f}). Each sentence "
+                                           "is encoded alone; its token vectors of the last layer are averaged.")]
+    return out + [("warning", w) for w in result.warnings]
+
+
+def score_html(score: CosineScore, where: str, head: dict[str, float] | None = None) -> str:
+    """The cosine's Pearson and Spearman on `score.pairs` scored pairs from `where`, as one line; with `head`
+    (a fine-tuned sts model's pearson, spearman and mse on the same pairs), a second line beside it."""
+    out = (f"Cosine against people's relatedness on <b>{score.pairs:,}</b> pairs of {plain_text(where)}: "
+           f"Pearson <b>{score.pearson:.3f}</b>, Spearman <b>{score.spearman:.3f}</b>.")
+    if head is not None:
+        out += (f"<br>This model's regression head on the same pairs (both sentences read together): Pearson "
+                f"<b>{head['pearson']:.3f}</b>, Spearman <b>{head['spearman']:.3f}</b>, squared error "
+                f"{head['mse']:.3f}.")
+    return out
 
 
 def _stage_title(names: list[str], stage: int) -> str:
