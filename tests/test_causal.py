@@ -20,7 +20,7 @@ from bertlab.training.corpora import Document
 from bertlab.training.loop import train
 from bertlab.training.objectives import ModelShape, ObjectiveError, get_objective
 from bertlab.training.pretrain import ObjectiveRun, PretrainConfig, check_continuable
-from tests.tiny_models import _transformers, tiny_bert, wordpiece
+from tiny_models import _transformers, tiny_bert, wordpiece
 
 TOL = 1e-5
 
