@@ -173,8 +173,8 @@ TABLES: list[Table] = [
         ("held-out pairs", "pairs", ","), ("Pearson", "pearson", ".3f"), ("Spearman", "spearman", ".3f"),
         ("squared error", "mse", ".3f"), ("time", "seconds", duration), ("timed", "timed", "")),
         "SICK relatedness; {meta[held_out]} The fine-tune: {rows[2][epochs]} epochs, lr {rows[2][lr]:g}, batch "
-        "{rows[2][batch_size]}, {rows[2][precision]}. {meta[cpu]}, {meta[threads]} thread(s), load average "
-        "{meta[load_avg][0]}, {meta[when]} (`{meta[command]}`)"),
+        "{rows[2][batch_size]}, trained in {rows[2][precision]}, scored in fp32. {meta[cpu]}, {meta[threads]} "
+        "thread(s), load average {meta[load_avg][0]}, {meta[when]} (`{meta[command]}`)"),
     Table("results.md", "run-disk", "run_disk", (
         ("run", "name", ""), ("steps", "steps", ","), ("weights, MB", "MB.weights", ",.1f"),
         ("checkpoints, MB", "MB.checkpoints", ",.1f"), ("replay, MB", "MB.replay", ",.1f"),
