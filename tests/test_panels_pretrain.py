@@ -120,7 +120,7 @@ def test_panel_opens_on_the_default_with_all_three_cases(panel):
     assert len(kinds) == len(panel.tok.encode(DEFAULT_TEXT).ids)
     assert {MaskKind.MASK, MaskKind.RANDOM, MaskKind.KEPT} <= set(kinds)
     assert panel.example.num_chosen == round(0.15 * (len(kinds) - 2))
-    assert panel.strategies_html.value.count('class="bl-strategy"') == 3
+    assert panel.strategies_html.value.count('class="bl-strategy"') == 5  # the default text is tagged
     assert panel.dynamic_html.value.count('class="bl-epoch"') == 3
     assert panel.figures() == {}  # no run yet
 
