@@ -253,6 +253,19 @@ def test_a_few_steps_of_entity_masking_save_a_model(tmp_path, conll_file, capsys
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["status"] == "completed" and summary["step"] == 3
     assert (out / "final" / "model.safetensors").is_file() and (out / "final" / "config.json").is_file()
+    from transformers import AutoModelForMaskedLM
+
+    AutoModelForMaskedLM.from_pretrained(out / "final")  # the folder transformers loads
+
+
+def test_tagged_documents_keep_their_spans_through_a_jsonl_file(tmp_path, conll_file):
+    from bertlab.training.corpora import load_documents, save_documents
+
+    docs = load_corpus(conll_file, split="all")
+    path = save_documents(tmp_path / "docs.jsonl", {"train": docs[:4], "held_out": docs[4:]})
+    again = load_documents(path)
+    assert [d.spans for d in again] == [d.spans for d in docs]
+    assert load_corpus(path, split="train")[0].tagged == ("entity", "phrase")
 
 
 @pytest.mark.skipif(not (Path(os.environ.get("BERTLAB_DATA", "")) / "conll2003" / "train.txt").is_file()
