@@ -18,6 +18,23 @@ def finetune_rows(d: dict) -> list[dict]:
     return shown_rows(d)
 
 
+def mean_sd(v: dict, scale: float = 1.0, fmt: str = ".2f") -> str:
+    return f"{format(scale * v['mean'], fmt)} ± {format(scale * v['sd'], fmt)}"
+
+
+def against_token(r: dict) -> str | None:
+    """The gaps to token masking, held-out tokens hidden (top-1 points, loss), each inside or outside the spread:
+    whether the seeds' ranges overlap."""
+    vs = r.get("vs_token")
+    if vs is None:
+        return None
+
+    def said(m: dict) -> str:
+        return "inside the spread" if m["inside_spread"] else "outside the spread"
+    return (f"top-1 {100 * vs['acc']['gap']:+.1f} points, {said(vs['acc'])}; "
+            f"loss {vs['loss']['gap']:+.2f}, {said(vs['loss'])}")
+
+
 FT_AIM, MFU_AIM = 1.5, 0.45  # bertlab over HF's grouped bf16 `Trainer`; pre-training MFU at 512 tokens
 PRETRAIN = (("shape", "preset", ""), ("variant", "variant", ""), ("precision", "precision", ""),
             ("batch × seq", batch_seq, ""), ("ms per step", "ms_per_step", ",.1f"),
@@ -160,6 +177,19 @@ TABLES: list[Table] = [
         "{rows[0][model]}: {rows[0][hits]} of {rows[0][total]} in its top 5, {meta[when]} "
         "(`python bench/{meta[command]}`)",
         rows=lambda d: next(r["sentences"] for r in d["rows"] if r["measured"])),
+    Table("results.md", "masking-schemes", "masking_schemes", (
+        ("masking", "scheme", ""),
+        ("top-1, tokens hidden", lambda r: mean_sd(r["token_acc"], 100, ".1f"), ""),
+        ("loss, tokens hidden", lambda r: mean_sd(r["token_loss"]), ""),
+        ("loss, whole words hidden", lambda r: mean_sd(r["whole_word_loss"]), ""),
+        ("top-1, entities hidden", lambda r: mean_sd(r["entity_acc"], 100, ".1f"), ""),
+        ("loss, entities hidden", lambda r: mean_sd(r["entity_loss"]), ""),
+        ("against token masking (tokens hidden)", against_token, "")),
+        "Top-1 accuracy (%) and loss (cross-entropy, nats per masked token) at the masked positions of "
+        "{meta[held_out_sequences]} sequences of {meta[held_out]}, mean ± sd over seeds {meta[seeds]}; a new tiny "
+        "BERT per run, {meta[steps]} steps of {meta[batch]} × {meta[seq_len]} tokens of {meta[corpus]}, MLM only, "
+        "{meta[precision]}; {meta[cpu]}, {meta[threads]} thread, {meta[wall_s]} s in all, load average "
+        "{meta[load_avg_start][0]} → {meta[load_avg_end][0]}, {meta[when]} (`{meta[command]}`)"),
     Table("install.md", "install", "install", (
         ("what", "what", ""), ("wall time", "wall_s", duration), ("CPU time", "cpu_s", duration),
         ("venv size, MB", "venv_mb", ","),

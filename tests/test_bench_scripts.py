@@ -338,3 +338,17 @@ def test_the_table_script_writes_a_well_formed_file_on_a_tiny_model(tok, tmp_pat
     render = _module("render")
     block = render.block("benchmarks.md", "feature-table", tmp_path)
     assert "| concat-last-4 | feature | linear |" in block and "| fine-tuning | full |" in block
+
+
+# -- masking schemes ---------------------------------------------------------------------------
+def test_masking_script_scores_each_scheme_on_held_out_text_with_its_spread(tmp_path, shared_data):
+    out = tmp_path / "masking.json"
+    _run("bench_masking.py", "--steps", "1", "--seeds", "0", "1", "--schemes", "token", "entity", "--eval-pairs", "8",
+         "--out", str(out), env={"BERTLAB_DATA": str(shared_data)})
+    result = json.loads(out.read_text())
+    assert [r["scheme"] for r in result["rows"]] == ["token", "entity"] and len(result["runs"]) == 4
+    token, entity = result["rows"]
+    assert "vs_token" not in token and set(entity["vs_token"]) == {"acc", "loss"}
+    for key in ("token_acc", "whole_word_acc", "entity_acc", "token_loss", "entity_loss"):
+        assert entity[key]["min"] <= entity[key]["mean"] <= entity[key]["max"] and entity[key]["sd"] >= 0
+    assert result["meta"]["held_out"].endswith("dev.txt") and result["meta"]["corpus"].endswith("train.txt")

@@ -120,7 +120,7 @@ def test_panel_opens_on_the_default_with_all_three_cases(panel):
     assert len(kinds) == len(panel.tok.encode(DEFAULT_TEXT).ids)
     assert {MaskKind.MASK, MaskKind.RANDOM, MaskKind.KEPT} <= set(kinds)
     assert panel.example.num_chosen == round(0.15 * (len(kinds) - 2))
-    assert panel.strategies_html.value.count('class="bl-strategy"') == 3
+    assert panel.strategies_html.value.count('class="bl-strategy"') == 5  # the default text is tagged
     assert panel.dynamic_html.value.count('class="bl-epoch"') == 3
     assert panel.figures() == {}  # no run yet
 
@@ -153,6 +153,32 @@ def test_controls_redraw_the_example(panel):
     assert panel.seed.value == seed + 1
     assert panel.example.seed == seed + 1 and panel.example.masked != masked
     assert panel.pairs_html.value != pairs
+
+
+def test_entity_and_phrase_masking_show_on_tagged_text_and_say_why_not_on_typed_text(panel):
+    for strategy, hidden in (("entity", {"paris", "france"}), ("phrase", set())):
+        panel.strategy.value = strategy
+        assert panel.example.strategy == strategy and panel.messages == []
+        chosen = {t for t, k in zip(panel.example.tokens, panel.example.kinds) if k != MaskKind.NOT_CHOSEN}
+        assert hidden <= chosen
+    panel.text.value = "My own sentence about Paris."
+    assert panel.example is None and panel.example_html.value == ""
+    assert any(lvl == "error" and "Tagged sentence" in msg for lvl, msg in panel.messages), panel.messages
+    panel.strategy.value = "token"  # the other three still draw; the two rows say what they need
+    rows = panel.strategies_html.value
+    assert rows.count('class="bl-strategy"') == 5 and rows.count("needs tagged text") == 2
+
+
+def test_a_tagged_sentence_comes_from_conll2003(panel):
+    from bertlab.training.corpora import available_corpora
+
+    if "conll2003" not in {name for _, name in available_corpora()}:
+        pytest.skip("CoNLL-2003 is not in BERTLAB_DATA")
+    panel.strategy.value = "entity"
+    panel.tagged_draw.click()
+    assert panel.text.value != DEFAULT_TEXT and panel.example is not None and panel.example.num_chosen > 0
+    assert "CoNLL-2003" in panel.messages[-1][1]
+    assert "needs tagged text" not in panel.strategies_html.value
 
 
 @pytest.mark.parametrize("text, level, words", [

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import html
 import logging
+import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,18 +32,37 @@ from bertlab.panels.replay import ReplaySection, read_run
 from bertlab.panels.runs import error_text, run_controls
 from bertlab.tokenizer import Tokenizer, spell_specials
 from bertlab.training.checkpoint import save_model_atomically
-from bertlab.training.corpora import FALLBACK_DOCUMENTS, Document, available_corpora, documents_for_run, read_corpus
+from bertlab.training.corpora import (
+    FALLBACK_DOCUMENTS,
+    NAMED_SOURCES,
+    Document,
+    available_corpora,
+    documents_for_run,
+    read_corpus,
+)
 from bertlab.training.loop import TrainEvent, TrainResult
-from bertlab.training.masking import STRATEGIES
+from bertlab.training.masking import STRATEGIES, TAGGED_STRATEGIES, tagged_text_needed
 from bertlab.training.objectives import DEFAULT_OBJECTIVE, OBJECTIVES, get_objective
 from bertlab.training.objectives.compare import ComparedRun, CurveRecorder
-from bertlab.training.pretrain import SIZES, PretrainConfig, new_model, objective_module, pretrain, pretrain_objective
+from bertlab.training.pretrain import (
+    SIZES,
+    PretrainConfig,
+    new_model,
+    objective_module,
+    pretrain,
+    pretrain_objective,
+    require_tags,
+)
 from bertlab.training.preview import (
+    TaggedSpans,
     VocabTables,
     dynamic_draws,
     example_pairs,
     mask_every_strategy,
     mask_example,
+    spans_of_phrases,
+    tagged_sentences,
+    untagged_strategies,
     vocab_tables,
 )
 from bertlab.training.queue import waiting_text
@@ -60,7 +80,7 @@ from bertlab.viz.pretrain import (
     probe_html,
     strategies_html,
 )
-from bertlab.viz.pretrain_words import DEFAULT_PROBE_TEMPLATE, DEFAULT_TEXT
+from bertlab.viz.pretrain_words import DEFAULT_MENTIONS, DEFAULT_PROBE_TEMPLATE, DEFAULT_TEXT
 from bertlab.viz.theme import HELP_STYLE, busy_html, help_html
 from bertlab.workspace import Workspace
 
@@ -71,6 +91,7 @@ __all__ = ["DEFAULT_PROBE", "DEFAULT_TEXT", "FALLBACK_DOCUMENTS", "PretrainPanel
 DEFAULT_SEED = 9  # shows all three 80/10/10 cases on the default text at 15 %
 DEFAULT_PROBE = spell_specials(DEFAULT_PROBE_TEMPLATE)  # as the offline default (WordPiece) spells it
 PAIR_SOURCE = "ovos-wiki"  # the quickest corpus to load; built-in documents when it is not installed
+TAGGED_SOURCE = "conll2003"  # where the tagged sentences for entity / phrase masking come from
 MAX_TOKENS = 128  # section 1 shows at most this many tokens (longer text is cut, with a note)
 
 
@@ -94,6 +115,10 @@ class PretrainPanel(Panel):
         self._pair_docs = list(pair_documents) if pair_documents is not None else None
         self._pair_source = "the given documents"
         self._corpora: dict[str, list[Document]] = {}  # loaded corpora, kept for later runs
+        # texts whose mentions are known (entity / phrase masking): the default text, tagged sentences drawn
+        self._tagged: dict[str, TaggedSpans] = {
+            DEFAULT_TEXT: {k: spans_of_phrases(DEFAULT_TEXT, v) for k, v in DEFAULT_MENTIONS.items()}}
+        self._tagged_draws = 0
         self._build_data_section(text, seed)
         self._build_train_section(probe)
         self._build_replay_section(probe)
@@ -123,6 +148,8 @@ class PretrainPanel(Panel):
         self.seed = widgets.BoundedIntText(value=seed, min=0, max=2**31 - 1, description="Seed",
                                            layout=widgets.Layout(width="180px"))
         self.new_draw = widgets.Button(description="New draw", icon="refresh", tooltip="Another random mask and pair")
+        self.tagged_draw = widgets.Button(description=words.TAGGED_BUTTON, icon="tags", tooltip=words.TAGGED_TOOLTIP)
+        self.tagged_draw.on_click(self._on_tagged_draw)
         self.example_html = widgets.HTML()
         self.strategies_html = widgets.HTML()
         self.dynamic_html = widgets.HTML()
@@ -134,7 +161,8 @@ class PretrainPanel(Panel):
         help_data = words.HELP_DATA.format(mask=html.escape(self.tok.mask_token))
         note = widgets.HTML(help_html(help_data))
         self.data_section = widgets.VBox([
-            note, self.text, self.strategy, widgets.HBox([self.rate, self.seed, self.new_draw]), self.message,
+            note, self.text, self.strategy, widgets.HBox([self.rate, self.seed, self.new_draw, self.tagged_draw]),
+            self.message,
             self.example_html,
             widgets.HTML(words.SAME_TEXT_HTML), self.strategies_html,
             widgets.HTML(words.DYNAMIC_HTML), self.dynamic_html,
@@ -149,19 +177,33 @@ class PretrainPanel(Panel):
     def _on_new_draw(self, _=None) -> None:
         self.seed.value = self.seed.value + 1  # redraws through _on_seed
 
+    def _on_tagged_draw(self, _=None) -> None:
+        """Put a tagged sentence of CoNLL-2003's training text in the text box (redraws through its observer)."""
+        with self.reporting():
+            sentences = tagged_sentences(self._load(TAGGED_SOURCE))
+            self._tagged_draws += 1
+            sentence, spans = random.Random(f"{self.seed.value}/{self._tagged_draws}").choice(sentences)
+            self._tagged[sentence] = spans
+            self.text.value = sentence
+            self.show_message(words.TAGGED_FROM, "info")
+
     def draw_example(self) -> None:
         """Mask the text with the chosen strategy, rate and seed; show it, every strategy, and re-draws."""
         self.example = None  # until the new text is masked
         with self.reporting(self.example_html, self.strategies_html, self.dynamic_html):
-            text, rate, seed = self.text.value, self.rate.value, self.seed.value
-            ex = mask_example(self.tok, text, self.strategy.value, rate, seed, tables=self._tables,
-                              max_length=MAX_TOKENS)
+            text, rate, seed, strategy = self.text.value, self.rate.value, self.seed.value, self.strategy.value
+            spans = self._tagged.get(text)
+            if strategy in untagged_strategies(spans):
+                raise ValueError(words.untagged_text(strategy))
+            ex = mask_example(self.tok, text, strategy, rate, seed, tables=self._tables,
+                              max_length=MAX_TOKENS, spans=spans)
             self.example = ex
             self.example_html.value = masked_example_html(ex)
             self.strategies_html.value = strategies_html(
-                mask_every_strategy(self.tok, text, rate, seed, self._tables))
+                mask_every_strategy(self.tok, text, rate, seed, self._tables, spans=spans, max_length=MAX_TOKENS),
+                {s: words.untagged_row(s) for s in untagged_strategies(spans)})
             self.dynamic_html.value = dynamic_html(
-                dynamic_draws(self.tok, text, self.strategy.value, rate, seed, tables=self._tables))
+                dynamic_draws(self.tok, text, strategy, rate, seed, tables=self._tables, spans=spans))
             self.show_messages(input_notes(ex.warning, ex.tokens, self.tok.unk_token,
                                            f"BERT masks and predicts {self.tok.unk_token} like any other token"))
 
@@ -343,12 +385,15 @@ class PretrainPanel(Panel):
         corpus = typed or self.corpus.value
         if not corpus:
             raise ValueError(words.NO_CORPUS)
+        masking = self.train_strategy.value if not self.objective.value else "token"
+        if masking in TAGGED_STRATEGIES and corpus in NAMED_SOURCES and corpus != TAGGED_SOURCE:
+            raise ValueError(tagged_text_needed(masking, corpus))  # at once: no need to load it to know
         every = max(1, min(10, self.steps.value // 100))
         objective = self.objective.value or None
         custom = objective is None
         return PretrainConfig(size=self.size.value, corpus=corpus, steps=self.steps.value,
                               seq_len=self.seq_len.value, batch_size=self.batch.value,
-                              masking=self.train_strategy.value if custom else "token",
+                              masking=masking,
                               pair_task=self.pair_task.value if custom else "nsp", log_every=every,
                               objective=objective,
                               embedding_size=(self.embedding_size.value or None)
@@ -361,6 +406,7 @@ class PretrainPanel(Panel):
         """The background job (its place in the class queue is taken): load, build, train, save."""
         cfg = run.config
         docs = self._load(cfg.corpus)
+        require_tags(docs, cfg.masking, cfg.corpus)  # entity / phrase masking of plain text: said in words
         docs = documents_for_run(docs, cfg.steps * cfg.batch_size * cfg.seq_len, cfg.seed)
         objective = get_objective(cfg.objective or DEFAULT_OBJECTIVE)  # your own mix is recorded as BERT's curves
         model = objective_module(objective, cfg, tok) if cfg.objective else new_model(cfg.size, tok, cfg.pair_task)

@@ -9,6 +9,10 @@ Sources (see `load_corpus`):
 - ``"wiki-offline"``: both of the above;
 - ``"wikitext2"``: WikiText-2 validation text from `bertlab.settings.data_path` (evaluation text only);
 - a ``.txt`` file (blank line between documents) or a folder of them (one document per file);
+- ``"conll2003"``: CoNLL-2003's English NER text from `bertlab.settings.data_path` (split train: its
+  ``train.txt``; held_out: ``dev.txt``), one document per ``-DOCSTART-``, with each sentence's named entities
+  and noun-phrase chunks (`Document.spans`), which entity and phrase masking hide whole; a CoNLL-2003 file
+  given by path is read the same way (its held-out part: every 20th document, as for text files);
 - a ``.jsonl`` file written by `save_documents`: documents already split into sentences, each with the
   split it belongs to (a named corpus carried to a machine without its packages);
 - ``"hf:NAME"`` or ``"hf:NAME:CONFIG"``: a Hugging Face `datasets` data set (needs `datasets` and the internet).
@@ -36,7 +40,10 @@ from bertlab.tokenizer import spell_specials
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "held_out", "all")
-NAMED_SOURCES = ("wiki-offline", "gensim-wiki", "ovos-wiki", "wikitext2")
+NAMED_SOURCES = ("wiki-offline", "gensim-wiki", "ovos-wiki", "wikitext2", "conll2003")
+MENTION_KINDS = ("entity", "phrase")  # the keys of Document.spans: named entities, noun-phrase chunks
+CONLL_FILES = {"train": "train.txt", "held_out": "dev.txt"}  # under data_path("conll2003"); dev never trains
+Span = tuple[int, int, str]  # (start, end, label): characters [start, end) of one sentence, e.g. "PER", "NP"
 HELD_OUT_EVERY = 20  # every 20th document (index % 20 == 19) of a source is held out
 
 GENSIM_DUMP = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
@@ -56,6 +63,12 @@ class Document:
     title: str = ""
     source: str = ""
     meta: dict[str, str] = field(default_factory=dict)
+    spans: dict[str, list[list[Span]]] = field(default_factory=dict)  # kind -> per sentence, its mentions
+
+    @property
+    def tagged(self) -> tuple[str, ...]:
+        """The mention kinds (of MENTION_KINDS) this document's sentences are tagged with."""
+        return tuple(k for k in MENTION_KINDS if k in self.spans)
 
     def __len__(self) -> int:
         return len(self.sentences)
@@ -220,11 +233,16 @@ def _load_split(
                 "(or 'all'), and train on 'wiki-offline' or your own text."
             )
         return load_wikitext2(unk_token=unk_token)
+    if name == "conll2003":
+        files = [CONLL_FILES[split]] if split != "all" else list(CONLL_FILES.values())
+        return [d for f in files for d in load_conll2003(data_path("conll2003", f))]
     if name.startswith("hf:"):
         return load_hf(name[3:], split, hf_split=hf_split, text_field=text_field, unk_token=unk_token)
     path = Path(name_or_path).expanduser()
     if path.is_file() and path.suffix == ".jsonl":
         return [d for d in load_documents(path) if split == "all" or d.meta.get(SPLIT_KEY) == split]
+    if path.is_file() and is_conll2003(path):
+        return held_out_split(load_conll2003(path), split)
     if path.exists():
         return held_out_split(load_text(path, line_is_sentence=line_is_sentence), split)
     raise CorpusError(
@@ -260,7 +278,7 @@ def save_documents(path: str | Path, splits: dict[str, Sequence[Document]]) -> P
         for split, docs in splits.items():
             for d in docs:
                 row = {"sentences": d.sentences, "title": d.title, "source": d.source,
-                       "meta": {**d.meta, SPLIT_KEY: split}}
+                       "meta": {**d.meta, SPLIT_KEY: split}, **({"spans": d.spans} if d.spans else {})}
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path
 
@@ -274,8 +292,10 @@ def load_documents(path: str | Path) -> list[Document]:
         try:
             row = json.loads(line)
             doc = Document([str(s) for s in row["sentences"]], str(row.get("title", "")), str(row.get("source", "")),
-                           {str(k): str(v) for k, v in row.get("meta", {}).items()})
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+                           {str(k): str(v) for k, v in row.get("meta", {}).items()},
+                           {str(k): [[(int(a), int(b), str(t)) for a, b, t in sent] for sent in v]
+                            for k, v in row.get("spans", {}).items()})
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError) as e:
             raise CorpusError(f"{path}, line {n}: not a document written by save_documents ({e}).") from e
         if doc.meta.get(SPLIT_KEY) not in ("train", "held_out"):
             raise CorpusError(f"{path}, line {n}: the document's meta names no split (train or held_out).")
@@ -328,6 +348,104 @@ def _read_text(path: Path) -> str:
         raise CorpusError(
             f"{path} is not UTF-8 text (byte {e.start} cannot be decoded): save it as UTF-8 and try again."
         ) from e
+
+
+# -- CoNLL-2003 (tagged text) ---------------------------------------------------------------
+
+_IOB = re.compile(r"^(O|[BI]-[A-Za-z]+)$")
+
+
+def is_conll2003(path: Path) -> bool:
+    """Whether a file looks like CoNLL-2003 (``-DOCSTART-``, or ``word POS chunk NER`` lines with IOB tags)."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            head = [line.split() for line, _ in zip(f, range(40)) if line.strip()]
+    except OSError:
+        return False
+    if head and head[0][0] == "-DOCSTART-":
+        return True
+    return bool(head) and all(len(r) == 4 and _IOB.match(r[2]) and _IOB.match(r[3]) for r in head)
+
+
+def load_conll2003(path: str | Path) -> list[Document]:
+    """Documents of a CoNLL-2003 file (``word POS chunk NER`` a line, IOB2, blank line between sentences,
+    ``-DOCSTART-`` between documents): sentences are the words joined by spaces; `spans` hold each sentence's
+    named entities ("entity": PER/ORG/LOC/MISC) and noun-phrase chunks ("phrase": NP) as character spans."""
+    path = Path(path)
+    docs: list[Document] = []
+    doc = Document([], title=f"{path.stem}#0", source=str(path), spans={k: [] for k in MENTION_KINDS})
+    rows: list[list[str]] = []
+
+    def end_sentence() -> None:
+        if rows:
+            words = [r[0] for r in rows]
+            doc.sentences.append(" ".join(words))
+            doc.spans["entity"].append(iob_spans(words, [r[3] for r in rows]))
+            doc.spans["phrase"].append([sp for sp in iob_spans(words, [r[2] for r in rows]) if sp[2] == "NP"])
+            rows.clear()
+
+    for n, line in enumerate(_read_text(path).splitlines(), 1):
+        fields = line.split()
+        if not fields:
+            end_sentence()
+        elif fields[0] == "-DOCSTART-":
+            end_sentence()
+            if doc.sentences:
+                docs.append(doc)
+            doc = Document([], title=f"{path.stem}#{len(docs)}", source=str(path), spans={k: [] for k in MENTION_KINDS})
+        elif len(fields) != 4 or not (_IOB.match(fields[2]) and _IOB.match(fields[3])):
+            raise CorpusError(f"{path}, line {n}: expected `word POS chunk NER` with IOB tags (e.g. `EU NNP B-NP "
+                              f"B-ORG`), got {line[:80]!r}. Is it a CoNLL-2003 file?")
+        else:
+            rows.append(fields)
+    end_sentence()
+    if doc.sentences:
+        docs.append(doc)
+    if not docs:
+        raise CorpusError(f"{path} holds no CoNLL-2003 sentences.")
+    return split_at_datelines(docs[0]) if len(docs) == 1 else docs
+
+
+_DATELINE = re.compile(r"^[A-Z][A-Z .,'-]* \d{4}-\d{2}-\d{2}$")  # "BRUSSELS 1996-08-22": a Reuters story's 2nd/3rd line
+
+
+def split_at_datelines(doc: Document) -> list[Document]:
+    """A CoNLL-2003 file without ``-DOCSTART-`` lines, cut into its Reuters stories: each story starts at
+    the headline before its dateline ("BRUSSELS 1996-08-22"), or before the byline between them."""
+    s = doc.sentences
+    starts = [0]
+    for i in range(1, len(s)):
+        if _DATELINE.match(s[i]):
+            before = s[i - 1]
+            byline = i >= 2 and len(before.split()) <= 4 and not before.endswith(".") and not any(
+                c.isdigit() for c in before)
+            start = i - 2 if byline else i - 1
+            if start > starts[-1]:
+                starts.append(start)
+    bounds = list(zip(starts, [*starts[1:], len(s)]))
+    return [Document(s[a:b], title=f"{Path(doc.source).stem}#{n}", source=doc.source,
+                     spans={k: v[a:b] for k, v in doc.spans.items()}) for n, (a, b) in enumerate(bounds)]
+
+
+def iob_spans(words: Sequence[str], tags: Sequence[str]) -> list[Span]:
+    """Character spans (in ``" ".join(words)``) of the chunks of IOB1/IOB2 `tags`: a chunk starts at B-X, or
+    at I-X after O or after another type, and ends where the next one starts or at O."""
+    out: list[Span] = []
+    start = end = 0
+    label = None
+    pos = 0
+    for word, tag in zip(words, tags):
+        kind = tag[2:] if tag != "O" else None
+        if label is not None and (kind != label or tag.startswith("B-")):
+            out.append((start, end, label))
+            label = None
+        if kind is not None and label is None:
+            start, label = pos, kind
+        end = pos + len(word)
+        pos = end + 1
+    if label is not None:
+        out.append((start, end, label))
+    return out
 
 
 # -- gensim's Wikipedia test dump -----------------------------------------------------------
@@ -527,6 +645,8 @@ def available_corpora() -> list[tuple[str, str]]:
         out.append(("Wikipedia articles (gensim-wiki, ~100 articles)", "gensim-wiki"))
     if (data_dir() / "wikitext2" / "valid.txt").is_file():
         out.append(("WikiText-2 validation text", "wikitext2"))
+    if (data_dir() / "conll2003" / CONLL_FILES["train"]).is_file():
+        out.append(("CoNLL-2003 training text (news; entities and noun phrases tagged)", "conll2003"))
     return out
 
 

@@ -18,6 +18,12 @@ Semantics (all strategies):
   SpanBERT paper's "clipped" distribution, mean 3.80 for p=0.2, max 10), then a start word uniformly among
   the free words at which ``L`` free, adjacent words begin (any free word if there is none); the span takes
   those whole words, stopping early at the budget. Spans never overlap nor cross [SEP].
+- **entity** (ERNIE) and **phrase** (SpanBERT's noun-phrase row): the tagged mentions (named entities:
+  PER/ORG/LOC/MISC; noun-phrase chunks: B-NP/I-NP) in a random order, each taken whole (all its pieces)
+  if it fits what is left of the budget; then whole words, as **whole_word**, to fill the budget when the
+  text has too few mentions. They need ``mentions`` [b, s]: each token's IOB code (`MENTION_O`,
+  `MENTION_B`, `MENTION_I`) for that strategy's tag set, which tagged text (CoNLL-2003) gives; see
+  `corpora.Document.spans` and `pairs.PairExample.mentions`.
 - **80/10/10.** Each chosen token becomes [MASK] with probability 0.8, a random token (uniform over the
   vocabulary minus [MASK] and ``exclude_from_random``) with 0.1, or stays unchanged with 0.1.
   For spans the draw is per span by default (``span_level_replacement``, as SpanBERT), per token otherwise.
@@ -45,7 +51,10 @@ from bertlab.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 
-STRATEGIES = ("token", "whole_word", "span")
+STRATEGIES = ("token", "whole_word", "span", "entity", "phrase")
+TAGGED_STRATEGIES = ("entity", "phrase")  # strategies that need each token's mention code (tagged text)
+MENTION_O, MENTION_B, MENTION_I = 0, 1, 2  # a token outside a mention, first in one, inside one
+WHAT_IS_TAGGED = {"entity": "named entities (PER, ORG, LOC, MISC)", "phrase": "noun-phrase chunks (NP)"}
 IGNORE_INDEX = -100  # label of positions that are not predicted (cross_entropy's ignore_index)
 
 
@@ -128,12 +137,14 @@ def mask_tokens(
     max_span: int = 10,
     span_level_replacement: bool = True,
     exclude_from_random: Sequence[int] = (),
+    mentions: Tensor | None = None,
 ) -> MaskedTokens:
     """Choose tokens to predict and corrupt them 80/10/10 (see the module docstring).
 
     input_ids [b, s]; special_mask [b, s] (True/1 = never choose: [CLS], [SEP], [PAD]);
     attention_mask [b, s] (0 = padding, never chosen); word_starts [b, s] bool (True at the first piece
-    of each word; needed by "whole_word" and "span", see `word_starts_from_ids`).
+    of each word; needed by "whole_word", "span", "entity" and "phrase", see `word_starts_from_ids`);
+    mentions [b, s] int (MENTION_O / _B / _I of each token; needed by "entity" and "phrase").
     All random draws come from `generator`."""
     cfg = MaskingConfig(
         strategy, mlm_probability, exact_count, max_predictions, mask_prob, random_prob, span_p, max_span,
@@ -151,13 +162,18 @@ def mask_tokens(
             )
         if word_starts.shape != input_ids.shape:
             raise MaskingError(f"word_starts has shape {tuple(word_starts.shape)}, input_ids {tuple(input_ids.shape)}.")
-        words = _Words.build(eligible, word_starts.bool())
-        if cfg.strategy == "whole_word":
+        if cfg.strategy in TAGGED_STRATEGIES:
+            words, is_mention = _mention_units(eligible, word_starts.bool(), _check_mentions(mentions, input_ids,
+                                                                                             cfg.strategy))
+            chosen_words = _choose_mentions_first(words, is_mention, budget, generator)
+        elif cfg.strategy == "whole_word":
+            words = _Words.build(eligible, word_starts.bool())
             chosen_words = _choose_whole_words(words, budget, generator)
         else:
+            words = _Words.build(eligible, word_starts.bool())
             chosen_words = _choose_spans(words, budget, span_length_probs(span_p, max_span), generator)
         chosen, unit_ids = words.to_tokens(chosen_words)
-    per_unit = cfg.strategy == "span" and cfg.span_level_replacement
+    per_unit = cfg.strategy == "span" and cfg.span_level_replacement  # entity/phrase: per token, as whole_word
     kind = _replacement_kinds(chosen, unit_ids if per_unit else None, cfg, generator)
     random_ids = _random_ids(vocab_size, mask_id, exclude_from_random, input_ids.device)
     return _apply(input_ids, kind, unit_ids, mask_id, random_ids, generator)
@@ -262,7 +278,22 @@ def _choose_whole_words(words: _Words, budget: Tensor, g: torch.Generator) -> Te
     """Words in random order, each taken if it fits the remaining budget -> [b, W] unit ids (-1 = not)."""
     lengths = words.lengths  # [b, W]
     keys = torch.rand(lengths.shape, generator=g, device=lengths.device).masked_fill(lengths == 0, 2.0)
-    order = keys.argsort(dim=1)  # [b, W] word indices in the random order
+    return _take_in_order(lengths, keys, budget)
+
+
+def _choose_mentions_first(words: _Words, is_mention: Tensor, budget: Tensor, g: torch.Generator) -> Tensor:
+    """Mentions in random order, then the other words in random order, each taken whole if it fits the
+    remaining budget -> [b, W] unit ids (-1 = not chosen)."""
+    lengths = words.lengths  # [b, W]
+    keys = torch.rand(lengths.shape, generator=g, device=lengths.device)  # [b, W] in [0, 1)
+    keys = (keys + (~is_mention).to(keys.dtype)).masked_fill(lengths == 0, 3.0)  # mentions < words < none
+    return _take_in_order(lengths, keys, budget)
+
+
+def _take_in_order(lengths: Tensor, keys: Tensor, budget: Tensor) -> Tensor:
+    """Units in the order of `keys` [b, W] (lengths [b, W] pieces, keys of absent units above all others),
+    each taken if all its pieces fit the remaining budget -> [b, W] unit ids (-1 = not chosen)."""
+    order = keys.argsort(dim=1)  # [b, W] word indices in the key order
     plen = lengths.gather(1, order)  # [b, W] lengths in that order
     remaining = budget.clone()  # [b]
     alive = (plen > 0) & (plen <= remaining[:, None])
@@ -312,6 +343,38 @@ def _choose_spans(words: _Words, budget: Tensor, probs: Tensor, g: torch.Generat
         num_spans[rows] += ok.int()
         rows = rows[ok & (rem > 0)]
     return span_of.long()
+
+
+def _check_mentions(mentions: Tensor | None, input_ids: Tensor, strategy: str) -> Tensor:
+    if mentions is None:
+        raise MaskingError(tagged_text_needed(strategy))
+    if mentions.shape != input_ids.shape:
+        raise MaskingError(f"mentions has shape {tuple(mentions.shape)}, input_ids {tuple(input_ids.shape)}.")
+    return mentions.to(input_ids.device)
+
+
+def tagged_text_needed(strategy: str, corpus: str = "") -> str:
+    """The message for `strategy` ("entity" / "phrase") asked of text without its tags."""
+    what = f"{corpus} is plain text" if corpus else "this text has no tags"
+    return (f"{strategy} masking hides whole {WHAT_IS_TAGGED[strategy]}, so it needs text tagged with them, and "
+            f"{what}. Pre-train on CoNLL-2003's training text (corpus conll2003, or a CoNLL-2003 .txt file such "
+            f"as $BERTLAB_DATA/conll2003/train.txt), or pick token, whole_word or span masking.")
+
+
+def _mention_units(eligible: Tensor, word_starts: Tensor, mentions: Tensor) -> tuple[_Words, Tensor]:
+    """Units of a batch for entity/phrase masking: each mention is one unit (all its words and pieces),
+    each word outside a mention another -> (units as `_Words`, is_mention [b, W] bool)."""
+    b = eligible.shape[0]
+    inside = mentions != MENTION_O  # [b, s]
+    prev_inside = torch.cat([inside.new_zeros(b, 1), inside[:, :-1]], dim=1)  # [b, s]
+    # a unit starts at a mention's first token (B, or an I cut from its B), or at a word outside mentions
+    starts = (mentions == MENTION_B) | (inside & ~prev_inside) | (~inside & (word_starts | prev_inside))
+    units = _Words.build(eligible, starts)
+    w = units.lengths.shape[1]
+    first = eligible & (starts | ~torch.cat([eligible.new_zeros(b, 1), eligible[:, :-1]], dim=1))
+    is_mention = torch.zeros(b, w + 1, dtype=torch.bool, device=eligible.device)
+    is_mention.scatter_(1, torch.where(first, units.token_word, w), first & inside)
+    return units, is_mention[:, :w]
 
 
 def _free_run(free: Tensor, linked: Tensor) -> Tensor:
@@ -442,7 +505,8 @@ class MLMCollator:
     static masking (one fixed mask per example, from a per-example seed) with ``static=True``.
 
     Examples are `pairs.PairExample`s or mappings with ``input_ids`` (and optionally ``token_type_ids``,
-    ``label`` and ``index``; static masking needs ``index``).
+    ``label`` and ``index``; static masking needs ``index``; entity / phrase masking needs ``mentions``,
+    a mapping from the strategy to one mention code per token).
 
     Dynamic masks come from the `generator` passed to the call when there is one: `training.loop.train`
     passes a generator fixed by (epoch, step, micro-batch, rank), so masks change every epoch and a
@@ -476,16 +540,32 @@ class MLMCollator:
         if not examples:
             raise MaskingError("cannot collate an empty list of examples.")
         ids, types, attn, labels, indices = self._pad(examples)
+        mentions = self._mentions(examples, ids.shape)
         if self.static:
-            masked = self._mask_static(ids, attn, indices)
+            masked = self._mask_static(ids, attn, indices, mentions)
         else:
-            masked = self._mask(ids, attn, generator if generator is not None else self._generator)
+            masked = self._mask(ids, attn, generator if generator is not None else self._generator, mentions)
         return MLMBatch(
             masked.input_ids, types, attn, masked.labels, masked.kind, masked.unit_ids,
             next_sentence_label=labels, indices=indices,
         )
 
-    def _mask_static(self, ids: Tensor, attn: Tensor, indices: list[int | None]) -> MaskedTokens:
+    def _mentions(self, examples: Sequence[Any], shape: torch.Size) -> Tensor | None:
+        """[b, s] mention codes of the strategy's tag set (entity / phrase), padded with MENTION_O; None for
+        the strategies that need none. A clear error when an example carries no tags."""
+        strategy = self.config.strategy
+        if strategy not in TAGGED_STRATEGIES:
+            return None
+        out = torch.zeros(shape, dtype=torch.long)
+        for row, e in enumerate(examples):
+            codes = (_field(e, "mentions", None) or {}).get(strategy)
+            if codes is None:
+                raise MaskingError(tagged_text_needed(strategy))
+            out[row, : len(codes)] = torch.as_tensor(codes, dtype=torch.long)
+        return out
+
+    def _mask_static(self, ids: Tensor, attn: Tensor, indices: list[int | None],
+                     mentions: Tensor | None = None) -> MaskedTokens:
         """Mask each example alone, unpadded, with a generator seeded by its index: the mask never
         depends on the batch or epoch it lands in."""
         if any(i is None for i in indices):
@@ -495,12 +575,13 @@ class MLMCollator:
         for row, index in enumerate(indices):
             n = int(attn[row].sum())
             g = torch.Generator().manual_seed(derive_seed(self.seed, "static", index))
-            one = self._mask(ids[row : row + 1, :n], attn[row : row + 1, :n], g)
+            one = self._mask(ids[row : row + 1, :n], attn[row : row + 1, :n], g,
+                             None if mentions is None else mentions[row : row + 1, :n])
             for name in ("input_ids", "labels", "kind", "unit_ids"):
                 getattr(out, name)[row, :n] = getattr(one, name)[0]
         return out
 
-    def _mask(self, ids: Tensor, attn: Tensor, g: torch.Generator) -> MaskedTokens:
+    def _mask(self, ids: Tensor, attn: Tensor, g: torch.Generator, mentions: Tensor | None = None) -> MaskedTokens:
         return mask_tokens(
             ids,
             torch.isin(ids, self._never),
@@ -510,6 +591,7 @@ class MLMCollator:
             word_starts=word_starts_from_ids(ids.clamp(0, self.tokenizer.vocab_size - 1), self._continuation),
             attention_mask=attn,
             exclude_from_random=self._exclude,
+            mentions=mentions,
             **asdict(self.config),
         )
 

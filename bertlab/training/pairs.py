@@ -32,11 +32,15 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from bertlab.tokenizer import Tokenizer
+from bertlab.training.corpora import MENTION_KINDS, Span
 
 log = logging.getLogger(__name__)
 
 TASKS = ("nsp", "sop")
-TokenDocument = list[list[int]]  # a document: one list of token ids per sentence
+TokenDocument = list[list[Any]]  # a document: per sentence, its token ids (or TaggedToken tuples)
+# A token of a tagged sentence: (id, one mention code per MENTION_KINDS); codes 0 = outside, 1 = first
+# token of a mention, 2 = inside one (masking.MENTION_O / _B / _I)
+TaggedToken = tuple[int, ...]
 
 
 class PairError(ValueError):
@@ -55,6 +59,7 @@ class PairExample:
     b_doc_index: int  # document B comes from (differs from doc_index only for random NSP pairs)
     num_a: int  # tokens of A (after truncation)
     index: int = 0  # position in the list `build_pairs` returns (static masking seeds on it)
+    mentions: dict[str, list[int]] | None = None  # tagged text: per MENTION_KINDS, a code per token
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -122,14 +127,39 @@ def build_pairs(
 
 
 def tokenize_documents(documents: Sequence[Any], tokenizer: Tokenizer) -> list[TokenDocument]:
-    """Token ids (no [CLS]/[SEP]) of each sentence of each text document."""
+    """Token ids (no [CLS]/[SEP]) of each sentence of each text document; when any document is tagged
+    (`corpora.Document.spans`), `TaggedToken`s instead: the same ids with their mention codes."""
+    tagged = any(getattr(doc, "spans", None) for doc in documents)
     out = []
     for doc in documents:
         sentences = getattr(doc, "sentences", doc)
         if isinstance(sentences, str):
             raise PairError("a document is a single string: give a list of sentences (see corpora.split_sentences).")
-        out.append([tokenizer.encode(s, max_length=sys.maxsize).ids[1:-1] for s in sentences])
+        encodings = [tokenizer.encode(s, max_length=sys.maxsize) for s in sentences]
+        if not tagged:
+            out.append([enc.ids[1:-1] for enc in encodings])
+            continue
+        spans = getattr(doc, "spans", None) or {}
+        per_kind = [spans.get(k) or [[] for _ in sentences] for k in MENTION_KINDS]
+        out.append([
+            list(zip(enc.ids[1:-1], *(mention_codes(enc.offsets[1:-1], kind[i]) for kind in per_kind)))
+            for i, enc in enumerate(encodings)
+        ])
     return out
+
+
+def mention_codes(offsets: Sequence[tuple[int, int]], spans: Sequence[Span]) -> list[int]:
+    """One code per token (character `offsets` in its sentence): 1 for the first token that starts inside a
+    span, 2 for the next ones in that span, 0 outside every span."""
+    codes = [0] * len(offsets)
+    j = 0
+    ordered = sorted(spans)
+    for t, (start, end) in enumerate(offsets):
+        while j < len(ordered) and ordered[j][1] <= start:
+            j += 1
+        if j < len(ordered) and ordered[j][0] <= start < ordered[j][1] and end > start:
+            codes[t] = 2 if t and codes[t - 1] and offsets[t - 1][0] >= ordered[j][0] else 1
+    return codes
 
 
 def truncate_seq_pair(tokens_a: list[int], tokens_b: list[int], max_num_tokens: int, rng: random.Random) -> None:
@@ -214,6 +244,10 @@ def _example(
     a: list[int], b: list[int], label: int, task: str, d: int, b_doc: int, tokenizer: Tokenizer
 ) -> PairExample:
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
-    ids = [cls, *a, sep, *b, sep]
     types = [0] * (len(a) + 2) + [1] * (len(b) + 1)
-    return PairExample(ids, types, label, task, d, b_doc, num_a=len(a))
+    if not isinstance((a or b or [0])[0], tuple):
+        return PairExample([cls, *a, sep, *b, sep], types, label, task, d, b_doc, num_a=len(a))
+    rows = [(cls, *[0] * len(MENTION_KINDS)), *a, (sep, *[0] * len(MENTION_KINDS)), *b,
+            (sep, *[0] * len(MENTION_KINDS))]
+    ids, *codes = (list(column) for column in zip(*rows))
+    return PairExample(ids, types, label, task, d, b_doc, num_a=len(a), mentions=dict(zip(MENTION_KINDS, codes)))

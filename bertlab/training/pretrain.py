@@ -27,7 +27,15 @@ from bertlab.tasks.batching import pad_inputs
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import Document, load_corpus
 from bertlab.training.loop import TrainConfig, TrainEvent, TrainResult, train
-from bertlab.training.masking import IGNORE_INDEX, MaskingConfig, MLMBatch, MLMCollator
+from bertlab.training.masking import (
+    IGNORE_INDEX,
+    TAGGED_STRATEGIES,
+    MaskingConfig,
+    MaskingError,
+    MLMBatch,
+    MLMCollator,
+    tagged_text_needed,
+)
 from bertlab.training.objectives import (
     DEFAULT_OBJECTIVE,
     OBJECTIVES,
@@ -55,7 +63,7 @@ class PretrainConfig:
     batch_size: int = 32
     lr: float = 5e-4
     warmup_ratio: float = 0.06
-    masking: str = "token"  # "token", "whole_word" or "span"
+    masking: str = "token"  # a masking.STRATEGIES name; "entity" and "phrase" need tagged text (conll2003)
     pair_task: str = "nsp"  # "nsp", "sop", or "none" (MLM only, RoBERTa-style)
     static_masking: bool = False  # True: one fixed mask per example (original BERT); False: dynamic
     objective: str | None = None  # a bertlab.training.objectives name; None = the MLM/NSP settings above
@@ -199,6 +207,7 @@ def pretrain(
     docs = list(documents) if documents is not None else load_corpus(cfg.corpus, split="train")
     if cfg.max_documents:
         docs = docs[: cfg.max_documents]
+    require_tags(docs, cfg.masking, cfg.corpus if documents is None else "")
     examples = pretraining_examples(docs, tokenizer, cfg)
     if not examples:
         raise ValueError(
@@ -213,6 +222,12 @@ def pretrain(
                    callbacks=callbacks, cancel=cancel, tokenizer=tokenizer, resume_from=resume_from)
     model.eval()
     return model, tokenizer, result
+
+
+def require_tags(documents: Sequence[Document], masking: str, corpus: str = "") -> None:
+    """Refuse (MaskingError, in words a student can act on) entity / phrase masking of untagged documents."""
+    if masking in TAGGED_STRATEGIES and not any(masking in d.tagged for d in documents):
+        raise MaskingError(tagged_text_needed(masking, str(corpus)[:80]))
 
 
 @dataclass

@@ -42,7 +42,8 @@ def add_pretrain_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shared-layers", action=argparse.BooleanOptionalAction, default=None,
                    help="albert: one layer shared across depth (default: shared)")
     p.add_argument("--masking", default=None, choices=list(STRATEGIES),
-                   help=f"without --objective: which tokens to mask (default {d.masking})")
+                   help=f"without --objective: which tokens to mask (default {d.masking}); entity and phrase "
+                        "hide whole named entities / noun phrases and need tagged text (--corpus conll2003)")
     p.add_argument("--pair-task", default=None, choices=list(PAIR_TASKS),
                    help=f"without --objective: the sentence-pair task (default {d.pair_task})")
     p.add_argument("--max-documents", type=int, default=None, help="use only the first N documents")
@@ -130,7 +131,13 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 
 
 def _check_options(args: argparse.Namespace) -> None:
-    """Options that only the default (BERT-style) run takes: refused, in one line, with an objective."""
+    """Options that only the default (BERT-style) run takes: refused, in one line, with an objective; entity /
+    phrase masking of a named corpus that has no tags, refused before it loads."""
+    from bertlab.training.corpora import NAMED_SOURCES
+    from bertlab.training.masking import TAGGED_STRATEGIES, tagged_text_needed
+
+    if args.masking in TAGGED_STRATEGIES and args.corpus in NAMED_SOURCES and args.corpus != "conll2003":
+        raise ValueError(tagged_text_needed(args.masking, args.corpus))
     if args.objective is None:
         return
     given = [flag for flag, value in (("--masking", args.masking), ("--pair-task", args.pair_task)) if value]

@@ -14,16 +14,21 @@ import torch
 from bertlab.inputs import InputError, require_text
 from bertlab.runtime import derive_seed
 from bertlab.tokenizer import DEFAULT_SPECIALS, Tokenizer
+from bertlab.training.corpora import MENTION_KINDS, Span
 from bertlab.training.masking import (
     STRATEGIES,
+    TAGGED_STRATEGIES,
     MaskKind,
     continuation_table,
     mask_tokens,
     never_mask_ids,
     reserved_ids,
+    tagged_text_needed,
     word_starts_from_ids,
 )
-from bertlab.training.pairs import PairExample, build_pairs
+from bertlab.training.pairs import PairExample, build_pairs, mention_codes
+
+TaggedSpans = dict[str, list[Span]]  # mention kind ("entity", "phrase") -> character spans in one text
 
 
 @dataclass
@@ -82,10 +87,13 @@ def mask_example(
     *,
     tables: VocabTables | None = None,
     max_length: int = 128,
+    spans: TaggedSpans | None = None,
 ) -> MaskedExample:
     """`text` masked as the training collator masks it (`mask_tokens`, generator seeded by `seed`).
+    `spans`: the text's mentions by kind (character spans), which entity / phrase masking need.
 
-    Raises InputError for an empty text or one with nothing that may be masked."""
+    Raises InputError for an empty text, one with nothing that may be masked, or entity / phrase masking
+    of a text without its spans."""
     require_text(text)
     tables = tables or vocab_tables(tok)
     enc = tok.encode(text, max_length=max_length)
@@ -94,10 +102,16 @@ def mask_example(
     if bool(special.all()):
         raise InputError(f"There is nothing to mask: the text holds only special tokens such as {tok.mask_token}. "
                          "Type a sentence of words.")
+    mentions = None
+    if strategy in TAGGED_STRATEGIES:
+        if not spans or strategy not in spans:
+            raise InputError(tagged_text_needed(strategy))
+        mentions = torch.tensor([mention_codes(enc.offsets, spans[strategy])])  # [1, s]
+        mentions[special] = 0
     out = mask_tokens(
         ids, special, tok.vocab_size, tok.mask_token_id, torch.Generator().manual_seed(seed),
         strategy=strategy, word_starts=word_starts_from_ids(ids, tables.continuation), mlm_probability=rate,
-        exclude_from_random=tables.reserved,
+        exclude_from_random=tables.reserved, mentions=mentions,
     )
     masked = tok.convert_ids_to_tokens(out.input_ids[0].tolist())
     return MaskedExample(
@@ -110,19 +124,53 @@ def mask_example(
 
 
 def mask_every_strategy(tok: Tokenizer, text: str, rate: float, seed: int,
-                        tables: VocabTables | None = None) -> dict[str, MaskedExample]:
-    """The same text and seed under each strategy of `masking.STRATEGIES`."""
+                        tables: VocabTables | None = None, spans: TaggedSpans | None = None,
+                        max_length: int = 128) -> dict[str, MaskedExample]:
+    """The same text and seed under each strategy of `masking.STRATEGIES`; entity / phrase only when
+    `spans` has that kind (see `untagged_strategies`)."""
     tables = tables or vocab_tables(tok)
-    return {s: mask_example(tok, text, s, rate, seed, tables=tables) for s in STRATEGIES}
+    return {s: mask_example(tok, text, s, rate, seed, tables=tables, spans=spans, max_length=max_length)
+            for s in STRATEGIES if s not in untagged_strategies(spans)}
+
+
+def untagged_strategies(spans: TaggedSpans | None) -> list[str]:
+    """The strategies that cannot mask a text with these `spans` (none given: entity and phrase)."""
+    return [s for s in TAGGED_STRATEGIES if not spans or s not in spans]
 
 
 def dynamic_draws(tok: Tokenizer, text: str, strategy: str, rate: float, seed: int, epochs: int = 3,
-                  tables: VocabTables | None = None) -> list[MaskedExample]:
+                  tables: VocabTables | None = None, spans: TaggedSpans | None = None) -> list[MaskedExample]:
     """The masks RoBERTa's dynamic masking would draw for this text in epochs 1..`epochs`
     (a generator per epoch, as `MLMCollator.set_epoch`); static masking repeats the first."""
     tables = tables or vocab_tables(tok)
-    return [mask_example(tok, text, strategy, rate, derive_seed(seed, "epoch", e), tables=tables)
+    return [mask_example(tok, text, strategy, rate, derive_seed(seed, "epoch", e), tables=tables, spans=spans)
             for e in range(epochs)]
+
+
+def spans_of_phrases(text: str, phrases: Sequence[tuple[str, str]]) -> list[Span]:
+    """Character spans of `phrases` ((words, label) in the order they occur) found left to right in `text`."""
+    out, pos = [], 0
+    for words, label in phrases:
+        start = text.find(words, pos)
+        if start < 0:
+            raise ValueError(f"{words!r} does not occur in the text after character {pos}.")
+        out.append((start, start + len(words), label))
+        pos = start + len(words)
+    return out
+
+
+def tagged_sentences(documents: Sequence, kinds: Sequence[str] = MENTION_KINDS) -> list[tuple[str, TaggedSpans]]:
+    """(sentence, spans) of every sentence of tagged documents (`corpora.Document.spans`) that has a
+    mention of each kind in `kinds` and 8 to 40 words: the tab's tagged examples."""
+    out = []
+    for doc in documents:
+        spans = getattr(doc, "spans", None) or {}
+        if not all(k in spans for k in kinds):
+            continue
+        for i, sentence in enumerate(doc.sentences):
+            if 8 <= len(sentence.split()) <= 40 and all(spans[k][i] for k in kinds):
+                out.append((sentence, {k: list(spans[k][i]) for k in kinds}))
+    return out
 
 
 @dataclass

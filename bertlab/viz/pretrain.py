@@ -36,7 +36,11 @@ KIND_NAMES: dict[MaskKind, str] = {
 KIND_LEGEND: dict[MaskKind, str] = {
     MaskKind.MASK: "→ {mask} (80%)", MaskKind.RANDOM: "→ random token (10%)", MaskKind.KEPT: "kept as is (10%)",
 }
-STRATEGY_NAMES = {"token": "token (BERT)", "whole_word": "whole word", "span": "span (SpanBERT)"}
+STRATEGY_NAMES = {"token": "token (BERT)", "whole_word": "whole word", "span": "span (SpanBERT)",
+                  "entity": "entity (ERNIE)", "phrase": "noun phrase"}
+# what one masked unit of each strategy is (entity / phrase: a whole mention, or a word that fills the budget)
+UNIT_NAMES = {"token": "token", "whole_word": "word", "span": "span", "entity": "entity or word",
+              "phrase": "phrase or word"}
 SEGMENT_COLORS = ("#eef4fa", "#fdf0e6")  # sentence A, sentence B
 CURVES = (("mlm_loss", "MLM loss"), ("mlm_acc", "MLM accuracy"), ("nsp_acc", "NSP / SOP accuracy"))
 NEXT_TOKEN_TITLES = ("next-token loss", "next-token accuracy")  # the first two curves of a next-token run
@@ -65,7 +69,7 @@ def _tip(ex: MaskedExample, i: int) -> str:
     kind = ex.kinds[i]
     if kind == MaskKind.NOT_CHOSEN:
         return "not chosen: nothing to predict here"
-    unit = {"token": "token", "whole_word": "word", "span": "span"}[ex.strategy]
+    unit = UNIT_NAMES[ex.strategy]
     return f"{ex.tokens[i]!r} {KIND_LEGEND[kind].format(mask=ex.mask_token)}; {unit} {ex.units[i] + 1}"
 
 
@@ -111,12 +115,21 @@ def _masked_line(ex: MaskedExample) -> str:
 
 def _summary(ex: MaskedExample) -> str:
     units = len({u for u in ex.units if u >= 0})
-    unit = {"token": "token", "whole_word": "word", "span": "span"}[ex.strategy]
-    return f"{ex.num_chosen} tokens in {units} {unit}{'s' if units != 1 else ''}"
+    unit = UNIT_NAMES[ex.strategy]
+    if units != 1:
+        unit = {"entity": "entities or words", "phrase": "phrases or words"}.get(ex.strategy, unit + "s")
+    return f"{ex.num_chosen} tokens in {units} {unit}"
 
 
-def strategies_html(examples: Mapping[str, MaskedExample]) -> str:
-    """One row per strategy: the text as the model reads it, and how many tokens / units were chosen."""
+def strategies_html(examples: Mapping[str, MaskedExample], untagged: Mapping[str, str] | None = None) -> str:
+    """One row per strategy: the text as the model reads it, and how many tokens / units were chosen;
+    `untagged`: strategy -> why it cannot mask this text (a row with that note instead)."""
+    missing = "".join(
+        f'<tr class="bl-strategy" data-strategy="{html.escape(name)}"><td style="padding:3px 8px;font-weight:600;'
+        f'white-space:nowrap;vertical-align:top">{html.escape(STRATEGY_NAMES.get(name, name))}</td>'
+        f'<td style="padding:3px 0;color:#666">{html.escape(why)}</td></tr>'
+        for name, why in (untagged or {}).items()
+    )
     rows = "".join(
         f'<tr class="bl-strategy" data-strategy="{html.escape(name)}"><td style="padding:3px 8px;font-weight:600;'
         f'white-space:nowrap;vertical-align:top">{html.escape(STRATEGY_NAMES.get(name, name))}<br>'
@@ -124,7 +137,7 @@ def strategies_html(examples: Mapping[str, MaskedExample]) -> str:
         f'<td style="padding:3px 0">{_masked_line(ex)}</td></tr>'
         for name, ex in examples.items()
     )
-    return f'<table class="bl-strategies" style="border-collapse:collapse">{rows}</table>'
+    return f'<table class="bl-strategies" style="border-collapse:collapse">{rows}{missing}</table>'
 
 
 def dynamic_html(draws: Sequence[MaskedExample]) -> str:

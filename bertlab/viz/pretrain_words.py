@@ -12,6 +12,19 @@ DEFAULT_TEXT = (
     "The Eiffel Tower is a lattice tower on the Champ de Mars in Paris, France. It is named after the "
     "engineer Gustave Eiffel, whose company designed and built the tower from 1887 to 1889."
 )
+# DEFAULT_TEXT's named entities and noun phrases (CoNLL-2003's tags and chunks, by hand), left to right:
+# entity and phrase masking hide these whole
+DEFAULT_MENTIONS = {
+    "entity": (("Eiffel Tower", "LOC"), ("Champ de Mars", "LOC"), ("Paris", "LOC"), ("France", "LOC"),
+               ("Gustave Eiffel", "PER")),
+    "phrase": tuple((words, "NP") for words in (
+        "The Eiffel Tower", "a lattice tower", "the Champ de Mars", "Paris", "France", "It",
+        "the engineer Gustave Eiffel", "whose company", "the tower", "1887", "1889")),
+}
+TAGGED_BUTTON = "Tagged sentence"
+TAGGED_TOOLTIP = ("a sentence of CoNLL-2003's training text, with its named entities and noun phrases, so that "
+                  "entity and phrase masking can show")
+TAGGED_FROM = "A sentence of CoNLL-2003's training text, drawn with the seed: its entities and noun phrases are tagged."
 DEFAULT_PROBE_TEMPLATE = "Paris is the capital of {mask}."  # spelled with the model's mask token
 SECTIONS = ("1. How BERT's training data is made", "2. Pre-train a small model", "3. Replay the run")
 HELP_DATA = (
@@ -63,6 +76,17 @@ def objective_ended(cfg: PretrainConfig) -> str:
 def next_token(cfg: PretrainConfig) -> bool:
     """Whether the run predicts the next token (causal, peek) rather than masked ones."""
     return bool(cfg.objective) and get_objective(cfg.objective).predicts_next
+def untagged_text(strategy: str) -> str:
+    """Why entity / phrase masking cannot show on the typed text, and what to do."""
+    what = {"entity": "named entities", "phrase": "noun phrases"}[strategy]
+    return (f"{strategy} masking hides whole {what}, so it needs to know where they are in the text: press "
+            f"'{TAGGED_BUTTON}' for a tagged sentence of CoNLL-2003, or put the tab's first text back. "
+            f"Typed text has no tags.")
+
+
+def untagged_row(strategy: str) -> str:
+    """The note in the every-strategy table for entity / phrase on a text without tags."""
+    return f"needs tagged text: press '{TAGGED_BUTTON}' (this text has no {strategy} tags)"
 
 
 def family(cfg: PretrainConfig) -> str:
