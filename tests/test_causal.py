@@ -10,6 +10,7 @@ import random
 
 import pytest
 import torch
+from tiny_models import _transformers, tiny_bert, wordpiece
 
 from bertlab import masks
 from bertlab.config import ConfigError
@@ -20,7 +21,6 @@ from bertlab.training.corpora import Document
 from bertlab.training.loop import train
 from bertlab.training.objectives import ModelShape, ObjectiveError, get_objective
 from bertlab.training.pretrain import ObjectiveRun, PretrainConfig, check_continuable
-from tiny_models import _transformers, tiny_bert, wordpiece
 
 TOL = 1e-5
 
