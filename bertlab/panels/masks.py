@@ -1,0 +1,143 @@
+"""The Attention tab's Masks view: six attention masks on the student's sentence (BERT, GPT, UniLM, Longformer,
+Reformer, Transformer-XL), drawn from the grids `bertlab.masks` returns, and one head of the model run under a
+chosen mask beside it. The Attention tab gives it its text (`show`); it keeps its own settings."""
+
+from __future__ import annotations
+
+import html
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+import torch
+
+from bertlab.analysis.attention_masks import MASK_NAMES, MasksResult, build_masks, masked_patterns
+from bertlab.panels.base import Level, Panel, labelled
+from bertlab.panels.views import CountSliders, Hold, help_note, on_input
+from bertlab.tokenizer import Tokenizer
+from bertlab.viz.figure_widget import SyncedFigureWidget, redraw
+from bertlab.viz.masks import plot_masked_head, plot_masks
+from bertlab.viz.theme import FAINT
+
+MAX_TOKENS = 64  # beyond this a cell of a small grid is thinner than a pixel pair; cut with a note
+HELP = ("Each grid is a mask: rows are the tokens that look (queries), columns the tokens they may look at "
+        "(keys); blue = may read. Each title counts the pairs read out of n² (full attention's work). These are "
+        "the grids the code applies: below, the model itself runs with the chosen one added to every head's "
+        "scores.")
+
+
+class MasksPanel(Panel):
+    """Who may read whom, six ways, on one sentence; and the model's attention under one of the masks."""
+
+    title = "Attention masks"
+    teaches = ("BERT lets every token read both sides; GPT, UniLM, Longformer, Reformer and Transformer-XL each "
+               "hide part of the grid, to predict left to right or to do less work.")
+
+    def __init__(self, model: torch.nn.Module, tok: Tokenizer, max_length: int = MAX_TOKENS) -> None:
+        super().__init__()
+        self.model, self.tok, self.max_length = model, tok, max_length
+        self.inputs: tuple[str, str | None] = ("", None)
+        self.window = labelled(widgets.BoundedIntText, "Window ±", "130px", value=2, min=0, max=32)
+        self.segment = labelled(widgets.BoundedIntText, "Segment", "130px", value=4, min=1, max=64)
+        self.buckets = labelled(widgets.Dropdown, "Buckets", "130px", options=[2, 4, 8, 16], value=4)
+        self.seed = labelled(widgets.BoundedIntText, "Hash seed", "140px", value=0, min=0, max=2**31 - 1)
+        self.chosen = labelled(widgets.Dropdown, "Run the model under", "330px", options=list(MASK_NAMES),
+                               value="causal")
+        self.sliders = CountSliders(model)
+        self.layer, self.head = self.sliders("layer", "Layer"), self.sliders("head", "Head")
+        self.hold = Hold()
+        self.result: MasksResult | None = None
+        self._patterns: tuple[str, torch.Tensor] | None = None  # (mask name, [layers, heads, q, k]) for result
+        self.descriptions = widgets.HTML()
+        self.placeholder = widgets.HTML(f'<div style="{FAINT};padding:1em">Type a sentence and press Show.</div>')
+        self.grid_figure: go.FigureWidget | None = None
+        self.head_figure: go.FigureWidget | None = None
+        self.stage = widgets.VBox([self.placeholder], layout=widgets.Layout(width="100%", overflow="auto"))
+        on_input(self._on_settings, self.window, self.segment, self.buckets, self.seed)
+        on_input(self._on_head, self.chosen, self.layer, self.head)
+        self._widget = widgets.VBox([
+            help_note(HELP, "760px"),
+            widgets.HBox([self.window, self.segment, self.buckets, self.seed]),
+            self.message,
+            self.stage,
+        ], layout=widgets.Layout(width="100%"))
+
+    # -- callbacks ------------------------------------------------------------------------
+    def _on_settings(self, _=None) -> None:
+        if self.hold:
+            return
+        with self.busy(text="Drawing the masks…"):
+            self._redraw()
+
+    def _on_head(self, _=None) -> None:
+        if self.hold or self.result is None:
+            return
+        with self.busy(text="Running the model under the mask…"), self.reporting():
+            self._draw_head()
+
+    def show(self, text_a: str, text_b: str | None = None) -> None:
+        """Draw the masks of this text (and pair), as the model's tokenizer splits it."""
+        self.inputs = (text_a, text_b)
+        self._redraw()
+
+    def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
+        """Another model: its tokenizer and layer-0 queries; the sliders take its layer and head counts."""
+        self.model, self.tok = model, tok
+        with self.hold():
+            self.sliders.fit(model)
+        if self.result is not None:
+            self._redraw()
+
+    def figures(self) -> dict[str, go.Figure]:
+        if self.result is None:
+            return {}
+        return {"masks": go.Figure(self.grid_figure), "masked head": go.Figure(self.head_figure)}
+
+    # -- state and drawing ----------------------------------------------------------------
+    def _redraw(self) -> None:
+        """Build the masks for the current text and settings; on bad input the old grids go (the message says why)."""
+        self.result, self._patterns, drawn = None, None, False
+        with self.reporting(self.stage):
+            result = build_masks(self.model, self.tok, *self.inputs, window=self.window.value,
+                                 segment=self.segment.value, n_buckets=self.buckets.value, seed=self.seed.value,
+                                 max_length=self.max_length)
+            self.result = result
+            self.show_messages(self._notes(result))
+            self._draw()
+            drawn = True
+        if not drawn:  # `reporting` emptied the stage and closes the figures it held
+            self.result, self.grid_figure, self.head_figure = None, None, None
+
+    def _notes(self, r: MasksResult) -> list[tuple[Level, str]]:
+        pair = " (two sentences: the prefix's source is sentence A)" if r.sentence_b_start is not None else ""
+        notes: list[tuple[Level, str]] = [("info", f"{r.n} tokens{pair}, so full attention reads {r.n ** 2} pairs.")]
+        if r.warning:
+            notes.append(("warning", r.warning))
+        return notes + self.unknown_notes(r.tokens, "each reads as the same token, and hashes alike")
+
+    def _draw(self) -> None:
+        r = self.result
+        rows = "".join(f"<li><b>{html.escape(m.title)}</b>: {html.escape(m.description)} "
+                       f"({m.allowed_pairs} of {r.n ** 2} pairs)</li>" for m in r.masks)
+        self.descriptions.value = f'<ul style="margin:0.3em 0;line-height:1.4">{rows}</ul>'
+        grid = plot_masks(r)
+        if self.grid_figure is None:
+            self.grid_figure = SyncedFigureWidget(grid)
+        else:
+            redraw(self.grid_figure, grid)
+        head = self._head_plot()
+        if self.head_figure is None:
+            self.head_figure = SyncedFigureWidget(head)
+        else:
+            redraw(self.head_figure, head)
+        self.stage.children = [self.descriptions, self.grid_figure,
+                               widgets.HBox([self.chosen, self.layer, self.head]), self.head_figure]
+
+    def _head_plot(self) -> go.Figure:
+        name = self.chosen.value
+        if self._patterns is None or self._patterns[0] != name:
+            self._patterns = (name, masked_patterns(self.model, self.result, name))
+        layer, head = self.layer.value, self.head.value
+        return plot_masked_head(self.result, name, self._patterns[1][layer, head].numpy(), layer, head)
+
+    def _draw_head(self) -> None:
+        redraw(self.head_figure, self._head_plot())
