@@ -192,3 +192,17 @@ def test_attention_tab_has_the_masks_view(tiny):
     panel.show_button.click()
     assert panel.masks.result.text_a == "Paris is big."
     assert {"masks", "masked head"} <= set(panel.figures())
+
+
+def test_attention_tab_masks_follow_a_new_model(tiny, tok):
+    model, _ = tiny
+    panel = AttentionPanel(model, tok, text=TEXT)
+    panel.view.value = "Masks"
+    other = tiny_bert(tok, seed=1, layers=3)
+    panel.set_model(other, tok)
+    assert panel.masks.model is other and panel.masks.layer.max == 2
+    name = other.family.hook_name(0, "hook_q")
+    with torch.no_grad():
+        _, cache = other.run_with_cache(panel.masks.result.input_ids, names=[name])
+    q = cache[name][0].reshape(panel.masks.result.n, -1)
+    assert torch.equal(panel.masks.result.buckets, masks.lsh_buckets(q, 4, seed=0))

@@ -161,8 +161,7 @@ class AttentionPanel(Panel):
         with self.hold():
             self.sliders.fit(model)
         if self.masks is not None:
-            self.masks.model, self.masks.tok = model, tok  # redrawn with the new result (`_key` changes)
-            self.masks.sliders.fit(model)
+            self.masks.set_model(model, tok, redraw=False)  # redrawn with the new result (`_key` changes)
         self._set_result(self._compute())
 
     def figures(self) -> dict[str, go.Figure]:

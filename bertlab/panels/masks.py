@@ -79,12 +79,13 @@ class MasksPanel(Panel):
         self.inputs = (text_a, text_b)
         self._redraw()
 
-    def set_model(self, model: torch.nn.Module, tok: Tokenizer) -> None:
-        """Another model: its tokenizer and layer-0 queries; the sliders take its layer and head counts."""
+    def set_model(self, model: torch.nn.Module, tok: Tokenizer, redraw: bool = True) -> None:
+        """Another model: its tokenizer and layer-0 queries; the sliders take its layer and head counts. `redraw`
+        False: the caller shows a new text next (the Attention tab does, with the new model's result)."""
         self.model, self.tok = model, tok
         with self.hold():
             self.sliders.fit(model)
-        if self.result is not None:
+        if redraw and self.result is not None:
             self._redraw()
 
     def figures(self) -> dict[str, go.Figure]:
