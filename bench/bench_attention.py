@@ -5,7 +5,8 @@ Four variants of one attention call (q, k, v: [1, heads, n, d_head], random, flo
   eager     full attention with its [heads, n, n] pattern made, as eager attention (and every view) does
   sdpa      torch's fused scaled_dot_product_attention, no mask: every query reads every key (n² pairs)
   masked    the same call with the window mask as attn_mask: the same n² scores, then most thrown away
-  banded    the same window computed block by block (Longformer's sliding chunks): queries in blocks of
+  banded    the same window computed block by block (Longformer's sliding chunks,
+            `bertlab.analysis.window_cost.banded_attention`): queries in blocks of
             `window`, each scored only against the 3 · window keys around its block and the global keys, and
             the global queries against all (about n · (3 · window + globals) pairs)
 `banded` is checked equal to `masked` at every length (max abs difference in the results file). Time: the median
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bertlab import masks  # noqa: E402
+from bertlab.analysis.window_cost import banded_attention, banded_pairs  # noqa: E402
 
 VARIANTS = ("eager", "sdpa", "masked", "banded")
 
@@ -43,40 +45,6 @@ VARIANTS = ("eager", "sdpa", "masked", "banded")
 def inputs(n: int, heads: int, d_head: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return tuple(torch.randn(1, heads, n, d_head, generator=g) for _ in range(3))  # each [1, head, n, d_head]
-
-
-def banded_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
-                     global_positions: tuple[int, ...] = (0,)) -> torch.Tensor:
-    """Attention under `masks.sliding_window(n, window, global_positions)` without the n × n grid (Longformer's
-    sliding chunks): queries in blocks of `window`, each block reading the global keys and the 3 · window keys
-    around it, all blocks in one fused call; the global queries read every key.
-    q, k, v [batch, head, n, d_head] -> [batch, head, n, d_head]."""
-    b, h, n, d = q.shape
-    w = max(window, 1)
-    blocks = -(-n // w)
-    padded = blocks * w
-    glob = torch.tensor(sorted(set(global_positions)), dtype=torch.long)
-    g = len(glob)
-
-    def around(x: torch.Tensor) -> torch.Tensor:  # [b, h, n, d] -> [b · h, block, g + 3w, d]
-        slabs = F.pad(x, (0, 0, w, padded - n + w)).view(b * h, blocks + 2, w, d)  # block i: slabs i, i+1, i+2
-        keys = x.new_empty(b * h, blocks, g + 3 * w, d)
-        keys[:, :, :g] = x[..., glob, :].reshape(b * h, 1, g, d)
-        for i in range(3):
-            keys[:, :, g + i * w:g + (i + 1) * w] = slabs[:, i:i + blocks]
-        return keys
-
-    qpos = torch.arange(padded).view(blocks, w, 1)  # [block, w, 1]
-    kpos = (torch.arange(blocks) * w - w).view(blocks, 1, 1) + torch.arange(3 * w).view(1, 1, 3 * w)
-    band = ((qpos - kpos).abs() <= window) & (kpos >= 0) & (kpos < n) & ~torch.isin(kpos, glob)
-    allowed = torch.cat([torch.ones(blocks, w, g, dtype=torch.bool), band], dim=-1)  # [block, w, g + 3w]
-    qb = F.pad(q, (0, 0, 0, padded - n)).view(b * h, blocks, w, d)  # 4-D, the blocks as heads: the fused kernel
-    kb, vb = around(k), around(v)
-    out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=allowed[None])  # [b·h, block, w, d]
-    out = out.reshape(b, h, padded, d)[:, :, :n].clone()
-    if g:  # a global query reads every key
-        out[..., glob, :] = F.scaled_dot_product_attention(q[..., glob, :], k, v)
-    return out
 
 
 def eager_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -95,14 +63,9 @@ def call(variant: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window
     return banded_attention(q, k, v, window)
 
 
-def pairs(variant: str, n: int, window: int, globals_: int = 1) -> int:
-    """Query-key scores the variant computes (`banded`: blocks of `window` queries padded to whole blocks,
-    3 · window local keys and the global keys each, and the global queries' full rows)."""
-    if variant != "banded":
-        return n * n
-    w = max(window, 1)
-    padded = -(-n // w) * w
-    return padded * (3 * w + globals_) + globals_ * n
+def pairs(variant: str, n: int, window: int) -> int:
+    """Query-key scores the variant computes."""
+    return banded_pairs(n, window) if variant == "banded" else n * n
 
 
 def timings(n: int, heads: int, d_head: int, window: int, repeats: int) -> tuple[dict[str, float], float]:

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from bertlab import masks
+from bertlab.analysis.window_cost import banded_attention, banded_pairs, time_window
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 
@@ -32,15 +33,26 @@ def test_banded_equals_sdpa_under_the_window_mask(n, window, globals_):
     q, k, v = b.inputs(n, 2, 8, seed=n)
     mask = masks.sliding_window(n, window, globals_)
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    assert torch.allclose(b.banded_attention(q, k, v, window, globals_), want, atol=1e-5)
+    assert torch.allclose(banded_attention(q, k, v, window, globals_), want, atol=1e-5)
     assert torch.allclose(b.eager_attention(q, k, v), F.scaled_dot_product_attention(q, k, v), atol=1e-5)
 
 
 def test_banded_pairs_grow_linearly():
     b = _bench()
     assert b.pairs("sdpa", 256, 16) == 256 ** 2
-    assert b.pairs("banded", 256, 16) == 256 * (3 * 16 + 1) + 256
-    assert b.pairs("banded", 512, 16) == 2 * b.pairs("banded", 256, 16)
+    assert b.pairs("banded", 256, 16) == banded_pairs(256, 16) == 256 * (3 * 16 + 1) + 256
+    assert banded_pairs(512, 16) == 2 * banded_pairs(256, 16)
+
+
+def test_time_window_times_both_at_each_length():
+    threads = torch.get_num_threads()
+    rows = time_window((16, 48), window=4, heads=2, d_head=8, repeats=1, threads=1)
+    assert torch.get_num_threads() == threads  # given back
+    assert [r.seq for r in rows] == [16, 48]
+    assert all(r.full_ms > 0 and r.banded_ms > 0 and r.full_pairs == r.seq ** 2 for r in rows)
+    assert rows[1].banded_pairs == banded_pairs(48, 4)
+    with pytest.raises(ValueError, match="at least"):
+        time_window((16,), window=0)
 
 
 @pytest.mark.slow  # five fresh processes (the memory of each variant is measured in its own)

@@ -206,3 +206,15 @@ def test_attention_tab_masks_follow_a_new_model(tiny, tok):
         _, cache = other.run_with_cache(panel.masks.result.input_ids, names=[name])
     q = cache[name][0].reshape(panel.masks.result.n, -1)
     assert torch.equal(panel.masks.result.buckets, masks.lsh_buckets(q, 4, seed=0))
+
+
+def test_panel_times_the_window_here(tiny):
+    model, tok = tiny
+    panel = MasksPanel(model, tok)
+    assert panel.timing_box.children == () and "window timing" not in panel.figures()
+    panel.timing_lengths = (16, 32)
+    panel.time_button.click()
+    fig = panel.timing_box.children[0]
+    assert [list(trace.x) for trace in fig.data] == [[16, 32], [16, 32]]
+    assert "At 32 tokens" in panel.timing_message.value and not panel.time_button.disabled
+    assert "window timing" in panel.figures()

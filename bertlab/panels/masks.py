@@ -11,11 +11,12 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.attention_masks import MASK_NAMES, MasksResult, build_masks, masked_patterns
+from bertlab.analysis.window_cost import LENGTHS, time_window
 from bertlab.panels.base import Level, Panel, labelled
 from bertlab.panels.views import CountSliders, Hold, help_note, on_input
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.figure_widget import SyncedFigureWidget, redraw
-from bertlab.viz.masks import plot_masked_head, plot_masks
+from bertlab.viz.masks import plot_masked_head, plot_masks, plot_window_timing
 from bertlab.viz.theme import FAINT
 
 MAX_TOKENS = 64  # beyond this a cell of a small grid is thinner than a pixel pair; cut with a note
@@ -23,6 +24,11 @@ HELP = ("Each grid is a mask: rows are the tokens that look (queries), columns t
         "(keys); blue = may read. Each title counts the pairs read out of n² (full attention's work). These are "
         "the grids the code applies: below, the model itself runs with the chosen one added to every head's "
         "scores.")
+TIMING_WINDOW = 64  # tokens on each side: a ModernBERT local layer's band (local_attention 128 / 2)
+TIMING_HELP = (f"<b>What a window saves.</b> Time one attention call on this machine at {LENGTHS[0]:,} to "
+               f"{LENGTHS[-1]:,} tokens: full attention (every pair) against a sliding window of ±{TIMING_WINDOW} "
+               "tokens with one global token, computed block by block so that it scores only the band. ModernBERT's "
+               "local layers read such a band. It takes a few seconds, on one thread.")
 
 
 class MasksPanel(Panel):
@@ -52,13 +58,22 @@ class MasksPanel(Panel):
         self.grid_figure: go.FigureWidget | None = None
         self.head_figure: go.FigureWidget | None = None
         self.stage = widgets.VBox([self.placeholder], layout=widgets.Layout(width="100%", overflow="auto"))
+        self.timing_lengths = LENGTHS
+        self.time_button = widgets.Button(description="Time it here", tooltip="Time full and windowed attention")
+        self.timing_message = widgets.HTML()
+        self.timing_box = widgets.VBox([], layout=widgets.Layout(width="100%"))
+        self.timing_figure: go.FigureWidget | None = None
         on_input(self._on_settings, self.window, self.segment, self.buckets, self.seed)
         on_input(self._on_head, self.chosen, self.layer, self.head)
+        self.time_button.on_click(self._on_time)
         self._widget = widgets.VBox([
             help_note(HELP, "760px"),
             widgets.HBox([self.window, self.segment, self.buckets, self.seed]),
             self.message,
             self.stage,
+            help_note(TIMING_HELP, "760px"),
+            widgets.HBox([self.time_button, self.timing_message]),
+            self.timing_box,
         ], layout=widgets.Layout(width="100%"))
 
     # -- callbacks ------------------------------------------------------------------------
@@ -73,6 +88,24 @@ class MasksPanel(Panel):
             return
         with self.busy(text="Running the model under the mask…"), self.reporting():
             self._draw_head()
+
+    def _on_time(self, _=None) -> None:
+        """Time full attention against the window at each length and draw the two curves."""
+        self.timing_message.value = ""
+        with self.busy(self.time_button, text="Timing attention…"), self.reporting(self.timing_box):
+            rows = time_window(self.timing_lengths, TIMING_WINDOW)
+            fig = plot_window_timing(rows, TIMING_WINDOW)
+            if self.timing_figure is None:
+                self.timing_figure = SyncedFigureWidget(fig)
+            else:
+                redraw(self.timing_figure, fig)
+            self.timing_box.children = [self.timing_figure]
+            longest = rows[-1]
+            self.timing_message.value = html.escape(
+                f"At {longest.seq:,} tokens the window took {longest.banded_ms:,.1f} ms, full attention "
+                f"{longest.full_ms:,.1f} ms ({longest.speedup:.1f}×), timed just now on one thread.")
+            return
+        self.timing_figure = None  # `reporting` emptied the box and closes the figure
 
     def show(self, text_a: str, text_b: str | None = None) -> None:
         """Draw the masks of this text (and pair), as the model's tokenizer splits it."""
@@ -89,9 +122,11 @@ class MasksPanel(Panel):
             self._redraw()
 
     def figures(self) -> dict[str, go.Figure]:
-        if self.result is None:
-            return {}
-        return {"masks": go.Figure(self.grid_figure), "masked head": go.Figure(self.head_figure)}
+        shown = {} if self.result is None else {"masks": go.Figure(self.grid_figure),
+                                                "masked head": go.Figure(self.head_figure)}
+        if self.timing_figure is not None and self.timing_box.children:
+            shown["window timing"] = go.Figure(self.timing_figure)
+        return shown
 
     # -- state and drawing ----------------------------------------------------------------
     def _redraw(self) -> None:

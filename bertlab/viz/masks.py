@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from bertlab.analysis.attention_masks import MasksResult
+from bertlab.analysis.window_cost import WindowTiming
 from bertlab.viz.theme import Theme, current, finish, matrix_ticks
 
 READ, HIDDEN = "#2b6cb0", "#f1f3f5"  # a key the query may read / may not
@@ -102,4 +103,25 @@ def plot_masked_head(result: MasksResult, name: str, pattern: np.ndarray, layer:
         note.font = dict(size=13)
     fig.update_layout(width=2 * side + 220, height=side + 150, margin=dict(l=90, r=20, t=60, b=90),
                       plot_bgcolor="white")
+    return finish(fig, t)
+
+
+def plot_window_timing(rows: list[WindowTiming], window: int, heads: int = 12, d_head: int = 64,
+                       style: Theme | None = None) -> go.Figure:
+    """Milliseconds of one attention call (`heads` × `d_head`) against the length (both axes log): full attention
+    and the sliding window (±`window`), as timed on this machine; the hover adds the pairs each scores."""
+    t = style or current()
+    fig = go.Figure()
+    for i, (name, key, pairs) in enumerate((("full attention (fused SDPA)", "full_ms", "full_pairs"),
+                                            (f"sliding window ±{window} (banded)", "banded_ms", "banded_pairs"))):
+        fig.add_trace(go.Scatter(
+            x=[r.seq for r in rows], y=[round(getattr(r, key), 2) for r in rows], mode="lines+markers", name=name,
+            customdata=[getattr(r, pairs) for r in rows], line=dict(color=t.color(i), width=t.px(2)),
+            hovertemplate="%{x} tokens: %{y:.1f} ms<br>%{customdata:,} query-key pairs<extra>" + name + "</extra>"))
+    fig.update_layout(
+        title=dict(text=f"One attention call on this machine ({heads} heads × {d_head}, float32, one thread)",
+                   font=dict(size=14)),
+        xaxis=dict(title=dict(text="tokens (n)"), type="log", tickvals=[r.seq for r in rows]),
+        yaxis=dict(title=dict(text="ms (median)"), type="log"), width=640, height=380,
+        margin=dict(l=70, r=20, t=60, b=60), legend=dict(orientation="h", y=-0.25), plot_bgcolor="white")
     return finish(fig, t)
