@@ -158,6 +158,10 @@ def test_plot_masks_draws_each_grid_with_token_labels(tiny):
     assert fig.layout.annotations[1].text.startswith("Causal (GPT)")
     head = plot_masked_head(r, "causal", masked_patterns(model, r, "causal")[1, 2].numpy(), 1, 2)
     assert len(head.data) == 2 and "Layer 1, head 2" in head.layout.annotations[1].text
+    assert not fig.layout.shapes  # one sentence: no line between A and B
+    pair = build_masks(model, tok, "Paris is big.", "It is old.")
+    lines = plot_masks(pair).layout.shapes
+    assert len(lines) == 12 and {ln.x0 for ln in lines if ln.y0 == -0.5} == {pair.sentence_b_start - 0.5}
 
 
 def test_panel_builds_redraws_and_reports(tiny):

@@ -48,6 +48,17 @@ def _mask_trace(result: MasksResult, name: str, gaps: bool) -> go.Heatmap:
                       zmax=1, showscale=False, xgap=1 if gaps else 0, ygap=1 if gaps else 0)
 
 
+def _segment_lines(result: MasksResult, axes: list[str]) -> list[dict]:
+    """Dotted lines between sentences A and B on each grid (`axes`: "", "2", ...); none for one sentence."""
+    s, n = result.sentence_b_start, result.n
+    if s is None:
+        return []
+    line = dict(color="#d62728", width=1.2, dash="dot")
+    return [shape for a in axes for shape in (
+        dict(type="line", xref=f"x{a}", yref=f"y{a}", x0=s - 0.5, x1=s - 0.5, y0=-0.5, y1=n - 0.5, line=line),
+        dict(type="line", xref=f"x{a}", yref=f"y{a}", x0=-0.5, x1=n - 0.5, y0=s - 0.5, y1=s - 0.5, line=line))]
+
+
 def _token_axes(fig: go.Figure, result: MasksResult, side: float, t: Theme, rows: int, cols: int) -> None:
     """Token labels on both axes of every grid, queries top to bottom."""
     vals, text, font = matrix_ticks(_labels(result.labels), side, t)
@@ -61,7 +72,7 @@ def _token_axes(fig: go.Figure, result: MasksResult, side: float, t: Theme, rows
 
 def plot_masks(result: MasksResult, style: Theme | None = None) -> go.Figure:
     """The six masks as small grids (rows: queries, columns: keys; blue: may read), two rows of three,
-    each titled with its pairs read out of n²."""
+    each titled with its pairs read out of n²; a pair's sentences split by dotted lines."""
     t = style or current()
     names = [m.name for m in result.masks]
     rows = -(-len(names) // COLUMNS)
@@ -76,7 +87,8 @@ def plot_masks(result: MasksResult, style: Theme | None = None) -> go.Figure:
     for note in fig.layout.annotations:
         note.font = dict(size=12)
     fig.update_layout(width=COLUMNS * (PANEL + 80) + 60, height=rows * (PANEL + 110) + 40,
-                      margin=dict(l=70, r=20, t=50, b=70), plot_bgcolor="white", showlegend=False)
+                      margin=dict(l=70, r=20, t=50, b=70), plot_bgcolor="white", showlegend=False,
+                      shapes=_segment_lines(result, ["" if i == 0 else str(i + 1) for i in range(len(names))]))
     return finish(fig, t)
 
 
@@ -102,7 +114,7 @@ def plot_masked_head(result: MasksResult, name: str, pattern: np.ndarray, layer:
     for note in fig.layout.annotations:
         note.font = dict(size=13)
     fig.update_layout(width=2 * side + 220, height=side + 150, margin=dict(l=90, r=20, t=60, b=90),
-                      plot_bgcolor="white")
+                      plot_bgcolor="white", shapes=_segment_lines(result, ["", "2"]))
     return finish(fig, t)
 
 
