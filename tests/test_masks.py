@@ -96,7 +96,7 @@ def test_build_masks_six_in_order_with_counts(tiny):
     assert [m.name for m in r.masks] == list(MASK_NAMES)
     assert all(m.allowed.shape == (n, n) and m.allowed.dtype == torch.bool and m.description for m in r.masks)
     assert r.mask("bidirectional").allowed_pairs == n * n
-    assert r.mask("causal").allowed_pairs == n * (n + 1) // 2
+    assert r.mask("left-to-right").allowed_pairs == n * (n + 1) // 2
     assert torch.equal(r.mask("sliding window").allowed, masks.sliding_window(n, 1, (0,)))
     assert torch.equal(r.mask("segment recurrence").allowed, masks.segment_recurrence(n, 4))
     assert r.settings["source"] == n // 2 and torch.equal(r.mask("prefix").allowed, masks.prefix(n, n // 2))
@@ -126,7 +126,7 @@ def test_lsh_buckets_hash_the_models_layer0_queries(tiny):
 def test_masked_patterns_read_only_inside_the_mask(tiny):
     model, tok = tiny
     r = build_masks(model, tok, TEXT, window=1)
-    for name in ("causal", "sliding window", "LSH buckets", "segment recurrence"):
+    for name in ("left-to-right", "sliding window", "LSH buckets", "segment recurrence"):
         p = masked_patterns(model, r, name)  # [layers, heads, q, k]
         allowed = r.mask(name).allowed
         assert p.shape == (2, 4, r.n, r.n)
@@ -156,7 +156,7 @@ def test_plot_masks_draws_each_grid_with_token_labels(tiny):
         assert np.array_equal(np.asarray(trace.z, dtype=bool), m.allowed.numpy())
     assert "&amp;" in fig.layout.xaxis.ticktext  # student text drawn as typed, not as markup
     assert fig.layout.annotations[1].text.startswith("Causal (GPT)")
-    head = plot_masked_head(r, "causal", masked_patterns(model, r, "causal")[1, 2].numpy(), 1, 2)
+    head = plot_masked_head(r, "left-to-right", masked_patterns(model, r, "left-to-right")[1, 2].numpy(), 1, 2)
     assert len(head.data) == 2 and "Layer 1, head 2" in head.layout.annotations[1].text
     assert not fig.layout.shapes  # one sentence: no line between A and B
     pair = build_masks(model, tok, "Paris is big.", "It is old.")

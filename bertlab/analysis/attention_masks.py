@@ -17,7 +17,7 @@ from bertlab.inputs import optional_text, require_text
 from bertlab.runtime import eval_mode
 from bertlab.tokenizer import Tokenizer
 
-MASK_NAMES = ("bidirectional", "causal", "prefix", "sliding window", "LSH buckets", "segment recurrence")
+MASK_NAMES = ("bidirectional", "left-to-right", "prefix", "sliding window", "LSH buckets", "segment recurrence")
 
 
 @dataclass
@@ -100,7 +100,7 @@ def build_masks(model: torch.nn.Module, tok: Tokenizer, a: str, b: str | None = 
     views = [
         MaskView("bidirectional", "Bidirectional (BERT)", "every token reads every token, left and right",
                  masks.bidirectional(n)),
-        MaskView("causal", "Causal (GPT)", "each token reads itself and the tokens to its left",
+        MaskView("left-to-right", "Causal (GPT)", "each token reads itself and the tokens to its left",
                  masks.causal(n)),
         MaskView("prefix", "Prefix (UniLM seq2seq)",
                  f"the source ({where}, {source} tokens) reads itself both ways; the rest reads the source and "

@@ -47,7 +47,7 @@ class MasksPanel(Panel):
         self.buckets = labelled(widgets.Dropdown, "Buckets", "130px", options=[2, 4, 8, 16], value=4)
         self.seed = labelled(widgets.BoundedIntText, "Hash seed", "140px", value=0, min=0, max=2**31 - 1)
         self.chosen = labelled(widgets.Dropdown, "Run the model under", "330px", options=list(MASK_NAMES),
-                               value="causal")
+                               value="left-to-right")
         self.sliders = CountSliders(model)
         self.layer, self.head = self.sliders("layer", "Layer"), self.sliders("head", "Head")
         self.hold = Hold()
