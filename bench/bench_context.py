@@ -32,12 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     from bertlab.analysis.context_window import WINDOWS, as_dicts, context_curve, score_points
     from bertlab.loading import load
     from bertlab.training.corpora import load_corpus
+    from bertlab.training.pretrain import evaluate_mlm
 
     torch.set_num_threads(args.threads)
     model, tok = load(args.model)
     docs = load_corpus("wikitext2", split="held_out")
     start = time.perf_counter()
-    rows = context_curve(model.eval(), tok, docs, windows=WINDOWS, max_tokens=args.max_tokens)
+    rows = context_curve(model.eval(), lambda m: evaluate_mlm(m, tok, docs, max_tokens=args.max_tokens), WINDOWS)
     full = rows[0].top1
     result = {
         "meta": {"model": args.model or "offline default (MiniLM-L6 + bertlab's heads)",

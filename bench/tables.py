@@ -83,6 +83,17 @@ TABLES: list[Table] = [
         ("everything ÷ plain", "capture_overhead", times),
         (f"a view ≤ {CAPTURE_AIM}×", aim("view_layer_overhead", CAPTURE_AIM, at_most=True), "")),
         "What a view's capture costs (float16 patterns of one layer or one head): " + FORWARD_CAPTION),
+    Table(B, "attention-window", "attention_window", (
+        ("n", "seq", ","), ("eager ms", "eager_ms", ",.1f"), ("SDPA ms", "sdpa_ms", ",.1f"),
+        ("SDPA + window mask ms", "masked_ms", ",.1f"), ("banded ms", "banded_ms", ",.1f"),
+        ("SDPA ÷ banded", "sdpa_over_banded", times), ("eager MiB", "eager_peak_mib", ",.1f"),
+        ("SDPA MiB", "sdpa_peak_mib", ",.1f"), ("masked MiB", "masked_peak_mib", ",.1f"),
+        ("banded MiB", "banded_peak_mib", ",.1f"),
+        ("banded pairs ÷ n²", lambda r: r["banded_pairs"] / r["sdpa_pairs"], ".1%")),
+        "One attention call, batch {meta[batch]}, {meta[heads]} heads × {meta[d_head]}, {meta[dtype]}, window "
+        "±{meta[window]} with {meta[globals]} global token; {meta[device]} ({meta[cpu]}), torch {meta[torch]}, "
+        "{meta[threads]} thread(s), median of {meta[repeats]} calls taking turns, load average "
+        "{meta[load_avg_start][0]} → {meta[load_avg_end][0]}, {meta[when]} (`{meta[command]}`)"),
     Table(B, "pretrain", "pretrain", PRETRAIN, PRETRAIN_CAPTION),
     Table(B, "pretrain", "pretrain_bf16", PRETRAIN, PRETRAIN_CAPTION),
     Table(B, "finetune", "finetune", FINETUNE, FINETUNE_CAPTION),

@@ -14,6 +14,7 @@ from bertlab.analysis.context_window import (
     windowed,
 )
 from bertlab.training.corpora import Document
+from bertlab.training.pretrain import evaluate_mlm
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ def test_no_window_or_one_wider_than_the_text_is_full_attention(model, tok):
         assert torch.equal(_hidden(model, ids), full)
     with windowed(model, range(3), 100):
         assert torch.allclose(_hidden(model, ids), full, atol=1e-5)
-    with pytest.raises(ValueError, match="0 or more"), windowed(model, [0], -1):
+    with pytest.raises(ValueError, match="0 or more tokens"), windowed(model, [0], -1):
         pass
 
 
@@ -70,7 +71,7 @@ def test_the_pattern_sums_to_one_inside_the_window_and_is_zero_outside(model, to
 
 def test_the_curve_scores_the_same_masked_words_in_every_row(model, tok):
     docs = [Document(["the man went to the store to buy milk.", "he paid and went home again."])] * 6
-    rows = context_curve(model, tok, docs, windows=(0, 2, None), max_tokens=None)
+    rows = context_curve(model, lambda m: evaluate_mlm(m, tok, docs), windows=(0, 2, None))
     assert [(r.layers, r.window) for r in rows] == [("all layers", None)] + [
         (g, w) for g in layer_groups(model) for w in (0, 2)]
     assert len({r.masked_tokens for r in rows}) == 1 and rows[0].masked_tokens > 0

@@ -207,7 +207,7 @@ def shown(panel) -> list:
 
 
 def test_one_view_is_on_show_and_the_heatmap_first(panel):
-    assert panel.view.options == ("Heatmap", "Head view", "Model view", "Rollout", "bertviz")
+    assert panel.view.options == ("Heatmap", "Head view", "Model view", "Rollout", "bertviz", "Masks")
     assert panel.view.value == "Heatmap" and shown(panel) == [panel.figure]
     assert panel.attention_view is None and panel.rollout_figure is None and not panel.bertviz_frame.value
     children = list(panel.widget.children)  # the heatmap comes before any other figure in the tab

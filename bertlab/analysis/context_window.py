@@ -4,32 +4,33 @@ Cheaper attention (Longformer's local windows, ModernBERT's local layers) lets e
 the tokens within `w` positions of it. Whether that costs anything depends on how far the model looks:
 here each chosen layer's attention is cut to a window of ±w positions (a hook on its scores sets every key
 farther than `w` from the query to -inf before the softmax, so the pattern over the window sums to 1), and
-the model guesses held-out masked words as `bertlab.training.pretrain.evaluate_mlm` scores them. Where the
-accuracy with a window equals the full one, the window is free.
+the model guesses held-out masked words (scored by the function given, e.g.
+`bertlab.training.pretrain.evaluate_mlm` on seeded masks: the same words in every row). Where the accuracy
+with a window equals the full one, the window is free.
 
-    rows = context_curve(model, tok, documents, windows=(1, 2, 4, 8, None))
+    score = lambda m: evaluate_mlm(m, tok, documents, max_tokens=20_000)
+    rows = context_curve(model, score, windows=(1, 2, 4, 8, None))
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 
 from bertlab.families.core import FamilyModel
-from bertlab.tokenizer import Tokenizer
-from bertlab.training.corpora import Document
+from bertlab.masks import sliding_window
 
 WINDOWS: tuple[int | None, ...] = (0, 1, 2, 4, 8, 16, 32, None)  # None: full attention
 
 
 def window_allowed(n: int, window: int, device: torch.device | None = None) -> torch.Tensor:
-    """[n, n] bool: query i may attend to key j when |i - j| <= window (each token always sees itself)."""
-    i = torch.arange(n, device=device)
-    return (i[:, None] - i[None, :]).abs() <= window
+    """[n, n] bool: query i may attend to key j when |i - j| <= window (`bertlab.masks.sliding_window` with no
+    global token: each token always sees itself)."""
+    return sliding_window(n, window, global_positions=()).to(device)
 
 
 def score_points(model: FamilyModel) -> list[str]:
@@ -53,7 +54,7 @@ def windowed(model: FamilyModel, layers: Sequence[int], window: int | None) -> I
         yield model
         return
     if window < 0:
-        raise ValueError(f"a window is 0 or more positions, not {window}.")
+        raise ValueError(f"the window must be 0 or more tokens on each side, not {window}")
     points = score_points(model)
     names = [points[i] for i in layers]
 
@@ -74,20 +75,18 @@ class ContextRow:
     masked_tokens: int
 
 
-def context_curve(model: FamilyModel, tok: Tokenizer, documents: Sequence[Document],
-                  windows: Sequence[int | None] = WINDOWS, groups: dict[str, list[int]] | None = None,
-                  max_tokens: int | None = 20_000, seq_len: int = 128, seed: int = 0) -> list[ContextRow]:
-    """MLM top-1 / top-5 on `documents` for each layer group and window (the same masked tokens in every
-    row: the masking is seeded). Full attention is one row, "all layers" with window None."""
-    from bertlab.training.pretrain import evaluate_mlm
-
+def context_curve(model: FamilyModel, score: Callable[[FamilyModel], dict],
+                  windows: Sequence[int | None] = WINDOWS,
+                  groups: dict[str, list[int]] | None = None) -> list[ContextRow]:
+    """`score(model)` (a dict with top1, top5, masked_tokens: MLM accuracy on seeded masks) for each layer
+    group and window. Full attention is one row, "all layers" with window None."""
     model.require("mlm")
     groups = groups if groups is not None else layer_groups(model)
     rows: list[ContextRow] = []
 
     def measure(name: str, layers: list[int], window: int | None) -> None:
         with windowed(model, layers, window):
-            m = evaluate_mlm(model, tok, documents, seed=seed, seq_len=seq_len, max_tokens=max_tokens)
+            m = score(model)
         rows.append(ContextRow(name, window, m["top1"], m["top5"], m["masked_tokens"]))
 
     if None in windows:

@@ -2,8 +2,9 @@
 
 Five views of the same patterns, one on show at a time: the heatmap of one head, bertlab's own
 head view (lines between tokens) and model view (layers x heads thumbnails), raw attention beside
-rollout, and bertviz's own views fed offline. The model runs once per text; a view is drawn
-when it is on show and only if it is out of date.
+rollout, and bertviz's own views fed offline; a sixth, Masks, draws six attention masks on the same
+text (bertlab.panels.masks). The model runs once per text; a view is drawn when it is on show and
+only if it is out of date.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from bertlab.analysis.attention import AttentionResult, attention_patterns
 from bertlab.analysis.rollout import RolloutResult, rollout_from_attention
 from bertlab.panels.base import Level, Panel, run_button, sentence_pair
+from bertlab.panels.masks import MasksPanel
 from bertlab.panels.views import CountSliders, Hold, on_input
 from bertlab.tokenizer import Tokenizer
 from bertlab.viz.attention import (
@@ -33,14 +35,14 @@ from bertlab.viz.theme import FAINT
 
 DEFAULT_TEXT = "The animal didn't cross the street because it was too tired."
 MAX_TOKENS = 128  # beyond this a heatmap cell is smaller than a pixel pair; cut with a note
-VIEWS = ("Heatmap", "Head view", "Model view", "Rollout", "bertviz")
+VIEWS = ("Heatmap", "Head view", "Model view", "Rollout", "bertviz", "Masks")
 BERTVIZ_KINDS = ("head view", "model view")
 BERTVIZ_MODEL_VIEW_TOKENS = 48  # above this bertviz's model view draws so many lines the browser crawls
 # The panel's sliders each view uses: one set of controls on the page. The head view takes the Layer slider
 # (its own view buttons and layer drop-down are off; its head chips pick the heads), the model view shows every
 # layer and head, bertviz has its own controls inside its page, and rollout mixes every head.
 SLIDERS = {"Heatmap": ("layer", "head"), "Head view": ("layer",), "Model view": (), "Rollout": ("layer",),
-           "bertviz": ()}
+           "bertviz": (), "Masks": ()}  # the Masks view has its own layer and head
 
 
 class AttentionPanel(Panel):
@@ -69,7 +71,8 @@ class AttentionPanel(Panel):
         self.view = widgets.ToggleButtons(
             options=VIEWS, value="Heatmap", description="View",
             tooltips=["One head as a grid", "Lines between tokens", "All layers × heads",
-                      "Raw attention beside rollout", "bertviz's own views (offline)"],
+                      "Raw attention beside rollout", "bertviz's own views (offline)",
+                      "Six attention masks (BERT, GPT, UniLM, Longformer, Reformer, Transformer-XL)"],
             style=widgets.ToggleButtonsStyle(button_width="auto"),
         )
         self.bertviz_kind = widgets.ToggleButtons(
@@ -93,6 +96,7 @@ class AttentionPanel(Panel):
         # The heavier views are made the first time they are chosen, then reused.
         self.attention_view: AttentionView | None = None
         self.rollout_figure: go.FigureWidget | None = None
+        self.masks: MasksPanel | None = None
         self.bertviz_frame = widgets.HTML(layout=widgets.Layout(width="100%"))
         self.bertviz_box = widgets.VBox([self.bertviz_kind, self.bertviz_frame], layout=widgets.Layout(width="100%"))
         self.placeholder = widgets.HTML(f'<div style="{FAINT};padding:1em">Type a sentence and press Show.</div>')
@@ -156,6 +160,8 @@ class AttentionPanel(Panel):
         self.model, self.tok = model, tok
         with self.hold():
             self.sliders.fit(model)
+        if self.masks is not None:
+            self.masks.set_model(model, tok, redraw=False)  # redrawn with the new result (`_key` changes)
         self._set_result(self._compute())
 
     def figures(self) -> dict[str, go.Figure]:
@@ -165,7 +171,9 @@ class AttentionPanel(Panel):
         with self.reporting():
             self._sync("Heatmap")
             rollout = plot_rollout(self._rollout_result(), self.layer.value)
-            return {"heatmap": go.Figure(self.figure), "rollout": rollout}
+            masks = self.masks.figures() if self.masks is not None and self._drawn.get("Masks") == self._key(
+                "Masks") else {}
+            return {"heatmap": go.Figure(self.figure), "rollout": rollout, **masks}
         return {}
 
     def _notes(self, result: AttentionResult) -> list[tuple[Level, str]]:
@@ -203,6 +211,8 @@ class AttentionPanel(Panel):
             return (v, layer, head, view)
         if view == "Rollout":
             return (v, layer)
+        if view == "Masks":
+            return (v,)  # its own settings redraw it from inside
         return (v, self.bertviz_kind.value)  # bertviz has its own layer and head controls
 
     # -- drawing --------------------------------------------------------------------------
@@ -226,6 +236,8 @@ class AttentionPanel(Panel):
             return self.attention_view
         if name == "Rollout":
             return self.rollout_figure
+        if name == "Masks":
+            return self.masks.widget
         return self.bertviz_box
 
     def _sync(self, view: str) -> None:
@@ -238,7 +250,7 @@ class AttentionPanel(Panel):
             return
         draw = {
             "Heatmap": self._draw_heatmap, "Attention view": self._draw_attention_view,
-            "Rollout": self._draw_rollout, "bertviz": self._draw_bertviz,
+            "Rollout": self._draw_rollout, "bertviz": self._draw_bertviz, "Masks": self._draw_masks,
         }[slot]
         draw(old)
         self._drawn[slot] = key
@@ -303,6 +315,12 @@ class AttentionPanel(Panel):
                 fig.data[1].z = rollout_z(rollout.rollout[layer])
                 for note, text in zip(fig.layout.annotations, rollout_titles(rollout, layer)):
                     note.text = text
+
+    def _draw_masks(self, old: tuple | None) -> None:
+        """The Masks view (built the first time it is chosen) on this result's text."""
+        if self.masks is None:
+            self.masks = MasksPanel(self.model, self.tok)
+        self.masks.show(self.result.text_a, self.result.text_b)
 
     def _draw_bertviz(self, old: tuple | None) -> None:
         """bertviz's page for this text, built only when this view is chosen."""

@@ -188,6 +188,11 @@ VIEW_HELP = {
         "The bertviz library's own views, with its JavaScript read from installed packages (no network). "
         "They keep their own layer and head controls."
     ),
+    "Masks": (
+        "Which keys each query may read under six designs: BERT (both ways), GPT (left to right), UniLM "
+        "(source both ways, target left to right), Longformer (a window and global tokens), Reformer (hashed "
+        "buckets) and Transformer-XL (its segment and the previous one). Each grid is the mask the code applies."
+    ),
 }
 
 
