@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 from torch import nn
 
-from bertlab.config import PAIR_HEADS, PRETRAINING_HEADS, BertConfig, ConfigError
+from bertlab.config import PAIR_HEADS, PRETRAINING_HEADS, TASKS, BertConfig, ConfigError
 from bertlab.hooks import ActivationCache, GradHookFn, HookFn, HookPoint, NameFilter, hooks, name_hook_points, select
 from bertlab.model import (
     ATTN_IMPLEMENTATIONS,
@@ -52,7 +52,15 @@ POSITION_TITLES = {"learned": "learned position embeddings, added to the input",
                    "relative": "relative (token distances scored inside attention)"}
 OBJECTIVE_DEMOS = ("pair", "dynamic", "rtd", "distil", "")
 HEAD_WORDS = {"mlm": "masked-word prediction (MLM)", "nsp": "next-sentence prediction (NSP)",
-              "sop": "sentence-order prediction (SOP)", "rtd": "replaced-token detection (ELECTRA's discriminator)"}
+              "sop": "sentence-order prediction (SOP)", "rtd": "replaced-token detection (ELECTRA's discriminator)",
+              "lm": "next-word prediction (a left-to-right language model)"}
+# What a left-to-right (causal) member cannot do, in words: each token reads only the tokens before it.
+CAUSAL_REFUSALS = {
+    "mlm": "it predicts the next word, not a masked one (a hidden word's right-hand context is out of its sight)",
+    "nsp": "it has no sentence-pair head: it never learned whether sentence B follows sentence A",
+    "sop": "it has no sentence-pair head: it never learned whether two sentences are in order",
+    "rtd": "it has no replaced-token detector (that is ELECTRA's discriminator)",
+}
 # Checkpoint keys that are never weights: position/segment id buffers of older HF versions.
 BUFFER_KEYS = (r"(^|\.)embeddings\.position_ids$", r"(^|\.)embeddings\.token_type_ids$")
 RENAMES = ((r"LayerNorm\.gamma$", "LayerNorm.weight"), (r"LayerNorm\.beta$", "LayerNorm.bias"))
@@ -138,6 +146,12 @@ class Family:
     # the HF class of a next-token model of this member (BERT: "BertLMHeadModel", the MLM head predicting the
     # next token; causal with config.json's is_decoder); None: the member is never a decoder
     decoder_architecture: str | None = None
+    # -- left to right -------------------------------------------------------------------------
+    causal: bool = False  # each token reads only itself and the tokens before it (GPT-2): "next word", not "mask"
+    # where the embeddings' hook points sit under the prefix ("embeddings" -> "bert.embeddings.hook_word"); ""
+    # when the input embeddings are the encoder's own weights (GPT-2's transformer.wte / transformer.wpe)
+    embeddings_path: str = "embeddings"
+    buffer_keys: tuple[str, ...] = ()  # more checkpoint keys that are never weights (regexes; GPT-2's attn.bias)
 
     def __post_init__(self) -> None:
         if self.positions not in POSITION_NOTES:
@@ -315,6 +329,11 @@ class ModelFamily:
         return self.family.positions_note or POSITION_NOTES[self.family.positions]
 
     @property
+    def causal(self) -> bool:
+        """Whether the model reads left to right (each token sees only itself and the tokens before it)."""
+        return self.family.causal
+
+    @property
     def pair_task(self) -> str | None:
         """The task of the model's sentence-pair head: "nsp" (does B follow A?), "sop" (are A and B in
         order?), or None without one."""
@@ -385,7 +404,7 @@ class ModelFamily:
         """Hook name of a part of the embeddings: hook_word, hook_token_type, hook_position, hook_sum, hook_out."""
         if short not in EMBEDDING_HOOKS:
             raise KeyError(f"no embedding hook {short!r}; the names are {', '.join(EMBEDDING_HOOKS)}.")
-        return f"{self.family.prefix}.embeddings.{short}"
+        return ".".join(p for p in (self.family.prefix, self.family.embeddings_path, short) if p)
 
     def embeddings(self, model: nn.Module) -> nn.Module:
         """The model's embeddings module: `embeddings(model)(input_ids, token_type_ids)`."""
@@ -582,6 +601,17 @@ class FamilyModel(nn.Module):
     def has_rtd(self) -> bool:
         return "rtd" in self.heads
 
+    @property
+    def has_lm(self) -> bool:
+        """A left-to-right language-model head (next word): its logits come back as `lm_logits`."""
+        return "lm" in self.heads
+
+    def next_token_logits(self, states: torch.Tensor) -> torch.Tensor:
+        """The next-word head on hidden states [..., hidden] -> logits [..., vocab] (position i's guess of
+        token i + 1); each family with one defines it (the forward pass and the next-token lens call it)."""
+        self.require("lm")
+        raise NotImplementedError(f"{type(self).__name__} defines no next_token_logits")
+
     def mlm_head(self, states: torch.Tensor) -> torch.Tensor:
         """The MLM head on hidden states [..., hidden] -> logits [..., vocab]; each family with one
         defines it (the forward pass and the logit lens both call it)."""
@@ -589,10 +619,24 @@ class FamilyModel(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} defines no mlm_head")
 
     def require(self, head: str) -> None:
-        """Raise a MissingHeadError a student can act on when pre-training head `head` is absent."""
-        has = {"mlm": self.has_mlm, "nsp": self.has_nsp, "sop": self.has_nsp, "rtd": self.has_rtd}.get(head)
+        """Raise a MissingHeadError a student can act on when pre-training head `head` is absent, or task
+        head `head` (a fine-tuning task) is one the family has no architecture for. A left-to-right member
+        refuses what it cannot do in plain words (it predicts the next word, not a masked one)."""
+        if head in TASKS:
+            if not any(t == head for _, t in self.FAMILY.architectures.values()):
+                why = (f"{self.FAMILY.display} reads left to right: no token has read the whole sentence, and "
+                       f"bertlab builds no {self.FAMILY.display} {head.replace('_', ' ')} head"
+                       if self.FAMILY.causal else
+                       f"bertlab builds no {self.FAMILY.display} {head.replace('_', ' ')} head")
+                raise MissingHeadError(f"{why}. Fine-tune a two-way encoder (BERT, RoBERTa, ...) for this task.")
+            return
+        has = {"mlm": self.has_mlm, "nsp": self.has_nsp, "sop": self.has_nsp, "rtd": self.has_rtd,
+               "lm": self.has_lm}.get(head)
         if has is None:
             raise ValueError(f"unknown head {head!r}; heads are {', '.join(PRETRAINING_HEADS)}.")
+        if not has and self.FAMILY.causal and head in CAUSAL_REFUSALS:
+            raise MissingHeadError(f"{self.FAMILY.display} reads left to right: {CAUSAL_REFUSALS[head]}. "
+                                   f"Load a two-way encoder (BERT, RoBERTa, ...) for {HEAD_WORDS[head]}.")
         if not has:
             raise MissingHeadError(
                 f"this {self.FAMILY.display} model has no {head.upper()} head, so {HEAD_WORDS[head]} is not "
@@ -678,7 +722,7 @@ def normalise_keys(family: Family, state: dict[str, torch.Tensor], tie: bool = T
     bias only as the decoder's)."""
     out: dict[str, torch.Tensor] = {}
     for key, value in state.items():
-        if any(re.search(p, key) for p in BUFFER_KEYS):
+        if any(re.search(p, key) for p in (*BUFFER_KEYS, *family.buffer_keys)):
             continue
         new = key
         for pattern, repl in RENAMES:
