@@ -310,3 +310,26 @@ def test_download_then_load_offline(tmp_path, hf_tok):
         ref = model(torch.tensor([tok.encode("the quick fox").ids])).lm_logits[0, -1, :5]
     assert family == "gpt2"
     torch.testing.assert_close(torch.tensor(logits), ref, atol=1e-5, rtol=0)
+
+
+def test_mask_tab_guesses_the_next_word_and_says_why(checkpoints):
+    """The Mask tab on a left-to-right model: the guesses for the token after the text (its LM logits at the
+    last token), the note saying why it cannot fill in a hidden word; nothing that hides words on show."""
+    from bertlab.analysis.needs import lacks
+    from bertlab.panels.mask import MaskPanel
+
+    model, tok = load(str(checkpoints["GPT2LMHeadModel"]))
+    panel = MaskPanel(model, tok)
+    assert panel.text.value.endswith("a gallon of") and len(panel.predictions) == 1
+    pred = panel.predictions[0]
+    ids = torch.tensor([tok.encode(panel.text.value).ids])
+    with torch.no_grad():
+        want = model(ids).lm_logits[0, -1].softmax(-1)
+    assert pred.next_word and pred.position == ids.shape[1] - 1 and pred.label.startswith("the token after")
+    assert abs(pred.top.probability - float(want[pred.top.token_id])) < 1e-6
+    assert "reads left to right" in panel.message.value and "next word" in panel.message.value
+    assert panel.word_buttons.layout.display == "none" and panel.each_button.layout.display == "none"
+    assert "guesses for the hidden words" in panel.figures()
+    panel.text.value = "Hello"
+    assert panel.predictions[0].tokens == tok.encode("Hello").tokens
+    assert "predicts the next word, not a masked one" in lacks(model, "mlm_head")

@@ -17,6 +17,9 @@ def lacks(model: torch.nn.Module, need: str) -> str | None:
     if need == "mlm_head":
         if model.has_mlm:
             return None
+        if family.causal:  # a left-to-right model: the words to the right of a hidden one are out of its sight
+            return (f"{family.title} reads left to right: it predicts the next word, not a masked one (each word "
+                    "sees only the words before it). The Mask tab shows its guesses for the word after your text.")
         why = (" It is an ELECTRA discriminator: it was trained to spot replaced tokens instead (the Mask tab "
                "shows that)." if getattr(model, "has_rtd", False) else "")
         return (f"This {family.name} model has no MLM head, so it cannot guess hidden words.{why} Pick a model "
