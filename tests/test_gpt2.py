@@ -260,14 +260,16 @@ def test_a_left_to_right_model_refuses_what_it_cannot_do(checkpoints):
         model.mlm_head(torch.zeros(1, 32))
     with pytest.raises(MissingHeadError, match="never learned whether sentence B follows sentence A"):
         model.require("nsp")
-    with pytest.raises(MissingHeadError, match="no token has read the whole sentence"):
+    with pytest.raises(MissingHeadError, match="no token has read the whole text"):
         model.require("sequence_classification")
     model.require("lm")
     bare = model.with_heads(())
     with pytest.raises(MissingHeadError, match="no LM head"):
         bare.require("lm")
-    with pytest.raises(Exception, match="no gpt2 architecture"):
+    with pytest.raises(ValueError, match="reads left to right: no token has read the whole text"):
         model.with_heads((), task="sequence_classification")
+    with pytest.raises(ValueError, match="predicts the next word, not a masked one"):
+        model.with_heads(("mlm",))
 
 
 @pytest.mark.parametrize("change,message", [({"add_cross_attention": True}, "cross-attention"),
@@ -333,3 +335,29 @@ def test_mask_tab_guesses_the_next_word_and_says_why(checkpoints):
     panel.text.value = "Hello"
     assert panel.predictions[0].tokens == tok.encode("Hello").tokens
     assert "predicts the next word, not a masked one" in lacks(model, "mlm_head")
+
+
+def test_tabs_that_cannot_work_say_so_plainly(checkpoints, tmp_path):
+    """Next sentence, Input and Family on a left-to-right model say what it cannot do; Fine-tuning's Start
+    refuses a [CLS] classifier in words (no traceback, no HF class name)."""
+    from test_labs_every_family import write_sst2
+
+    from bertlab.analysis.family import view_model
+    from bertlab.analysis.needs import lacks
+    from bertlab.panels.finetune import FinetunePanel
+    from bertlab.workspace import Workspace
+
+    model, tok = load(str(checkpoints["GPT2LMHeadModel"]))
+    assert "reads left to right and has no sentence-pair head" in lacks(model, "pair_head")
+    assert "no separator token" in lacks(model, "segment_embeddings")
+    view = view_model("gpt2", model, tok, "The cat sat on the mat.", None, k=3)
+    assert view.masked is None and view.pair is None
+    ws = Workspace(tmp_path / "ws")
+    panel = FinetunePanel(model, tok, device="cpu", workspace=ws)
+    panel.path.value = str(write_sst2(ws.uploads / "sst2"))
+    panel.max_train.value, panel.max_dev.value, panel.epochs.value, panel.batch.value = 16, 8, 1, 8
+    panel.start_button.click()
+    if panel.job is not None:
+        panel.job.wait(60)
+    errors = " ".join(text for level, text in panel.messages if level == "error")
+    assert "GPT-2 reads left to right: no token has read the whole text" in errors, panel.messages

@@ -623,25 +623,37 @@ class FamilyModel(nn.Module):
         head `head` (a fine-tuning task) is one the family has no architecture for. A left-to-right member
         refuses what it cannot do in plain words (it predicts the next word, not a masked one)."""
         if head in TASKS:
-            if not any(t == head for _, t in self.FAMILY.architectures.values()):
-                why = (f"{self.FAMILY.display} reads left to right: no token has read the whole sentence, and "
-                       f"bertlab builds no {self.FAMILY.display} {head.replace('_', ' ')} head"
-                       if self.FAMILY.causal else
-                       f"bertlab builds no {self.FAMILY.display} {head.replace('_', ' ')} head")
-                raise MissingHeadError(f"{why}. Fine-tune a two-way encoder (BERT, RoBERTa, ...) for this task.")
+            why = self.cannot_hold(head)
+            if why:
+                raise MissingHeadError(why)
             return
         has = {"mlm": self.has_mlm, "nsp": self.has_nsp, "sop": self.has_nsp, "rtd": self.has_rtd,
                "lm": self.has_lm}.get(head)
         if has is None:
             raise ValueError(f"unknown head {head!r}; heads are {', '.join(PRETRAINING_HEADS)}.")
-        if not has and self.FAMILY.causal and head in CAUSAL_REFUSALS:
-            raise MissingHeadError(f"{self.FAMILY.display} reads left to right: {CAUSAL_REFUSALS[head]}. "
-                                   f"Load a two-way encoder (BERT, RoBERTa, ...) for {HEAD_WORDS[head]}.")
+        if not has and self.cannot_hold(head):
+            raise MissingHeadError(self.cannot_hold(head))
         if not has:
             raise MissingHeadError(
                 f"this {self.FAMILY.display} model has no {head.upper()} head, so {HEAD_WORDS[head]} is not "
                 f"available. Train one in the pre-training tab, or load a checkpoint that has it."
             )
+
+    def cannot_hold(self, head: str) -> str | None:
+        """Why no model of this family can have head `head` (a pre-training head or a task), in words a
+        student can act on; None when one can (or could, once trained)."""
+        fam = self.FAMILY
+        if head in TASKS:
+            if any(t == head for _, t in fam.architectures.values()):
+                return None
+            what = head.replace("_", " ")
+            why = (f"{fam.display} reads left to right: no token has read the whole text, and bertlab builds no "
+                   f"{fam.display} {what} head" if fam.causal else f"bertlab builds no {fam.display} {what} head")
+            return f"{why}. Fine-tune a two-way encoder (BERT, RoBERTa, ...) for this task."
+        if fam.causal and head in CAUSAL_REFUSALS:
+            return (f"{fam.display} reads left to right: {CAUSAL_REFUSALS[head]}. Load a two-way encoder (BERT, "
+                    f"RoBERTa, ...) for {HEAD_WORDS[head]}.")
+        return None
 
     def describe(self) -> str:
         """One line for the UI: family, size and heads."""
@@ -676,6 +688,9 @@ class FamilyModel(nn.Module):
         cfg = self.config.replace(pretraining_heads=tuple(pretraining_heads), task=task, id2label=dict(id2label or {}),
                                   adapter_size=self.config.adapter_size if adapter_size == -1 else adapter_size)
         if saveable:
+            why = next(filter(None, map(self.cannot_hold, (*pretraining_heads, *([task] if task else [])))), None)
+            if why:  # what the family can never have, in words (a left-to-right model's MLM head)
+                raise FamilyError(why)
             self.FAMILY.architecture_of(cfg)  # refuses a combination no HF class holds
         new = type(self)(cfg)
         ours, theirs = self.state_dict(), new.state_dict()
