@@ -361,3 +361,21 @@ def test_tabs_that_cannot_work_say_so_plainly(checkpoints, tmp_path):
         panel.job.wait(60)
     errors = " ".join(text for level, text in panel.messages if level == "error")
     assert "GPT-2 reads left to right: no token has read the whole text" in errors, panel.messages
+
+
+def test_ablation_tab_shows_the_next_token_lens(checkpoints):
+    """The Ablation tab on a left-to-right model: no head switches (they ablate a masked word), the lens reads
+    the LM head's guess for the token after the text at every stage, the last stage the model's own."""
+    from bertlab.panels.ablation import AblationPanel
+
+    model, tok = load(str(checkpoints["GPT2LMHeadModel"]))
+    panel = AblationPanel(model, tok)
+    lens = panel.lens
+    assert lens is not None and lens.next_token and panel.grid.layout.display == "none"
+    assert "reads left to right" in panel.message.value and "next-token lens" in panel.message.value
+    ids = torch.tensor([tok.encode(panel.text.value).ids])
+    with torch.no_grad():
+        want = model(ids).lm_logits[0, -1].log_softmax(-1)
+    assert lens.query.position == ids.shape[1] - 1 and lens.query.target_id == int(want.argmax())
+    assert abs(float(lens.target_log_probs[-1]) - float(want.max())) < 1e-5
+    assert "Next-token lens" in panel.figures()["logit lens"].layout.title.text
