@@ -379,3 +379,13 @@ def test_ablation_tab_shows_the_next_token_lens(checkpoints):
     assert lens.query.position == ids.shape[1] - 1 and lens.query.target_id == int(want.argmax())
     assert abs(float(lens.target_log_probs[-1]) - float(want.max())) < 1e-5
     assert "Next-token lens" in panel.figures()["logit lens"].layout.title.text
+
+
+def test_pretraining_tab_refuses_a_tokenizer_without_a_mask_token(checkpoints):
+    """GPT-2's tokenizer has one special token for every role: hiding words with it would hide padding too."""
+    from bertlab.panels.pretrain import PretrainPanel
+
+    model, tok = load(str(checkpoints["GPT2LMHeadModel"]))
+    panel = PretrainPanel(model, tok)
+    panel.start.click()
+    assert panel.job.state == "pending" and "has no mask token of its own" in panel.run_messages[-1][1]
