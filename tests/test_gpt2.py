@@ -389,3 +389,11 @@ def test_pretraining_tab_refuses_a_tokenizer_without_a_mask_token(checkpoints):
     panel = PretrainPanel(model, tok)
     panel.start.click()
     assert panel.job.state == "pending" and "has no mask token of its own" in panel.run_messages[-1][1]
+
+
+def test_the_model_card_names_the_next_word_head(checkpoints):
+    from bertlab.viz.picker import model_card
+
+    model, _ = load(str(checkpoints["GPT2LMHeadModel"]))
+    card = model_card(model, "gpt2")
+    assert "✓ next-word head (reads left to right)" in card and "✗ MLM head" in card
