@@ -397,3 +397,13 @@ def test_the_model_card_names_the_next_word_head(checkpoints):
     model, _ = load(str(checkpoints["GPT2LMHeadModel"]))
     card = model_card(model, "gpt2")
     assert "✓ next-word head (reads left to right)" in card and "✗ MLM head" in card
+
+
+def test_attention_tab_draws_the_triangle_and_says_it_is_the_mask(checkpoints):
+    from bertlab.panels.attention import AttentionPanel
+
+    model, tok = load(str(checkpoints["GPT2LMHeadModel"]))
+    panel = AttentionPanel(model, tok)
+    assert "right of the diagonal is 0 (the causal mask)" in panel.message.value
+    z = panel.figures()["heatmap"].data[0].z  # [query, key] of the head on show
+    assert all(float(z[q][k]) == 0.0 for q in range(len(z)) for k in range(q + 1, len(z[q])))
