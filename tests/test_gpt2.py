@@ -407,3 +407,23 @@ def test_attention_tab_draws_the_triangle_and_says_it_is_the_mask(checkpoints):
     assert "right of the diagonal is 0 (the causal mask)" in panel.message.value
     z = panel.figures()["heatmap"].data[0].z  # [query, key] of the head on show
     assert all(float(z[q][k]) == 0.0 for q in range(len(z)) for k in range(q + 1, len(z[q])))
+
+
+def test_a_hub_style_folder_naming_no_tokenizer_class_reads_as_gpt2s(checkpoints, hf_tok, tmp_path):
+    """The hub's gpt2 folder: tokenizer_config.json says only model_max_length, tokenizer.json's post-processor
+    is ByteLevel; config.json's model_type picks GPT-2's pipeline and its one special token."""
+    src = checkpoints["GPT2LMHeadModel"]
+    folder = tmp_path / "hub-style"
+    folder.mkdir()
+    (folder / "config.json").write_bytes((src / "config.json").read_bytes())
+    tok_json = json.loads((src / "tokenizer.json").read_text())
+    tok_json["post_processor"] = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                                  "use_regex": True}
+    (folder / "tokenizer.json").write_text(json.dumps(tok_json))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 1024}))
+    ours = Tokenizer.from_folder(folder)
+    assert set(ours.special_tokens.values()) == {"<|endoftext|>"} and ours.model_max_length == 1024
+    for text in TOKENIZER_TEXTS:
+        ref = hf_tok(text, return_offsets_mapping=True)
+        enc = ours.encode(text)
+        assert enc.ids == ref["input_ids"] and enc.offsets == [tuple(o) for o in ref["offset_mapping"]], text
