@@ -427,3 +427,30 @@ def test_a_hub_style_folder_naming_no_tokenizer_class_reads_as_gpt2s(checkpoints
         ref = hf_tok(text, return_offsets_mapping=True)
         enc = ours.encode(text)
         assert enc.ids == ref["input_ids"] and enc.offsets == [tuple(o) for o in ref["offset_mapping"]], text
+
+
+def test_a_bert_decoder_gets_the_same_next_word_views(tmp_path):
+    """A BertLMHeadModel (is_decoder) reads left to right too: the protocol calls it causal, its next-word head
+    is its MLM head, and the Mask and Ablation tabs ask it for the word after the text, as they ask GPT-2."""
+    from tiny_models import _transformers, wordpiece
+
+    from bertlab.panels.ablation import AblationPanel
+    from bertlab.panels.mask import MaskPanel
+
+    T, hf = _transformers(), wordpiece()
+    cfg = T.BertConfig(vocab_size=len(hf), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       intermediate_size=64, max_position_embeddings=80, is_decoder=True)
+    torch.manual_seed(0)
+    T.BertLMHeadModel(cfg).eval().save_pretrained(tmp_path / "dec")
+    hf.save_pretrained(tmp_path / "dec")
+    model, tok = load(str(tmp_path / "dec"))
+    assert model.family.causal and model.has_lm and not model.family.family.causal
+    ids = torch.tensor([tok.encode("the cat sat on the").ids])
+    with torch.no_grad():
+        out = model(ids)
+        want = out.mlm_logits[0, -1].softmax(-1)
+        assert _diff(model.next_token_logits(out.last_hidden_state[0, -1]), out.mlm_logits[0, -1]) < 1e-6
+    panel = MaskPanel(model, tok, text="the cat sat on the")
+    assert panel.predictions[0].next_word and "reads left to right" in panel.message.value
+    assert abs(panel.predictions[0].top.probability - float(want.max())) < 1e-6
+    assert AblationPanel(model, tok, text="the cat sat on the", target="").lens.next_token

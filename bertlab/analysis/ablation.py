@@ -121,7 +121,7 @@ def next_token_query(model: Bert, tok: Tokenizer, text: str, target: str | None 
         target_id = target_piece_id(tok, target)
     else:
         with eval_mode(model), torch.inference_mode():
-            target_id = int(model(ids).lm_logits[0, -1].argmax())
+            target_id = int(model.next_token_logits(model(ids).last_hidden_state[0, -1]).argmax())
     query.target_id, query.target = target_id, tok.id_to_token(target_id)
     return query
 
@@ -342,8 +342,9 @@ def logit_lens(
     """Apply the MLM head to the masked position's vector after every stage (as the head expects it:
     `model.lens_input`, a pre-norm family's final norm on the intermediate stages): the top-k pieces,
     and the target's log-probability and rank at each stage. A left-to-right model (`family.causal`) has no
-    MLM head: its next-token lens (`next_token_query`) reads the guess for the token after the text instead."""
-    causal = model.family.causal
+    MLM head, and a model with a next-word head (`has_lm`) is asked for the token after the text instead: its
+    next-token lens (`next_token_query`)."""
+    causal = bool(getattr(model, "has_lm", False))  # a next-word head: the next-token lens
     query = next_token_query(model, tok, text, target) if causal else masked_query(model, tok, text, target, position)
     if k < 1:
         raise InputError(f"k must be at least 1; got {k}.")

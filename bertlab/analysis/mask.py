@@ -185,8 +185,8 @@ def next_word(model: torch.nn.Module, tok: Tokenizer, text: str, k: int = 5) -> 
         raise InputError("The text has no words the tokenizer can read: type a sentence.")
     device = model_device(model)
     with eval_mode(model), torch.inference_mode():
-        out = model(torch.tensor([enc.ids], device=device))
-    logp = out.lm_logits[0, -1].float().log_softmax(dim=-1)  # [vocab]
+        last = model(torch.tensor([enc.ids], device=device)).last_hidden_state[0, -1]  # [d_model]
+        logp = model.next_token_logits(last).float().log_softmax(dim=-1)  # [vocab]
     candidates = _top_k(logp, _ordinary(tok, logp.shape[-1], logp.device), k, tok)
     return MaskPrediction(position=len(enc) - 1, word_index=None, candidates=candidates, tokens=list(enc.tokens),
                           warning=enc.warning, next_word=True)

@@ -330,8 +330,9 @@ class ModelFamily:
 
     @property
     def causal(self) -> bool:
-        """Whether the model reads left to right (each token sees only itself and the tokens before it)."""
-        return self.family.causal
+        """Whether the model reads left to right (each token sees only itself and the tokens before it): a
+        left-to-right member (GPT-2), or a decoder of a two-way one (config.json's is_decoder)."""
+        return self.family.causal or self.config.is_decoder
 
     @property
     def pair_task(self) -> str | None:
@@ -603,12 +604,16 @@ class FamilyModel(nn.Module):
 
     @property
     def has_lm(self) -> bool:
-        """A left-to-right language-model head (next word): its logits come back as `lm_logits`."""
-        return "lm" in self.heads
+        """A next-word head: a left-to-right member's LM head (GPT-2's logits come back as `lm_logits`), or an
+        MLM head trained to predict the next token (config.predicts_next: BertLMHeadModel, its `mlm_logits`)."""
+        return "lm" in self.heads or (self.config.predicts_next and self.has_mlm)
 
     def next_token_logits(self, states: torch.Tensor) -> torch.Tensor:
-        """The next-word head on hidden states [..., hidden] -> logits [..., vocab] (position i's guess of
-        token i + 1); each family with one defines it (the forward pass and the next-token lens call it)."""
+        """The next-word head on hidden states [..., hidden] (the last layer's output) -> logits [..., vocab]
+        (position i's guess of token i + 1); a left-to-right member defines it (the forward pass and the
+        next-token lens call it); a next-token BERT's is its MLM head."""
+        if self.config.predicts_next and self.has_mlm:
+            return self.mlm_head(states)
         self.require("lm")
         raise NotImplementedError(f"{type(self).__name__} defines no next_token_logits")
 

@@ -149,7 +149,7 @@ class AblationPanel(Panel):
         """Recompute for the current text and target: the ablation and the lens. Head effects made
         for other inputs are dropped (73 runs: the button asks for them), or re-made with `effects_again`."""
         with self.reporting():
-            ahead = self.model.family.causal and getattr(self.model, "has_lm", False)
+            ahead = bool(getattr(self.model, "has_lm", False))  # a next-word head: the next-token lens
             for w in (self.heads_label, self.grid, self.reset_button, self.effects_button, self.progress):
                 w.layout.display = "none" if ahead else None  # a left-to-right model: no masked word to ablate
             if ahead:
@@ -261,9 +261,11 @@ class AblationPanel(Panel):
         try:
             self._run_lens()
         finally:  # the lens's own error (a bad text) comes after this note
-            self.show_message(f"{lacks(self.model, 'mlm_head')} This tab ablates heads of masked-word prediction, "
-                              "so its head switches are hidden; the next-token lens below reads the guess for the "
-                              "word after your text after every layer.", "info")
+            why = " (it reads left to right)" if self.model.family.causal else ""
+            self.show_message(f"This {self.model.family.title} model predicts the next word{why}, not a masked one. "
+                              "This tab ablates heads of masked-word prediction, so its head switches are hidden; "
+                              "the next-token lens below reads the guess for the word after your text after every "
+                              "layer.", "info")
 
     def _run_effects(self) -> None:
         """Every head switched off alone, with a progress bar (the button waits meanwhile)."""

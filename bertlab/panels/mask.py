@@ -48,11 +48,11 @@ DEFAULT_TEMPLATE = "The man went to the {mask} to buy a gallon of milk."  # spel
 DEFAULT_TEXT = spell_specials(DEFAULT_TEMPLATE)  # as the offline default (WordPiece) spells it
 NEXT_WORD_TEXT = "The man went to the store to buy a gallon of"  # a left-to-right model guesses what follows
 NEXT_WORD_NOTE = (
-    "{title} reads left to right: each word sees only the words before it, so it cannot fill in a hidden word "
-    "(the words to its right are out of its sight). It was trained to guess the next word instead: here are its "
-    "guesses for the word after your text. BERT masks words because a model that reads both ways would see the "
+    "This {title} model was trained to guess the next word{why}, so it does not fill in a hidden word: here are "
+    "its guesses for the word after your text. BERT masks words because a model that reads both ways would see the "
     "word it is asked to predict."
 )
+LEFT_TO_RIGHT = " (it reads left to right: each word sees only the words before it)"
 K_MAX = 20  # guesses computed per [MASK]; the slider shows the first k (moving it never re-runs the model)
 MAX_WORD_BUTTONS = 120  # one toggle per word up to here; later words can still be hidden by typing [MASK]
 MAX_EACH_WORDS = 64  # "mask each word in turn" runs the model once per word: longer texts are cut here
@@ -235,8 +235,8 @@ class MaskPanel(Panel):
 
     @staticmethod
     def _next_word_model(model: torch.nn.Module) -> bool:
-        """A left-to-right model with a next-word head: the tab guesses the word after the text."""
-        return model.family.causal and getattr(model, "has_lm", False)
+        """A model with a next-word head (GPT-2, a next-token BERT): the tab guesses the word after the text."""
+        return bool(getattr(model, "has_lm", False))
 
     # -- the words to click --------------------------------------------------------------------
     def _read_words(self) -> None:
@@ -320,7 +320,8 @@ class MaskPanel(Panel):
 
     def _predict_next(self) -> bool:
         """A left-to-right model: K_MAX guesses for the token after the text, and the note saying why."""
-        note = ("info", NEXT_WORD_NOTE.format(title=self.model.family.title))
+        why = LEFT_TO_RIGHT if self.model.family.causal else ""
+        note = ("info", NEXT_WORD_NOTE.format(title=self.model.family.title, why=why))
         if not self.text.value.strip():
             self._fill_notes = [note, ("info", "Type the start of a sentence to see what it guesses comes next.")]
             return False
