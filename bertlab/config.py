@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 # Pre-training heads a family can have: masked LM, next-sentence / sentence-order prediction,
-# replaced-token detection (ELECTRA's discriminator).
-PRETRAINING_HEADS = ("mlm", "nsp", "sop", "rtd")
+# replaced-token detection (ELECTRA's discriminator), a left-to-right LM's next-word head (GPT-2's).
+PRETRAINING_HEADS = ("mlm", "nsp", "sop", "rtd", "lm")
 # The sentence-pair heads among them (next-sentence / sentence-order prediction): both answer in `nsp_logits`.
 PAIR_HEADS = ("nsp", "sop")
 # Sizes past these are not a model bertlab can run in a class: refused before anything is built.

@@ -26,6 +26,9 @@ TOKENIZER_PIPELINES: dict[str, Callable[[dict, dict], dict]] = {}
 # config.json model_type -> tokenizer_class, for a folder whose tokenizer_config.json names none (hub files
 # that hold only spm.model do this; transformers' AutoTokenizer then goes by the model type too).
 MODEL_TOKENIZERS: dict[str, str] = {}
+# tokenizer_class -> role -> token, the roles' tokens when the folder's files name none (GPT-2's tokenizer has
+# one special token, <|endoftext|>, for every role: it has no mask, separator or padding token of its own).
+TOKENIZER_SPECIALS: dict[str, dict[str, str]] = {}
 DEFAULT_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 _BRACKETED = re.compile(r"^\[[A-Za-z0-9_]+\]$")  # [CLS], [unused17], ...: tokens that stand for no text
 
@@ -162,7 +165,8 @@ class Tokenizer:
                 cfg = {**cfg, "tokenizer_class": MODEL_TOKENIZERS[model_type]}
         lower = bool(cfg.get("do_lower_case", True))
         max_len = model_max_length or _sane_max_length(cfg.get("model_max_length"))
-        specials = _special_tokens(cfg, _read_json(folder / "special_tokens_map.json"))
+        specials = {**TOKENIZER_SPECIALS.get(str(cfg.get("tokenizer_class")), {}),
+                    **_special_tokens(cfg, _read_json(folder / "special_tokens_map.json"))}
         if (folder / "tokenizer.json").is_file():
             try:
                 tok = _HFTokenizer.from_file(str(folder / "tokenizer.json"))

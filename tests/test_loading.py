@@ -145,8 +145,11 @@ def test_missing_and_unexpected_keys_are_named(tmp_path, tiny_checkpoints):
 
 def test_non_bert_checkpoints(tmp_path, tiny_checkpoints):
     folder = _copy(tiny_checkpoints["BertModel"], tmp_path / "gpt2")
-    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2}))
-    with pytest.raises(CheckpointError, match="model_type 'gpt2' is not supported yet"):
+    (folder / "config.json").write_text(json.dumps({"model_type": "t5", "num_layers": 2}))
+    with pytest.raises(CheckpointError, match="model_type 't5' is not supported yet"):
+        load(folder)
+    (folder / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2}))  # a family, other weights
+    with pytest.raises(CheckpointError, match="holds no GPT-2 encoder weights"):
         load(folder)
     (folder / "config.json").write_text(json.dumps({"model_type": "roberta", "hidden_size": 32,
                                                     "num_attention_heads": 4}))

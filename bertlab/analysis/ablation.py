@@ -105,6 +105,27 @@ def masked_query(
     return query
 
 
+def next_token_query(model: Bert, tok: Tokenizer, text: str, target: str | None = None) -> MaskedQuery:
+    """A left-to-right model's question "which token comes after `text`?": `position` is the text's last token
+    (nothing is masked: no token sees what follows it). `target`: the piece to follow (default: the model's
+    own top guess). Raises MissingHeadError without an LM head, InputError for text it cannot use."""
+    model.require("lm")
+    enc = encode_input(model, tok, require_text(text))
+    if not enc.ids:
+        raise InputError("The text has no words the tokenizer can read: type a sentence.")
+    device = model_device(model)
+    ids = torch.tensor([enc.ids], device=device)
+    query = MaskedQuery(text=text, tokens=list(enc.tokens), input_ids=ids, token_type_ids=torch.zeros_like(ids),
+                        position=len(enc) - 1, target="", target_id=-1, warning=enc.warning)
+    if target is not None and str(target).strip():
+        target_id = target_piece_id(tok, target)
+    else:
+        with eval_mode(model), torch.inference_mode():
+            target_id = int(model.next_token_logits(model(ids).last_hidden_state[0, -1]).argmax())
+    query.target_id, query.target = target_id, tok.id_to_token(target_id)
+    return query
+
+
 def target_piece_id(tok: Tokenizer, word: str) -> int:
     """The vocabulary id of `word` (a whole word or a "##" piece; with byte-level BPE, the word as it follows a
     space, when that is one piece); InputError when it needs several pieces."""
@@ -312,6 +333,7 @@ class LogitLens:
     top_probs: torch.Tensor  # [stage, k]
     target_log_probs: torch.Tensor  # [stage]
     target_ranks: torch.Tensor  # [stage] 1 = top
+    next_token: bool = False  # a left-to-right model's next-token lens: the guess for the token after `position`
 
 
 def logit_lens(
@@ -319,15 +341,19 @@ def logit_lens(
 ) -> LogitLens:
     """Apply the MLM head to the masked position's vector after every stage (as the head expects it:
     `model.lens_input`, a pre-norm family's final norm on the intermediate stages): the top-k pieces,
-    and the target's log-probability and rank at each stage."""
-    query = masked_query(model, tok, text, target, position)
+    and the target's log-probability and rank at each stage. A left-to-right model (`family.causal`) has no
+    MLM head, and a model with a next-word head (`has_lm`) is asked for the token after the text instead: its
+    next-token lens (`next_token_query`)."""
+    causal = bool(getattr(model, "has_lm", False))  # a next-word head: the next-token lens
+    query = next_token_query(model, tok, text, target) if causal else masked_query(model, tok, text, target, position)
     if k < 1:
         raise InputError(f"k must be at least 1; got {k}.")
     states = hidden_states(model, query.input_ids, query.token_type_ids)[:, 0, query.position]  # [stage, d]
-    model.require("mlm")
+    head = model.next_token_logits if causal else model.mlm_head
+    model.require("lm" if causal else "mlm")
     dtype = next(model.parameters()).dtype
     with eval_mode(model), torch.inference_mode():
-        logits = model.mlm_head(model.lens_input(states.to(model_device(model), dtype)))  # [stage, vocab]
+        logits = head(model.lens_input(states.to(model_device(model), dtype)))  # [stage, vocab]
     log_probs = logits.float().log_softmax(dim=-1).cpu()
     values, ids = log_probs.topk(min(k, log_probs.shape[-1]), dim=-1)  # [stage, k]
     return LogitLens(
@@ -338,4 +364,5 @@ def logit_lens(
         top_probs=values.exp(),
         target_log_probs=log_probs[:, query.target_id],
         target_ranks=_rank(log_probs, query.target_id),
+        next_token=causal,
     )

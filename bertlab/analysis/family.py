@@ -577,6 +577,9 @@ def view_model(name: str, model: torch.nn.Module, tok: Tokenizer, text: str, wor
             view.masked = masked_word(model, tok, text, word, k)
         except InputError as e:
             view.notes.append(("warning", str(e)))
+    elif word is not None and model.family.causal:
+        view.notes.append(("info", "reads left to right, so it does not guess hidden words: it predicts the next "
+                                   "word from the words before it (the Mask tab shows it)."))
     elif word is not None:
         view.notes.append(("info", "no MLM head, so it does not guess hidden words"
                                    + (" (it is a discriminator: it spots replaced pieces)."

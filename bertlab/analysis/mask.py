@@ -52,6 +52,7 @@ class MaskPrediction:
     original_rank: int | None = None  # 1 + ordinary tokens more probable than it (1 = top guess)
     piece: int = 0  # which piece of its word this is (0 = first), for words masked whole
     warning: str | None = None  # set when a long text was cut to fit the model
+    next_word: bool = False  # a left-to-right model's guess for the token after `tokens` (no [MASK] in them)
 
     @property
     def top(self) -> Candidate:
@@ -59,7 +60,9 @@ class MaskPrediction:
 
     @property
     def label(self) -> str:
-        """A short name for titles: the masked piece, or the position of a typed [MASK]."""
+        """A short name for titles: the masked piece, the position of a typed [MASK], or the next word's."""
+        if self.next_word:
+            return f"the token after '{self.tokens[self.position]}' (token {self.position + 1})"
         if self.original_token is not None:
             return f"'{self.original_token}' (token {self.position})"
         return f"{self.tokens[self.position]} at token {self.position}"  # the tokenizer's mask token
@@ -168,6 +171,25 @@ def fill_mask(
             _add_original(pred, enc.ids[p], enc.tokens[p], logp[row], ordinary)
         out.append(pred)
     return out
+
+
+def next_word(model: torch.nn.Module, tok: Tokenizer, text: str, k: int = 5) -> MaskPrediction:
+    """A left-to-right model's top-`k` guesses for the token that follows `text` (read with its LM head at the
+    last token, which sees the whole text: every token before it). `position` is that last token's index.
+    Raises MissingHeadError without an LM head, InputError for text it cannot use."""
+    model.require("lm")
+    if k < 1:
+        raise InputError(f"k is the number of guesses to show: use 1 or more, not {k}.")
+    enc = tok.encode(require_text(text), max_length=input_limit(model, tok))
+    if not enc.ids:
+        raise InputError("The text has no words the tokenizer can read: type a sentence.")
+    device = model_device(model)
+    with eval_mode(model), torch.inference_mode():
+        last = model(torch.tensor([enc.ids], device=device)).last_hidden_state[0, -1]  # [d_model]
+        logp = model.next_token_logits(last).float().log_softmax(dim=-1)  # [vocab]
+    candidates = _top_k(logp, _ordinary(tok, logp.shape[-1], logp.device), k, tok)
+    return MaskPrediction(position=len(enc) - 1, word_index=None, candidates=candidates, tokens=list(enc.tokens),
+                          warning=enc.warning, next_word=True)
 
 
 def mask_each_word(

@@ -17,6 +17,9 @@ def lacks(model: torch.nn.Module, need: str) -> str | None:
     if need == "mlm_head":
         if model.has_mlm:
             return None
+        if family.causal:  # a left-to-right model: the words to the right of a hidden one are out of its sight
+            return (f"{family.title} reads left to right: it predicts the next word, not a masked one (each word "
+                    "sees only the words before it). The Mask tab shows its guesses for the word after your text.")
         why = (" It is an ELECTRA discriminator: it was trained to spot replaced tokens instead (the Mask tab "
                "shows that)." if getattr(model, "has_rtd", False) else "")
         return (f"This {family.name} model has no MLM head, so it cannot guess hidden words.{why} Pick a model "
@@ -24,6 +27,10 @@ def lacks(model: torch.nn.Module, need: str) -> str | None:
     if need == "pair_head":
         if model.has_nsp:
             return None
+        if family.causal:
+            return (f"{family.title} reads left to right and has no sentence-pair head, so it cannot judge whether "
+                    "B follows A; what needs only the model's layers (the attention) still works. Pick a BERT or "
+                    "ALBERT model for next-sentence prediction.")
         return (f"This {family.name} model has no sentence-pair head (neither BERT's next-sentence prediction nor "
                 "ALBERT's sentence order), so it cannot judge whether B follows A; what needs only the encoder "
                 "(the attention) still works. Pick a BERT or ALBERT model, or train an NSP head in the "
@@ -31,6 +38,9 @@ def lacks(model: torch.nn.Module, need: str) -> str | None:
     if need == "segment_embeddings":
         if family.has_segments:
             return None
+        if family.causal:
+            return (f"{family.title} has no segment embeddings and no separator token: it reads A and B as one "
+                    "text, B straight after A, each token seeing only the tokens before it.")
         return (f"This {family.name} model has no segment embeddings: it reads A and B as one text, told apart "
                 "only by the separator token between them (no segment vector is added to any token).")
     if need == "position_embeddings":

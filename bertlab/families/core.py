@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 from torch import nn
 
-from bertlab.config import PAIR_HEADS, PRETRAINING_HEADS, BertConfig, ConfigError
+from bertlab.config import PAIR_HEADS, PRETRAINING_HEADS, TASKS, BertConfig, ConfigError
 from bertlab.hooks import ActivationCache, GradHookFn, HookFn, HookPoint, NameFilter, hooks, name_hook_points, select
 from bertlab.model import (
     ATTN_IMPLEMENTATIONS,
@@ -52,7 +52,15 @@ POSITION_TITLES = {"learned": "learned position embeddings, added to the input",
                    "relative": "relative (token distances scored inside attention)"}
 OBJECTIVE_DEMOS = ("pair", "dynamic", "rtd", "distil", "")
 HEAD_WORDS = {"mlm": "masked-word prediction (MLM)", "nsp": "next-sentence prediction (NSP)",
-              "sop": "sentence-order prediction (SOP)", "rtd": "replaced-token detection (ELECTRA's discriminator)"}
+              "sop": "sentence-order prediction (SOP)", "rtd": "replaced-token detection (ELECTRA's discriminator)",
+              "lm": "next-word prediction (a left-to-right language model)"}
+# What a left-to-right (causal) member cannot do, in words: each token reads only the tokens before it.
+CAUSAL_REFUSALS = {
+    "mlm": "it predicts the next word, not a masked one (a hidden word's right-hand context is out of its sight)",
+    "nsp": "it has no sentence-pair head: it never learned whether sentence B follows sentence A",
+    "sop": "it has no sentence-pair head: it never learned whether two sentences are in order",
+    "rtd": "it has no replaced-token detector (that is ELECTRA's discriminator)",
+}
 # Checkpoint keys that are never weights: position/segment id buffers of older HF versions.
 BUFFER_KEYS = (r"(^|\.)embeddings\.position_ids$", r"(^|\.)embeddings\.token_type_ids$")
 RENAMES = ((r"LayerNorm\.gamma$", "LayerNorm.weight"), (r"LayerNorm\.beta$", "LayerNorm.bias"))
@@ -138,6 +146,12 @@ class Family:
     # the HF class of a next-token model of this member (BERT: "BertLMHeadModel", the MLM head predicting the
     # next token; causal with config.json's is_decoder); None: the member is never a decoder
     decoder_architecture: str | None = None
+    # -- left to right -------------------------------------------------------------------------
+    causal: bool = False  # each token reads only itself and the tokens before it (GPT-2): "next word", not "mask"
+    # where the embeddings' hook points sit under the prefix ("embeddings" -> "bert.embeddings.hook_word"); ""
+    # when the input embeddings are the encoder's own weights (GPT-2's transformer.wte / transformer.wpe)
+    embeddings_path: str = "embeddings"
+    buffer_keys: tuple[str, ...] = ()  # more checkpoint keys that are never weights (regexes; GPT-2's attn.bias)
 
     def __post_init__(self) -> None:
         if self.positions not in POSITION_NOTES:
@@ -315,6 +329,12 @@ class ModelFamily:
         return self.family.positions_note or POSITION_NOTES[self.family.positions]
 
     @property
+    def causal(self) -> bool:
+        """Whether the model reads left to right (each token sees only itself and the tokens before it): a
+        left-to-right member (GPT-2), or a decoder of a two-way one (config.json's is_decoder)."""
+        return self.family.causal or self.config.is_decoder
+
+    @property
     def pair_task(self) -> str | None:
         """The task of the model's sentence-pair head: "nsp" (does B follow A?), "sop" (are A and B in
         order?), or None without one."""
@@ -385,7 +405,7 @@ class ModelFamily:
         """Hook name of a part of the embeddings: hook_word, hook_token_type, hook_position, hook_sum, hook_out."""
         if short not in EMBEDDING_HOOKS:
             raise KeyError(f"no embedding hook {short!r}; the names are {', '.join(EMBEDDING_HOOKS)}.")
-        return f"{self.family.prefix}.embeddings.{short}"
+        return ".".join(p for p in (self.family.prefix, self.family.embeddings_path, short) if p)
 
     def embeddings(self, model: nn.Module) -> nn.Module:
         """The model's embeddings module: `embeddings(model)(input_ids, token_type_ids)`."""
@@ -582,6 +602,21 @@ class FamilyModel(nn.Module):
     def has_rtd(self) -> bool:
         return "rtd" in self.heads
 
+    @property
+    def has_lm(self) -> bool:
+        """A next-word head: a left-to-right member's LM head (GPT-2's logits come back as `lm_logits`), or an
+        MLM head trained to predict the next token (config.predicts_next: BertLMHeadModel, its `mlm_logits`)."""
+        return "lm" in self.heads or (self.config.predicts_next and self.has_mlm)
+
+    def next_token_logits(self, states: torch.Tensor) -> torch.Tensor:
+        """The next-word head on hidden states [..., hidden] (the last layer's output) -> logits [..., vocab]
+        (position i's guess of token i + 1); a left-to-right member defines it (the forward pass and the
+        next-token lens call it); a next-token BERT's is its MLM head."""
+        if self.config.predicts_next and self.has_mlm:
+            return self.mlm_head(states)
+        self.require("lm")
+        raise NotImplementedError(f"{type(self).__name__} defines no next_token_logits")
+
     def mlm_head(self, states: torch.Tensor) -> torch.Tensor:
         """The MLM head on hidden states [..., hidden] -> logits [..., vocab]; each family with one
         defines it (the forward pass and the logit lens both call it)."""
@@ -589,15 +624,41 @@ class FamilyModel(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} defines no mlm_head")
 
     def require(self, head: str) -> None:
-        """Raise a MissingHeadError a student can act on when pre-training head `head` is absent."""
-        has = {"mlm": self.has_mlm, "nsp": self.has_nsp, "sop": self.has_nsp, "rtd": self.has_rtd}.get(head)
+        """Raise a MissingHeadError a student can act on when pre-training head `head` is absent, or task
+        head `head` (a fine-tuning task) is one the family has no architecture for. A left-to-right member
+        refuses what it cannot do in plain words (it predicts the next word, not a masked one)."""
+        if head in TASKS:
+            why = self.cannot_hold(head)
+            if why:
+                raise MissingHeadError(why)
+            return
+        has = {"mlm": self.has_mlm, "nsp": self.has_nsp, "sop": self.has_nsp, "rtd": self.has_rtd,
+               "lm": self.has_lm}.get(head)
         if has is None:
             raise ValueError(f"unknown head {head!r}; heads are {', '.join(PRETRAINING_HEADS)}.")
+        if not has and self.cannot_hold(head):
+            raise MissingHeadError(self.cannot_hold(head))
         if not has:
             raise MissingHeadError(
                 f"this {self.FAMILY.display} model has no {head.upper()} head, so {HEAD_WORDS[head]} is not "
                 f"available. Train one in the pre-training tab, or load a checkpoint that has it."
             )
+
+    def cannot_hold(self, head: str) -> str | None:
+        """Why no model of this family can have head `head` (a pre-training head or a task), in words a
+        student can act on; None when one can (or could, once trained)."""
+        fam = self.FAMILY
+        if head in TASKS:
+            if any(t == head for _, t in fam.architectures.values()):
+                return None
+            what = head.replace("_", " ")
+            why = (f"{fam.display} reads left to right: no token has read the whole text, and bertlab builds no "
+                   f"{fam.display} {what} head" if fam.causal else f"bertlab builds no {fam.display} {what} head")
+            return f"{why}. Fine-tune a two-way encoder (BERT, RoBERTa, ...) for this task."
+        if fam.causal and head in CAUSAL_REFUSALS:
+            return (f"{fam.display} reads left to right: {CAUSAL_REFUSALS[head]}. Load a two-way encoder (BERT, "
+                    f"RoBERTa, ...) for {HEAD_WORDS[head]}.")
+        return None
 
     def describe(self) -> str:
         """One line for the UI: family, size and heads."""
@@ -632,6 +693,9 @@ class FamilyModel(nn.Module):
         cfg = self.config.replace(pretraining_heads=tuple(pretraining_heads), task=task, id2label=dict(id2label or {}),
                                   adapter_size=self.config.adapter_size if adapter_size == -1 else adapter_size)
         if saveable:
+            why = next(filter(None, map(self.cannot_hold, (*pretraining_heads, *([task] if task else [])))), None)
+            if why:  # what the family can never have, in words (a left-to-right model's MLM head)
+                raise FamilyError(why)
             self.FAMILY.architecture_of(cfg)  # refuses a combination no HF class holds
         new = type(self)(cfg)
         ours, theirs = self.state_dict(), new.state_dict()
@@ -678,7 +742,7 @@ def normalise_keys(family: Family, state: dict[str, torch.Tensor], tie: bool = T
     bias only as the decoder's)."""
     out: dict[str, torch.Tensor] = {}
     for key, value in state.items():
-        if any(re.search(p, key) for p in BUFFER_KEYS):
+        if any(re.search(p, key) for p in (*BUFFER_KEYS, *family.buffer_keys)):
             continue
         new = key
         for pattern, repl in RENAMES:

@@ -28,6 +28,7 @@ from bertlab.viz.theme import help_html
 DEFAULT_TEMPLATE = "The capital of France is {mask}."  # spelled with the model's mask token
 DEFAULT_TEXT = spell_specials(DEFAULT_TEMPLATE)  # as the offline default (WordPiece) spells it
 DEFAULT_TARGET = "paris"
+NEXT_TOKEN_TEXT = "The capital of France is"  # a left-to-right model's lens reads the guess for what follows
 TOP_K = 5
 HELP = (
     "Click heads in the grid to switch them off (red = off): their output is multiplied by 0 and the "
@@ -52,6 +53,8 @@ class AblationPanel(Panel):
         super().__init__()
         self.answer_hold = AnswerHold.of_kernel()  # the class question's answer, until the teacher reveals it
         self.model, self.tok = model, tok
+        if text is None and model.family.causal:  # its top guess for the next token is followed
+            text, target = NEXT_TOKEN_TEXT, ""
         text = tok.spell(DEFAULT_TEMPLATE) if text is None else text
         self.text = widgets.Text(
             value=text, description="Text", placeholder=f"A sentence with one {tok.mask_token}",
@@ -65,6 +68,7 @@ class AblationPanel(Panel):
         self.show_button = run_button()
         self.reset_button = widgets.Button(description="All heads on", tooltip="Switch every head back on")
         self.grid = widgets.GridBox(layout=widgets.Layout(grid_gap="2px"))
+        self.heads_label = widgets.HTML("<b>Heads</b> (rows = layers, columns = heads; click to switch off)")
         self.head_buttons: list[list[widgets.ToggleButton]] = []
         self.summary = widgets.HTML()
         self.effects_button = widgets.Button(
@@ -93,7 +97,7 @@ class AblationPanel(Panel):
                 self.text,
                 widgets.HBox([self.target, self.show_button]),
                 self.message,
-                widgets.HTML("<b>Heads</b> (rows = layers, columns = heads; click to switch off)"),
+                self.heads_label,
                 self.grid,
                 self.reset_button,
                 self.summary,
@@ -145,6 +149,11 @@ class AblationPanel(Panel):
         """Recompute for the current text and target: the ablation and the lens. Head effects made
         for other inputs are dropped (73 runs: the button asks for them), or re-made with `effects_again`."""
         with self.reporting():
+            ahead = bool(getattr(self.model, "has_lm", False))  # a next-word head: the next-token lens
+            for w in (self.heads_label, self.grid, self.reset_button, self.effects_button, self.progress):
+                w.layout.display = "none" if ahead else None  # a left-to-right model: no masked word to ablate
+            if ahead:
+                return self._next_token_lens()
             if not self._ready():
                 return
             self._run_ablation()
@@ -245,6 +254,18 @@ class AblationPanel(Panel):
         lens = logit_lens(self.model, self.tok, self.text.value, self._target(), k=TOP_K)
         self.lens = lens
         show_figure(self.lens_box, plot_logit_lens(lens))
+
+    def _next_token_lens(self) -> None:
+        """A left-to-right model: no masked word to ablate heads of, but the lens reads its next-token guess."""
+        self._clear()
+        try:
+            self._run_lens()
+        finally:  # the lens's own error (a bad text) comes after this note
+            why = " (it reads left to right)" if self.model.family.causal else ""
+            self.show_message(f"This {self.model.family.title} model predicts the next word{why}, not a masked one. "
+                              "This tab ablates heads of masked-word prediction, so its head switches are hidden; "
+                              "the next-token lens below reads the guess for the word after your text after every "
+                              "layer.", "info")
 
     def _run_effects(self) -> None:
         """Every head switched off alone, with a progress bar (the button waits meanwhile)."""

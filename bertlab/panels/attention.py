@@ -178,7 +178,13 @@ class AttentionPanel(Panel):
 
     def _notes(self, result: AttentionResult) -> list[tuple[Level, str]]:
         """What the student should know about this input, beyond the picture."""
-        return attention_notes(result) + self.unknown_notes(result.tokens, "the model sees them all as the same token")
+        notes = attention_notes(result)
+        if self.model.family.causal:  # the triangle is the mask, not something the heads learned
+            notes.append(("info", f"This {self.model.family.title} model reads left to right: each token (a row) "
+                                  "attends only to itself and the tokens before it, so everything right of the "
+                                  "diagonal is 0 (the causal mask). In a two-way encoder every row reads the whole "
+                                  "text."))
+        return notes + self.unknown_notes(result.tokens, "the model sees them all as the same token")
 
     # -- state ----------------------------------------------------------------------------
     def _compute(self) -> AttentionResult | None:

@@ -11,7 +11,15 @@ import plotly.graph_objects as go
 import torch
 
 from bertlab.analysis.attribution import ExplainInput, Target
-from bertlab.analysis.mask import MaskPrediction, WordScore, fill_mask, first_words, mask_each_word, read_words
+from bertlab.analysis.mask import (
+    MaskPrediction,
+    WordScore,
+    fill_mask,
+    first_words,
+    mask_each_word,
+    next_word,
+    read_words,
+)
 from bertlab.analysis.replaced import ReplacedTokens, replaced_tokens
 from bertlab.analysis.targets import input_from_tokens, word_target
 from bertlab.classroom.store import QuestionStore
@@ -38,6 +46,13 @@ from bertlab.viz.theme import help_html
 
 DEFAULT_TEMPLATE = "The man went to the {mask} to buy a gallon of milk."  # spelled with the model's mask token
 DEFAULT_TEXT = spell_specials(DEFAULT_TEMPLATE)  # as the offline default (WordPiece) spells it
+NEXT_WORD_TEXT = "The man went to the store to buy a gallon of"  # a left-to-right model guesses what follows
+NEXT_WORD_NOTE = (
+    "This {title} model was trained to guess the next word{why}, so it does not fill in a hidden word: here are "
+    "its guesses for the word after your text. BERT masks words because a model that reads both ways would see the "
+    "word it is asked to predict."
+)
+LEFT_TO_RIGHT = " (it reads left to right: each word sees only the words before it)"
 K_MAX = 20  # guesses computed per [MASK]; the slider shows the first k (moving it never re-runs the model)
 MAX_WORD_BUTTONS = 120  # one toggle per word up to here; later words can still be hidden by typing [MASK]
 MAX_EACH_WORDS = 64  # "mask each word in turn" runs the model once per word: longer texts are cut here
@@ -70,7 +85,8 @@ class MaskPanel(Panel):
         super().__init__()
         self._read_text: str | None = None  # the text the word buttons were made from
         self.model, self.tok = model, tok
-        text = tok.spell(DEFAULT_TEMPLATE) if text is None else text
+        if text is None:
+            text = NEXT_WORD_TEXT if self._next_word_model(model) else tok.spell(DEFAULT_TEMPLATE)
         self.text = widgets.Textarea(
             value=text, description="Text", placeholder=f"Type a sentence; put {tok.mask_token} where a word should go",
             continuous_update=False, layout=widgets.Layout(width="min(100%, 720px)", height="4.5em"),
@@ -217,6 +233,11 @@ class MaskPanel(Panel):
         self.explain.set_choices([f"guess for {p.label}" for p in self.predictions])
         self.explain.refresh()  # after the tab's notes: the section points at them when it has nothing
 
+    @staticmethod
+    def _next_word_model(model: torch.nn.Module) -> bool:
+        """A model with a next-word head (GPT-2, a next-token BERT): the tab guesses the word after the text."""
+        return bool(getattr(model, "has_lm", False))
+
     # -- the words to click --------------------------------------------------------------------
     def _read_words(self) -> None:
         """Split the text into words; a word stays hidden if it is still the same word at the same place."""
@@ -260,6 +281,8 @@ class MaskPanel(Panel):
         """K_MAX guesses for the current text and hidden words (cached), or [] and a note saying why
         not. False when the model or the text cannot be used at all."""
         self.predictions, self._fill_notes, self.replaced = [], [], None
+        if self._next_word_model(self.model):
+            return self._predict_next()
         if not self.model.has_mlm:
             self._fill_notes = [("warning", lacks(self.model, "mlm_head"))]
             if getattr(self.model, "has_rtd", False) and self.text.value.strip():
@@ -295,6 +318,27 @@ class MaskPanel(Panel):
                                        unknown)
         return True
 
+    def _predict_next(self) -> bool:
+        """A left-to-right model: K_MAX guesses for the token after the text, and the note saying why."""
+        why = LEFT_TO_RIGHT if self.model.family.causal else ""
+        note = ("info", NEXT_WORD_NOTE.format(title=self.model.family.title, why=why))
+        if not self.text.value.strip():
+            self._fill_notes = [note, ("info", "Type the start of a sentence to see what it guesses comes next.")]
+            return False
+        key = (self.text.value, (), False)
+        try:
+            if key not in self._cache:
+                if len(self._cache) >= CACHE_SIZE:
+                    self._cache.pop(next(iter(self._cache)))
+                self._cache[key] = [next_word(self.model, self.tok, self.text.value, K_MAX)]
+        except InputError as e:
+            self._fill_notes = [("error", str(e))]
+            return False
+        self.predictions = self._cache[key]
+        warning = self.predictions[0].warning
+        self._fill_notes = [note] + ([("warning", warning)] if warning else [])
+        return False  # nothing to score word by word: that hides each word, which needs an MLM head
+
     def _score_words(self, usable: bool) -> None:
         """Hide each word in turn (at most MAX_EACH_WORDS, the text cut after them), with a progress
         bar; nothing when the text or model is unusable (the guesses' note already says why)."""
@@ -326,8 +370,11 @@ class MaskPanel(Panel):
     def _draw_fill(self) -> None:
         """The guesses (top k of each) and the text as the model reads it; a hint when there are none."""
         rtd = self.replaced is not None  # a discriminator hides nothing: no word buttons, top k or whole words
+        ahead = self._next_word_model(self.model)  # a left-to-right model hides nothing either: it reads on
         for w in (self.word_buttons, self.k, self.whole_word):
-            w.layout.display = "none" if rtd else None
+            w.layout.display = "none" if rtd or (ahead and w is not self.k) else None
+        for w in (self.each_button, self.scale, self.explain.widget):
+            w.layout.display = "none" if ahead else None
         if rtd or not self.predictions:
             self._drawn = None  # the guesses' figure makes way: the next one is drawn whole
         if rtd:

@@ -190,7 +190,10 @@ class ModelPicker(Panel):
         self.state.add(source, model, tok, source=where, switch=True)
         notes = [("info", f"Loaded {source}: every tab now shows it.")]
         missing = model_lacks(model)
-        if missing:
+        if missing and model.family.causal:
+            notes.append(("info", f"{model.family.title} reads left to right: it guesses the next word (the Mask tab "
+                                  f"shows it) and has no {' / '.join(missing)}; the tabs that need one say so."))
+        elif missing:
             notes.append(("warning", f"It has no {' / '.join(missing)}: the tabs that need one say so."))
         self.show_messages(notes)
 

@@ -345,6 +345,13 @@ class PretrainPanel(Panel):
     def _on_start(self, _=None) -> None:
         if self.job.running:
             return
+        tok = self.tok
+        if tok.mask_token_id in (tok.pad_token_id, tok.sep_token_id, tok.cls_token_id):  # GPT-2's: one token for all
+            self.show_run_message(
+                f"This tokenizer has no mask token of its own ({tok.mask_token} also pads and ends texts): it is a "
+                "left-to-right model's, and the pre-training here hides words, so it needs a mask token. Pick a "
+                "model with a BERT-style tokenizer first (the offline default has one).", "error")
+            return
         try:
             cfg = self._config()
         except ValueError as e:

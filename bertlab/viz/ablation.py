@@ -81,9 +81,11 @@ def plot_logit_lens(lens: LogitLens, style: Theme | None = None) -> go.Figure:
             xgap=1, ygap=1,
         )
     )
+    title = (f"Next-token lens after {plain_text(lens.query.mask_token)}: the LM head's top guesses for the token "
+             "that follows, after each stage" if lens.next_token else
+             f"Logit lens at {plain_text(lens.query.mask_token)}: the MLM head's top predictions after each stage")
     fig.update_layout(
-        title=dict(text=f"Logit lens at {plain_text(lens.query.mask_token)}: the MLM head's top predictions after "
-                        "each stage", font=dict(size=14)),
+        title=dict(text=title, font=dict(size=14)),
         xaxis=dict(side="top"),  # no axis title: it would sit on the figure title
         yaxis=dict(tickmode="array", tickvals=list(range(stages)), ticktext=rows, autorange="reversed"),
         width=int(min(1100, 320 + 110 * k)), height=int(160 + 42 * stages),

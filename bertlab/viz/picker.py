@@ -31,6 +31,8 @@ def model_card(model: torch.nn.Module, name: str, classics: list[ClassicResult] 
 
     pair = "SOP head (sentence order)" if model.family.pair_task == "sop" else "NSP head"
     heads = mark(model.has_mlm, "MLM head") + mark(model.has_nsp, pair)
+    if model.family.causal:  # a left-to-right model: its head guesses the next word
+        heads = mark(getattr(model, "has_lm", False), "next-word head (reads left to right)") + heads
     if getattr(model, "has_rtd", False):
         heads += mark(True, "replaced-token head (ELECTRA)")
     named = f": {task}" if task else ""
