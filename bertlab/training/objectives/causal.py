@@ -3,9 +3,10 @@
 - `causal` (GPT, Radford et al. 2018): every position predicts the token after it, reading only itself and the
   tokens to its left (a decoder: config.json's is_decoder, a causal mask in every layer).
 - `peek`: the same next-token loss with BERT's full, two-way attention. Every position can read the very token
-  it must predict, so the model learns to copy its right neighbour and the loss falls to almost nothing while
-  it learns no language: why BERT hides the words it predicts (masks) instead of reading both ways to predict
-  the next one.
+  it must predict: once the model finds that shortcut (copying its right neighbour), the loss falls to almost
+  nothing and it learns no more language. Why BERT hides the words it predicts (masks) instead of reading both
+  ways to predict the next one. How soon it finds the shortcut depends on the text and the budget: a short run
+  on Wikipedia text may end before it does.
 
 Both read whole sentences packed across documents ([CLS] ... [SEP], no masking, no pair task). Kept:
 `BertLMHeadModel` (is_decoder true for causal; false for peek, which transformers then also runs both ways)."""
@@ -87,12 +88,14 @@ CAUSAL = _objective(
     "before it alone (a causal mask hides everything to its right).")
 PEEK = _objective(
     "peek", "Peek: predict the next token with BERT's full attention (it can see the answer)", False,
-    "Next-token prediction with attention both ways: every position can read the token it must predict, so the "
-    "loss falls to almost nothing by copying it, and nothing about language is learned. This is why BERT masks: "
-    "a model that reads both ways must not see the words it predicts.",
-    "Peek's loss fell to almost nothing because every position could read the very token it had to predict: pick "
-    "its model and open the Attention tab, whose heads look one position ahead. A model that reads both ways "
-    "learns nothing from predicting words it can see: this is why BERT masks them.")
+    "Next-token prediction with attention both ways: every position can read the token it must predict. Once the "
+    "model finds that shortcut (copying its right neighbour), its loss falls to almost nothing and it learns no "
+    "more about language: this is why BERT masks the words it predicts.",
+    "Peek can read the very token it has to predict. A model that finds this shortcut copies its right "
+    "neighbour: its loss falls to almost nothing, and its attention (pick the model, open the Attention tab) "
+    "looks one position ahead. If its curve still follows a causal run's, it has not found the shortcut yet: give "
+    "it more steps. A model that reads both ways learns nothing from predicting words it can see: this is why "
+    "BERT masks them.")
 OBJECTIVE = CAUSAL  # the module's objective, as in every objective module; PEEK is its foil
 
 __all__ = ["CAUSAL", "OBJECTIVE", "PEEK", "NextTokenBatch", "next_token_collate", "next_token_loss",
