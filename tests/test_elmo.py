@@ -22,6 +22,7 @@ from bertlab.training.objectives.elmo import (
     ELMO_FILE,
     ElmoPair,
     elmo_features,
+    guess_middle_word,
     load_elmo,
     middle_word_log_probs,
     reverse_rows,
@@ -169,3 +170,18 @@ def test_bad_input_is_refused_in_words(run, tok, tmp_path):
     encoder = get_objective("peek").build(SHAPE, tok)  # two-way attention: it would see what it predicts
     with pytest.raises(ObjectiveError, match="must read one way"):
         ElmoPair(fwd, encoder)
+
+
+def test_a_middle_word_guess_from_text(run, tok):
+    fwd, bwd = run[0].module.forward_lm, run[0].module.backward_lm
+    text = "the cat sat on the mat."
+    guesses = guess_middle_word(fwd, bwd, tok, text, 2, k=3)
+    enc = tok.encode_batch([text])
+    with torch.no_grad():
+        best = middle_word_log_probs(fwd, bwd, enc.input_ids, enc.attention_mask)[0, 2].topk(3)
+    assert [g for g, _ in guesses] == tok.convert_ids_to_tokens(best.indices.tolist())
+    assert all(a[1] >= b[1] for a, b in zip(guesses, guesses[1:])) and 0 < guesses[0][1] <= 1
+    with pytest.raises(ObjectiveError, match="both sides"):
+        guess_middle_word(fwd, bwd, tok, text, 0)
+    with pytest.raises(ObjectiveError, match="from 1 to"):
+        guess_middle_word(fwd, bwd, tok, text, 50)

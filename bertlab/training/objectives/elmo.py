@@ -14,6 +14,7 @@ backward one in `backward/` (the same class), and `elmo.json` saying how to comb
     fwd, bwd, tok = load_elmo(folder)
     feats = elmo_features(fwd, bwd, ids, mask)            # [batch, seq, 2 * hidden]
     logp = middle_word_log_probs(fwd, bwd, ids, mask)     # [batch, seq, vocab]: token i from both sides
+    guess_middle_word(fwd, bwd, tok, "the cat sat on the mat.", 2)  # [(token, probability), ...] best first
 """
 
 from __future__ import annotations
@@ -135,6 +136,30 @@ def middle_word_log_probs(forward_lm: nn.Module, backward_lm: nn.Module, input_i
     return combined.log_softmax(-1)
 
 
+@torch.inference_mode()
+def guess_middle_word(forward_lm: nn.Module, backward_lm: nn.Module, tokenizer: Tokenizer, text: str, index: int,
+                      k: int = 5) -> list[tuple[str, float]]:
+    """The `k` likeliest tokens at position `index` of `text` as encoded (the first token is 0), guessed from the
+    tokens on both sides of it (`middle_word_log_probs`), with their probabilities, best first."""
+    enc = tokenizer.encode_batch([text])
+    n = int(enc.attention_mask[0].sum())
+    if not 1 <= index <= n - 2:
+        raise ObjectiveError(f"position {index} has no token on both sides: {text[:40]!r} encodes to {n} tokens, "
+                             f"so pick a position from 1 to {n - 2}.")
+    if k < 1:
+        raise ObjectiveError(f"k must be at least 1; got {k}.")
+    was = forward_lm.training, backward_lm.training
+    forward_lm.eval(), backward_lm.eval()
+    device = next(forward_lm.parameters()).device
+    try:
+        logp = middle_word_log_probs(forward_lm, backward_lm, enc.input_ids.to(device),
+                                     enc.attention_mask.to(device))[0, index]  # [vocab]
+    finally:
+        forward_lm.train(was[0]), backward_lm.train(was[1])
+    best = logp.topk(min(k, logp.numel()))
+    return [(tokenizer.id_to_token(int(i)), float(p)) for p, i in zip(best.values.exp(), best.indices)]
+
+
 # ---------------------------------------------------------------------------------------------
 # Building, saving, loading
 # ---------------------------------------------------------------------------------------------
@@ -203,5 +228,5 @@ OBJECTIVE = Objective(
            "side by side (bertlab.training.objectives.elmo.elmo_features)."),
 )
 
-__all__ = ["BACKWARD_FOLDER", "ELMO_FILE", "OBJECTIVE", "ElmoPair", "elmo_features", "load_elmo",
+__all__ = ["BACKWARD_FOLDER", "ELMO_FILE", "OBJECTIVE", "ElmoPair", "elmo_features", "guess_middle_word", "load_elmo",
            "middle_word_log_probs", "reverse_index", "reverse_rows", "reversed_batch"]
