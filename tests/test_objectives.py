@@ -159,7 +159,7 @@ TRANSFORMERS_OUT = {  # objective -> (transformers output field, the bertlab out
     "albert": ("prediction_logits", "mlm_logits"), "electra": ("logits", "rtd_logits"),
     "spanbert": ("logits", "mlm_logits"), "modernbert": ("logits", "mlm_logits"),
     "deberta-v3": ("last_hidden_state", "last_hidden_state"), "causal": ("logits", "mlm_logits"),
-    "peek": ("logits", "mlm_logits"),
+    "peek": ("logits", "mlm_logits"), "elmo": ("logits", "mlm_logits"),
 }
 UNREAD = {"deberta-v3": "mask_predictions."}  # a head transformers' class leaves unread (it has no class for it)
 

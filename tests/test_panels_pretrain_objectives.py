@@ -160,3 +160,22 @@ def test_peek_says_why_bert_masks_and_its_run_shows_next_token_curves_and_attent
     patterns = p.replay.result.frames[-1].attention.patterns  # [layer, head, query, key]: nothing to the right
     n = patterns.shape[-1]
     assert float(torch.as_tensor(patterns)[..., ~torch.ones(n, n, dtype=torch.bool).tril()].abs().max()) == 0.0
+
+
+def test_elmo_shows_in_the_picker_trains_two_directions_and_keeps_both(panel, one_thread):
+    from bertlab.training.objectives.elmo import BACKWARD_FOLDER, ELMO_FILE, load_elmo
+
+    p = panel
+    assert "elmo" in [value for _, value in p.objective.options]
+    p.objective.value = "elmo"
+    assert "shallowly bidirectional" in p.objective_note.value and "LSTM" in p.objective_note.value
+    _run(p, "elmo")
+    (name, model, _), = p.made
+    assert name.startswith("mini ELMo") and model.config.is_decoder  # the forward model joins the picker
+    assert {a.text for a in p.curves.layout.annotations} >= {"next-token loss", "next-token accuracy"}
+    assert len(p.curves.data[0].x) == len(p.points) > 0 and p.points[-1]["mlm_loss"] is not None
+    assert p.run_messages[-1] == ("info", get_objective("elmo").ended) and BACKWARD_FOLDER in p.run_messages[-1][1]
+    folder = p.last_run.folder
+    assert (folder / ELMO_FILE).is_file() and (folder / BACKWARD_FOLDER / "config.json").is_file()
+    fwd, bwd, _ = load_elmo(folder)
+    assert fwd.config.is_decoder and bwd.config.is_decoder

@@ -10,13 +10,13 @@
 
 from __future__ import annotations
 
-from bertlab.training.objectives import albert, bert, causal, deberta, electra, modernbert, roberta, spanbert
+from bertlab.training.objectives import albert, bert, causal, deberta, electra, elmo, modernbert, roberta, spanbert
 from bertlab.training.objectives.base import SIZES, ModelShape, Objective, ObjectiveError
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (bert.OBJECTIVE, roberta.OBJECTIVE, albert.OBJECTIVE,
                                                         electra.OBJECTIVE, spanbert.OBJECTIVE,
                                                         modernbert.OBJECTIVE, deberta.OBJECTIVE, causal.OBJECTIVE,
-                                                        causal.PEEK)}
+                                                        causal.PEEK, elmo.OBJECTIVE)}
 DEFAULT_OBJECTIVE = bert.OBJECTIVE.name  # what a run without an objective trains (MLM + a pair head)
 
 
