@@ -96,6 +96,7 @@ def test_panel_draws_redraws_and_says_what_is_wrong(pair):
     panel = _panel(pair, "bert", "gpt2")
     sec = panel.both
     assert sec.result is not None and "both ways" in panel.figures()
+    assert not [t for level, t in panel.messages if level == "error"], panel.messages
     fig = panel.figures()["both ways"]
     assert "triangular" in " ".join(a.text for a in fig.layout.annotations)
     before = [list(map(list, fig.data[0].z))]
