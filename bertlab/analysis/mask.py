@@ -438,3 +438,26 @@ def read_words(model: torch.nn.Module, tok: Tokenizer, text: str) -> tuple[list[
         return [], None, False
     enc = tok.encode(text, max_length=input_limit(model, tok))
     return words, enc.warning, enc.truncated
+
+
+def next_word_at(model: torch.nn.Module, tok: Tokenizer, text: str, position: int, k: int = 5) -> MaskPrediction:
+    """A left-to-right model's top-`k` guesses for token `position` of `text`, read with its LM head at
+    token `position - 1`. The whole text goes in, as in training: the causal mask alone keeps the tokens
+    from `position` on out of sight. `original_*` say how the true token fared.
+    Raises MissingHeadError without an LM head, InputError for a position with nothing to its left."""
+    model.require("lm")
+    if k < 1:
+        raise InputError(f"k is the number of guesses to show: use 1 or more, not {k}.")
+    enc = tok.encode(require_text(text), max_length=input_limit(model, tok))
+    if not 0 < position < len(enc):
+        raise InputError(f"Token {position + 1} has no tokens to its left in this model's reading (it reads "
+                         f"{len(enc)} tokens): a left-to-right model guesses a token from the ones before it.")
+    device = model_device(model)
+    with eval_mode(model), torch.inference_mode():
+        before = model(torch.tensor([enc.ids], device=device)).last_hidden_state[0, position - 1]  # [d_model]
+        logp = model.next_token_logits(before).float().log_softmax(dim=-1)  # [vocab]
+    ordinary = _ordinary(tok, logp.shape[-1], logp.device)
+    pred = MaskPrediction(position=position - 1, word_index=None, candidates=_top_k(logp, ordinary, k, tok),
+                          tokens=list(enc.tokens), warning=enc.warning, next_word=True)
+    _add_original(pred, enc.ids[position], enc.tokens[position], logp, ordinary)
+    return pred

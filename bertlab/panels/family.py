@@ -34,6 +34,7 @@ from bertlab.hub import RECOMMENDED
 from bertlab.inputs import InputError
 from bertlab.panels.base import Level, Panel
 from bertlab.panels.classroom import AnswerHold
+from bertlab.panels.family_both_ways import BothWaysSection
 from bertlab.panels.state import ModelState
 from bertlab.panels.views import Hold, on_input
 from bertlab.settings import in_hub_cache
@@ -114,6 +115,7 @@ class FamilyPanel(Panel):
         self.band_box, self.terms_box = widgets.VBox([]), widgets.VBox([])
         self.kinds = widgets.HTML()
         self.objectives = widgets.HTML()
+        self.both = BothWaysSection(self._on_both)  # an encoder beside a left-to-right model
         self._fill_options(first=True)
         self._fill_words()
         self.update()
@@ -130,6 +132,7 @@ class FamilyPanel(Panel):
             widgets.HBox([self.word, self.k, self.compare_button], layout=widgets.Layout(flex_flow="row wrap")),
             self.message,
             self.cuts_box, self.kinds, self.mask_box, self.params_box, self.band_box, self.terms_box,
+            self.both.widget,
             widgets.HTML('<div style="font-weight:600;margin-top:8px">Pre-training objectives on this sentence</div>'),
             self.objectives,
             widgets.HBox([self.draw_button]), self.electra_box,
@@ -212,6 +215,13 @@ class FamilyPanel(Panel):
         if not self.hold:
             self.update()
 
+    def _on_both(self) -> None:
+        """The section's layer or head changed: compare the pair again (the rest stays)."""
+        with self.busy(self.compare_button, text="Comparing both ways and left to right…"):
+            with self.reporting():
+                self.both.redo(self.text.value, self.word.value, self.k.value)
+            self.both.draw()
+
     def _on_draw(self, _=None) -> None:
         self.seed += 1
         self.update()
@@ -233,6 +243,7 @@ class FamilyPanel(Panel):
         """No results (before a run, or when it failed)."""
         self.views, self.picture, self.replaced, self.distilled, self._loaded = [], None, None, {}, []
         self.reach = self.terms = None
+        self.both.result = None
 
     def _clear(self) -> None:
         self._forget()
@@ -240,6 +251,7 @@ class FamilyPanel(Panel):
             box.children = ()
         self.kinds.value = self.objectives.value = ""
         self.draw_button.layout.display = "none"
+        self.both.clear()
 
     def _compute(self) -> list[tuple[Level, str]]:
         text = check_sentence(self.text.value)
@@ -263,6 +275,8 @@ class FamilyPanel(Panel):
         self.picture, self.replaced, electra = electra_demo(self.views, loaded, text, word, self.seed)
         self.distilled, distil = distillations(self.views, loaded, text, word)
         self.reach, self.terms = attention_changes(self.views, loaded, text)
+        shown = {v.name for v in self.views}
+        self.both.compute([m for m in loaded if m.name in shown], text, word, self.k.value)
         return notes + electra + distil
 
     def _load_picked(self, notes: list[tuple[Level, str]]) -> list[Loaded]:
@@ -319,6 +333,7 @@ class FamilyPanel(Panel):
         show_figure(self.params_box, plot_parameters([(v.name, v.params) for v in views]))
         show_or_clear(self.band_box, None if self.reach is None else plot_attention_reach(*self.reach))
         show_or_clear(self.terms_box, None if self.terms is None else plot_score_terms(*self.terms))
+        self.both.draw()
         self.objectives.value = objectives_html([objective_html(v, self._extra(v)) for v in views])
         self.draw_button.layout.display = None if self.picture is not None else "none"
         show_or_clear(self.electra_box, plot_electra(self.picture) if self.picture is not None
@@ -343,4 +358,4 @@ class FamilyPanel(Panel):
     def figures(self) -> dict[str, go.Figure]:
         return box_figures({"tokenizers": self.cuts_box, "hidden word": self.mask_box, "parameters": self.params_box,
                             "ELECTRA": self.electra_box, "attention band": self.band_box,
-                            "score terms": self.terms_box})
+                            "score terms": self.terms_box, "both ways": self.both.box})
