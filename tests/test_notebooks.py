@@ -11,7 +11,8 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-NEEDS_DATA = {"05_fine_tuning.ipynb", "06_what_bert_knows.ipynb"}  # read SST-2, CoNLL, UD from BERTLAB_DATA
+NEEDS_DATA = {"05_fine_tuning.ipynb", "06_what_bert_knows.ipynb",  # read SST-2, CoNLL, UD,
+              "07_before_and_around_bert.ipynb"}  # WikiText-2 from BERTLAB_DATA
 PLOTLY = "application/vnd.plotly.v1+json"
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
