@@ -14,7 +14,7 @@ from bertlab.analysis.family import Loaded, WordChoice
 from bertlab.inputs import InputError
 from bertlab.viz.both_ways import plot_both_ways
 from bertlab.viz.figure_widget import show_or_clear
-from bertlab.viz.theme import help_html
+from bertlab.viz.theme import help_html, note_html
 
 TITLE = "Both ways vs left to right"
 HELP = ("An encoder (BERT) reads every word at once, both sides of it: its attention pattern is full, and to guess "
@@ -44,8 +44,7 @@ class BothWaysSection:
             widgets.HTML(help_html(html.escape(HELP))), self.choosers, self.note, self.box])
 
     def _say(self, text: str, level: str = "info") -> None:
-        colour = {"info": "#555", "warning": "#8a5300"}[level]
-        self.note.value = f'<div style="color:{colour};margin:4px 0">{html.escape(text)}</div>' if text else ""
+        self.note.value = note_html(level, text) if text else ""
 
     def _fill_choosers(self, layers: int, heads: int) -> None:
         self._filling = True

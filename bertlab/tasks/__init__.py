@@ -125,7 +125,7 @@ TASKS: Mapping[str, Task] = MappingProxyType(
         "sts": Task(
             "sts", "sequence_classification", MappingProxyType(STS_LABELS), read_sick_relatedness,
             featurize_regression, regression_metrics, "pearson", "RobZamp/sick",
-            "Text similarity on SICK pairs: how related are A and B, from 1 (not at all) to 5 (the same meaning)?",
+            "Text similarity on SICK pairs: how related are A and B, from 1 (unrelated) to 5?",
             problem_type="regression",
         ),
         "ner": Task(
