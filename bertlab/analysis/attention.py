@@ -30,6 +30,7 @@ class AttentionResult:
     unk_token: str = ""  # how the tokenizer spells that token
     readable: list[str] = field(default_factory=list)  # the tokens as a student reads them ("Ġcat" -> "␣cat")
     windows: list[int | None] = field(default_factory=list)  # per layer: tokens seen on each side, None: all
+    causal: bool = False  # the model reads left to right: a local layer's window reaches back only
 
     @property
     def labels(self) -> list[str]:
@@ -105,6 +106,7 @@ def attention_patterns(
         unk_token=tok.unk_token,
         readable=tok.readable_pieces(enc.tokens),
         windows=attention_windows(model),
+        causal=bool(model.family.causal),
     )
 
 

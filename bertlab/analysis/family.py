@@ -23,6 +23,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from bertlab import masks
 from bertlab.analysis.attention import attention_windows
 from bertlab.analysis.mask import MaskPrediction, fill_mask
 from bertlab.analysis.nsp import next_sentence
@@ -602,13 +603,15 @@ TERM_TITLES = {"c2c": "content → content", "c2p": "content → position", "p2c
 @dataclass(frozen=True)
 class AttentionReach:
     """Which keys each query may read in a layer with full attention and in a local layer (ModernBERT's
-    band), from the model's own layers: every attention module's `kind` and `window`."""
+    band), from the model's own layers: every attention module's `kind` and `window`; a causal model's (the
+    ModernBERT decoder's) keys to the right of the query are never read."""
 
     labels: list[str]  # the sentence's pieces, readable
     kinds: list[str]  # per layer: "global" or "local"
     window: int  # tokens a local layer's query sees on each side
     local: torch.Tensor  # [query, key] bool: True where a local layer's query may read the key
-    full: torch.Tensor  # [query, key] bool: a global layer's (every key)
+    full: torch.Tensor  # [query, key] bool: a global layer's (every key; a causal model's: every key to the left)
+    causal: bool = False  # the model reads left to right: `window` tokens back, none ahead
 
 
 def attention_reach(model: torch.nn.Module, tok: Tokenizer, text: str) -> AttentionReach | None:
@@ -619,9 +622,10 @@ def attention_reach(model: torch.nn.Module, tok: Tokenizer, text: str) -> Attent
     labels = [p.label for p in token_cut(model, tok, text).pieces]
     window = int(next(w for w in windows if w is not None))
     pos = torch.arange(len(labels))
+    causal = bool(model.family.causal)
+    full = masks.causal(len(labels)) if causal else masks.bidirectional(len(labels))
     return AttentionReach(labels=labels, kinds=["global" if w is None else "local" for w in windows], window=window,
-                          local=(pos[:, None] - pos[None, :]).abs() <= window,
-                          full=torch.ones(len(labels), len(labels), dtype=torch.bool))
+                          local=((pos[:, None] - pos[None, :]).abs() <= window) & full, full=full, causal=causal)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from bertlab.config import BertConfig, ConfigError
-from bertlab.families import albert, bert, deberta, distilbert, electra, gpt2, modernbert, roberta
+from bertlab.families import albert, bert, deberta, distilbert, electra, gpt2, modernbert, modernbert_decoder, roberta
 from bertlab.families.core import (
     LAYER_HOOKS,
     Assembly,
@@ -29,7 +29,8 @@ from bertlab.families.core import (
 
 FAMILIES: dict[str, Family] = {f.name: f for f in (bert.FAMILY, roberta.FAMILY, albert.FAMILY,
                                                      distilbert.FAMILY, electra.FAMILY,
-                                                     modernbert.FAMILY, deberta.FAMILY, gpt2.FAMILY)}
+                                                     modernbert.FAMILY, deberta.FAMILY, gpt2.FAMILY,
+                                                     modernbert_decoder.FAMILY)}
 
 
 def family_for(model_type: Any) -> Family:

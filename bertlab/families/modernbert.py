@@ -142,12 +142,21 @@ def attention_masks(attention_mask: torch.Tensor | None, seq: int, window: int, 
 # Attention: fused Wqkv, rotary q and k, global or banded
 # ---------------------------------------------------------------------------------------------
 class ModernBertAttention(AttentionHooks):
-    def __init__(self, cfg: BertConfig, kind: str):
+    """fused: one `Wqkv` (the encoder's); otherwise `q_proj`, `k_proj`, `v_proj` (the decoder's, transformers'
+    ModernBertDecoderAttention); the rest is the same."""
+
+    def __init__(self, cfg: BertConfig, kind: str, fused: bool = True):
         super().__init__(cfg)
         bias = bool(option(cfg, "attention_bias", False))
         self.kind = kind  # "global" or "local"
-        self.window = half_window(cfg) if kind == "local" else None  # tokens seen on each side
-        self.Wqkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=bias)
+        self.window = half_window(cfg) if kind == "local" else None  # tokens seen on each side (a causal one: back)
+        self.fused = fused
+        if fused:
+            self.Wqkv = nn.Linear(cfg.hidden_size, 3 * cfg.hidden_size, bias=bias)
+        else:
+            self.q_proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=bias)
+            self.k_proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=bias)
+            self.v_proj = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=bias)
         self.Wo = nn.Linear(cfg.hidden_size, cfg.hidden_size, bias=bias)
         self.dropout = nn.Dropout(cfg.attention_probs_dropout_prob)  # on the pattern
         self.out_drop = nn.Dropout(cfg.attention_probs_dropout_prob)  # on the output, as transformers does
@@ -160,9 +169,7 @@ class ModernBertAttention(AttentionHooks):
     def forward(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor | None,
                 head_mask: torch.Tensor | None) -> torch.Tensor:
         """x [batch, seq, d_model]; rope: (cos, sin) [seq, d_head]; mask: boolean, True where read."""
-        qkv = self.Wqkv(x).view(*x.shape[:2], 3, self.n_heads, self.d_head)
-        q, k, v = (self.hook_q(qkv[:, :, 0]), self.hook_k(qkv[:, :, 1]),
-                   self.hook_v(qkv[:, :, 2]))  # [batch, seq, head, d_head]
+        q, k, v = self.project(x)  # [batch, seq, head, d_head]
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [batch, head, seq, d_head]
         q = self.hook_rot_q(rotate(q, *rope).transpose(1, 2)).transpose(1, 2)  # turned in [batch, head, ...]
         k = self.hook_rot_k(rotate(k, *rope).transpose(1, 2)).transpose(1, 2)  # layout, as SDPA reads them
@@ -180,6 +187,20 @@ class ModernBertAttention(AttentionHooks):
         z = self.hook_z(z.transpose(1, 2))  # [batch, seq, head, d_head]
         out = self.hook_attn_out(self.out_drop(write_heads(z, self.Wo, self.hook_result, self.n_heads)))
         return out if self.adapter is None else self.adapter(out)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [batch, seq, d_model] -> q, k, v, each [batch, seq, head, d_head] (their hook points fire)."""
+        if self.fused:
+            qkv = self.Wqkv(x).view(*x.shape[:2], 3, self.n_heads, self.d_head)
+            q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        else:
+            q, k, v = (p(x).view(*x.shape[:2], self.n_heads, self.d_head) for p in (self.q_proj, self.k_proj,
+                                                                                    self.v_proj))
+        return self.hook_q(q), self.hook_k(k), self.hook_v(v)
+
+    def projections(self) -> list[nn.Linear]:
+        """The linears that make q, k and v: [Wqkv], or [q_proj, k_proj, v_proj]."""
+        return [self.Wqkv] if self.fused else [self.q_proj, self.k_proj, self.v_proj]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,12 +231,12 @@ class ModernBertMLP(nn.Module):
 
 
 class ModernBertEncoderLayer(nn.Module):
-    def __init__(self, cfg: BertConfig, index: int, kind: str):
+    def __init__(self, cfg: BertConfig, index: int, kind: str, fused: bool = True):
         super().__init__()
         bias = option(cfg, "norm_bias", False)
         self.attn_norm = nn.Identity() if index == 0 else nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps,
                                                                        bias=bias)  # layer 0: embeddings are normed
-        self.attn = ModernBertAttention(cfg, kind)
+        self.attn = ModernBertAttention(cfg, kind, fused)
         self.mlp_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=bias)
         self.mlp = ModernBertMLP(cfg)
         self.hook_resid_pre = HookPoint()  # [batch, seq, d_model]
@@ -234,12 +255,14 @@ class ModernBertEncoderLayer(nn.Module):
 class ModernBertModel(nn.Module):
     """HF `ModernBertModel`, stored under `model.` in full models."""
 
+    FUSED = True  # one Wqkv per layer (the decoder, `modernbert_decoder.ModernBertDecoderModel`, has three)
+
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.config = cfg
         kinds = layer_kinds(cfg)
         self.embeddings = ModernBertEmbeddings(cfg)
-        self.layers = nn.ModuleList(ModernBertEncoderLayer(cfg, i, kind) for i, kind in enumerate(kinds))
+        self.layers = nn.ModuleList(ModernBertEncoderLayer(cfg, i, kind, self.FUSED) for i, kind in enumerate(kinds))
         self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, bias=option(cfg, "norm_bias", False))
         self.hook_resid_final = HookPoint()  # [batch, seq, d_model] the stream after the last layer, before final_norm
 
@@ -247,7 +270,7 @@ class ModernBertModel(nn.Module):
                 head_mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.embeddings(input_ids)
         seq, cfg = x.shape[1], self.config
-        masks = attention_masks(attention_mask, seq, half_window(cfg), x.device)
+        masks = self.masks(attention_mask, seq, x.device)
         ropes = {kind: rotary(rope_theta(cfg, kind), cfg.head_dim, seq, x.device, x.dtype)
                  for kind in {layer.attn.kind for layer in self.layers}}
         last = len(self.layers) - 1
@@ -256,6 +279,11 @@ class ModernBertModel(nn.Module):
             x = layer(x, ropes[kind], masks[kind], None if head_mask is None else head_mask[i],
                       self.finish if i == last else None)
         return x
+
+    def masks(self, attention_mask: torch.Tensor | None, seq: int, device: torch.device
+              ) -> dict[str, torch.Tensor | None]:
+        """The boolean mask of each layer kind ("global", "local"): `attention_masks`, both ways."""
+        return attention_masks(attention_mask, seq, half_window(self.config), device)
 
     def finish(self, x: torch.Tensor) -> torch.Tensor:
         """The stream after the last layer, normalised: the encoder's output."""
@@ -313,7 +341,7 @@ class ModernBert(FamilyModel):
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
             return
-        super()._init_weights(m)
+        FamilyModel._init_weights(self, m)  # named, not super(): the decoder's model runs this method too
         cfg = self.config
         std_in = cfg.initializer_range
         std_out = cfg.initializer_range / (2.0 * cfg.num_hidden_layers) ** 0.5
@@ -327,7 +355,8 @@ class ModernBert(FamilyModel):
         if isinstance(m, ModernBertEmbeddings):
             fill(m.tok_embeddings, std_in)
         elif isinstance(m, (ModernBertMLP, ModernBertAttention)):
-            fill(m.Wi if isinstance(m, ModernBertMLP) else m.Wqkv, std_in)
+            for linear in [m.Wi] if isinstance(m, ModernBertMLP) else m.projections():
+                fill(linear, std_in)
             fill(m.Wo, std_out)
         elif isinstance(m, ModernBertPredictionHead):
             fill(m.dense, std_out)

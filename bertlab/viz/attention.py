@@ -31,13 +31,16 @@ def heatmap_marks(result: AttentionResult, layer: int, style: Theme | None = Non
     note = ""
     if window is not None:
         whole = n - 1 <= window
-        note = (f"local layer: each token sees ±{window} tokens"
+        sees = f"itself and the {window} tokens before it" if result.causal else f"±{window} tokens"
+        note = (f"local layer: each token sees {sees}"
                 + (" (here: the whole input)" if whole else " (outlined; weights outside are 0)"))
         if not whole:
-            shapes.append(dict(type="path", path=_band_path(n, window), xref="x", yref="y", layer="above",
-                               line=dict(color=BAND_COLOR, width=t.px(2), dash="dash"), fillcolor="rgba(0,0,0,0)"))
+            shapes.append(dict(type="path", path=_band_path(n, window, result.causal), xref="x", yref="y",
+                               layer="above", line=dict(color=BAND_COLOR, width=t.px(2), dash="dash"),
+                               fillcolor="rgba(0,0,0,0)"))
     elif any(w is not None for w in result.windows):
-        note = "global layer: every token sees every token"
+        note = ("global layer: every token sees every token before it" if result.causal else
+                "global layer: every token sees every token")
     annotations = [dict(text=note, showarrow=False, x=0, y=1, xref="paper", yref="paper", xanchor="left",
                         yanchor="bottom", yshift=t.px(4), font=dict(size=t.px(12), color=BAND_COLOR))] if note else []
     return dict(shapes=shapes, annotations=annotations)
@@ -135,12 +138,12 @@ def _segment_lines(result: AttentionResult, n: int, t: Theme) -> list[dict]:
     ]
 
 
-def _band_path(n: int, window: int) -> str:
+def _band_path(n: int, window: int, causal: bool = False) -> str:
     """An SVG path (data coordinates: cell centres at 0..n-1) around the cells |query - key| <= window
-    of an n x n grid: down its right edge, back up its left edge."""
+    of an n x n grid (causal: and key <= query): down its right edge, back up its left edge."""
     right, left = [], []
     for q in range(n):
-        hi, lo = min(n - 1, q + window) + 0.5, max(0, q - window) - 0.5
+        hi, lo = min(n - 1, q + (0 if causal else window)) + 0.5, max(0, q - window) - 0.5
         right += [(hi, q - 0.5), (hi, q + 0.5)]
         left += [(lo, q - 0.5), (lo, q + 0.5)]
     points = right + left[::-1]

@@ -312,8 +312,10 @@ def plot_attention_reach(name: str, reach: AttentionReach, style: Theme | None =
     t = style or current()
     n = len(reach.labels)
     layers = {kind: ", ".join(str(i) for i, k in enumerate(reach.kinds) if k == kind) for kind in ("global", "local")}
-    titles = (f"global layers ({layers['global'] or 'none'}): every key",
-              f"local layers ({layers['local']}): ±{reach.window} tokens")
+    titles = ((f"global layers ({layers['global'] or 'none'}): every key to the left",
+               f"local layers ({layers['local']}): itself and {reach.window} tokens back") if reach.causal else
+              (f"global layers ({layers['global'] or 'none'}): every key",
+               f"local layers ({layers['local']}): ±{reach.window} tokens"))
     fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.08)
     for col, allowed in ((1, reach.full), (2, reach.local)):
         fig.add_trace(go.Heatmap(
