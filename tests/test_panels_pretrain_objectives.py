@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import bertlab
+from bertlab.panels import pretrain as pretrain_panel
 from bertlab.panels.pretrain import FALLBACK_DOCUMENTS, PretrainPanel
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.objectives import get_objective
@@ -71,6 +72,7 @@ def panel(small_tok, corpus, sst2, tmp_path) -> PretrainPanel:
 
 def _run(p: PretrainPanel, objective: str) -> None:
     p.objective.value = objective
+    p.steps.value, p.batch.value, p.seq_len.value = 4, 4, 32  # a next-token objective set its lesson's run
     p.start.click()
     assert p.job.wait(120)
     assert p.result is not None and p.result.status == "completed", p.run_messages
@@ -140,6 +142,10 @@ def test_peek_says_why_bert_masks_and_its_run_shows_next_token_curves_and_attent
     p = panel
     p.objective.value = "peek"
     assert "why BERT masks" in p.objective_note.value and p.pair_task.value == "none"
+    lesson = get_objective("peek").lesson  # a run long enough to find the shortcut, short enough for a lesson
+    assert (p.steps.value, p.batch.value, p.seq_len.value) == (lesson["steps"], lesson["batch_size"], lesson["seq_len"])
+    assert "Set for a lesson" in p.objective_note.value and pretrain_panel.lesson_lr("peek") == {"lr": lesson["lr"]}
+    assert get_objective("causal").lesson == lesson  # the causal run it is set beside takes the same settings
     _run(p, "peek")
     (name, model, _), = p.made
     assert name.startswith("mini Peek") and model.config.predicts_next and not model.config.is_decoder
@@ -157,6 +163,7 @@ def test_peek_says_why_bert_masks_and_its_run_shows_next_token_curves_and_attent
     p.objective.value = "causal"
     assert "left" in p.objective_note.value
     _run(p, "causal")
+    assert p.run.config.lr == lesson["lr"]
     patterns = p.replay.result.frames[-1].attention.patterns  # [layer, head, query, key]: nothing to the right
     n = patterns.shape[-1]
     assert float(torch.as_tensor(patterns)[..., ~torch.ones(n, n, dtype=torch.bool).tril()].abs().max()) == 0.0

@@ -95,6 +95,12 @@ TAGGED_SOURCE = "conll2003"  # where the tagged sentences for entity / phrase ma
 MAX_TOKENS = 128  # section 1 shows at most this many tokens (longer text is cut, with a note)
 
 
+
+def lesson_lr(objective: str | None) -> dict[str, float]:
+    """The learning rate of an objective's lesson-length run (the tab has no learning-rate field), else {}."""
+    lesson = get_objective(objective).lesson if objective else {}
+    return {"lr": lesson["lr"]} if "lr" in lesson else {}
+
 class PretrainPanel(Panel):
     """See one example as BERT sees it, and pre-train a mini BERT live."""
 
@@ -258,7 +264,7 @@ class PretrainPanel(Panel):
                                             layout=widgets.Layout(width="180px"))
         self.batch = widgets.BoundedIntText(value=16, min=1, max=512, description="Batch",
                                             layout=widgets.Layout(width="180px"))
-        self.seq_len = widgets.Dropdown(options=[32, 64, 128], value=64, description="Seq length",
+        self.seq_len = widgets.Dropdown(options=[16, 32, 64, 128], value=64, description="Seq length",
                                         layout=widgets.Layout(width="180px"))
         self.train_strategy = widgets.Dropdown(options=[(STRATEGY_NAMES[s], s) for s in STRATEGIES], value="token",
                                                description="Masking", layout=widgets.Layout(width="260px"))
@@ -314,6 +320,12 @@ class PretrainPanel(Panel):
         self.train_strategy.disabled = self.pair_task.disabled = bool(name)
         note = words.objective_note(name)
         self.objective_note.value = help_html(html.escape(note)) if note else ""
+        lesson = get_objective(name).lesson if name else {}
+        if lesson:  # the run this objective needs to show what it teaches in a lesson (its note says so)
+            self.steps.value, self.batch.value = lesson.get("steps", self.steps.value), lesson.get(
+                "batch_size", self.batch.value)
+            self.seq_len.value = lesson.get("seq_len", self.seq_len.value)
+            self.objective_note.value += help_html(html.escape(words.lesson_note(lesson)))
         options = get_objective(name).size_options if name else ()
         self.embedding_size.disabled = "embedding_size" not in options
         self.shared_layers.disabled = "shared_layers" not in options
@@ -402,7 +414,7 @@ class PretrainPanel(Panel):
                               seq_len=self.seq_len.value, batch_size=self.batch.value,
                               masking=masking,
                               pair_task=self.pair_task.value if custom else "nsp", log_every=every,
-                              objective=objective,
+                              objective=objective, **lesson_lr(objective),
                               embedding_size=(self.embedding_size.value or None)
                               if not self.embedding_size.disabled else None,
                               shared_layers=self.shared_layers.value if not self.shared_layers.disabled else None)

@@ -63,6 +63,15 @@ NEXT_TOKEN_PROBE = ("This objective predicts the next token, not masked ones: th
                     "read. Watch the curves; when the run ends, pick its model and open the Attention tab.")
 
 
+def lesson_note(lesson: dict) -> str:
+    """What the tab set for an objective's lesson-length run."""
+    parts = [f"{label} {lesson[key]}" for key, label in (("steps", "Steps"), ("batch_size", "Batch"),
+                                                          ("seq_len", "Seq length")) if key in lesson]
+    lr = f", learning rate {lesson['lr']:g}" if "lr" in lesson else ""
+    return (f"Set for a lesson: {', '.join(parts)}{lr} (about 5 minutes at size tiny on 2 cores), so the curve "
+            "shows what it teaches before the bell; change them if you like.")
+
+
 def objective_note(name: str) -> str:
     """What the objective picked teaches (one sentence), "" for your own mix."""
     return get_objective(name).teaches if name else ""

@@ -9,7 +9,7 @@ be checked on fixed seeds without a model, and the loss on hand-made batches.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -220,6 +220,9 @@ class Objective:
     builds: str = ""  # what it builds from scratch, when it cannot continue a given model
     teaches: str = ""  # one sentence for the Pre-training tab: what this objective shows a student
     ended: str = ""  # what the Pre-training tab adds when a run of it ends ("" for nothing)
+    # the settings the Pre-training tab puts in when it is picked, for a lesson-length run that shows what it
+    # teaches (PretrainConfig fields: steps, batch_size, seq_len, lr); {} keeps the tab's own
+    lesson: dict[str, Any] = field(default_factory=dict)
 
     @property
     def predicts_next(self) -> bool:

@@ -29,7 +29,13 @@ from torch import nn
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.checkpoint import save_model_atomically
 from bertlab.training.objectives.base import ModelShape, Objective, ObjectiveError, new_family_model
-from bertlab.training.objectives.causal import ARCHITECTURE, NextTokenBatch, next_token_collate, next_token_loss
+from bertlab.training.objectives.causal import (
+    ARCHITECTURE,
+    NEXT_TOKEN_LESSON,
+    NextTokenBatch,
+    next_token_collate,
+    next_token_loss,
+)
 from bertlab.training.objectives.roberta import full_sentences
 
 BACKWARD_FOLDER = "backward"
@@ -223,6 +229,7 @@ OBJECTIVE = Objective(
     mlm_acc_key="",  # it guesses no masked words (the curves show the two directions' mean accuracy)
     continue_with=None,
     builds="a forward and a backward causal BERT",
+    lesson=dict(NEXT_TOKEN_LESSON),  # the same run as causal's and peek's, to put the three side by side
     ended=("The forward model joined the picker (it reads left to right). The backward one is saved beside it, in "
            "the run folder's backward/: it reads each sentence reversed. A word's ELMo feature is the two states "
            "side by side (bertlab.training.objectives.elmo.elmo_features)."),
