@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -86,3 +89,22 @@ class FakeHub:
         h.end_headers()
         if body:
             h.wfile.write(data)
+
+
+def download_then_next_word_logits(tmp_path: Path, name: str, folder: Path, text: str = "the quick fox"):
+    """`bertlab download NAME` from a FakeHub serving `folder` under `name`, then, offline in a fresh process,
+    `bertlab.load(NAME)`: (its family's name, the first 5 next-word logits after `text`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    env.update(HF_HOME=str(tmp_path / "hf"), OMP_NUM_THREADS="1", HF_HUB_DISABLE_TELEMETRY="1")
+    code = "import sys; from bertlab.cli import main; sys.exit(main(sys.argv[1:]))"
+    with FakeHub({name: folder}) as hub:
+        done = subprocess.run([sys.executable, "-c", code, "download", name],
+                              env={**env, "HF_ENDPOINT": hub.endpoint}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-800:]
+    assert any("/resolve/" in r for r in hub.requests)
+    probe = ("import json, sys, torch, bertlab; m, t = bertlab.load(sys.argv[1]); e = t.encode(sys.argv[2]);"
+             "print(json.dumps([m.family.name, m(torch.tensor([e.ids])).lm_logits[0, -1, :5].tolist()]))")
+    run = subprocess.run([sys.executable, "-c", probe, name, text], env={**env, "HF_HUB_OFFLINE": "1"},
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-800:]
+    return json.loads(run.stdout.strip().splitlines()[-1])

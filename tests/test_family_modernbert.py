@@ -16,7 +16,8 @@ import sys
 import pytest
 import torch
 from fake_hub import FakeHub
-from tiny_models import CORPUS
+from tiny_models import CORPUS, TOKENIZER_TEXTS, max_diff, save_wide
+from tiny_models import _transformers as _hf
 
 from bertlab.families import LAYER_HOOKS
 from bertlab.loading import load, load_model, save_pretrained
@@ -33,23 +34,9 @@ ARCHS = ["ModernBertModel", "ModernBertForMaskedLM", "ModernBertForSequenceClass
 TEXTS = ["The quick brown fox jumps over the lazy dog near the river bank today.",
          "Café, naïve, résumé: accents are part of the language, and so are 😀 emoji.",
          "Short one."]
-TOKENIZER_TEXTS = [
-    "Hello world!",
-    "Crème brûlée à la française — déjà vu.",
-    "自然语言处理很有趣 and mixed with English.",
-    "I ❤️ transformers 🤖🚀 (really).",
-    "Visit https://huggingface.co/answerdotai/ModernBERT-base or mail me@example.com.",
-    "  spaces   everywhere\tand\ttabs  ",
-    "The capital of France is [MASK].",
-]
-
-
-def _hf():
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    return transformers
+TOKENIZER_TEXTS = [*TOKENIZER_TEXTS,
+                   "Visit https://huggingface.co/answerdotai/ModernBERT-base or mail me@example.com.",
+                   "The capital of France is [MASK]."]
 
 
 def modernbert_tokenizer():
@@ -85,12 +72,7 @@ def write_checkpoint(folder, arch: str, tok, seed: int = 0, **changes):
                              eos_token_id=tok.sep_token_id, classifier_pooling=pooling or "cls",
                              num_labels=2 if name.endswith("Answering") else 3, **{**SIZE, **changes})
     model = getattr(T, name)(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.3) if p.dim() > 1 else p.add_(torch.randn_like(p) * 0.1)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    return save_wide(model, tok, folder)
 
 
 @pytest.fixture(scope="module")
@@ -117,11 +99,6 @@ def _batch(tok: Tokenizer):
     return batch.input_ids, batch.attention_mask
 
 
-def _diff(a, b, mask=None) -> float:
-    d = (a - b).detach().abs()
-    if mask is not None:
-        d = d[mask.bool()]
-    return float(d.max())
 
 
 FIELDS = {"ModernBertModel": [("last_hidden_state", "last_hidden_state", True)],
@@ -143,15 +120,16 @@ def compare(model, hf, arch: str, ids, mask, path: str) -> dict[str, float]:
     with torch.no_grad():
         out, cache = model.run_with_cache(ids, None, mask, names=names)
         ref = hf(input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=path == "eager")
-    diffs = {"embeddings": _diff(cache[fam.embedding_hook], ref.hidden_states[0], mask)}
+    diffs = {"embeddings": max_diff(cache[fam.embedding_hook], ref.hidden_states[0], mask)}
     assert len(ref.hidden_states) == fam.num_layers + 1
-    diffs["hidden states"] = max(_diff(cache[fam.hook_name(i, "hook_resid_post")], ref.hidden_states[i + 1], mask)
+    diffs["hidden states"] = max(max_diff(cache[fam.hook_name(i, "hook_resid_post")], ref.hidden_states[i + 1], mask)
                                  for i in range(fam.num_layers))
     if path == "eager":
         assert len(ref.attentions) == fam.num_layers
-        diffs["patterns"] = max(_diff(cache[fam.hook_name(i, "hook_pattern")], a) for i, a in enumerate(ref.attentions))
+        diffs["patterns"] = max(max_diff(cache[fam.hook_name(i, "hook_pattern")], a)
+                                for i, a in enumerate(ref.attentions))
     for ours, theirs, per_token in FIELDS[arch.partition("-")[0]]:
-        diffs[ours] = _diff(getattr(out, ours), getattr(ref, theirs), mask if per_token else None)
+        diffs[ours] = max_diff(getattr(out, ours), getattr(ref, theirs), mask if per_token else None)
     assert all(v <= TOL for v in diffs.values()), (arch, path, diffs)
     return diffs
 
@@ -212,7 +190,7 @@ def test_the_comparison_sees_the_rotation_the_window_and_the_pooling(checkpoints
         model, _ = load_model(folder)
         with torch.no_grad():
             out = model(ids, None, mask)
-        assert _diff(out.logits, want.logits) > 1e-3, change
+        assert max_diff(out.logits, want.logits) > 1e-3, change
 
 
 @pytest.mark.parametrize("thetas", [(500.0, 30.0), None])
@@ -322,12 +300,13 @@ def test_pruned_and_quantized_modernbert_equal_their_references_and_reload(check
         out = small(ids, None, mask)
     assert heads_per_layer(small) == [2, 3, 4, 4, 4]
     assert small.model.layers[0].attn.Wqkv.weight.shape == (3 * 2 * 8, 32)
-    assert _diff(out.logits, ref.logits) <= TOL and _diff(out.last_hidden_state, ref.last_hidden_state, mask) <= TOL
+    assert max_diff(out.logits, ref.logits) <= TOL
+    assert max_diff(out.last_hidden_state, ref.last_hidden_state, mask) <= TOL
     int8 = quantize(small)
     again, _ = load_model(save_compressed(int8, None, tmp_path / "int8"))
     with torch.no_grad():
         assert torch.equal(int8(ids, None, mask).logits, again(ids, None, mask).logits)
-        assert _diff(int8(ids, None, mask).logits, out.logits) < 0.5  # int8 stays near the float model
+        assert max_diff(int8(ids, None, mask).logits, out.logits) < 0.5  # int8 stays near the float model
 
 
 @pytest.mark.parametrize("change,message", [
@@ -396,7 +375,7 @@ def test_fill_mask_end_to_end_equals_transformers(checkpoints, hf_tok):
     assert query.input_ids[0].tolist() == enc["input_ids"][0].tolist()
     with torch.no_grad():
         want = hf(**enc).logits[0, query.position].log_softmax(-1)
-    assert _diff(masked_log_probs(model, query)[0], want) <= TOL
+    assert max_diff(masked_log_probs(model, query)[0], want) <= TOL
 
 
 # ---------------------------------------------------------------------------------------------

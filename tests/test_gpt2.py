@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
-from fake_hub import FakeHub
+from fake_hub import download_then_next_word_logits
 from safetensors.torch import load_file, save_file
-from tiny_models import CORPUS
+from tiny_models import CORPUS, TOKENIZER_TEXTS, max_diff, save_wide
+from tiny_models import _transformers as _hf
 
 from bertlab.families import LAYER_HOOKS
 from bertlab.loading import load, load_model, save_pretrained
@@ -31,22 +29,7 @@ ARCHS = ["GPT2LMHeadModel", "GPT2Model"]
 TEXTS = ["The quick brown fox jumps over the lazy dog near the river bank.",
          "Café, naïve, résumé: accents are part of the language.",
          "Short one."]
-TOKENIZER_TEXTS = [
-    "Hello world!",
-    "Crème brûlée à la française — déjà vu.",
-    "自然语言处理很有趣 and mixed with English.",
-    "I ❤️ transformers 🤖🚀 (really).",
-    "  spaces   everywhere\tand\ttabs  ",
-    "Two texts<|endoftext|>joined by the end-of-text token.",
-]
-
-
-def _hf():
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    return transformers
+TOKENIZER_TEXTS = [*TOKENIZER_TEXTS, "Two texts<|endoftext|>joined by the end-of-text token."]
 
 
 def gpt2_tokenizer():
@@ -73,12 +56,7 @@ def write_checkpoint(folder, arch: str, tok, seed: int = 0, **changes):
     eos = tok.convert_tokens_to_ids("<|endoftext|>")
     cfg = T.GPT2Config(vocab_size=len(tok), bos_token_id=eos, eos_token_id=eos, **{**SIZE, **changes})
     model = getattr(T, arch)(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.3) if p.dim() > 1 else p.add_(torch.randn_like(p) * 0.1)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    return save_wide(model, tok, folder)
 
 
 @pytest.fixture(scope="module")
@@ -99,11 +77,6 @@ def checkpoints(tmp_path_factory, hf_tok):
     return {arch: write_checkpoint(root / arch, arch, hf_tok, seed=i) for i, arch in enumerate(ARCHS)}
 
 
-def _diff(a, b, mask=None) -> float:
-    d = (a - b).detach().abs()
-    if mask is not None:
-        d = d[mask.bool()]
-    return float(d.max())
 
 
 def compare(model, hf, ids, mask, path: str, logits: bool) -> dict[str, float]:
@@ -118,18 +91,19 @@ def compare(model, hf, ids, mask, path: str, logits: bool) -> dict[str, float]:
         out, cache = model.run_with_cache(ids, None, mask, names=names)
         ref = hf(input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=path == "eager")
     assert len(ref.hidden_states) == fam.num_layers + 1
-    diffs = {"embeddings": _diff(cache[fam.embedding_hook], ref.hidden_states[0], mask),
-             "hidden states": max(_diff(cache[fam.hook_name(i, "hook_resid_post")], ref.hidden_states[i + 1], mask)
+    diffs = {"embeddings": max_diff(cache[fam.embedding_hook], ref.hidden_states[0], mask),
+             "hidden states": max(max_diff(cache[fam.hook_name(i, "hook_resid_post")], ref.hidden_states[i + 1], mask)
                                   for i in range(fam.num_layers)),
-             "last_hidden_state": _diff(out.last_hidden_state, ref.hidden_states[-1], mask)}
+             "last_hidden_state": max_diff(out.last_hidden_state, ref.hidden_states[-1], mask)}
     if path == "eager":
         assert len(ref.attentions) == fam.num_layers
-        diffs["patterns"] = max(_diff(cache[fam.hook_name(i, "hook_pattern")], a) for i, a in enumerate(ref.attentions))
+        diffs["patterns"] = max(max_diff(cache[fam.hook_name(i, "hook_pattern")], a)
+                                for i, a in enumerate(ref.attentions))
         above = ~causal(ids.shape[1])  # keys to the right of each query
         assert all(float(cache[fam.hook_name(i, "hook_pattern")][..., above].abs().max()) == 0.0
                    for i in range(fam.num_layers))
     if logits:
-        diffs["lm_logits"] = _diff(out.lm_logits, ref.logits, mask)
+        diffs["lm_logits"] = max_diff(out.lm_logits, ref.logits, mask)
     assert all(v <= TOL for v in diffs.values()), (path, diffs)
     return diffs
 
@@ -184,7 +158,7 @@ def test_older_files_with_mask_buffers_and_bare_keys_load(checkpoints, tmp_path)
     new, tok = load(str(src))
     ids, mask = _batch(tok)
     with torch.no_grad():
-        assert _diff(old(ids, None, mask).lm_logits, new(ids, None, mask).lm_logits) == 0.0
+        assert max_diff(old(ids, None, mask).lm_logits, new(ids, None, mask).lm_logits) == 0.0
 
 
 def test_hook_points_and_protocol(checkpoints):
@@ -203,13 +177,13 @@ def test_hook_points_and_protocol(checkpoints):
         _, cache = model.run_with_cache(ids, None, mask, names=[fam.embedding_hook, "transformer.hook_word"])
         emb = fam.embeddings(model)
         assert emb.word_embeddings is model.transformer.wte
-        assert _diff(emb(ids, None), cache[fam.embedding_hook]) == 0.0  # the embeddings alone, hooks firing
+        assert max_diff(emb(ids, None), cache[fam.embedding_hook]) == 0.0  # the embeddings alone, hooks firing
     assert set(model.state_dict()) == {n for n, _ in model.named_parameters()} | {"lm_head.weight"}  # no views
     with torch.no_grad():  # hook_result: each head's write sums to the attention output minus its bias
         _, c = model.run_with_cache(ids, None, mask, names=fam.layer_hook_names("hook_result")
                                     + fam.layer_hook_names("hook_attn_out"))
     bias = model.transformer.h[0].attn.c_proj.bias
-    assert _diff(c[fam.hook_name(0, "hook_result")].sum(2) + bias, c[fam.hook_name(0, "hook_attn_out")]) < 1e-5
+    assert max_diff(c[fam.hook_name(0, "hook_result")].sum(2) + bias, c[fam.hook_name(0, "hook_attn_out")]) < 1e-5
     assert "GPT-2" == fam.title and model.describe().startswith("gpt2:") and "LM" in model.describe()
 
 
@@ -227,7 +201,7 @@ def test_next_token_lens_reads_every_stage_through_ln_f(checkpoints):
         for s in range(1, fam.num_layers + 1):
             cut = copy.deepcopy(model)
             cut.transformer.h = cut.transformer.h[:s]
-            assert _diff(cut(ids).lm_logits[0, -1], lens[s]) < 1e-4, s
+            assert max_diff(cut(ids).lm_logits[0, -1], lens[s]) < 1e-4, s
 
 
 def test_tokenizer_equals_transformers(tokenizer_folder, hf_tok, tmp_path):
@@ -293,20 +267,7 @@ def test_download_then_load_offline(tmp_path, hf_tok):
     then `bertlab.load(name)` offline: the same logits as the folder it was made from."""
     name = "openai-community/gpt2"
     folder = write_checkpoint(tmp_path / "gpt2", "GPT2LMHeadModel", hf_tok, seed=3)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
-    env.update(HF_HOME=str(tmp_path / "hf"), OMP_NUM_THREADS="1", HF_HUB_DISABLE_TELEMETRY="1")
-    code = "import sys; from bertlab.cli import main; sys.exit(main(sys.argv[1:]))"
-    with FakeHub({name: folder}) as hub:
-        done = subprocess.run([sys.executable, "-c", code, "download", name],
-                              env={**env, "HF_ENDPOINT": hub.endpoint}, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-800:]
-    assert any("/resolve/" in r for r in hub.requests)
-    probe = ("import json, sys, torch, bertlab; m, t = bertlab.load(sys.argv[1]); e = t.encode('the quick fox');"
-             "print(json.dumps([m.family.name, m(torch.tensor([e.ids])).lm_logits[0, -1, :5].tolist()]))")
-    run = subprocess.run([sys.executable, "-c", probe, name], env={**env, "HF_HUB_OFFLINE": "1"},
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-800:]
-    family, logits = json.loads(run.stdout.strip().splitlines()[-1])
+    family, logits = download_then_next_word_logits(tmp_path, name, folder)
     model, tok = load(str(folder))
     with torch.no_grad():
         ref = model(torch.tensor([tok.encode("the quick fox").ids])).lm_logits[0, -1, :5]
@@ -449,7 +410,7 @@ def test_a_bert_decoder_gets_the_same_next_word_views(tmp_path):
     with torch.no_grad():
         out = model(ids)
         want = out.mlm_logits[0, -1].softmax(-1)
-        assert _diff(model.next_token_logits(out.last_hidden_state[0, -1]), out.mlm_logits[0, -1]) < 1e-6
+        assert max_diff(model.next_token_logits(out.last_hidden_state[0, -1]), out.mlm_logits[0, -1]) < 1e-6
     panel = MaskPanel(model, tok, text="the cat sat on the")
     assert panel.predictions[0].next_word and "reads left to right" in panel.message.value
     assert abs(panel.predictions[0].top.probability - float(want.max())) < 1e-6

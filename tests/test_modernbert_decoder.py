@@ -9,15 +9,13 @@ from a Hugging Face-compatible server on loopback."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
-from fake_hub import FakeHub
+from fake_hub import download_then_next_word_logits
 from safetensors.torch import load_file
-from tiny_models import CORPUS
+from tiny_models import CORPUS, TOKENIZER_TEXTS, max_diff, save_wide
+from tiny_models import _transformers as _hf
 
 from bertlab.families import LAYER_HOOKS
 from bertlab.loading import load, load_model, save_pretrained
@@ -33,21 +31,6 @@ ARCHS = ["ModernBertDecoderForCausalLM", "ModernBertDecoderForCausalLM-untied", 
 TEXTS = ["The quick brown fox jumps over the lazy dog near the river bank today.",
          "Café, naïve, résumé: accents are part of the language.",
          "Short one."]
-TOKENIZER_TEXTS = [
-    "Hello world!",
-    "Crème brûlée à la française — déjà vu.",
-    "自然语言处理很有趣 and mixed with English.",
-    "I ❤️ transformers 🤖🚀 (really).",
-    "  spaces   everywhere\tand\ttabs  ",
-]
-
-
-def _hf():
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    return transformers
 
 
 def decoder_tokenizer():
@@ -81,12 +64,7 @@ def write_checkpoint(folder, arch: str, tok, seed: int = 0, **changes):
                                     eos_token_id=tok.sep_token_id, tie_word_embeddings=not untied,
                                     **{**SIZE, **changes})
     model = getattr(T, name)(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0, 0.3) if p.dim() > 1 else p.add_(torch.randn_like(p) * 0.1)
-    model.save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return folder
+    return save_wide(model, tok, folder)
 
 
 @pytest.fixture(scope="module")
@@ -107,11 +85,6 @@ def checkpoints(tmp_path_factory, hf_tok):
     return {arch: write_checkpoint(root / arch, arch, hf_tok, seed=i) for i, arch in enumerate(ARCHS)}
 
 
-def _diff(a, b, mask=None) -> float:
-    d = (a - b).detach().abs()
-    if mask is not None:
-        d = d[mask.bool()]
-    return float(d.max())
 
 
 def _batch(tok: Tokenizer):
@@ -132,15 +105,16 @@ def compare(model, hf, ids, mask, path: str, logits: bool) -> dict[str, float]:
         out, cache = model.run_with_cache(ids, None, mask, names=names)
         ref = hf(input_ids=ids, attention_mask=mask, output_hidden_states=True, output_attentions=path == "eager")
     assert len(ref.hidden_states) == fam.num_layers + 1
-    diffs = {"embeddings": _diff(cache[fam.embedding_hook], ref.hidden_states[0], mask),
-             "hidden states": max(_diff(cache[fam.hook_name(i, "hook_resid_post")], ref.hidden_states[i + 1], mask)
+    diffs = {"embeddings": max_diff(cache[fam.embedding_hook], ref.hidden_states[0], mask),
+             "hidden states": max(max_diff(cache[fam.hook_name(i, "hook_resid_post")], ref.hidden_states[i + 1], mask)
                                   for i in range(fam.num_layers)),
-             "last_hidden_state": _diff(out.last_hidden_state, ref.hidden_states[-1], mask)}
+             "last_hidden_state": max_diff(out.last_hidden_state, ref.hidden_states[-1], mask)}
     if path == "eager":
         assert len(ref.attentions) == fam.num_layers
-        diffs["patterns"] = max(_diff(cache[fam.hook_name(i, "hook_pattern")], a) for i, a in enumerate(ref.attentions))
+        diffs["patterns"] = max(max_diff(cache[fam.hook_name(i, "hook_pattern")], a)
+                                for i, a in enumerate(ref.attentions))
     if logits:
-        diffs["lm_logits"] = _diff(out.lm_logits, ref.logits, mask)
+        diffs["lm_logits"] = max_diff(out.lm_logits, ref.logits, mask)
     assert all(v <= TOL for v in diffs.values()), (path, diffs)
     return diffs
 
@@ -334,20 +308,7 @@ def test_download_then_load_offline(tmp_path, hf_tok):
     then `bertlab.load(name)` offline: the same logits as the folder it was made from."""
     name = "jhu-clsp/ettin-decoder-17m"
     folder = write_checkpoint(tmp_path / "ettin", "ModernBertDecoderForCausalLM", hf_tok, seed=3)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
-    env.update(HF_HOME=str(tmp_path / "hf"), OMP_NUM_THREADS="1", HF_HUB_DISABLE_TELEMETRY="1")
-    code = "import sys; from bertlab.cli import main; sys.exit(main(sys.argv[1:]))"
-    with FakeHub({name: folder}) as hub:
-        done = subprocess.run([sys.executable, "-c", code, "download", name],
-                              env={**env, "HF_ENDPOINT": hub.endpoint}, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-800:]
-    assert any("/resolve/" in r for r in hub.requests)
-    probe = ("import json, sys, torch, bertlab; m, t = bertlab.load(sys.argv[1]); e = t.encode('the quick fox');"
-             "print(json.dumps([m.family.name, m(torch.tensor([e.ids])).lm_logits[0, -1, :5].tolist()]))")
-    run = subprocess.run([sys.executable, "-c", probe, name], env={**env, "HF_HUB_OFFLINE": "1"},
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr[-800:]
-    family, logits = json.loads(run.stdout.strip().splitlines()[-1])
+    family, logits = download_then_next_word_logits(tmp_path, name, folder)
     model, tok = load(str(folder))
     with torch.no_grad():
         ref = model(torch.tensor([tok.encode("the quick fox").ids])).lm_logits[0, -1, :5]

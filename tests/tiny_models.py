@@ -35,6 +35,14 @@ CORPUS = [
     "ALBERT shares one layer across depth, RoBERTa drops next-sentence prediction.",
     "Numbers like 3.14159, 2026-11-24 and 1,000,000 appear too.",
 ] * 20
+# texts a trained tokenizer is checked on against Hugging Face's: accents, other scripts, emoji, runs of spaces
+TOKENIZER_TEXTS = [
+    "Hello world!",
+    "Crème brûlée à la française — déjà vu.",
+    "自然语言处理很有趣 and mixed with English.",
+    "I ❤️ transformers 🤖🚀 (really).",
+    "  spaces   everywhere\tand\ttabs  ",
+]
 FAMILY_ARCH = {  # model_type -> the pre-training architecture a panel test drives
     "roberta": "RobertaForMaskedLM", "albert": "AlbertForPreTraining", "distilbert": "DistilBertForMaskedLM",
     "electra": "ElectraForPreTraining", "electra-generator": "ElectraForMaskedLM", "bert": "BertForPreTraining",
@@ -255,3 +263,22 @@ def pruned_and_masked(model, ids, types, mask, gone: dict[int, list[int]], layer
         small = prune_heads(copy.deepcopy(model), gone)
         out = small(ids, types, mask)
     return small, out, ref
+
+
+def save_wide(model, tok, folder):
+    """Draw `model`'s weights wide (std 0.3, biases moved by 0.1) so that every attention pattern is sharp,
+    and save it and `tok` into `folder` with transformers; the folder."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0, 0.3) if p.dim() > 1 else p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+    """The largest absolute difference of `a` and `b`, over the positions `mask` keeps (all when None)."""
+    d = (a - b).detach().abs()
+    if mask is not None:
+        d = d[mask.bool()]
+    return float(d.max())
