@@ -303,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
             r["vs_mlm"] = {m: {"gap": round(r[m]["mean"] - mlm[m]["mean"], 4), "inside_spread": overlap(r[m], mlm[m])}
                            for m in METRICS}
     data = {
-        "meta": {"command": "python bench/bench_why_masking.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "meta": {"command": " ".join(["python bench/bench_why_masking.py",
+                                     *(argv if argv is not None else sys.argv[1:])]),
                  "when": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                  "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "threads": a.threads,
                  "size": "tiny", "steps": a.steps, "batch": a.batch, "seq_len": a.seq, "lr": a.lr, "seeds": a.seeds,

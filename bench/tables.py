@@ -4,6 +4,7 @@ where the rows are and its columns (header, key, format), and a caption from the
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from render import ROOT, Table, aim, duration, pct, times
 
@@ -35,6 +36,21 @@ def against_token(r: dict) -> str | None:
             f"loss {vs['loss']['gap']:+.2f}, {said(vs['loss'])}")
 
 
+def against_mlm(metric: str) -> Callable[[dict], str]:
+    """A why-masking cell: the metric's mean ± sd over seeds (in %), and for every row but MLM's its gap to MLM
+    (points) inside or outside the spread: whether the seeds' ranges overlap."""
+    def cell(r: dict) -> str:
+        shown = mean_sd(r[metric], 100, ".1f")
+        vs = r.get("vs_mlm")
+        if vs is None:
+            return shown
+        where = "inside" if vs[metric]["inside_spread"] else "outside"
+        return f"{shown} ({100 * vs[metric]['gap']:+.1f}, {where} the spread)"
+    return cell
+
+
+WHY_MASKING_NAMES = {"untrained": "untrained (the floor)", "mlm": "MLM (BERT)", "causal": "Causal (GPT)",
+                     "elmo": "ELMo"}
 FT_AIM, MFU_AIM = 1.5, 0.45  # bertlab over HF's grouped bf16 `Trainer`; pre-training MFU at 512 tokens
 PRETRAIN = (("shape", "preset", ""), ("variant", "variant", ""), ("precision", "precision", ""),
             ("batch × seq", batch_seq, ""), ("ms per step", "ms_per_step", ",.1f"),
@@ -199,6 +215,18 @@ TABLES: list[Table] = [
         "Top-1 accuracy (%) and loss (cross-entropy, nats per masked token) at the masked positions of "
         "{meta[held_out_sequences]} sequences of {meta[held_out]}, mean ± sd over seeds {meta[seeds]}; a new tiny "
         "BERT per run, {meta[steps]} steps of {meta[batch]} × {meta[seq_len]} tokens of {meta[corpus]}, MLM only, "
+        "{meta[precision]}; {meta[cpu]}, {meta[threads]} thread, {meta[wall_s]} s in all, load average "
+        "{meta[load_avg_start][0]} → {meta[load_avg_end][0]}, {meta[when]} (`{meta[command]}`)"),
+    Table("teacher.md", "why-masking", "why_masking", (
+        ("model", lambda r: WHY_MASKING_NAMES.get(r["kind"], r["kind"]), ""),
+        ("reads the middle word from", "reads", ""),
+        ("middle word, top-1 %", against_mlm("middle_top1"), ""),
+        ("middle word, top-5 %", against_mlm("middle_top5"), ""),
+        ("SST-2 probe %", against_mlm("sst2"), ""), ("POS probe %", against_mlm("pos"), "")),
+        "Mean ± sd over seeds {meta[seeds]}; in brackets, the gap to MLM in points and whether it is inside the "
+        "spread (the seeds' ranges overlap). Middle word: {meta[held_out_sentences]} sentences of the "
+        "{meta[held_out]}. Probes: {meta[probe]}; SST-2 {meta[sst2]}, POS {meta[pos]}. A new tiny model per "
+        "run, {meta[steps]} steps of {meta[batch]} × {meta[seq_len]} tokens of the {meta[corpus]}, lr {meta[lr]}, "
         "{meta[precision]}; {meta[cpu]}, {meta[threads]} thread, {meta[wall_s]} s in all, load average "
         "{meta[load_avg_start][0]} → {meta[load_avg_end][0]}, {meta[when]} (`{meta[command]}`)"),
     Table("install.md", "install", "install", (
