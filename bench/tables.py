@@ -4,6 +4,7 @@ where the rows are and its columns (header, key, format), and a caption from the
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from render import ROOT, Table, aim, duration, pct, times
 
@@ -35,6 +36,35 @@ def against_token(r: dict) -> str | None:
             f"loss {vs['loss']['gap']:+.2f}, {said(vs['loss'])}")
 
 
+def against_mlm(metric: str) -> Callable[[dict], str]:
+    """A why-masking cell: the metric's mean ± sd over seeds (in %), and for every row but MLM's its gap to MLM
+    (points) inside or outside the spread: whether the seeds' ranges overlap."""
+    def cell(r: dict) -> str:
+        shown = mean_sd(r[metric], 100, ".1f")
+        vs = r.get("vs_mlm")
+        if vs is None:
+            return shown
+        where = "inside" if vs[metric]["inside_spread"] else "outside"
+        return f"{shown} ({100 * vs[metric]['gap']:+.1f}, {where} the spread)"
+    return cell
+
+
+WHY_MASKING_NAMES = {"untrained": "untrained (the floor)", "mlm": "MLM (BERT)", "causal": "Causal (GPT)",
+                     "elmo": "ELMo"}
+WHY_MASKING = (
+    ("model", lambda r: WHY_MASKING_NAMES.get(r["kind"], r["kind"]), ""),
+    ("reads the middle word from", "reads", ""),
+    ("middle word, top-1 %", against_mlm("middle_top1"), ""),
+    ("middle word, top-5 %", against_mlm("middle_top5"), ""),
+    ("SST-2 probe %", against_mlm("sst2"), ""), ("POS probe %", against_mlm("pos"), ""))
+WHY_MASKING_CAPTION = (
+    "**{meta[steps]} steps.** Mean ± sd over seeds {meta[seeds]}; in brackets, the gap to MLM in points and whether "
+    "it is inside the spread (the seeds' ranges overlap). Middle word: {meta[held_out_sentences]} sentences of the "
+    "{meta[held_out]}. Probes: {meta[probe]}; SST-2 {meta[sst2]}, POS {meta[pos]}. A new tiny model per run, "
+    "{meta[steps]} steps of {meta[batch]} × {meta[seq_len]} tokens of the {meta[corpus]}, lr {meta[lr]}, "
+    "{meta[precision]}; {meta[cpu]}, {meta[threads]} thread, {meta[wall_s]} s in all, load average "
+    "{meta[load_avg_start][0]} → {meta[load_avg_end][0]}, {meta[when]} (`{meta[command]}`)")
+WHY_MASKING_FILES = ("why_masking", "why_masking_steps200")  # the default budget first, then longer runs
 FT_AIM, MFU_AIM = 1.5, 0.45  # bertlab over HF's grouped bf16 `Trainer`; pre-training MFU at 512 tokens
 PRETRAIN = (("shape", "preset", ""), ("variant", "variant", ""), ("precision", "precision", ""),
             ("batch × seq", batch_seq, ""), ("ms per step", "ms_per_step", ",.1f"),
@@ -201,6 +231,7 @@ TABLES: list[Table] = [
         "BERT per run, {meta[steps]} steps of {meta[batch]} × {meta[seq_len]} tokens of {meta[corpus]}, MLM only, "
         "{meta[precision]}; {meta[cpu]}, {meta[threads]} thread, {meta[wall_s]} s in all, load average "
         "{meta[load_avg_start][0]} → {meta[load_avg_end][0]}, {meta[when]} (`{meta[command]}`)"),
+    *(Table("teacher.md", "why-masking", name, WHY_MASKING, WHY_MASKING_CAPTION) for name in WHY_MASKING_FILES),
     Table("install.md", "install", "install", (
         ("what", "what", ""), ("wall time", "wall_s", duration), ("CPU time", "cpu_s", duration),
         ("venv size, MB", "venv_mb", ","),
