@@ -156,6 +156,10 @@ def test_peek_says_why_bert_masks_and_its_run_shows_next_token_curves_and_attent
     assert p.run_messages[-1] == ("info", get_objective("peek").ended) and "why BERT masks" in p.run_messages[-1][1]
     again, _ = bertlab.load(p.last_run.folder)
     assert again.family.title == "BERT" and again.config.predicts_next
+    from bertlab.viz.picker import model_card  # its card names the head for what it guesses
+
+    card = model_card(again, "peek")
+    assert "✓ next-word head (reads both ways" in card and "✗ MLM head" in card
     frame = p.replay.result.frames[-1]  # Replay reads the run's snapshots: their attention, no Mask view
     assert frame.attention.patterns.shape[0] == model.config.num_hidden_layers and frame.mask is None
     assert any("next token" in n for n in p.replay.result.notes)

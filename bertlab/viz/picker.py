@@ -30,9 +30,13 @@ def model_card(model: torch.nn.Module, name: str, classics: list[ClassicResult] 
         return f'<span style="{colour};margin-right:12px">{sign} {what}</span>'
 
     pair = "SOP head (sentence order)" if model.family.pair_task == "sop" else "NSP head"
-    heads = mark(model.has_mlm, "MLM head") + mark(model.has_nsp, pair)
-    if model.family.causal:  # a left-to-right model: its head guesses the next word
-        heads = mark(getattr(model, "has_lm", False), "next-word head (reads left to right)") + heads
+    next_word = getattr(model, "has_lm", False)
+    if model.family.causal or next_word:  # its head guesses the next word, not a masked one
+        reads = "reads left to right" if model.family.causal else "reads both ways: it can see the word"
+        # (a next-token BERT's head is its MLM head, trained to guess the next word: the Mask tab guesses that)
+        heads = mark(next_word, f"next-word head ({reads})") + mark(False, "MLM head") + mark(model.has_nsp, pair)
+    else:
+        heads = mark(model.has_mlm, "MLM head") + mark(model.has_nsp, pair)
     if getattr(model, "has_rtd", False):
         heads += mark(True, "replaced-token head (ELECTRA)")
     named = f": {task}" if task else ""
