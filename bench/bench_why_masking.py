@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import random
-import statistics
 import sys
 import time
 import warnings
@@ -39,6 +38,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+from bench_masking import _load, overlap, spread  # noqa: E402 (the same spread rule as the masking bench)
 
 OUT = ROOT / "bench" / "results" / "why_masking.json"
 KINDS = ("untrained", "mlm", "causal", "elmo")
@@ -48,20 +49,6 @@ PROBE_ITERATIONS = 300  # lbfgs iterations at most per probe
 METRICS = ("middle_top1", "middle_top5", "sst2", "pos")
 QUICK = {"steps": 4, "seeds": [0, 1], "sentences": 40, "sst2_train": 60, "sst2_eval": 40, "pos_train": 30,
          "pos_eval": 20, "max_documents": 40}
-
-
-def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {"mean": statistics.fmean(values), "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
-            "min": min(values), "max": max(values)}
-
-
-def overlap(a: dict[str, float], b: dict[str, float]) -> bool:
-    """Whether two models' ranges over the seeds overlap: their gap is inside the spread."""
-    return a["min"] <= b["max"] and b["min"] <= a["max"]
 
 
 # ---------------------------------------------------------------------------------------------
