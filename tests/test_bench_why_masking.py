@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_models import word_tokenizer
 
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.objectives import ModelShape, get_objective
@@ -32,10 +33,7 @@ def _bench():
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory) -> Tokenizer:
-    folder = tmp_path_factory.mktemp("words")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *WORDS]
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    return Tokenizer.from_folder(folder)
+    return word_tokenizer(tmp_path_factory.mktemp("words"), WORDS)
 
 
 @pytest.fixture(scope="module")

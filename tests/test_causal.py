@@ -10,7 +10,7 @@ import random
 
 import pytest
 import torch
-from tiny_models import _transformers, tiny_bert, wordpiece
+from tiny_models import _transformers, tiny_bert, word_tokenizer, wordpiece
 
 from bertlab import masks
 from bertlab.config import ConfigError
@@ -122,10 +122,7 @@ SHAPE = ModelShape(layers=2, hidden=64, heads=2, max_len=64)
 
 @pytest.fixture(scope="module")
 def word_tok(tmp_path_factory) -> Tokenizer:
-    folder = tmp_path_factory.mktemp("words")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *WORDS]
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    return Tokenizer.from_folder(folder)
+    return word_tokenizer(tmp_path_factory.mktemp("words"), WORDS)
 
 
 @pytest.fixture(scope="module")

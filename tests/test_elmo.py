@@ -10,7 +10,7 @@ import random
 
 import pytest
 import torch
-from tiny_models import _transformers
+from tiny_models import _transformers, word_tokenizer
 
 from bertlab.tokenizer import Tokenizer
 from bertlab.training.corpora import Document
@@ -37,10 +37,7 @@ TOL = 1e-5
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory) -> Tokenizer:
-    folder = tmp_path_factory.mktemp("words")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *WORDS]
-    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    return Tokenizer.from_folder(folder)
+    return word_tokenizer(tmp_path_factory.mktemp("words"), WORDS)
 
 
 @pytest.fixture(scope="module")

@@ -282,3 +282,13 @@ def max_diff(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None = None)
     if mask is not None:
         d = d[mask.bool()]
     return float(d.max())
+
+
+def word_tokenizer(folder, words) -> Tokenizer:
+    """A WordPiece tokenizer whose vocabulary is BERT's special tokens, "." and `words` (one piece a word),
+    written into `folder`: tiny next-token and masking runs whose words are all known."""
+    from pathlib import Path
+
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", *words]
+    (Path(folder) / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    return Tokenizer.from_folder(folder)
